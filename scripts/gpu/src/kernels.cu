@@ -1,0 +1,7 @@
+// Kernels loaded as PTX by the driver-API programs (drvapi, bench).
+extern "C" __global__ void saxpy(int n, float a, const float *x, float *y) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a * x[i] + y[i];
+}
+
+extern "C" __global__ void empty() {}

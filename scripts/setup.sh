@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Sets up a fresh Debian/Ubuntu machine to build and test cuslice:
+# libclang (bindgen parses cuda-headers/ at build time), binutils (nm, used
+# by a test) and pip (the ABI test downloads NVIDIA's headers from PyPI).
+# Then builds the release library and command. Idempotent: installs only
+# what is missing. Needs root or sudo for apt.
+set -euo pipefail
+
+need=()
+ldconfig -p 2>/dev/null | grep -q 'libclang\(-[0-9.]*\)\?\.so' || need+=(libclang-dev)
+command -v nm >/dev/null || need+=(binutils)
+command -v gcc >/dev/null || need+=(gcc)
+command -v python3 >/dev/null || need+=(python3)
+python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
+
+if [ ${#need[@]} -gt 0 ]; then
+    SUDO=
+    [ "$(id -u)" -eq 0 ] || SUDO=sudo
+    echo "setup: installing ${need[*]}"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+command -v cargo >/dev/null || { echo "setup: cargo not found; install Rust (https://rustup.rs)" >&2; exit 1; }
+cd "$(dirname "$0")/.."
+cargo build --release --workspace
+echo "setup: ok: target/release/libcuslice.so and target/release/cuslice"

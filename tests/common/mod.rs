@@ -1,0 +1,303 @@
+//! Shared by the integration tests: builds the fake driver and the test
+//! programs once (guarded by a file lock, so parallel test processes share
+//! one build), runs programs with and without the shim, and parses the
+//! shim's debug log.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::hash::{Hash, Hasher};
+use std::io::Write;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+pub struct Env {
+    pub root: PathBuf,
+    /// Holds libcuda.so.1 / libnvidia-ml.so.1 (the fake driver).
+    pub fake: PathBuf,
+    /// Holds the compiled test programs and helper libraries.
+    pub apps: PathBuf,
+    pub shim: PathBuf,
+}
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// target/<profile>/ of this test binary (target/<profile>/deps/<test>).
+fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps")
+        .to_path_buf()
+}
+
+fn sources_hash(root: &Path) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for dir in ["tests/fake", "tests/apps", "cuda-headers"] {
+        let mut entries: Vec<_> = fs::read_dir(root.join(dir))
+            .expect("read source dir")
+            .flatten()
+            .collect();
+        entries.sort_by_key(|e| e.path());
+        for e in entries {
+            e.path().hash(&mut h);
+            fs::read(e.path()).unwrap_or_default().hash(&mut h);
+        }
+    }
+    h.finish()
+}
+
+fn sh(cmd: &mut Command) {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn cc() -> Command {
+    Command::new(std::env::var("CC").unwrap_or_else(|_| "gcc".into()))
+}
+
+fn build(root: &Path, dir: &Path) {
+    let fake = dir.join("fake");
+    let apps = dir.join("apps");
+    fs::create_dir_all(&apps).expect("mkdir apps");
+    sh(Command::new("bash")
+        .arg(root.join("tests/fake/build.sh"))
+        .arg(&fake));
+    let inc = [
+        format!("-I{}", root.join("cuda-headers").display()),
+        format!("-I{}", root.join("tests/fake").display()),
+        format!("-I{}", root.join("tests/apps").display()),
+    ];
+    let src = |n: &str| root.join("tests/apps").join(n);
+    // Programs linked against the (fake) driver.
+    for (app, link_cuda) in [
+        ("direct", true),
+        ("dlopen", false),
+        ("procaddr", false),
+        ("forked", true),
+        ("threads", true),
+        ("missing", false),
+    ] {
+        let mut c = cc();
+        c.args(["-O1", "-g", "-Wall", "-o"])
+            .arg(apps.join(app))
+            .args(&inc)
+            .arg(src(&format!("{app}.c")));
+        if link_cuda {
+            c.arg(format!("-L{}", fake.display())).arg("-lcuda");
+        }
+        c.args(["-ldl", "-lpthread"]);
+        sh(&mut c);
+    }
+    // Helper libraries for the RTLD_NEXT and missing-driver tests.
+    for (lib, file) in [
+        ("libbase.so", "base.c"),
+        ("libnext.so", "next.c"),
+        ("libpartialcuda.so", "partial_driver.c"),
+    ] {
+        sh(cc()
+            .args(["-shared", "-fPIC", "-o"])
+            .arg(apps.join(lib))
+            .arg(src(file))
+            .arg("-ldl"));
+    }
+    sh(cc()
+        .arg("-o")
+        .arg(apps.join("rtldnext"))
+        .arg(src("rtldnext.c"))
+        .arg(format!("-L{}", apps.display()))
+        .arg("-lbase"));
+}
+
+/// Builds everything once per source version.
+pub fn env() -> &'static Env {
+    static ENV: OnceLock<Env> = OnceLock::new();
+    ENV.get_or_init(|| {
+        let root = repo();
+        let profile = profile_dir();
+        let shim = profile.join("libcuslice.so");
+        assert!(
+            shim.exists(),
+            "{} not built (cargo builds it with the tests)",
+            shim.display()
+        );
+        let base = profile.join("cuslice-tests");
+        fs::create_dir_all(&base).expect("mkdir cuslice-tests");
+        let dir = base.join(format!("build-{:016x}", sources_hash(&root)));
+        let lock = fs::File::create(base.join(".lock")).expect("lock file");
+        // SAFETY: flock on an fd we own; released when `lock` is dropped.
+        assert_eq!(unsafe { libc_flock(lock.as_raw_fd(), 2) }, 0, "flock");
+        if !dir.join("done").exists() {
+            let tmp = base.join(format!("tmp-{}", std::process::id()));
+            let _ = fs::remove_dir_all(&tmp);
+            build(&root, &tmp);
+            fs::File::create(tmp.join("done"))
+                .and_then(|mut f| f.write_all(b"ok"))
+                .expect("done marker");
+            let _ = fs::remove_dir_all(&dir);
+            fs::rename(&tmp, &dir).expect("publish build");
+        }
+        drop(lock);
+        Env {
+            fake: dir.join("fake"),
+            apps: dir.join("apps"),
+            root,
+            shim,
+        }
+    })
+}
+
+unsafe extern "C" {
+    #[link_name = "flock"]
+    fn libc_flock(fd: i32, op: i32) -> i32;
+}
+
+/// A program run.
+pub struct Run {
+    pub out: Output,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    /// The "R ..." result lines.
+    pub fn results(&self) -> Vec<&str> {
+        self.stdout
+            .lines()
+            .filter(|l| l.starts_with("R "))
+            .collect()
+    }
+
+    /// The "D what file symbol" diagnostic line for `what`: (file, symbol).
+    pub fn diag(&self, what: &str) -> (String, String) {
+        let prefix = format!("D {what} ");
+        let line = self
+            .stdout
+            .lines()
+            .find(|l| l.starts_with(&prefix))
+            .unwrap_or_else(|| panic!("no diagnostic for {what} in:\n{}", self.stdout));
+        let mut it = line[prefix.len()..].split(' ');
+        (
+            it.next().unwrap_or("").to_string(),
+            it.next().unwrap_or("").to_string(),
+        )
+    }
+
+    /// Per process: hook name -> call count, from `CUSLICE_LOG=debug`.
+    pub fn calls(&self) -> BTreeMap<u32, BTreeMap<String, u64>> {
+        let mut m: BTreeMap<u32, BTreeMap<String, u64>> = BTreeMap::new();
+        for l in self.stderr.lines() {
+            let Some(rest) = l.strip_prefix("cuslice[") else {
+                continue;
+            };
+            let Some((pid, msg)) = rest.split_once("]: debug: calls ") else {
+                continue;
+            };
+            let mut w = msg.split(' ');
+            let (Some(name), Some(n)) = (w.next(), w.next()) else {
+                continue;
+            };
+            m.entry(pid.parse().expect("pid"))
+                .or_default()
+                .insert(name.into(), n.parse().expect("count"));
+        }
+        m
+    }
+
+    /// Call counts of the only process that logged (panics if several).
+    pub fn calls_single(&self) -> BTreeMap<String, u64> {
+        let m = self.calls();
+        assert_eq!(
+            m.len(),
+            1,
+            "expected one process's counts, got {m:?}\nstderr:\n{}",
+            self.stderr
+        );
+        m.into_values().next().unwrap_or_default()
+    }
+
+    pub fn assert_ok(&self) -> &Self {
+        assert!(
+            self.out.status.success(),
+            "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+            self.out.status,
+            self.stdout,
+            self.stderr
+        );
+        self
+    }
+}
+
+/// How to run a program.
+pub struct Opts<'a> {
+    pub shim: bool,
+    pub env: Vec<(&'a str, String)>,
+    pub preload_extra: Vec<PathBuf>,
+}
+
+impl Default for Opts<'_> {
+    fn default() -> Self {
+        Opts {
+            shim: true,
+            env: vec![("CUSLICE_LOG", "debug".into())],
+            preload_extra: vec![],
+        }
+    }
+}
+
+pub fn run(prog: &str, opts: Opts<'_>) -> Run {
+    let e = env();
+    let mut cmd = Command::new(e.apps.join(prog));
+    cmd.env_clear();
+    cmd.env("PATH", std::env::var("PATH").unwrap_or_default());
+    cmd.env(
+        "LD_LIBRARY_PATH",
+        format!("{}:{}", e.fake.display(), e.apps.display()),
+    );
+    let mut preload: Vec<String> = Vec::new();
+    if opts.shim {
+        preload.push(e.shim.display().to_string());
+    }
+    preload.extend(opts.preload_extra.iter().map(|p| p.display().to_string()));
+    if !preload.is_empty() {
+        cmd.env("LD_PRELOAD", preload.join(":"));
+    }
+    for (k, v) in opts.env {
+        cmd.env(k, v);
+    }
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {prog}: {e}"));
+    Run {
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        out,
+    }
+}
+
+pub fn native(prog: &str) -> Run {
+    run(
+        prog,
+        Opts {
+            shim: false,
+            env: vec![],
+            preload_extra: vec![],
+        },
+    )
+}
+
+pub fn shimmed(prog: &str) -> Run {
+    run(prog, Opts::default())
+}

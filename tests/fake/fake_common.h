@@ -1,0 +1,365 @@
+/*
+ * cuslice fake driver: state shared by the fake libcuda.so.1 and the fake
+ * libnvidia-ml.so.1, the environment they read, and the call log.
+ *
+ * Written for cuslice's tests. Both libraries include this header; so may a
+ * test that wants to read the simulated device counters directly (see
+ * fake_state_attach). Everything here is `static inline`, so each includer
+ * gets its own copy and nothing here is exported.
+ *
+ * Requires _GNU_SOURCE (for F_OFD_SETLK and memfd_create): define it before
+ * any system header, or compile with -D_GNU_SOURCE.
+ */
+#ifndef FAKE_COMMON_H
+#define FAKE_COMMON_H
+
+#ifndef _GNU_SOURCE
+#error "fake_common.h needs _GNU_SOURCE: define it before any #include (or pass -D_GNU_SOURCE)"
+#endif
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- limits and layout of the shared state ---------------------------- */
+
+#define FAKE_MAX_DEVICES 16
+#define FAKE_MAX_SLOTS 128
+/* "FAKEGPU1" read as a little-endian u64. */
+#define FAKE_STATE_MAGIC 0x31555047454B4146ULL
+#define FAKE_STATE_VERSION 1u
+/* OFD lock on byte FAKE_SLOT_LOCK_BASE + i of the state file proves that the
+ * process owning slot i is alive (the kernel drops the lock when it dies).
+ * Locks beyond end of file are fine. */
+#define FAKE_SLOT_LOCK_BASE (1 << 20)
+/* Name of the memfd that holds a process-private state (FAKE_CUDA_STATE
+ * unset); the fake NVML finds the fake libcuda's state by this name. */
+#define FAKE_PRIVATE_MEMFD_NAME "cuslice_fake_cuda_state"
+
+_Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "64-bit atomics must be lock-free to share them between processes");
+
+/* One simulated GPU. All fields are device-wide: every process that maps the
+ * same state file adds to the same counters, like a real GPU. */
+struct fake_dev_state {
+    _Atomic uint64_t used_bytes;     /* device memory in use, all processes */
+    _Atomic uint64_t busy_until_ns;  /* CLOCK_MONOTONIC end of the last queued work */
+    _Atomic uint64_t kernels_run;    /* kernels put on the timeline (a graph adds its kernel count) */
+    _Atomic uint64_t busy_ns_total;  /* sum of the durations put on the timeline */
+    _Atomic uint64_t launches;       /* launch calls that reached the timeline (kernel or graph) */
+    _Atomic uint64_t graph_launches; /* cuGraphLaunch calls that reached the timeline */
+    uint64_t reserved_[2];
+};
+
+/* One process that allocated through the fake libcuda. used[] mirrors what
+ * that process added to dev[].used_bytes, so that the next process to look
+ * can give a dead process's memory back (a real GPU frees it at exit). */
+struct fake_slot {
+    _Atomic int32_t pid; /* 0: free; informational otherwise (PID namespaces) */
+    uint32_t pad_;
+    _Atomic uint64_t used[FAKE_MAX_DEVICES];
+};
+
+struct fake_state {
+    _Atomic uint64_t magic; /* FAKE_STATE_MAGIC once initialised (written last) */
+    uint32_t version;       /* FAKE_STATE_VERSION */
+    uint32_t size;          /* sizeof(struct fake_state) */
+    uint64_t reserved_[6];
+    struct fake_dev_state dev[FAKE_MAX_DEVICES];
+    struct fake_slot slot[FAKE_MAX_SLOTS];
+};
+
+/* ---- time ------------------------------------------------------------ */
+
+static inline uint64_t fake_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Sleeps (never spins) until CLOCK_MONOTONIC reaches t. */
+static inline void fake_sleep_until_ns(uint64_t t)
+{
+    struct timespec ts;
+    ts.tv_sec = (time_t)(t / 1000000000ull);
+    ts.tv_nsec = (long)(t % 1000000000ull);
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
+    }
+}
+
+/* ---- environment ----------------------------------------------------- */
+
+/* Parses "123", "4K", "4KiB", "512m", "16GiB", "1T" (binary multiples, case
+ * insensitive, optional "B"/"iB"). Returns 0 on success, -1 on bad input or
+ * overflow. */
+static inline int fake_parse_size(const char *s, uint64_t *out)
+{
+    if (s == NULL || *s < '0' || *s > '9')
+        return -1;
+    errno = 0;
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno != 0)
+        return -1;
+    unsigned shift = 0;
+    switch (*end) {
+    case '\0': break;
+    case 'k': case 'K': shift = 10; end++; break;
+    case 'm': case 'M': shift = 20; end++; break;
+    case 'g': case 'G': shift = 30; end++; break;
+    case 't': case 'T': shift = 40; end++; break;
+    default: return -1;
+    }
+    if (shift != 0) {
+        if ((end[0] == 'i' || end[0] == 'I') && (end[1] == 'b' || end[1] == 'B'))
+            end += 2;
+        else if (end[0] == 'b' || end[0] == 'B')
+            end += 1;
+    }
+    if (*end != '\0')
+        return -1;
+    if (shift != 0 && v > (UINT64_MAX >> shift))
+        return -1;
+    *out = (uint64_t)v << shift;
+    return 0;
+}
+
+struct fake_config {
+    unsigned ndev;         /* FAKE_CUDA_DEVICES, 0..16, default 1 */
+    uint64_t mem_total;    /* FAKE_CUDA_MEM, default 16 GiB */
+    uint64_t ctx_overhead; /* FAKE_CUDA_CTX_OVERHEAD, default 0 */
+    uint64_t kernel_ns;    /* FAKE_CUDA_KERNEL_NS, default 0 */
+    int driver_version;    /* FAKE_CUDA_VERSION, default 13000 */
+    int log_fd;            /* FAKE_CUDA_LOG opened O_APPEND, or -1 */
+    const char *state_path;/* FAKE_CUDA_STATE, or NULL */
+};
+
+static inline void fake_die_env(const char *who, const char *var, const char *val, const char *expected)
+{
+    fprintf(stderr, "%s: %s=\"%s\": expected %s\n", who, var, val, expected);
+    abort();
+}
+
+/* Reads the FAKE_CUDA_* variables. A malformed value is a test bug: it is
+ * reported on stderr and the process aborts. */
+static inline void fake_config_load(struct fake_config *c, const char *who)
+{
+    const char *v;
+    uint64_t n;
+
+    c->ndev = 1;
+    if ((v = getenv("FAKE_CUDA_DEVICES")) != NULL && *v) {
+        if (fake_parse_size(v, &n) != 0 || n > FAKE_MAX_DEVICES || strspn(v, "0123456789") != strlen(v))
+            fake_die_env(who, "FAKE_CUDA_DEVICES", v, "an integer 0..16");
+        c->ndev = (unsigned)n;
+    }
+    c->mem_total = 16ull << 30;
+    if ((v = getenv("FAKE_CUDA_MEM")) != NULL && *v) {
+        if (fake_parse_size(v, &n) != 0)
+            fake_die_env(who, "FAKE_CUDA_MEM", v, "a size: bytes, or a K/M/G/T/KiB/MiB/GiB/TiB suffix");
+        c->mem_total = n;
+    }
+    c->ctx_overhead = 0;
+    if ((v = getenv("FAKE_CUDA_CTX_OVERHEAD")) != NULL && *v) {
+        if (fake_parse_size(v, &n) != 0)
+            fake_die_env(who, "FAKE_CUDA_CTX_OVERHEAD", v, "a size: bytes, or a K/M/G/T/KiB/MiB/GiB/TiB suffix");
+        c->ctx_overhead = n;
+    }
+    c->kernel_ns = 0;
+    if ((v = getenv("FAKE_CUDA_KERNEL_NS")) != NULL && *v) {
+        if (fake_parse_size(v, &n) != 0 || strspn(v, "0123456789") != strlen(v))
+            fake_die_env(who, "FAKE_CUDA_KERNEL_NS", v, "an integer number of nanoseconds");
+        c->kernel_ns = n;
+    }
+    c->driver_version = 13000;
+    if ((v = getenv("FAKE_CUDA_VERSION")) != NULL && *v) {
+        if (fake_parse_size(v, &n) != 0 || n == 0 || n > 0x7fffffff || strspn(v, "0123456789") != strlen(v))
+            fake_die_env(who, "FAKE_CUDA_VERSION", v, "a positive integer such as 13000");
+        c->driver_version = (int)n;
+    }
+    c->log_fd = -1;
+    if ((v = getenv("FAKE_CUDA_LOG")) != NULL && *v) {
+        c->log_fd = open(v, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+        if (c->log_fd < 0) {
+            fprintf(stderr, "%s: FAKE_CUDA_LOG=\"%s\": %s\n", who, v, strerror(errno));
+            abort();
+        }
+    }
+    c->state_path = NULL;
+    if ((v = getenv("FAKE_CUDA_STATE")) != NULL && *v)
+        c->state_path = strdup(v);
+}
+
+/* ---- call log -------------------------------------------------------- */
+
+/* Appends "<pid> <name>[ <args>] -> <result>\n" with one write(2). `args` is
+ * a printf format of space-separated key=value pairs, or NULL. */
+static inline void fake_log_result(int fd, const char *name, const char *result, const char *fmt, va_list ap)
+{
+    if (fd < 0)
+        return;
+    char buf[768];
+    size_t cap = sizeof buf - 48; /* room for " -> <result>\n" */
+    int n = snprintf(buf, cap, "%ld %s", (long)getpid(), name);
+    if (n < 0)
+        return;
+    size_t len = (size_t)n < cap ? (size_t)n : cap - 1;
+    if (fmt != NULL && len < cap - 2) {
+        buf[len++] = ' ';
+        int m = vsnprintf(buf + len, cap - len, fmt, ap);
+        if (m > 0)
+            len += (size_t)m < cap - len ? (size_t)m : cap - len - 1;
+    }
+    n = snprintf(buf + len, sizeof buf - len, " -> %.32s\n", result);
+    if (n > 0)
+        len += (size_t)n;
+    ssize_t w = write(fd, buf, len);
+    (void)w;
+}
+
+/* Same, variadic; `fmt` may be NULL (no arguments to log). */
+static inline void fake_log(int fd, const char *name, const char *result, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fake_log_result(fd, name, result, fmt, ap);
+    va_end(ap);
+}
+
+/* ---- uuids ----------------------------------------------------------- */
+
+/* The 16 bytes cuDeviceGetUuid returns for device `idx`:
+ * c511ce00-fa4e-4000-8000-0000000000XX (XX = idx in hex). */
+static inline void fake_uuid_bytes(int idx, unsigned char out[16])
+{
+    static const unsigned char base[16] = {0xc5, 0x11, 0xce, 0x00, 0xfa, 0x4e, 0x40, 0x00,
+                                           0x80, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00};
+    memcpy(out, base, 16);
+    out[15] = (unsigned char)idx;
+}
+
+/* "GPU-c511ce00-fa4e-4000-8000-0000000000XX" (40 characters + NUL). */
+static inline void fake_uuid_string(int idx, char out[41])
+{
+    unsigned char b[16];
+    fake_uuid_bytes(idx, b);
+    snprintf(out, 41, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1], b[2],
+             b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+}
+
+#define FAKE_DEVICE_NAME "cuslice Fake GPU"
+
+/* ---- the state mapping ----------------------------------------------- */
+
+/* Maps the state held by `fd` (sizing and initialising it under flock when
+ * its magic is absent). Returns NULL on failure. */
+static inline struct fake_state *fake_state_map_fd(int fd)
+{
+    if (flock(fd, LOCK_EX) != 0)
+        return NULL;
+    struct stat st;
+    struct fake_state *s = NULL;
+    if (fstat(fd, &st) != 0)
+        goto out;
+    if ((uint64_t)st.st_size < sizeof(struct fake_state) && ftruncate(fd, (off_t)sizeof(struct fake_state)) != 0)
+        goto out;
+    void *p = mmap(NULL, sizeof(struct fake_state), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED)
+        goto out;
+    s = p;
+    if (atomic_load(&s->magic) != FAKE_STATE_MAGIC || s->version != FAKE_STATE_VERSION ||
+        s->size != sizeof(struct fake_state)) {
+        memset((void *)s, 0, sizeof *s);
+        s->version = FAKE_STATE_VERSION;
+        s->size = sizeof(struct fake_state);
+        atomic_store(&s->magic, FAKE_STATE_MAGIC);
+    }
+out:
+    flock(fd, LOCK_UN);
+    return s;
+}
+
+/* Opens (creating if missing) and maps a state file. For tests that read the
+ * counters: `fake_state_attach(getenv("FAKE_CUDA_STATE"), &fd)`. The fd must
+ * stay open only if you use fake_state_reclaim_dead. Returns NULL on error. */
+static inline struct fake_state *fake_state_attach(const char *path, int *fd_out)
+{
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (fd < 0)
+        return NULL;
+    struct fake_state *s = fake_state_map_fd(fd);
+    if (s == NULL) {
+        close(fd);
+        return NULL;
+    }
+    if (fd_out != NULL)
+        *fd_out = fd;
+    else
+        close(fd);
+    return s;
+}
+
+static inline int fake_ofd_lock(int fd, int slot, short type)
+{
+    struct flock fl;
+    memset(&fl, 0, sizeof fl);
+    fl.l_type = type;
+    fl.l_whence = SEEK_SET;
+    fl.l_start = (off_t)FAKE_SLOT_LOCK_BASE + slot;
+    fl.l_len = 1;
+    return fcntl(fd, F_OFD_SETLK, &fl);
+}
+
+/* Gives back the device memory of processes that died without freeing it.
+ * `fd` must be an open file description of the state of its own (an OFD lock
+ * never conflicts with itself), `own_slot` the caller's slot or -1. */
+static inline void fake_state_reclaim_dead(struct fake_state *s, int fd, int own_slot)
+{
+    if (s == NULL || fd < 0)
+        return;
+    for (int i = 0; i < FAKE_MAX_SLOTS; i++) {
+        if (i == own_slot || atomic_load(&s->slot[i].pid) == 0)
+            continue;
+        if (fake_ofd_lock(fd, i, F_WRLCK) != 0)
+            continue; /* alive */
+        if (atomic_load(&s->slot[i].pid) != 0) {
+            for (int d = 0; d < FAKE_MAX_DEVICES; d++) {
+                uint64_t v = atomic_exchange(&s->slot[i].used[d], 0);
+                if (v != 0)
+                    atomic_fetch_sub(&s->dev[d].used_bytes, v);
+            }
+            atomic_store(&s->slot[i].pid, 0);
+        }
+        fake_ofd_lock(fd, i, F_UNLCK);
+    }
+}
+
+/* Claims a free (or dead) slot for this process and keeps its lock on `fd`.
+ * Returns the slot index or -1 when all are taken. */
+static inline int fake_state_claim_slot(struct fake_state *s, int fd)
+{
+    for (int i = 0; i < FAKE_MAX_SLOTS; i++) {
+        if (fake_ofd_lock(fd, i, F_WRLCK) != 0)
+            continue;
+        for (int d = 0; d < FAKE_MAX_DEVICES; d++) {
+            uint64_t v = atomic_exchange(&s->slot[i].used[d], 0);
+            if (v != 0)
+                atomic_fetch_sub(&s->dev[d].used_bytes, v);
+        }
+        atomic_store(&s->slot[i].pid, (int32_t)getpid());
+        return i;
+    }
+    return -1;
+}
+
+#endif /* FAKE_COMMON_H */

@@ -1,0 +1,1237 @@
+/*
+ * Self-test of cuslice's fake CUDA driver (libcuda.so.1 + libnvidia-ml.so.1).
+ *
+ *   bash tests/fake/build.sh /tmp/fake
+ *   gcc -std=c11 -Wall -Wextra -D_GNU_SOURCE -I cuda-headers -I tests/fake \
+ *       tests/fake/selftest.c -o /tmp/fake/selftest -L /tmp/fake -lcuda -lnvidia-ml -ldl -pthread
+ *   LD_LIBRARY_PATH=/tmp/fake /tmp/fake/selftest
+ *
+ * The default mode sets its own FAKE_CUDA_* environment (a fresh state file
+ * and log in a temporary directory) and prints "selftest: N passed, 0
+ * failed". Any mismatch prints a FAIL line and exits 1.
+ *
+ * Other modes (the default mode runs them as child processes):
+ *   --timeline-child MS [DEADLINE_NS]  wait until CLOCK_MONOTONIC reaches
+ *       DEADLINE_NS (if given), launch one MS-millisecond "sleep" kernel on
+ *       device 0, synchronise, and print "<launch_ns> <done_ns>"
+ *       (CLOCK_MONOTONIC). Run several at once with the same
+ *       FAKE_CUDA_STATE to see them serialise (see README.md).
+ *   --private-child   run with FAKE_CUDA_STATE unset and FAKE_CUDA_MEM=8GiB:
+ *       legacy 32-bit clamping, and NVML seeing libcuda's private state.
+ *   --nodev-child     run with FAKE_CUDA_DEVICES=0: cuInit fails.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "fake_common.h"
+#include "fake_extra.h"
+
+#include <dlfcn.h>
+#include <limits.h>
+#include <pthread.h>
+#include <sys/wait.h>
+
+static int g_pass;
+
+#define CHECK(cond, ...)                                                                                           \
+    do {                                                                                                           \
+        if (cond) {                                                                                                \
+            g_pass++;                                                                                              \
+        } else {                                                                                                   \
+            printf("FAIL selftest.c:%d: ", __LINE__);                                                              \
+            printf(__VA_ARGS__);                                                                                   \
+            printf("\n");                                                                                          \
+            fflush(stdout);                                                                                        \
+            exit(1);                                                                                               \
+        }                                                                                                          \
+    } while (0)
+
+#define CK(call, want)                                                                                             \
+    do {                                                                                                           \
+        int r_ = (int)(call);                                                                                      \
+        CHECK(r_ == (int)(want), "%s returned %d, want %d", #call, r_, (int)(want));                               \
+    } while (0)
+
+#define EQ(a, b)                                                                                                   \
+    do {                                                                                                           \
+        unsigned long long a_ = (unsigned long long)(a), b_ = (unsigned long long)(b);                             \
+        CHECK(a_ == b_, "%s == %llu, want %s == %llu", #a, a_, #b, b_);                                            \
+    } while (0)
+
+#define KiB (1024ull)
+#define MiB (1024ull * 1024)
+#define GiB (1024ull * 1024 * 1024)
+
+static const uint64_t TOTAL = 1 * GiB;
+static const uint64_t OVERHEAD = 2 * MiB;
+
+static struct fake_state *S;
+static char g_dir[64], g_state_path[128], g_log_path[128];
+
+static uint64_t used(int d) { return atomic_load(&S->dev[d].used_bytes); }
+static uint64_t kernels(int d) { return atomic_load(&S->dev[d].kernels_run); }
+static uint64_t busy(int d) { return atomic_load(&S->dev[d].busy_ns_total); }
+
+static uint64_t pool_attr(CUmemoryPool p, CUmemPool_attribute a)
+{
+    cuuint64_t v = 0;
+    CK(cuMemPoolGetAttribute(p, a, &v), CUDA_SUCCESS);
+    return v;
+}
+
+static size_t cu_free(void)
+{
+    size_t f = 0, t = 0;
+    CK(cuMemGetInfo_v2(&f, &t), CUDA_SUCCESS);
+    return f;
+}
+
+static void launch_sleep(CUfunction f, CUstream s, uint64_t ns)
+{
+    unsigned long long v = ns;
+    void *params[] = {&v};
+    CK(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s, params, NULL), CUDA_SUCCESS);
+}
+
+static void uuid_to_string(const CUuuid *u, char out[41])
+{
+    const unsigned char *b = (const unsigned char *)u->bytes;
+    snprintf(out, 41, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1], b[2],
+             b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+}
+
+/* Runs this program again with `args`, environment changes applied in the
+ * child, and returns its stdout (caller frees). Fails unless it exits 0. */
+static char *run_self(char *const args[], const char *const envset[][2], pid_t *pid_out, int *fd_out)
+{
+    int pfd[2];
+    CHECK(pipe(pfd) == 0, "pipe");
+    pid_t pid = fork();
+    CHECK(pid >= 0, "fork");
+    if (pid == 0) {
+        dup2(pfd[1], 1);
+        close(pfd[0]);
+        close(pfd[1]);
+        for (int i = 0; envset && envset[i][0]; i++) {
+            if (envset[i][1])
+                setenv(envset[i][0], envset[i][1], 1);
+            else
+                unsetenv(envset[i][0]);
+        }
+        execv("/proc/self/exe", args);
+        _exit(127);
+    }
+    close(pfd[1]);
+    if (pid_out) { /* asynchronous: caller collects */
+        *pid_out = pid;
+        *fd_out = pfd[0];
+        return NULL;
+    }
+    static char buf[4096];
+    size_t n = 0;
+    ssize_t k;
+    while ((k = read(pfd[0], buf + n, sizeof buf - 1 - n)) > 0)
+        n += (size_t)k;
+    buf[n] = '\0';
+    close(pfd[0]);
+    int st;
+    waitpid(pid, &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child %s failed (status 0x%x), output:\n%s", args[1], st, buf);
+    return strdup(buf);
+}
+
+/* ==== child modes ===================================================== */
+
+static int timeline_child(unsigned ms, uint64_t deadline)
+{
+    CUdevice d;
+    CUcontext c;
+    CUmodule m;
+    CUfunction f;
+    CK(cuInit(0), CUDA_SUCCESS);
+    CK(cuDeviceGet(&d, 0), CUDA_SUCCESS);
+    CK(cuDevicePrimaryCtxRetain(&c, d), CUDA_SUCCESS);
+    CK(cuCtxSetCurrent(c), CUDA_SUCCESS);
+    CK(cuModuleLoadData(&m, "fake"), CUDA_SUCCESS);
+    CK(cuModuleGetFunction(&f, m, "sleep_kernel"), CUDA_SUCCESS);
+    fake_sleep_until_ns(deadline);
+    uint64_t t0 = fake_now_ns();
+    launch_sleep(f, NULL, (uint64_t)ms * 1000000ull);
+    CK(cuCtxSynchronize(), CUDA_SUCCESS);
+    uint64_t t1 = fake_now_ns();
+    printf("%llu %llu\n", (unsigned long long)t0, (unsigned long long)t1);
+    return 0;
+}
+
+static int private_child(void)
+{
+    /* FAKE_CUDA_MEM=8GiB, FAKE_CUDA_STATE unset, FAKE_CUDA_CTX_OVERHEAD=0 */
+    unsigned int u32 = 0, f32 = 0, t32 = 0;
+    size_t sz = 0;
+    CUcontext c;
+    CUdeviceptr p;
+    nvmlDevice_t nd;
+    nvmlMemory_t mem;
+    CK(nvmlInit_v2(), NVML_SUCCESS);
+    CK(nvmlDeviceGetHandleByIndex_v2(0, &nd), NVML_SUCCESS);
+    CK(nvmlDeviceGetMemoryInfo(nd, &mem), NVML_SUCCESS); /* before libcuda made its state */
+    EQ(mem.used, 0);
+    CK(cuInit(0), CUDA_SUCCESS);
+    CK(cuDeviceTotalMem(&u32, 0), CUDA_SUCCESS);
+    EQ(u32, UINT_MAX);
+    CK(cuDeviceTotalMem_v2(&sz, 0), CUDA_SUCCESS);
+    EQ(sz, 8 * GiB);
+    CK(cuDevicePrimaryCtxRetain(&c, 0), CUDA_SUCCESS);
+    CK(cuCtxSetCurrent(c), CUDA_SUCCESS);
+    CK(cuMemGetInfo(&f32, &t32), CUDA_SUCCESS);
+    EQ(f32, UINT_MAX);
+    EQ(t32, UINT_MAX);
+    CK(cuMemAlloc_v2(&p, 7 * GiB), CUDA_SUCCESS);
+    CK(cuMemGetInfo(&f32, &t32), CUDA_SUCCESS);
+    EQ(f32, 1 * GiB);
+    EQ(t32, UINT_MAX);
+    CK(nvmlDeviceGetMemoryInfo(nd, &mem), NVML_SUCCESS); /* finds the memfd */
+    EQ(mem.used, 7 * GiB);
+    EQ(mem.total, 8 * GiB);
+    CK(cuMemFree_v2(p), CUDA_SUCCESS);
+    CK(nvmlDeviceGetMemoryInfo(nd, &mem), NVML_SUCCESS);
+    EQ(mem.used, 0);
+    printf("ok %d\n", g_pass);
+    return 0;
+}
+
+static int nodev_child(void)
+{
+    int n = -1;
+    CK(cuInit(0), CUDA_ERROR_NO_DEVICE);
+    CK(nvmlInit_v2(), NVML_SUCCESS);
+    CK(nvmlDeviceGetCount_v2((unsigned *)&n), NVML_SUCCESS);
+    EQ(n, 0);
+    printf("ok %d\n", g_pass);
+    return 0;
+}
+
+/* ==== the full test ==================================================== */
+
+static void *no_ctx_thread(void *arg)
+{
+    (void)arg;
+    CUcontext c = (CUcontext)0x1;
+    CUdeviceptr p;
+    CK(cuCtxGetCurrent(&c), CUDA_SUCCESS);
+    CHECK(c == NULL, "a new thread has no current context");
+    CK(cuMemAlloc_v2(&p, 1024), CUDA_ERROR_INVALID_CONTEXT);
+    return NULL;
+}
+
+static void test_pre_init(void)
+{
+    int v = 0, n;
+    CUdeviceptr p;
+    CUcontext c;
+    unsigned un;
+    void *fn = NULL;
+    CK(cuDriverGetVersion(&v), CUDA_SUCCESS);
+    EQ(v, 13000);
+    CK(cuMemAlloc_v2(&p, 1024), CUDA_ERROR_NOT_INITIALIZED);
+    CK(cuDeviceGetCount(&n), CUDA_ERROR_NOT_INITIALIZED);
+    CK(cuCtxGetCurrent(&c), CUDA_ERROR_NOT_INITIALIZED);
+    CK(cuMemGetInfo_v2(NULL, NULL), CUDA_ERROR_NOT_INITIALIZED);
+    CK(cuGetProcAddress_v2("cuInit", &fn, 12000, 0, NULL), CUDA_SUCCESS);
+    CHECK(fn != NULL, "cuGetProcAddress works before cuInit");
+    CK(nvmlDeviceGetCount_v2(&un), NVML_ERROR_UNINITIALIZED);
+    CK(cuInit(1), CUDA_ERROR_INVALID_VALUE);
+    CK(cuMemAlloc_v2(&p, 1024), CUDA_ERROR_NOT_INITIALIZED);
+    CK(cuInit(0), CUDA_SUCCESS);
+    CK(cuInit(0), CUDA_SUCCESS);
+}
+
+static void test_devices(void)
+{
+    int n = 0, a = -1;
+    CUdevice d;
+    char name[64];
+    CUuuid u0, u0v1, u1;
+    size_t sz = 0;
+    unsigned int u32 = 0;
+    CK(cuDeviceGetCount(&n), CUDA_SUCCESS);
+    EQ(n, 2);
+    CK(cuDeviceGet(&d, 1), CUDA_SUCCESS);
+    EQ(d, 1);
+    CK(cuDeviceGet(&d, 2), CUDA_ERROR_INVALID_DEVICE);
+    CK(cuDeviceGetName(name, sizeof name, 0), CUDA_SUCCESS);
+    CHECK(strcmp(name, FAKE_DEVICE_NAME) == 0, "device name \"%s\"", name);
+    CK(cuDeviceGetUuid_v2(&u0, 0), CUDA_SUCCESS);
+    CK(cuDeviceGetUuid(&u0v1, 0), CUDA_SUCCESS);
+    CK(cuDeviceGetUuid_v2(&u1, 1), CUDA_SUCCESS);
+    CHECK(memcmp(&u0, &u0v1, 16) == 0, "cuDeviceGetUuid and _v2 agree");
+    CHECK(memcmp(&u0, &u1, 16) != 0, "devices have different uuids");
+    unsigned char want[16];
+    fake_uuid_bytes(1, want);
+    CHECK(memcmp(u1.bytes, want, 16) == 0, "uuid bytes are deterministic");
+    CK(cuDeviceGetAttribute(&a, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 0), CUDA_SUCCESS);
+    EQ(a, 132);
+    CK(cuDeviceGetAttribute(&a, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, 0), CUDA_SUCCESS);
+    EQ(a, 9);
+    CK(cuDeviceGetAttribute(&a, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, 1), CUDA_SUCCESS);
+    EQ(a, 0);
+    CK(cuDeviceGetAttribute(&a, (CUdevice_attribute)1, 0), CUDA_SUCCESS);
+    EQ(a, 0);
+    CK(cuDeviceTotalMem_v2(&sz, 0), CUDA_SUCCESS);
+    EQ(sz, TOTAL);
+    CK(cuDeviceTotalMem(&u32, 1), CUDA_SUCCESS);
+    EQ(u32, TOTAL);
+}
+
+static CUcontext test_contexts_basic(void)
+{
+    CUdeviceptr p;
+    CUcontext c = NULL, c2 = NULL;
+    unsigned fl;
+    int active = -1;
+    size_t f, t;
+    CK(cuCtxGetCurrent(&c), CUDA_SUCCESS);
+    CHECK(c == NULL, "no current context at start");
+    CK(cuMemAlloc_v2(&p, 1024), CUDA_ERROR_INVALID_CONTEXT);
+    CK(cuMemGetInfo_v2(&f, &t), CUDA_ERROR_INVALID_CONTEXT);
+    CK(cuDevicePrimaryCtxGetState(0, &fl, &active), CUDA_SUCCESS);
+    EQ(active, 0);
+    EQ(used(0), 0);
+    CK(cuDevicePrimaryCtxRetain(&c, 0), CUDA_SUCCESS);
+    EQ(used(0), OVERHEAD);
+    CK(cuDevicePrimaryCtxRetain(&c2, 0), CUDA_SUCCESS);
+    CHECK(c == c2, "the primary context is one handle");
+    EQ(used(0), OVERHEAD);
+    CK(cuDevicePrimaryCtxGetState(0, &fl, &active), CUDA_SUCCESS);
+    EQ(active, 1);
+    CK(cuDevicePrimaryCtxRelease_v2(0), CUDA_SUCCESS); /* refcount 2 -> 1 */
+    EQ(used(0), OVERHEAD);
+    CK(cuCtxSetCurrent(c), CUDA_SUCCESS);
+    CK(cuCtxGetCurrent(&c2), CUDA_SUCCESS);
+    CHECK(c2 == c, "cuCtxGetCurrent returns what cuCtxSetCurrent set");
+    CUdevice d = -1;
+    CK(cuCtxGetDevice(&d), CUDA_SUCCESS);
+    EQ(d, 0);
+    pthread_t th;
+    pthread_create(&th, NULL, no_ctx_thread, NULL);
+    pthread_join(th, NULL);
+    return c;
+}
+
+static void test_oom_and_info(nvmlDevice_t nd)
+{
+    size_t f = 0, t = 0, f2;
+    unsigned f32, t32;
+    CUdeviceptr p, q;
+    nvmlMemory_t m;
+    nvmlMemory_v2_t m2;
+    CK(cuMemGetInfo_v2(&f, &t), CUDA_SUCCESS);
+    EQ(t, TOTAL);
+    EQ(f, TOTAL - OVERHEAD);
+    CK(cuMemGetInfo(&f32, &t32), CUDA_SUCCESS);
+    EQ(f32, f);
+    EQ(t32, t);
+    CK(nvmlDeviceGetMemoryInfo(nd, &m), NVML_SUCCESS);
+    EQ(m.total, t);
+    EQ(m.used, t - f);
+    EQ(m.free, f);
+
+    CK(cuMemAlloc_v2(&p, f + 1), CUDA_ERROR_OUT_OF_MEMORY);
+    EQ(used(0), OVERHEAD);
+    CK(cuMemAlloc_v2(&p, 0), CUDA_ERROR_INVALID_VALUE);
+    CK(cuMemAlloc_v2(&p, f), CUDA_SUCCESS);
+    EQ(cu_free(), 0);
+    EQ(used(0), TOTAL);
+    CK(cuMemAlloc_v2(&q, 1), CUDA_ERROR_OUT_OF_MEMORY);
+    CK(nvmlDeviceGetMemoryInfo(nd, &m), NVML_SUCCESS);
+    EQ(m.used, TOTAL);
+    EQ(m.free, 0);
+    CK(cuMemFree_v2(p), CUDA_SUCCESS);
+    CK(cuMemFree_v2(p), CUDA_ERROR_INVALID_VALUE);
+    CK(cuMemFree_v2(12345), CUDA_ERROR_INVALID_VALUE);
+    f2 = cu_free();
+    EQ(f2, f);
+
+    /* NVML agrees with cuMemGetInfo with something outstanding. */
+    CK(cuMemAlloc_v2(&p, 123 * MiB + 7), CUDA_SUCCESS);
+    f2 = cu_free();
+    EQ(f2, f - 123 * MiB - 7);
+    CK(nvmlDeviceGetMemoryInfo(nd, &m), NVML_SUCCESS);
+    EQ(m.free, f2);
+    EQ(m.used, TOTAL - f2);
+    memset(&m2, 0, sizeof m2);
+    m2.version = nvmlMemory_v2;
+    CK(nvmlDeviceGetMemoryInfo_v2(nd, &m2), NVML_SUCCESS);
+    EQ(m2.free, f2);
+    EQ(m2.used, TOTAL - f2);
+    EQ(m2.total, TOTAL);
+    EQ(m2.reserved, 0);
+    m2.version = 1;
+    CK(nvmlDeviceGetMemoryInfo_v2(nd, &m2), NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+    m2.version = (unsigned)(sizeof(nvmlMemory_v2_t) | (1u << 24));
+    CK(nvmlDeviceGetMemoryInfo_v2(nd, &m2), NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+    CK(cuMemFree_v2(p), CUDA_SUCCESS);
+    EQ(cu_free(), f);
+}
+
+static void test_linear_families(void)
+{
+    uint64_t base = used(0);
+    CUdeviceptr p;
+    CUdeviceptr_v1 p32;
+    size_t pitch = 0;
+    unsigned pitch32 = 0;
+    unsigned char buf[4096], back[4096];
+
+    /* copies and sets */
+    CK(cuMemAlloc_v2(&p, sizeof buf), CUDA_SUCCESS);
+    CK(cuMemsetD8_v2(p, 0xab, sizeof buf), CUDA_SUCCESS);
+    CK(cuMemcpyDtoH_v2(back, p, sizeof back), CUDA_SUCCESS);
+    CHECK(back[0] == 0xab && back[4095] == 0xab, "cuMemsetD8_v2 then cuMemcpyDtoH_v2");
+    for (size_t i = 0; i < sizeof buf; i++)
+        buf[i] = (unsigned char)(i * 7);
+    CK(cuMemcpyHtoD_v2(p, buf, sizeof buf), CUDA_SUCCESS);
+    memset(back, 0, sizeof back);
+    CK(cuMemcpyDtoH_v2(back, p, sizeof back), CUDA_SUCCESS);
+    CHECK(memcmp(buf, back, sizeof buf) == 0, "cuMemcpyHtoD_v2 round trip");
+    CK(cuMemcpyHtoD_v2(p + 1, buf, sizeof buf), CUDA_ERROR_INVALID_VALUE);
+    CK(cuMemcpyDtoH_v2(back, 0x1000, 16), CUDA_ERROR_INVALID_VALUE);
+    CK(cuMemFree_v2(p), CUDA_SUCCESS);
+    EQ(used(0), base);
+
+    /* pitch: WidthInBytes rounded up to 512 */
+    CK(cuMemAllocPitch_v2(&p, &pitch, 100, 10, 4), CUDA_SUCCESS);
+    EQ(pitch, 512);
+    EQ(used(0), base + 5120);
+    CK(cuMemFree_v2(p), CUDA_SUCCESS);
+    CK(cuMemAllocPitch_v2(&p, &pitch, 1000, 3, 16), CUDA_SUCCESS);
+    EQ(pitch, 1024);
+    EQ(used(0), base + 3072);
+    CK(cuMemFree_v2(p), CUDA_SUCCESS);
+    CK(cuMemAllocPitch_v2(&p, &pitch, 100, 10, 3), CUDA_ERROR_INVALID_VALUE);
+    CK(cuMemAllocPitch(&p32, &pitch32, 513, 2, 8), CUDA_SUCCESS);
+    EQ(pitch32, 1024);
+    EQ(used(0), base + 2048);
+    CHECK(p32 != 0, "legacy pitch pointer");
+    CK(cuMemFree(p32), CUDA_SUCCESS);
+    EQ(used(0), base);
+
+    /* legacy 32-bit cuMemAlloc */
+    CK(cuMemAlloc(&p32, 1 * MiB), CUDA_SUCCESS);
+    CHECK(p32 != 0, "legacy cuMemAlloc returns a 32-bit pointer");
+    EQ(used(0), base + MiB);
+    CK(cuMemsetD8(p32, 1, 16), CUDA_SUCCESS);
+    CK(cuMemFree(p32), CUDA_SUCCESS);
+    EQ(used(0), base);
+
+    /* managed memory counts as device memory */
+    CK(cuMemAllocManaged(&p, 3 * MiB, CU_MEM_ATTACH_GLOBAL), CUDA_SUCCESS);
+    EQ(used(0), base + 3 * MiB);
+    CK(cuMemAllocManaged(&p, 3 * MiB, 0), CUDA_ERROR_INVALID_VALUE);
+    CK(cuMemFree_v2(p), CUDA_SUCCESS);
+    EQ(used(0), base);
+
+    /* pinned host memory does not */
+    void *h = NULL;
+    CK(cuMemHostAlloc(&h, 8 * MiB, CU_MEMHOSTALLOC_PORTABLE), CUDA_SUCCESS);
+    EQ(used(0), base);
+    memset(h, 1, 8 * MiB);
+    CK(cuMemFree_v2((CUdeviceptr)(uintptr_t)h), CUDA_ERROR_INVALID_VALUE);
+    CK(cuMemFreeHost(h), CUDA_SUCCESS);
+    CK(cuMemFreeHost(h), CUDA_ERROR_INVALID_VALUE);
+}
+
+static void test_pools(void)
+{
+    uint64_t base = used(0);
+    CUmemoryPool pool, pool1;
+    CUstream s;
+    CUdeviceptr a, b;
+    CUevent ev;
+    cuuint64_t v;
+    CK(cuDeviceGetDefaultMemPool(&pool, 0), CUDA_SUCCESS);
+    CK(cuDeviceGetDefaultMemPool(&pool1, 1), CUDA_SUCCESS);
+    CHECK(pool != pool1, "one default pool per device");
+    EQ(pool_attr(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD), 0);
+    EQ(pool_attr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT), 0);
+    EQ(pool_attr(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT), 0);
+    CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+
+    CK(cuMemAllocAsync(&a, 1 * MiB, s), CUDA_SUCCESS);
+    EQ(pool_attr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT), MiB);
+    EQ(pool_attr(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT), MiB);
+    EQ(used(0), base + MiB);
+    CK(cuMemFreeAsync(a, s), CUDA_SUCCESS);
+    EQ(pool_attr(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT), 0);
+    EQ(pool_attr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT), MiB);
+    EQ(used(0), base + MiB); /* still reserved, still counted */
+    CK(cuMemFreeAsync(a, s), CUDA_ERROR_INVALID_VALUE);
+
+    CK(cuMemAllocAsync(&a, 256 * KiB, s), CUDA_SUCCESS); /* from the reserve */
+    EQ(used(0), base + MiB);
+    EQ(pool_attr(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT), 256 * KiB);
+    v = 512 * KiB;
+    CK(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &v), CUDA_SUCCESS);
+    EQ(pool_attr(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD), 512 * KiB);
+    CK(cuStreamSynchronize(s), CUDA_SUCCESS); /* trims to max(used, threshold) */
+    EQ(pool_attr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT), 512 * KiB);
+    EQ(used(0), base + 512 * KiB);
+    CK(cuMemPoolTrimTo(pool, 0), CUDA_SUCCESS); /* down to used */
+    EQ(pool_attr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT), 256 * KiB);
+    EQ(used(0), base + 256 * KiB);
+
+    /* growing past the reserve takes only the shortfall */
+    CK(cuMemAllocAsync_ptsz(&b, 1 * MiB, s), CUDA_SUCCESS);
+    EQ(pool_attr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT), 256 * KiB + MiB);
+    EQ(used(0), base + 256 * KiB + MiB);
+    CK(cuMemFreeAsync_ptsz(b, s), CUDA_SUCCESS);
+    CK(cuMemFreeAsync(a, s), CUDA_SUCCESS);
+    EQ(pool_attr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT), 256 * KiB + MiB);
+    CK(cuStreamSynchronize(s), CUDA_SUCCESS);
+    EQ(pool_attr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT), 512 * KiB);
+    v = 0;
+    CK(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &v), CUDA_SUCCESS);
+    CK(cuCtxSynchronize(), CUDA_SUCCESS);
+    EQ(pool_attr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT), 0);
+    EQ(used(0), base);
+
+    /* explicit pool, freed on an event synchronisation */
+    CK(cuMemAllocFromPoolAsync(&a, 3 * MiB, pool, s), CUDA_SUCCESS);
+    EQ(used(0), base + 3 * MiB);
+    CK(cuMemFreeAsync(a, s), CUDA_SUCCESS);
+    CK(cuEventCreate(&ev, CU_EVENT_DEFAULT), CUDA_SUCCESS);
+    CK(cuEventRecord(ev, s), CUDA_SUCCESS);
+    EQ(used(0), base + 3 * MiB);
+    CK(cuEventSynchronize(ev), CUDA_SUCCESS);
+    EQ(used(0), base);
+    CK(cuEventDestroy_v2(ev), CUDA_SUCCESS);
+    CK(cuMemAllocFromPoolAsync_ptsz(&a, 1 * MiB, pool1, s), CUDA_SUCCESS); /* device 1's pool */
+    EQ(used(1), MiB);
+    EQ(used(0), base);
+    CK(cuMemFreeAsync(a, s), CUDA_SUCCESS);
+    CK(cuMemPoolTrimTo(pool1, 0), CUDA_SUCCESS);
+    EQ(used(1), 0);
+
+    /* watermarks and bad attributes */
+    CHECK(pool_attr(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH) >= 3 * MiB, "used high watermark");
+    CHECK(pool_attr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH) >= 3 * MiB, "reserved high watermark");
+    v = 0;
+    CK(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &v), CUDA_SUCCESS);
+    EQ(pool_attr(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH), 0);
+    CK(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &v), CUDA_ERROR_INVALID_VALUE);
+    int reuse = -1;
+    CK(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC, &reuse), CUDA_SUCCESS);
+    EQ(reuse, 1);
+
+    /* OOM through a pool leaves the pool unchanged */
+    size_t f = cu_free();
+    CK(cuMemAllocAsync(&a, f + 1, s), CUDA_ERROR_OUT_OF_MEMORY);
+    EQ(pool_attr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT), 0);
+    CK(cuMemAllocAsync(&a, f, s), CUDA_SUCCESS);
+    EQ(cu_free(), 0);
+    CK(cuMemFreeAsync(a, s), CUDA_SUCCESS);
+    EQ(cu_free(), 0); /* reserved until a sync or trim */
+    CK(cuStreamSynchronize(s), CUDA_SUCCESS);
+    EQ(cu_free(), f);
+    CK(cuStreamDestroy_v2(s), CUDA_SUCCESS);
+}
+
+static void test_vmm(void)
+{
+    uint64_t base = used(0);
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = 0;
+    size_t gran = 0;
+    CK(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM), CUDA_SUCCESS);
+    EQ(gran, 2 * MiB);
+
+    CUmemGenericAllocationHandle h, h1;
+    CUdeviceptr va;
+    CK(cuMemCreate(&h, 2 * MiB, &prop, 0), CUDA_SUCCESS);
+    EQ(used(0), base + 2 * MiB);
+    CK(cuMemAddressReserve(&va, 4 * MiB, 2 * MiB, 0, 0), CUDA_SUCCESS);
+    CHECK(va % (2 * MiB) == 0, "reservation honours its alignment");
+    EQ(used(0), base + 2 * MiB); /* address space is free */
+    CK(cuMemMap(va, 2 * MiB, 0, h, 0), CUDA_SUCCESS);
+    CK(cuMemMap(va + 2 * MiB, 2 * MiB, 0, h, 0), CUDA_SUCCESS);
+    CK(cuMemMap(va, 2 * MiB, 0, h, 0), CUDA_ERROR_INVALID_VALUE); /* overlaps */
+    CUmemAccessDesc acc;
+    memset(&acc, 0, sizeof acc);
+    acc.location = prop.location;
+    acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    CK(cuMemSetAccess(va, 4 * MiB, &acc, 1), CUDA_SUCCESS);
+    EQ(used(0), base + 2 * MiB); /* two mappings, one physical allocation */
+    const char msg[] = "same physical memory";
+    char back[sizeof msg] = {0};
+    CK(cuMemcpyHtoD_v2(va + 4096, msg, sizeof msg), CUDA_SUCCESS);
+    CK(cuMemcpyDtoH_v2(back, va + 2 * MiB + 4096, sizeof back), CUDA_SUCCESS);
+    CHECK(strcmp(back, msg) == 0, "two mappings of one handle alias");
+
+    CK(cuMemRelease(h), CUDA_SUCCESS);
+    EQ(used(0), base + 2 * MiB); /* mappings keep it */
+    CK(cuMemRelease(h), CUDA_ERROR_INVALID_VALUE);
+    CK(cuMemUnmap(va, 2 * MiB), CUDA_SUCCESS);
+    EQ(used(0), base + 2 * MiB);
+    CK(cuMemUnmap(va, 2 * MiB), CUDA_ERROR_INVALID_VALUE);
+    CK(cuMemUnmap(va + 2 * MiB, 2 * MiB), CUDA_SUCCESS);
+    EQ(used(0), base); /* released and unmapped: gone */
+    CK(cuMemAddressFree(va, 4 * MiB), CUDA_SUCCESS);
+    CK(cuMemAddressFree(va, 4 * MiB), CUDA_ERROR_INVALID_VALUE);
+
+    /* release first, unmap by freeing the reservation */
+    CK(cuMemCreate(&h, 4 * MiB, &prop, 0), CUDA_SUCCESS);
+    CK(cuMemAddressReserve(&va, 4 * MiB, 0, 0, 0), CUDA_SUCCESS);
+    CK(cuMemMap(va, 4 * MiB, 0, h, 0), CUDA_SUCCESS);
+    CK(cuMemAddressFree(va, 4 * MiB), CUDA_SUCCESS);
+    EQ(used(0), base + 4 * MiB);
+    CK(cuMemRelease(h), CUDA_SUCCESS);
+    EQ(used(0), base);
+
+    /* another device; errors */
+    prop.location.id = 1;
+    CK(cuMemCreate(&h1, 6 * MiB, &prop, 0), CUDA_SUCCESS);
+    EQ(used(1), 6 * MiB);
+    EQ(used(0), base);
+    CK(cuMemRelease(h1), CUDA_SUCCESS);
+    EQ(used(1), 0);
+    prop.location.id = 7;
+    CK(cuMemCreate(&h1, 2 * MiB, &prop, 0), CUDA_ERROR_INVALID_DEVICE);
+    prop.location.id = 0;
+    CK(cuMemCreate(&h1, TOTAL, &prop, 0), CUDA_ERROR_OUT_OF_MEMORY);
+    EQ(used(0), base);
+}
+
+static void test_arrays(void)
+{
+    uint64_t base = used(0);
+    CUarray a2, a1, a3;
+    CUmipmappedArray m, m1;
+    CUDA_ARRAY_DESCRIPTOR d2 = {100, 10, CU_AD_FORMAT_FLOAT, 4};
+    CK(cuArrayCreate_v2(&a2, &d2), CUDA_SUCCESS);
+    EQ(used(0), base + 100 * 10 * 4 * 4);
+    CUDA_ARRAY_DESCRIPTOR d1 = {1000, 0, CU_AD_FORMAT_UNSIGNED_INT8, 1};
+    CK(cuArrayCreate_v2(&a1, &d1), CUDA_SUCCESS);
+    EQ(used(0), base + 16000 + 1000);
+    CUDA_ARRAY3D_DESCRIPTOR d3 = {16, 8, 4, CU_AD_FORMAT_HALF, 2, 0};
+    CK(cuArray3DCreate_v2(&a3, &d3), CUDA_SUCCESS);
+    EQ(used(0), base + 17000 + 16 * 8 * 4 * 2 * 2);
+    CUDA_ARRAY3D_DESCRIPTOR dm = {64, 32, 0, CU_AD_FORMAT_UNSIGNED_INT32, 1, 0};
+    CK(cuMipmappedArrayCreate(&m, &dm, 3), CUDA_SUCCESS); /* 64x32 + 32x16 + 16x8, 4 bytes */
+    EQ(used(0), base + 19048 + (64 * 32 + 32 * 16 + 16 * 8) * 4);
+    CUDA_ARRAY3D_DESCRIPTOR dm1 = {8, 0, 0, CU_AD_FORMAT_SIGNED_INT8, 1, 0};
+    CK(cuMipmappedArrayCreate(&m1, &dm1, 5), CUDA_SUCCESS); /* 8+4+2+1+1 */
+    EQ(used(0), base + 19048 + 10752 + 16);
+    CUDA_ARRAY_DESCRIPTOR bad = {100, 10, CU_AD_FORMAT_FLOAT, 3};
+    CUarray x;
+    CK(cuArrayCreate_v2(&x, &bad), CUDA_ERROR_INVALID_VALUE);
+    CK(cuMipmappedArrayCreate(&m1, &dm1, 0), CUDA_ERROR_INVALID_VALUE);
+    CK(cuArrayDestroy(a2), CUDA_SUCCESS);
+    CK(cuArrayDestroy(a1), CUDA_SUCCESS);
+    CK(cuArrayDestroy(a3), CUDA_SUCCESS);
+    CK(cuMipmappedArrayDestroy(m), CUDA_SUCCESS);
+    CK(cuMipmappedArrayDestroy(m1), CUDA_SUCCESS);
+    CK(cuArrayDestroy(a1), CUDA_ERROR_INVALID_HANDLE);
+    EQ(used(0), base);
+}
+
+static void test_contexts_more(CUcontext primary)
+{
+    uint64_t base0 = used(0);
+    CUcontext c, c3, c4, cl, cur;
+    CUdevice d;
+    CUdeviceptr p;
+    CUarray arr;
+    CK(cuCtxCreate_v2(&c, 0, 1), CUDA_SUCCESS);
+    EQ(used(1), OVERHEAD);
+    CK(cuCtxGetCurrent(&cur), CUDA_SUCCESS);
+    CHECK(cur == c, "cuCtxCreate makes the new context current");
+    CK(cuCtxGetDevice(&d), CUDA_SUCCESS);
+    EQ(d, 1);
+    CK(cuMemAlloc_v2(&p, 5 * MiB), CUDA_SUCCESS);
+    CUDA_ARRAY_DESCRIPTOR ad = {256, 0, CU_AD_FORMAT_UNSIGNED_INT8, 1};
+    CK(cuArrayCreate_v2(&arr, &ad), CUDA_SUCCESS);
+    EQ(used(1), OVERHEAD + 5 * MiB + 256);
+    EQ(used(0), base0);
+    CK(cuCtxDestroy_v2(c), CUDA_SUCCESS); /* frees what it owned */
+    EQ(used(1), 0);
+    CK(cuCtxGetCurrent(&cur), CUDA_SUCCESS);
+    CHECK(cur == primary, "destroying the current context pops it");
+    CK(cuCtxDestroy_v2(c), CUDA_ERROR_INVALID_CONTEXT);
+    CK(cuCtxDestroy_v2(primary), CUDA_ERROR_INVALID_CONTEXT);
+
+    CK(cuCtxCreate(&cl, 0, 0), CUDA_SUCCESS);
+    CK(cuCtxCreate_v3(&c3, NULL, 0, 0, 0), CUDA_SUCCESS);
+    CK(cuCtxCreate_v4(&c4, NULL, 0, 0), CUDA_SUCCESS);
+    EQ(used(0), base0 + 3 * OVERHEAD);
+    CK(cuCtxCreate_v3(&c3, NULL, -1, 0, 0), CUDA_ERROR_INVALID_VALUE);
+    CK(cuCtxCreate_v2(&c, 0, 5), CUDA_ERROR_INVALID_DEVICE);
+    CK(cuCtxPopCurrent_v2(&cur), CUDA_SUCCESS);
+    CHECK(cur == c4, "pop returns the top");
+    CK(cuCtxPopCurrent(&cur), CUDA_SUCCESS);
+    CHECK(cur == c3, "pop returns the next");
+    CK(cuCtxPushCurrent_v2(c4), CUDA_SUCCESS);
+    CK(cuCtxDestroy_v2(c4), CUDA_SUCCESS);
+    CK(cuCtxDestroy(c3), CUDA_SUCCESS);
+    CK(cuCtxDestroy_v2(cl), CUDA_SUCCESS);
+    EQ(used(0), base0);
+    CK(cuCtxGetCurrent(&cur), CUDA_SUCCESS);
+    CHECK(cur == primary, "back on the primary context");
+
+    /* empty stack, then push back */
+    CK(cuCtxPopCurrent_v2(&cur), CUDA_SUCCESS);
+    CHECK(cur == primary, "pop the primary");
+    CK(cuCtxPopCurrent_v2(&cur), CUDA_ERROR_INVALID_CONTEXT);
+    CK(cuMemAlloc_v2(&p, 1), CUDA_ERROR_INVALID_CONTEXT);
+    CK(cuCtxPushCurrent_v2(primary), CUDA_SUCCESS);
+    CK(cuCtxSetCurrent(NULL), CUDA_SUCCESS);
+    CK(cuCtxGetCurrent(&cur), CUDA_SUCCESS);
+    CHECK(cur == NULL, "cuCtxSetCurrent(NULL) pops");
+    CK(cuCtxSetCurrent(primary), CUDA_SUCCESS);
+
+    /* primary reset frees everything and needs a new retain */
+    CUcontext p1;
+    CK(cuDevicePrimaryCtxRetain(&p1, 1), CUDA_SUCCESS);
+    CK(cuCtxPushCurrent_v2(p1), CUDA_SUCCESS);
+    CK(cuMemAlloc_v2(&p, 9 * MiB), CUDA_SUCCESS);
+    EQ(used(1), OVERHEAD + 9 * MiB);
+    CK(cuDevicePrimaryCtxReset_v2(1), CUDA_SUCCESS);
+    EQ(used(1), 0);
+    CK(cuMemAlloc_v2(&p, 1), CUDA_ERROR_INVALID_CONTEXT);
+    CK(cuDevicePrimaryCtxRelease(1), CUDA_ERROR_INVALID_CONTEXT);
+    CK(cuDevicePrimaryCtxRetain(&p1, 1), CUDA_SUCCESS);
+    CK(cuMemAlloc_v2(&p, 1 * MiB), CUDA_SUCCESS);
+    EQ(used(1), OVERHEAD + MiB);
+    CK(cuDevicePrimaryCtxRelease(1), CUDA_SUCCESS); /* last release resets */
+    EQ(used(1), 0);
+    CK(cuCtxPopCurrent_v2(&cur), CUDA_SUCCESS);
+    CK(cuCtxGetCurrent(&cur), CUDA_SUCCESS);
+    CHECK(cur == primary, "primary of device 0 current again");
+}
+
+static void test_kernels_events(CUfunction fsleep, CUfunction fempty, CUfunction fother)
+{
+    CUstream s;
+    CUevent e0, e1, ent;
+    float ms = -1;
+    CK(cuStreamCreate(&s, 0), CUDA_SUCCESS);
+    CK(cuEventCreate(&e0, CU_EVENT_DEFAULT), CUDA_SUCCESS);
+    CK(cuEventCreate(&e1, CU_EVENT_BLOCKING_SYNC), CUDA_SUCCESS);
+    CK(cuEventCreate(&ent, CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
+    CK(cuEventCreate(&ent, 64), CUDA_ERROR_INVALID_VALUE);
+    CK(cuCtxSynchronize(), CUDA_SUCCESS);
+    CK(cuEventElapsedTime(&ms, e0, e1), CUDA_ERROR_INVALID_HANDLE); /* never recorded */
+    CK(cuEventQuery(e0), CUDA_SUCCESS);
+
+    uint64_t k0 = kernels(0), b0 = busy(0);
+    CK(cuEventRecord(e0, s), CUDA_SUCCESS);
+    launch_sleep(fsleep, s, 20000000);
+    CK(cuEventRecord(e1, s), CUDA_SUCCESS);
+    CK(cuEventRecord(ent, s), CUDA_SUCCESS);
+    CK(cuEventQuery(e1), CUDA_ERROR_NOT_READY);
+    CK(cuStreamQuery(s), CUDA_ERROR_NOT_READY);
+    CK(cuEventElapsedTime(&ms, e0, e1), CUDA_ERROR_NOT_READY);
+    EQ(kernels(0), k0 + 1);
+    EQ(busy(0), b0 + 20000000);
+    CK(cuEventSynchronize(e1), CUDA_SUCCESS);
+    CK(cuEventQuery(e1), CUDA_SUCCESS);
+    CK(cuStreamQuery(s), CUDA_SUCCESS);
+    CK(cuEventElapsedTime(&ms, e0, e1), CUDA_SUCCESS);
+    CHECK(ms >= 19.0f && ms <= 21.0f, "elapsed time of a 20 ms sleep kernel: %.4f ms", ms);
+    float ms2 = -1;
+    CK(cuEventElapsedTime_v2(&ms2, e0, e1), CUDA_SUCCESS);
+    CHECK(ms2 == ms, "cuEventElapsedTime_v2 agrees");
+    CK(cuEventElapsedTime(&ms, e0, ent), CUDA_ERROR_INVALID_HANDLE);
+
+    /* durations by name; other launch entry points */
+    b0 = busy(0);
+    k0 = kernels(0);
+    CK(cuLaunchKernel(fempty, 1, 1, 1, 1, 1, 1, 0, s, NULL, NULL), CUDA_SUCCESS);
+    EQ(busy(0), b0);
+    CK(cuLaunchKernel_ptsz(fother, 1, 1, 1, 1, 1, 1, 0, CU_STREAM_PER_THREAD, NULL, NULL), CUDA_SUCCESS);
+    EQ(busy(0), b0 + 1000); /* FAKE_CUDA_KERNEL_NS */
+    CK(cuLaunchKernel(fsleep, 1, 1, 1, 1, 1, 1, 0, s, NULL, NULL), CUDA_ERROR_INVALID_VALUE);
+    CK(cuLaunchKernel(fother, 0, 1, 1, 1, 1, 1, 0, s, NULL, NULL), CUDA_ERROR_INVALID_VALUE);
+    CK(cuLaunchKernel((CUfunction)&ms, 1, 1, 1, 1, 1, 1, 0, s, NULL, NULL), CUDA_ERROR_INVALID_HANDLE);
+    unsigned long long ns = 1000000;
+    size_t bsz = sizeof ns;
+    void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, &ns, CU_LAUNCH_PARAM_BUFFER_SIZE, &bsz, CU_LAUNCH_PARAM_END};
+    CK(cuLaunchKernel(fsleep, 1, 1, 1, 1, 1, 1, 0, s, NULL, extra), CUDA_SUCCESS);
+    EQ(busy(0), b0 + 1000 + 1000000);
+    void *params[] = {&ns};
+    CUlaunchConfig cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDimX = cfg.gridDimY = cfg.gridDimZ = 1;
+    cfg.blockDimX = cfg.blockDimY = cfg.blockDimZ = 32;
+    cfg.hStream = s;
+    CK(cuLaunchKernelEx(&cfg, fsleep, params, NULL), CUDA_SUCCESS);
+    CK(cuLaunchKernelEx_ptsz(&cfg, fsleep, params, NULL), CUDA_SUCCESS);
+    CK(cuLaunchKernelEx(NULL, fsleep, params, NULL), CUDA_ERROR_INVALID_VALUE);
+    CK(cuLaunchCooperativeKernel(fsleep, 1, 1, 1, 1, 1, 1, 0, s, params), CUDA_SUCCESS);
+    CK(cuLaunchCooperativeKernel_ptsz(fsleep, 1, 1, 1, 1, 1, 1, 0, NULL, params), CUDA_SUCCESS);
+    EQ(kernels(0), k0 + 7);
+    EQ(busy(0), b0 + 1000 + 5 * 1000000);
+    CK(cuStreamSynchronize_ptsz(s), CUDA_SUCCESS);
+    CK(cuCtxSynchronize(), CUDA_SUCCESS);
+    CK(cuEventDestroy_v2(e0), CUDA_SUCCESS);
+    CK(cuEventDestroy(e1), CUDA_SUCCESS);
+    CK(cuEventDestroy_v2(ent), CUDA_SUCCESS);
+    CK(cuStreamDestroy_v2(s), CUDA_SUCCESS);
+}
+
+static void test_two_streams(CUfunction fsleep)
+{
+    CUstream s1, s2;
+    CUevent e0, e2;
+    float ms = 0;
+    CK(cuStreamCreate(&s1, 0), CUDA_SUCCESS);
+    CK(cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    CK(cuEventCreate(&e0, 0), CUDA_SUCCESS);
+    CK(cuEventCreate(&e2, 0), CUDA_SUCCESS);
+    CK(cuCtxSynchronize(), CUDA_SUCCESS);
+    uint64_t t0 = fake_now_ns();
+    CK(cuEventRecord(e0, s1), CUDA_SUCCESS);
+    launch_sleep(fsleep, s1, 10000000);
+    launch_sleep(fsleep, s2, 10000000);
+    CK(cuEventRecordWithFlags(e2, s2, CU_EVENT_RECORD_DEFAULT), CUDA_SUCCESS);
+    CK(cuStreamSynchronize(s1), CUDA_SUCCESS);
+    uint64_t t1 = fake_now_ns();
+    CK(cuStreamSynchronize(s2), CUDA_SUCCESS);
+    uint64_t t2 = fake_now_ns();
+    CHECK(t1 - t0 >= 10000000, "first kernel took %.3f ms", (t1 - t0) / 1e6);
+    CHECK(t2 - t0 >= 20000000, "two 10 ms kernels on two streams ended %.3f ms after the first start",
+          (t2 - t0) / 1e6);
+    CK(cuEventElapsedTime(&ms, e0, e2), CUDA_SUCCESS);
+    CHECK(ms >= 19.999f && ms <= 21.0f, "serialised: %.4f ms between start and end events", ms);
+
+    /* cuStreamWaitEvent orders a stream behind another's event */
+    CUevent e3;
+    CK(cuEventCreate(&e3, 0), CUDA_SUCCESS);
+    launch_sleep(fsleep, s1, 5000000);
+    CK(cuEventRecord_ptsz(e3, s1), CUDA_SUCCESS);
+    CK(cuStreamWaitEvent(s2, e3, 0), CUDA_SUCCESS);
+    CK(cuEventRecordWithFlags_ptsz(e2, s2, 0), CUDA_SUCCESS);
+    CK(cuEventSynchronize(e2), CUDA_SUCCESS);
+    CK(cuEventQuery(e3), CUDA_SUCCESS);
+    CK(cuEventDestroy_v2(e0), CUDA_SUCCESS);
+    CK(cuEventDestroy_v2(e2), CUDA_SUCCESS);
+    CK(cuEventDestroy_v2(e3), CUDA_SUCCESS);
+    CK(cuStreamDestroy_v2(s1), CUDA_SUCCESS);
+    CK(cuStreamDestroy(s2), CUDA_SUCCESS);
+}
+
+static void test_graphs(CUfunction fsleep)
+{
+    CUstream s;
+    CUgraph g, g2;
+    CUgraphExec ge;
+    CUevent a, b;
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+    float ms = 0;
+    CK(cuStreamCreate(&s, 0), CUDA_SUCCESS);
+    CK(cuEventCreate(&a, 0), CUDA_SUCCESS);
+    CK(cuEventCreate(&b, 0), CUDA_SUCCESS);
+    CK(cuStreamIsCapturing(s, &st), CUDA_SUCCESS);
+    EQ(st, CU_STREAM_CAPTURE_STATUS_NONE);
+    CK(cuStreamBeginCapture_v2(NULL, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    CK(cuStreamEndCapture(s, &g), CUDA_ERROR_ILLEGAL_STATE);
+    CK(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), CUDA_SUCCESS);
+    CK(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_ERROR_ILLEGAL_STATE);
+    CK(cuStreamIsCapturing_ptsz(s, &st), CUDA_SUCCESS);
+    EQ(st, CU_STREAM_CAPTURE_STATUS_ACTIVE);
+    uint64_t k0 = kernels(0), b0 = busy(0), bu0 = atomic_load(&S->dev[0].busy_until_ns);
+    for (int i = 0; i < 3; i++)
+        launch_sleep(fsleep, s, 5000000);
+    EQ(kernels(0), k0); /* recorded, not run */
+    EQ(busy(0), b0);
+    EQ(atomic_load(&S->dev[0].busy_until_ns), bu0);
+    CK(cuStreamSynchronize(s), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    CK(cuStreamEndCapture(s, &g), CUDA_SUCCESS);
+    CK(cuGraphInstantiateWithFlags(&ge, g, 0), CUDA_SUCCESS);
+    CK(cuCtxSynchronize(), CUDA_SUCCESS);
+    uint64_t gl0 = atomic_load(&S->dev[0].graph_launches);
+    CK(cuEventRecord(a, s), CUDA_SUCCESS);
+    CK(cuGraphLaunch(ge, s), CUDA_SUCCESS);
+    CK(cuEventRecord(b, s), CUDA_SUCCESS);
+    CK(cuEventSynchronize(b), CUDA_SUCCESS);
+    CK(cuEventElapsedTime(&ms, a, b), CUDA_SUCCESS);
+    CHECK(ms >= 14.0f && ms <= 16.0f, "graph of 3 x 5 ms ran %.4f ms", ms);
+    EQ(kernels(0), k0 + 3);
+    EQ(busy(0), b0 + 15000000);
+    EQ(atomic_load(&S->dev[0].graph_launches), gl0 + 1);
+    CK(cuGraphLaunch_ptsz(ge, NULL), CUDA_SUCCESS);
+    EQ(busy(0), b0 + 30000000);
+
+    /* legacy capture entry point; an empty graph */
+    CK(cuStreamBeginCapture(s), CUDA_SUCCESS);
+    CK(cuStreamEndCapture_ptsz(s, &g2), CUDA_SUCCESS);
+    CK(cuGraphDestroy(g2), CUDA_SUCCESS);
+    CK(cuCtxSynchronize(), CUDA_SUCCESS);
+    CK(cuGraphExecDestroy(ge), CUDA_SUCCESS);
+    CK(cuGraphDestroy(g), CUDA_SUCCESS);
+    CK(cuEventDestroy_v2(a), CUDA_SUCCESS);
+    CK(cuEventDestroy_v2(b), CUDA_SUCCESS);
+    CK(cuStreamDestroy_v2(s), CUDA_SUCCESS);
+}
+
+static void test_proc_address(void)
+{
+    static const struct {
+        const char *sym;
+        int ver;
+        unsigned flags;
+        const char *want;
+    } cases[] = {
+        {"cuInit", 12000, 0, "cuInit"},
+        {"cuMemAlloc", 12000, 0, "cuMemAlloc_v2"},
+        {"cuMemAlloc", 3010, 0, "cuMemAlloc"},
+        {"cuMemFree", 3020, 0, "cuMemFree_v2"},
+        {"cuMemGetInfo", 13000, 2, "cuMemGetInfo_v2"},
+        {"cuMemGetInfo", 3000, 0, "cuMemGetInfo"},
+        {"cuMemAllocPitch", 12000, 0, "cuMemAllocPitch_v2"},
+        {"cuDeviceTotalMem", 12000, 0, "cuDeviceTotalMem_v2"},
+        {"cuDeviceTotalMem", 2000, 0, "cuDeviceTotalMem"},
+        {"cuArrayCreate", 12000, 0, "cuArrayCreate_v2"},
+        {"cuArray3DCreate", 12000, 0, "cuArray3DCreate_v2"},
+        {"cuCtxCreate", 3000, 0, "cuCtxCreate"},
+        {"cuCtxCreate", 11000, 0, "cuCtxCreate_v2"},
+        {"cuCtxCreate", 12000, 0, "cuCtxCreate_v3"},
+        {"cuCtxCreate", 12050, 0, "cuCtxCreate_v4"},
+        {"cuCtxCreate", 13000, 0, "cuCtxCreate_v4"},
+        {"cuDevicePrimaryCtxRelease", 10020, 0, "cuDevicePrimaryCtxRelease"},
+        {"cuDevicePrimaryCtxRelease", 11000, 0, "cuDevicePrimaryCtxRelease_v2"},
+        {"cuDevicePrimaryCtxReset", 11000, 0, "cuDevicePrimaryCtxReset_v2"},
+        {"cuCtxDestroy", 4000, 0, "cuCtxDestroy_v2"},
+        {"cuCtxDestroy", 3020, 0, "cuCtxDestroy"},
+        {"cuEventDestroy", 12000, 0, "cuEventDestroy_v2"},
+        {"cuStreamDestroy", 12000, 0, "cuStreamDestroy_v2"},
+        {"cuGetProcAddress", 11030, 0, "cuGetProcAddress"},
+        {"cuGetProcAddress", 12000, 0, "cuGetProcAddress_v2"},
+        {"cuDeviceGetUuid", 11030, 0, "cuDeviceGetUuid"},
+        {"cuDeviceGetUuid", 11040, 0, "cuDeviceGetUuid_v2"},
+        {"cuEventElapsedTime", 12000, 0, "cuEventElapsedTime"},
+        {"cuEventElapsedTime", 12080, 0, "cuEventElapsedTime_v2"},
+        {"cuStreamBeginCapture", 10000, 0, "cuStreamBeginCapture"},
+        {"cuStreamBeginCapture", 10010, 0, "cuStreamBeginCapture_v2"},
+        {"cuStreamBeginCapture", 12000, 2, "cuStreamBeginCapture_v2_ptsz"},
+        {"cuStreamBeginCapture", 10000, 2, "cuStreamBeginCapture_ptsz"},
+        {"cuLaunchKernel", 12000, 0, "cuLaunchKernel"},
+        {"cuLaunchKernel", 12000, 1, "cuLaunchKernel"},
+        {"cuLaunchKernel", 12000, 2, "cuLaunchKernel_ptsz"},
+        {"cuLaunchKernelEx", 12000, 2, "cuLaunchKernelEx_ptsz"},
+        {"cuLaunchCooperativeKernel", 12000, 2, "cuLaunchCooperativeKernel_ptsz"},
+        {"cuGraphLaunch", 12000, 2, "cuGraphLaunch_ptsz"},
+        {"cuMemAllocAsync", 12000, 2, "cuMemAllocAsync_ptsz"},
+        {"cuMemAllocFromPoolAsync", 12000, 2, "cuMemAllocFromPoolAsync_ptsz"},
+        {"cuMemFreeAsync", 12000, 2, "cuMemFreeAsync_ptsz"},
+        {"cuStreamSynchronize", 12000, 2, "cuStreamSynchronize_ptsz"},
+        {"cuStreamQuery", 12000, 2, "cuStreamQuery_ptsz"},
+        {"cuEventRecord", 12000, 2, "cuEventRecord_ptsz"},
+        {"cuEventRecordWithFlags", 12000, 2, "cuEventRecordWithFlags_ptsz"},
+        {"cuMemcpyHtoD", 12000, 0, "cuMemcpyHtoD_v2"},
+        {"cuMemcpyHtoD", 12000, 2, "cuMemcpyHtoD_v2_ptds"},
+        {"cuMemcpyDtoH", 12000, 2, "cuMemcpyDtoH_v2_ptds"},
+        {"cuMemsetD8", 12000, 2, "cuMemsetD8_v2_ptds"},
+        {"cuMemCreate", 12000, 2, "cuMemCreate"},
+        {"cuGraphInstantiate", 12000, 0, "cuGraphInstantiateWithFlags"},
+    };
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    CHECK(h != NULL, "dlopen(libcuda.so.1, RTLD_NOLOAD): %s", dlerror());
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        void *want = dlsym(h, cases[i].want), *got = NULL, *got1 = NULL;
+        CUdriverProcAddressQueryResult st = CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT;
+        CHECK(want != NULL, "dlsym(%s)", cases[i].want);
+        CK(cuGetProcAddress_v2(cases[i].sym, &got, cases[i].ver, cases[i].flags, &st), CUDA_SUCCESS);
+        CHECK(got == want && st == CU_GET_PROC_ADDRESS_SUCCESS,
+              "cuGetProcAddress_v2(%s, %d, flags %u) gave %p (status %d), want %s = %p", cases[i].sym,
+              cases[i].ver, cases[i].flags, got, (int)st, cases[i].want, want);
+        CK(cuGetProcAddress(cases[i].sym, &got1, cases[i].ver, cases[i].flags), CUDA_SUCCESS);
+        CHECK(got1 == want, "legacy cuGetProcAddress(%s, %d, %u)", cases[i].sym, cases[i].ver, cases[i].flags);
+    }
+    /* the pointers are the very functions this program links to (unless a
+     * preloaded library interposes on them) */
+    void *fn = NULL;
+    CK(cuGetProcAddress_v2("cuMemAlloc", &fn, 12000, 0, NULL), CUDA_SUCCESS);
+    if (getenv("LD_PRELOAD") == NULL)
+        CHECK(fn == (void *)&cuMemAlloc_v2, "cuGetProcAddress and the linker agree on cuMemAlloc_v2");
+    CK(cuGetProcAddress_v2("cuMemGetInfo", &fn, 12000, 0, NULL), CUDA_SUCCESS);
+    size_t f = 0, t = 0;
+    CK(((CUresult(*)(size_t *, size_t *))fn)(&f, &t), CUDA_SUCCESS);
+    EQ(t, TOTAL);
+    /* unknown and bad input */
+    CUdriverProcAddressQueryResult st = CU_GET_PROC_ADDRESS_SUCCESS;
+    fn = (void *)&f;
+    CK(cuGetProcAddress_v2("cuDoesNotExist", &fn, 12000, 0, &st), CUDA_ERROR_NOT_FOUND);
+    CHECK(fn == NULL && st == CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND, "unknown symbol: NULL and SYMBOL_NOT_FOUND");
+    CK(cuGetProcAddress("cuDoesNotExist", &fn, 12000, 0), CUDA_ERROR_NOT_FOUND);
+    CK(cuGetProcAddress_v2("cuInit", &fn, 12000, 4, &st), CUDA_ERROR_INVALID_VALUE);
+    CK(cuGetProcAddress_v2(NULL, &fn, 12000, 0, &st), CUDA_ERROR_INVALID_VALUE);
+    dlclose(h);
+}
+
+static void test_nvml(void)
+{
+    unsigned n = 0, idx = 9;
+    nvmlDevice_t d0, d1, dx;
+    char buf[NVML_DEVICE_UUID_BUFFER_SIZE];
+    CUuuid u;
+    char want[41];
+    CK(nvmlDeviceGetCount_v2(&n), NVML_SUCCESS);
+    EQ(n, 2);
+    CK(nvmlDeviceGetCount(&n), NVML_SUCCESS);
+    EQ(n, 2);
+    CK(nvmlDeviceGetHandleByIndex_v2(0, &d0), NVML_SUCCESS);
+    CK(nvmlDeviceGetHandleByIndex(1, &d1), NVML_SUCCESS);
+    CK(nvmlDeviceGetHandleByIndex_v2(2, &dx), NVML_ERROR_INVALID_ARGUMENT);
+    CK(nvmlDeviceGetUUID(d1, buf, sizeof buf), NVML_SUCCESS);
+    CK(cuDeviceGetUuid_v2(&u, 1), CUDA_SUCCESS);
+    uuid_to_string(&u, want);
+    CHECK(strcmp(buf, want) == 0, "NVML uuid %s, CUDA uuid %s", buf, want);
+    CK(nvmlDeviceGetUUID(d1, buf, 10), NVML_ERROR_INSUFFICIENT_SIZE);
+    CK(nvmlDeviceGetHandleByUUID(want, &dx), NVML_SUCCESS);
+    CHECK(dx == d1, "handle by uuid");
+    CK(nvmlDeviceGetHandleByUUID("GPU-nope", &dx), NVML_ERROR_NOT_FOUND);
+    CK(nvmlDeviceGetIndex(d1, &idx), NVML_SUCCESS);
+    EQ(idx, 1);
+    CK(nvmlDeviceGetName(d0, buf, sizeof buf), NVML_SUCCESS);
+    CHECK(strcmp(buf, FAKE_DEVICE_NAME) == 0, "NVML name %s", buf);
+    CK(nvmlSystemGetDriverVersion(buf, sizeof buf), NVML_SUCCESS);
+    CHECK(buf[0] != '\0', "driver version");
+    int cv = 0;
+    CK(nvmlSystemGetCudaDriverVersion_v2(&cv), NVML_SUCCESS);
+    EQ(cv, 13000);
+    CHECK(strcmp(nvmlErrorString(NVML_ERROR_UNINITIALIZED), "Uninitialized") == 0, "nvmlErrorString");
+    /* device 1 sees device 1's memory only */
+    nvmlMemory_t m;
+    CK(nvmlDeviceGetMemoryInfo(d1, &m), NVML_SUCCESS);
+    EQ(m.used, used(1));
+    /* shutdown is refcounted */
+    CK(nvmlInit(), NVML_SUCCESS);
+    CK(nvmlShutdown(), NVML_SUCCESS);
+    CK(nvmlDeviceGetCount_v2(&n), NVML_SUCCESS);
+    CK(nvmlShutdown(), NVML_SUCCESS);
+    CK(nvmlDeviceGetCount_v2(&n), NVML_ERROR_UNINITIALIZED);
+    CK(nvmlShutdown(), NVML_ERROR_UNINITIALIZED);
+    CK(nvmlInitWithFlags(0), NVML_SUCCESS);
+}
+
+/* A process that dies holding memory gives it back, as on a real GPU. */
+static void test_dead_process(nvmlDevice_t nd)
+{
+    nvmlMemory_t m;
+    CUdeviceptr keep;
+    CK(cuMemAlloc_v2(&keep, 100 * MiB), CUDA_SUCCESS);
+    uint64_t before = used(0);
+    pid_t pid = fork();
+    CHECK(pid >= 0, "fork");
+    if (pid == 0) {
+        CUcontext c;
+        CUdeviceptr p;
+        size_t f, t;
+        CK(cuMemAlloc_v2(&p, 1), CUDA_ERROR_NOT_INITIALIZED); /* a forked child starts over */
+        CK(cuInit(0), CUDA_SUCCESS);
+        CK(cuDevicePrimaryCtxRetain(&c, 0), CUDA_SUCCESS);
+        CK(cuCtxSetCurrent(c), CUDA_SUCCESS);
+        CK(cuMemGetInfo_v2(&f, &t), CUDA_SUCCESS);
+        EQ(f, TOTAL - before - OVERHEAD); /* sees the parent's memory: device-wide */
+        CK(cuMemAlloc_v2(&p, f + 1), CUDA_ERROR_OUT_OF_MEMORY);
+        CK(cuMemAlloc_v2(&p, 64 * MiB), CUDA_SUCCESS);
+        _exit(0); /* no free, no release */
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "forked child failed (status 0x%x)", st);
+    EQ(used(0), before + OVERHEAD + 64 * MiB); /* nobody has looked yet */
+    CK(nvmlDeviceGetMemoryInfo(nd, &m), NVML_SUCCESS);
+    EQ(m.used, before);
+    EQ(used(0), before);
+    CK(cuMemFree_v2(keep), CUDA_SUCCESS);
+}
+
+static void test_cross_process_timeline(nvmlDevice_t nd)
+{
+    uint64_t k0 = kernels(0), b0 = busy(0), u0 = used(0);
+    char deadline[32];
+    snprintf(deadline, sizeof deadline, "%llu", (unsigned long long)(fake_now_ns() + 300000000ull));
+    char *args[] = {"selftest", "--timeline-child", "100", deadline, NULL};
+    pid_t pid[2];
+    int fd[2];
+    for (int i = 0; i < 2; i++)
+        run_self(args, NULL, &pid[i], &fd[i]);
+    unsigned long long launch[2], done[2];
+    for (int i = 0; i < 2; i++) {
+        char buf[256] = {0};
+        size_t n = 0;
+        ssize_t k;
+        while ((k = read(fd[i], buf + n, sizeof buf - 1 - n)) > 0)
+            n += (size_t)k;
+        close(fd[i]);
+        int st;
+        waitpid(pid[i], &st, 0);
+        CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "timeline child failed: %s", buf);
+        CHECK(sscanf(buf, "%llu %llu", &launch[i], &done[i]) == 2, "timeline child output: %s", buf);
+    }
+    int first = launch[0] <= launch[1] ? 0 : 1, second = 1 - first;
+    CHECK(launch[second] < done[first],
+          "the two processes' launches did not overlap (system too slow?): launches %.3f ms apart",
+          (launch[second] - launch[first]) / 1e6);
+    unsigned long long last = done[0] > done[1] ? done[0] : done[1];
+    CHECK(last - launch[first] >= 200000000ull,
+          "two 100 ms kernels in two processes ended %.3f ms after the first launch (want >= 200)",
+          (last - launch[first]) / 1e6);
+    EQ(kernels(0), k0 + 2);
+    EQ(busy(0), b0 + 200000000ull);
+    /* The children exited holding their primary contexts: counted until
+     * somebody looks (NVML, cuMemGetInfo, or an allocation that would
+     * otherwise fail). */
+    EQ(used(0), u0 + 2 * OVERHEAD);
+    nvmlMemory_t m;
+    CK(nvmlDeviceGetMemoryInfo(nd, &m), NVML_SUCCESS);
+    EQ(m.used, u0);
+    EQ(used(0), u0);
+}
+
+static void test_log(pid_t me, size_t oom_size)
+{
+    FILE *f = fopen(g_log_path, "r");
+    CHECK(f != NULL, "open %s", g_log_path);
+    char line[1024];
+    int lines = 0, found_oom = 0, found_init = 0, found_nvml = 0, found_proc = 0, found_child = 0, found_err = 0;
+    char want_oom[128], want_init[64], want_nvml[64], want_proc[128];
+    snprintf(want_oom, sizeof want_oom, "%d cuMemAlloc_v2 size=%zu -> 2\n", (int)me, oom_size);
+    snprintf(want_init, sizeof want_init, "%d cuInit flags=1 -> 1\n", (int)me);
+    snprintf(want_nvml, sizeof want_nvml, "%d nvmlDeviceGetMemoryInfo device=0 -> 0\n", (int)me);
+    snprintf(want_proc, sizeof want_proc, "%d cuGetProcAddress_v2 symbol=cuMemAlloc version=12000 flags=0 -> 0\n",
+             (int)me);
+    while (fgets(line, sizeof line, f)) {
+        lines++;
+        /* <pid> <name> [key=value ...] -> <result> */
+        char *save = NULL, *tok = strtok_r(line, " \n", &save);
+        CHECK(tok && strspn(tok, "0123456789") == strlen(tok), "log line %d: pid", lines);
+        tok = strtok_r(NULL, " \n", &save);
+        CHECK(tok && (strncmp(tok, "cu", 2) == 0 || strncmp(tok, "nvml", 4) == 0), "log line %d: name", lines);
+        int arrow = 0;
+        while ((tok = strtok_r(NULL, " \n", &save)) != NULL) {
+            if (arrow) {
+                CHECK(strtok_r(NULL, " \n", &save) == NULL, "log line %d: one result after ->", lines);
+                break;
+            }
+            if (strcmp(tok, "->") == 0)
+                arrow = 1;
+            else
+                CHECK(strchr(tok, '=') != NULL, "log line %d: \"%s\" is not key=value", lines, tok);
+        }
+        CHECK(arrow, "log line %d: no ->", lines);
+    }
+    rewind(f);
+    while (fgets(line, sizeof line, f)) {
+        found_oom |= strcmp(line, want_oom) == 0;
+        found_init |= strcmp(line, want_init) == 0;
+        found_nvml |= strcmp(line, want_nvml) == 0;
+        found_proc |= strcmp(line, want_proc) == 0;
+        found_err |= strstr(line, "nvmlErrorString result=1 -> -") != NULL;
+        if (strstr(line, " cuLaunchKernel func=sleep_kernel grid=1,1,1 block=1,1,1 stream=0x0 ns=100000000 -> 0"))
+            found_child |= atoi(line) != me;
+    }
+    fclose(f);
+    CHECK(found_oom, "log has \"%.*s\"", (int)strlen(want_oom) - 1, want_oom);
+    CHECK(found_init, "log has \"%.*s\"", (int)strlen(want_init) - 1, want_init);
+    CHECK(found_nvml, "log has \"%.*s\"", (int)strlen(want_nvml) - 1, want_nvml);
+    CHECK(found_proc, "log has \"%.*s\"", (int)strlen(want_proc) - 1, want_proc);
+    CHECK(found_err, "log has nvmlErrorString");
+    CHECK(found_child, "log has the timeline children's launches");
+    CHECK(lines > 300, "log has %d lines", lines);
+}
+
+int main(int argc, char **argv)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if ((argc == 3 || argc == 4) && strcmp(argv[1], "--timeline-child") == 0)
+        return timeline_child((unsigned)strtoul(argv[2], NULL, 10), argc == 4 ? strtoull(argv[3], NULL, 10) : 0);
+    if (argc == 2 && strcmp(argv[1], "--private-child") == 0)
+        return private_child();
+    if (argc == 2 && strcmp(argv[1], "--nodev-child") == 0)
+        return nodev_child();
+    if (argc != 1) {
+        fprintf(stderr, "usage: %s [--timeline-child MS [DEADLINE_NS] | --private-child | --nodev-child]\n", argv[0]);
+        return 2;
+    }
+
+    snprintf(g_dir, sizeof g_dir, "/tmp/fake-selftest.XXXXXX");
+    CHECK(mkdtemp(g_dir) != NULL, "mkdtemp");
+    snprintf(g_state_path, sizeof g_state_path, "%s/state", g_dir);
+    snprintf(g_log_path, sizeof g_log_path, "%s/calls.log", g_dir);
+    setenv("FAKE_CUDA_DEVICES", "2", 1);
+    setenv("FAKE_CUDA_MEM", "1GiB", 1);
+    setenv("FAKE_CUDA_CTX_OVERHEAD", "2MiB", 1);
+    setenv("FAKE_CUDA_KERNEL_NS", "1000", 1);
+    setenv("FAKE_CUDA_VERSION", "13000", 1);
+    setenv("FAKE_CUDA_STATE", g_state_path, 1);
+    setenv("FAKE_CUDA_LOG", g_log_path, 1);
+    S = fake_state_attach(g_state_path, NULL);
+    CHECK(S != NULL, "map %s", g_state_path);
+
+    test_pre_init();
+    test_devices();
+    CUcontext primary = test_contexts_basic();
+    nvmlDevice_t nd;
+    CK(nvmlInit_v2(), NVML_SUCCESS);
+    CK(nvmlDeviceGetHandleByIndex_v2(0, &nd), NVML_SUCCESS);
+    size_t oom_size = cu_free() + 1;
+    test_oom_and_info(nd);
+    test_linear_families();
+    test_pools();
+    test_vmm();
+    test_arrays();
+    test_contexts_more(primary);
+
+    CUmodule mod;
+    CUfunction fsleep, fempty, fother, again;
+    CK(cuModuleLoadData(&mod, "any image"), CUDA_SUCCESS);
+    CK(cuModuleGetFunction(&fsleep, mod, "sleep_kernel"), CUDA_SUCCESS);
+    CK(cuModuleGetFunction(&again, mod, "sleep_kernel"), CUDA_SUCCESS);
+    CHECK(again == fsleep, "one handle per name");
+    CK(cuModuleGetFunction(&fempty, mod, "empty_kernel"), CUDA_SUCCESS);
+    CK(cuModuleGetFunction(&fother, mod, "_Z6matmulPfS_S_"), CUDA_SUCCESS);
+    test_kernels_events(fsleep, fempty, fother);
+    test_two_streams(fsleep);
+    test_graphs(fsleep);
+    test_proc_address();
+    test_nvml();
+    test_dead_process(nd);
+    test_cross_process_timeline(nd);
+
+    const char *const priv_env[][2] = {{"FAKE_CUDA_STATE", NULL},
+                                       {"FAKE_CUDA_MEM", "8GiB"},
+                                       {"FAKE_CUDA_CTX_OVERHEAD", NULL},
+                                       {"FAKE_CUDA_DEVICES", NULL},
+                                       {NULL, NULL}};
+    char *pargs[] = {"selftest", "--private-child", NULL};
+    char *out = run_self(pargs, priv_env, NULL, NULL);
+    g_pass += atoi(out + 3);
+    free(out);
+    const char *const nodev_env[][2] = {{"FAKE_CUDA_DEVICES", "0"}, {"FAKE_CUDA_STATE", NULL}, {NULL, NULL}};
+    char *nargs[] = {"selftest", "--nodev-child", NULL};
+    out = run_self(nargs, nodev_env, NULL, NULL);
+    g_pass += atoi(out + 3);
+    free(out);
+
+    /* The module is done; unloaded functions are rejected. */
+    CK(cuModuleUnload(mod), CUDA_SUCCESS);
+    CK(cuLaunchKernel(fempty, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL), CUDA_ERROR_INVALID_HANDLE);
+
+    /* Last release of the primary context gives everything back. */
+    CK(cuDevicePrimaryCtxRelease_v2(0), CUDA_SUCCESS);
+    EQ(used(0), 0);
+    EQ(used(1), 0);
+
+    test_log(getpid(), oom_size);
+
+    unlink(g_state_path);
+    unlink(g_log_path);
+    rmdir(g_dir);
+    printf("selftest: %d passed, 0 failed\n", g_pass);
+    return 0;
+}
