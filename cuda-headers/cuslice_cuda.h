@@ -56,6 +56,7 @@ typedef enum cudaError_enum {
     CUDA_ERROR_INVALID_HANDLE = 400,
     CUDA_ERROR_NOT_FOUND = 500,
     CUDA_ERROR_NOT_READY = 600,
+    CUDA_ERROR_NOT_PERMITTED = 800,
     CUDA_ERROR_NOT_SUPPORTED = 801,
     CUDA_ERROR_UNKNOWN = 999
 } CUresult;
@@ -181,7 +182,7 @@ typedef struct CUlaunchConfig_st {
 
 /* ==== initialisation and entry points ================================= */
 
-/** @hook pre context */
+/** @hook override context */
 CUresult cuInit(unsigned int Flags);
 
 /** @hook override proc_address */
@@ -193,49 +194,49 @@ CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cu
 
 /* ==== device memory: allocation families ============================== */
 
-/** @hook pass */
+/** @hook override memory */
 CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytesize);
 
-/** @hook pass */
+/** @hook override memory */
 CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize);
 
-/** @hook pass */
+/** @hook override memory */
 CUresult cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pPitch, unsigned int WidthInBytes,
                          unsigned int Height, unsigned int ElementSizeBytes);
 
-/** @hook pass */
+/** @hook override memory */
 CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height,
                             unsigned int ElementSizeBytes);
 
-/** @hook pass */
+/** @hook override memory */
 CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags);
 
-/** @hook pass */
+/** @hook override memory */
 CUresult cuMemFree(CUdeviceptr_v1 dptr);
 
-/** @hook pass */
+/** @hook override memory */
 CUresult cuMemFree_v2(CUdeviceptr dptr);
 
-/** @hook pass */
+/** @hook override memory */
 CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream);
 
-/** @hook pass */
+/** @hook override memory */
 CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream);
 
-/** @hook pass */
+/** @hook override memory */
 CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream);
 
-/** @hook pass */
+/** @hook override memory */
 CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
                                       CUstream hStream);
 
-/** @hook pass */
+/** @hook override memory */
 CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream);
 
-/** @hook pass */
+/** @hook override memory */
 CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream);
 
-/** @hook pass */
+/** @hook override memory */
 CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep);
 
 /** @hook pass */
@@ -244,34 +245,34 @@ CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void
 /** @hook pass */
 CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value);
 
-/** @hook pass */
+/** @hook override memory */
 CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
                      unsigned long long flags);
 
-/** @hook pass */
+/** @hook override memory */
 CUresult cuMemRelease(CUmemGenericAllocationHandle handle);
 
-/** @hook pass */
+/** @hook override memory */
 CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
                   unsigned long long flags);
 
-/** @hook pass */
+/** @hook override memory */
 CUresult cuMemUnmap(CUdeviceptr ptr, size_t size);
 
-/** @hook pass */
+/** @hook override memory */
 CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *pAllocateArray);
 
-/** @hook pass */
+/** @hook override memory */
 CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pAllocateArray);
 
-/** @hook pass */
+/** @hook override memory */
 CUresult cuArrayDestroy(CUarray hArray);
 
-/** @hook pass */
+/** @hook override memory */
 CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pMipmappedArrayDesc,
                                 unsigned int numMipmapLevels);
 
-/** @hook pass */
+/** @hook override memory */
 CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray);
 
 /* Pinned host memory: not device memory, so never counted; declared for
@@ -285,16 +286,16 @@ CUresult cuMemFreeHost(void *p);
 
 /* ==== memory information ============================================== */
 
-/** @hook pass */
+/** @hook post info */
 CUresult cuMemGetInfo(unsigned int *free, unsigned int *total);
 
-/** @hook pass */
+/** @hook post info */
 CUresult cuMemGetInfo_v2(size_t *free, size_t *total);
 
-/** @hook pass */
+/** @hook post info */
 CUresult cuDeviceTotalMem(unsigned int *bytes, CUdevice dev);
 
-/** @hook pass */
+/** @hook post info */
 CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev);
 
 /* ==== work submission ================================================= */
@@ -335,23 +336,23 @@ CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream);
 
 /* ==== contexts ======================================================== */
 
-/** @hook pass */
+/** @hook post context */
 CUresult cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev);
 
-/** @hook pass */
+/** @hook post context */
 CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev);
 
-/** @hook pass */
+/** @hook post context */
 CUresult cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams, unsigned int flags,
                         CUdevice dev);
 
-/** @hook pass */
+/** @hook post context */
 CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams, unsigned int flags, CUdevice dev);
 
 /** @hook pass */
 CUresult cuCtxDestroy_v2(CUcontext ctx);
 
-/** @hook pass */
+/** @hook post context */
 CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev);
 
 /** @hook pass */
@@ -379,6 +380,9 @@ CUresult cuDeviceGetCount(int *count);
 
 /** @hook real */
 CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev);
+
+/** @hook real */
+CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev);
 
 /** @hook real */
 CUresult cuCtxGetCurrent(CUcontext *pctx);

@@ -33,10 +33,10 @@ typedef struct nvmlMemory_v2_st {
     unsigned long long used;
 } nvmlMemory_v2_t;
 
-/** @hook pass */
+/** @hook post nvml */
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory);
 
-/** @hook pass */
+/** @hook post nvml */
 nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory);
 
 /** @hook real */

@@ -64,10 +64,13 @@ extern "C" fn on_load() {
 extern "C" fn after_fork_child() {
     // The child reports its own calls, not its parent's.
     log::reset_counts();
+    // ...and registers its own slot at its own cuInit.
+    crate::quota::after_fork_child();
 }
 
 extern "C" fn on_unload() {
     log::report_counts();
+    crate::quota::at_exit();
 }
 
 #[used]

@@ -36,4 +36,6 @@ pub mod ffi;
 pub mod hooks;
 pub mod init;
 pub mod log;
+pub mod quota;
 pub mod real;
+pub mod table;

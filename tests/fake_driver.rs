@@ -20,7 +20,11 @@ fn fake_driver_selftest_passes() {
         .args(["-lcuda", "-lnvidia-ml", "-ldl", "-pthread"])
         .output()
         .expect("gcc");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let run = Command::new(&exe)
         .env_clear()
         .env("LD_LIBRARY_PATH", &e.fake)
@@ -28,6 +32,10 @@ fn fake_driver_selftest_passes() {
         .output()
         .expect("selftest");
     let stdout = String::from_utf8_lossy(&run.stdout);
-    assert!(run.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&run.stderr));
+    assert!(
+        run.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
     assert!(stdout.contains(" 0 failed"), "{stdout}");
 }

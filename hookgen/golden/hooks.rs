@@ -58,27 +58,28 @@ pub mod id {
     pub const cuDeviceGet: usize = 53usize;
     pub const cuDeviceGetCount: usize = 54usize;
     pub const cuDeviceGetUuid_v2: usize = 55usize;
-    pub const cuCtxGetCurrent: usize = 56usize;
-    pub const cuCtxSetCurrent: usize = 57usize;
-    pub const cuCtxGetDevice: usize = 58usize;
-    pub const cuCtxSynchronize: usize = 59usize;
-    pub const cuStreamSynchronize: usize = 60usize;
-    pub const cuEventCreate: usize = 61usize;
-    pub const cuEventRecord: usize = 62usize;
-    pub const cuEventQuery: usize = 63usize;
-    pub const cuEventSynchronize: usize = 64usize;
-    pub const cuEventElapsedTime: usize = 65usize;
-    pub const cuEventDestroy_v2: usize = 66usize;
-    pub const nvmlDeviceGetMemoryInfo: usize = 67usize;
-    pub const nvmlDeviceGetMemoryInfo_v2: usize = 68usize;
-    pub const nvmlInit_v2: usize = 69usize;
-    pub const nvmlShutdown: usize = 70usize;
-    pub const nvmlDeviceGetCount_v2: usize = 71usize;
-    pub const nvmlDeviceGetHandleByIndex_v2: usize = 72usize;
-    pub const nvmlDeviceGetUUID: usize = 73usize;
+    pub const cuDeviceGetMemPool: usize = 56usize;
+    pub const cuCtxGetCurrent: usize = 57usize;
+    pub const cuCtxSetCurrent: usize = 58usize;
+    pub const cuCtxGetDevice: usize = 59usize;
+    pub const cuCtxSynchronize: usize = 60usize;
+    pub const cuStreamSynchronize: usize = 61usize;
+    pub const cuEventCreate: usize = 62usize;
+    pub const cuEventRecord: usize = 63usize;
+    pub const cuEventQuery: usize = 64usize;
+    pub const cuEventSynchronize: usize = 65usize;
+    pub const cuEventElapsedTime: usize = 66usize;
+    pub const cuEventDestroy_v2: usize = 67usize;
+    pub const nvmlDeviceGetMemoryInfo: usize = 68usize;
+    pub const nvmlDeviceGetMemoryInfo_v2: usize = 69usize;
+    pub const nvmlInit_v2: usize = 70usize;
+    pub const nvmlShutdown: usize = 71usize;
+    pub const nvmlDeviceGetCount_v2: usize = 72usize;
+    pub const nvmlDeviceGetHandleByIndex_v2: usize = 73usize;
+    pub const nvmlDeviceGetUUID: usize = 74usize;
 }
 /// Number of declared functions.
-pub const COUNT: usize = 74usize;
+pub const COUNT: usize = 75usize;
 /// Each declared function's symbol name, by index.
 pub static NAMES: [&::core::ffi::CStr; COUNT] = [
     c"cuInit",
@@ -137,6 +138,7 @@ pub static NAMES: [&::core::ffi::CStr; COUNT] = [
     c"cuDeviceGet",
     c"cuDeviceGetCount",
     c"cuDeviceGetUuid_v2",
+    c"cuDeviceGetMemPool",
     c"cuCtxGetCurrent",
     c"cuCtxSetCurrent",
     c"cuCtxGetDevice",
@@ -225,6 +227,7 @@ pub static LIBS: [crate::real::Lib; COUNT] = [
     crate::real::Lib::Cuda,
     crate::real::Lib::Cuda,
     crate::real::Lib::Cuda,
+    crate::real::Lib::Cuda,
     crate::real::Lib::Nvml,
     crate::real::Lib::Nvml,
     crate::real::Lib::Nvml,
@@ -241,7 +244,7 @@ pub static EXPORTED: [bool; COUNT] = [
     false, false, true, true, true, true, true, true, true, true, true, true, true, true,
     true, true, true, true, true, true, true, true, true, true, false, false, false,
     false, false, false, false, false, false, false, false, false, false, false, false,
-    true, true, false, false, false, false, false,
+    false, true, true, false, false, false, false, false,
 ];
 /// Calls into the real driver, resolved lazily per symbol. A symbol
 /// the real library lacks yields the library's "not found" status.
@@ -1435,6 +1438,23 @@ pub mod real {
         }
     }
     #[inline]
+    pub unsafe fn cuDeviceGetMemPool(
+        pool: *mut CUmemoryPool,
+        dev: CUdevice,
+    ) -> CUresult {
+        match crate::real::get(super::id::cuDeviceGetMemPool) {
+            Some(__real_fn) => {
+                unsafe {
+                    ::core::mem::transmute::<
+                        *mut ::core::ffi::c_void,
+                        unsafe extern "C" fn(*mut CUmemoryPool, CUdevice) -> CUresult,
+                    >(__real_fn)(pool, dev)
+                }
+            }
+            None => <CUresult as crate::ffi::Status>::NOT_FOUND,
+        }
+    }
+    #[inline]
     pub unsafe fn cuCtxGetCurrent(pctx: *mut CUcontext) -> CUresult {
         match crate::real::get(super::id::cuCtxGetCurrent) {
             Some(__real_fn) => {
@@ -1734,12 +1754,7 @@ pub mod exports {
     pub unsafe extern "C" fn cuInit(Flags: ::core::ffi::c_uint) -> CUresult {
         crate::ffi::hook(
             id::cuInit,
-            || {
-                match unsafe { crate::hooks::context::cuInit(Flags) } {
-                    Ok(()) => unsafe { real::cuInit(Flags) }
-                    Err(__status) => __status,
-                }
-            },
+            || { unsafe { crate::hooks::context::cuInit(Flags) } },
             || unsafe { real::cuInit(Flags) },
         )
     }
@@ -1796,16 +1811,22 @@ pub mod exports {
         dptr: *mut CUdeviceptr_v1,
         bytesize: ::core::ffi::c_uint,
     ) -> CUresult {
-        crate::ffi::pass(id::cuMemAlloc);
-        unsafe { real::cuMemAlloc(dptr, bytesize) }
+        crate::ffi::hook(
+            id::cuMemAlloc,
+            || { unsafe { crate::hooks::memory::cuMemAlloc(dptr, bytesize) } },
+            || unsafe { real::cuMemAlloc(dptr, bytesize) },
+        )
     }
     #[cfg_attr(not(test), unsafe(no_mangle))]
     pub unsafe extern "C" fn cuMemAlloc_v2(
         dptr: *mut CUdeviceptr,
         bytesize: usize,
     ) -> CUresult {
-        crate::ffi::pass(id::cuMemAlloc_v2);
-        unsafe { real::cuMemAlloc_v2(dptr, bytesize) }
+        crate::ffi::hook(
+            id::cuMemAlloc_v2,
+            || { unsafe { crate::hooks::memory::cuMemAlloc_v2(dptr, bytesize) } },
+            || unsafe { real::cuMemAlloc_v2(dptr, bytesize) },
+        )
     }
     #[cfg_attr(not(test), unsafe(no_mangle))]
     pub unsafe extern "C" fn cuMemAllocPitch(
@@ -1815,10 +1836,29 @@ pub mod exports {
         Height: ::core::ffi::c_uint,
         ElementSizeBytes: ::core::ffi::c_uint,
     ) -> CUresult {
-        crate::ffi::pass(id::cuMemAllocPitch);
-        unsafe {
-            real::cuMemAllocPitch(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes)
-        }
+        crate::ffi::hook(
+            id::cuMemAllocPitch,
+            || {
+                unsafe {
+                    crate::hooks::memory::cuMemAllocPitch(
+                        dptr,
+                        pPitch,
+                        WidthInBytes,
+                        Height,
+                        ElementSizeBytes,
+                    )
+                }
+            },
+            || unsafe {
+                real::cuMemAllocPitch(
+                    dptr,
+                    pPitch,
+                    WidthInBytes,
+                    Height,
+                    ElementSizeBytes,
+                )
+            },
+        )
     }
     #[cfg_attr(not(test), unsafe(no_mangle))]
     pub unsafe extern "C" fn cuMemAllocPitch_v2(
@@ -1828,16 +1868,29 @@ pub mod exports {
         Height: usize,
         ElementSizeBytes: ::core::ffi::c_uint,
     ) -> CUresult {
-        crate::ffi::pass(id::cuMemAllocPitch_v2);
-        unsafe {
-            real::cuMemAllocPitch_v2(
-                dptr,
-                pPitch,
-                WidthInBytes,
-                Height,
-                ElementSizeBytes,
-            )
-        }
+        crate::ffi::hook(
+            id::cuMemAllocPitch_v2,
+            || {
+                unsafe {
+                    crate::hooks::memory::cuMemAllocPitch_v2(
+                        dptr,
+                        pPitch,
+                        WidthInBytes,
+                        Height,
+                        ElementSizeBytes,
+                    )
+                }
+            },
+            || unsafe {
+                real::cuMemAllocPitch_v2(
+                    dptr,
+                    pPitch,
+                    WidthInBytes,
+                    Height,
+                    ElementSizeBytes,
+                )
+            },
+        )
     }
     #[cfg_attr(not(test), unsafe(no_mangle))]
     pub unsafe extern "C" fn cuMemAllocManaged(
@@ -1845,18 +1898,29 @@ pub mod exports {
         bytesize: usize,
         flags: ::core::ffi::c_uint,
     ) -> CUresult {
-        crate::ffi::pass(id::cuMemAllocManaged);
-        unsafe { real::cuMemAllocManaged(dptr, bytesize, flags) }
+        crate::ffi::hook(
+            id::cuMemAllocManaged,
+            || {
+                unsafe { crate::hooks::memory::cuMemAllocManaged(dptr, bytesize, flags) }
+            },
+            || unsafe { real::cuMemAllocManaged(dptr, bytesize, flags) },
+        )
     }
     #[cfg_attr(not(test), unsafe(no_mangle))]
     pub unsafe extern "C" fn cuMemFree(dptr: CUdeviceptr_v1) -> CUresult {
-        crate::ffi::pass(id::cuMemFree);
-        unsafe { real::cuMemFree(dptr) }
+        crate::ffi::hook(
+            id::cuMemFree,
+            || { unsafe { crate::hooks::memory::cuMemFree(dptr) } },
+            || unsafe { real::cuMemFree(dptr) },
+        )
     }
     #[cfg_attr(not(test), unsafe(no_mangle))]
     pub unsafe extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
-        crate::ffi::pass(id::cuMemFree_v2);
-        unsafe { real::cuMemFree_v2(dptr) }
+        crate::ffi::hook(
+            id::cuMemFree_v2,
+            || { unsafe { crate::hooks::memory::cuMemFree_v2(dptr) } },
+            || unsafe { real::cuMemFree_v2(dptr) },
+        )
     }
     #[cfg_attr(not(test), unsafe(no_mangle))]
     pub unsafe extern "C" fn cuMemAllocAsync(
@@ -1864,8 +1928,13 @@ pub mod exports {
         bytesize: usize,
         hStream: CUstream,
     ) -> CUresult {
-        crate::ffi::pass(id::cuMemAllocAsync);
-        unsafe { real::cuMemAllocAsync(dptr, bytesize, hStream) }
+        crate::ffi::hook(
+            id::cuMemAllocAsync,
+            || {
+                unsafe { crate::hooks::memory::cuMemAllocAsync(dptr, bytesize, hStream) }
+            },
+            || unsafe { real::cuMemAllocAsync(dptr, bytesize, hStream) },
+        )
     }
     #[cfg_attr(not(test), unsafe(no_mangle))]
     pub unsafe extern "C" fn cuMemAllocAsync_ptsz(
@@ -1873,8 +1942,15 @@ pub mod exports {
         bytesize: usize,
         hStream: CUstream,
     ) -> CUresult {
-        crate::ffi::pass(id::cuMemAllocAsync_ptsz);
-        unsafe { real::cuMemAllocAsync_ptsz(dptr, bytesize, hStream) }
+        crate::ffi::hook(
+            id::cuMemAllocAsync_ptsz,
+            || {
+                unsafe {
+                    crate::hooks::memory::cuMemAllocAsync_ptsz(dptr, bytesize, hStream)
+                }
+            },
+            || unsafe { real::cuMemAllocAsync_ptsz(dptr, bytesize, hStream) },
+        )
     }
     #[cfg_attr(not(test), unsafe(no_mangle))]
     pub unsafe extern "C" fn cuMemAllocFromPoolAsync(
@@ -1883,8 +1959,20 @@ pub mod exports {
         pool: CUmemoryPool,
         hStream: CUstream,
     ) -> CUresult {
-        crate::ffi::pass(id::cuMemAllocFromPoolAsync);
-        unsafe { real::cuMemAllocFromPoolAsync(dptr, bytesize, pool, hStream) }
+        crate::ffi::hook(
+            id::cuMemAllocFromPoolAsync,
+            || {
+                unsafe {
+                    crate::hooks::memory::cuMemAllocFromPoolAsync(
+                        dptr,
+                        bytesize,
+                        pool,
+                        hStream,
+                    )
+                }
+            },
+            || unsafe { real::cuMemAllocFromPoolAsync(dptr, bytesize, pool, hStream) },
+        )
     }
     #[cfg_attr(not(test), unsafe(no_mangle))]
     pub unsafe extern "C" fn cuMemAllocFromPoolAsync_ptsz(
@@ -1893,32 +1981,57 @@ pub mod exports {
         pool: CUmemoryPool,
         hStream: CUstream,
     ) -> CUresult {
-        crate::ffi::pass(id::cuMemAllocFromPoolAsync_ptsz);
-        unsafe { real::cuMemAllocFromPoolAsync_ptsz(dptr, bytesize, pool, hStream) }
+        crate::ffi::hook(
+            id::cuMemAllocFromPoolAsync_ptsz,
+            || {
+                unsafe {
+                    crate::hooks::memory::cuMemAllocFromPoolAsync_ptsz(
+                        dptr,
+                        bytesize,
+                        pool,
+                        hStream,
+                    )
+                }
+            },
+            || unsafe {
+                real::cuMemAllocFromPoolAsync_ptsz(dptr, bytesize, pool, hStream)
+            },
+        )
     }
     #[cfg_attr(not(test), unsafe(no_mangle))]
     pub unsafe extern "C" fn cuMemFreeAsync(
         dptr: CUdeviceptr,
         hStream: CUstream,
     ) -> CUresult {
-        crate::ffi::pass(id::cuMemFreeAsync);
-        unsafe { real::cuMemFreeAsync(dptr, hStream) }
+        crate::ffi::hook(
+            id::cuMemFreeAsync,
+            || { unsafe { crate::hooks::memory::cuMemFreeAsync(dptr, hStream) } },
+            || unsafe { real::cuMemFreeAsync(dptr, hStream) },
+        )
     }
     #[cfg_attr(not(test), unsafe(no_mangle))]
     pub unsafe extern "C" fn cuMemFreeAsync_ptsz(
         dptr: CUdeviceptr,
         hStream: CUstream,
     ) -> CUresult {
-        crate::ffi::pass(id::cuMemFreeAsync_ptsz);
-        unsafe { real::cuMemFreeAsync_ptsz(dptr, hStream) }
+        crate::ffi::hook(
+            id::cuMemFreeAsync_ptsz,
+            || { unsafe { crate::hooks::memory::cuMemFreeAsync_ptsz(dptr, hStream) } },
+            || unsafe { real::cuMemFreeAsync_ptsz(dptr, hStream) },
+        )
     }
     #[cfg_attr(not(test), unsafe(no_mangle))]
     pub unsafe extern "C" fn cuMemPoolTrimTo(
         pool: CUmemoryPool,
         minBytesToKeep: usize,
     ) -> CUresult {
-        crate::ffi::pass(id::cuMemPoolTrimTo);
-        unsafe { real::cuMemPoolTrimTo(pool, minBytesToKeep) }
+        crate::ffi::hook(
+            id::cuMemPoolTrimTo,
+            || {
+                unsafe { crate::hooks::memory::cuMemPoolTrimTo(pool, minBytesToKeep) }
+            },
+            || unsafe { real::cuMemPoolTrimTo(pool, minBytesToKeep) },
+        )
     }
     #[cfg_attr(not(test), unsafe(no_mangle))]
     pub unsafe extern "C" fn cuMemPoolSetAttribute(
@@ -1945,15 +2058,23 @@ pub mod exports {
         prop: *const CUmemAllocationProp,
         flags: ::core::ffi::c_ulonglong,
     ) -> CUresult {
-        crate::ffi::pass(id::cuMemCreate);
-        unsafe { real::cuMemCreate(handle, size, prop, flags) }
+        crate::ffi::hook(
+            id::cuMemCreate,
+            || {
+                unsafe { crate::hooks::memory::cuMemCreate(handle, size, prop, flags) }
+            },
+            || unsafe { real::cuMemCreate(handle, size, prop, flags) },
+        )
     }
     #[cfg_attr(not(test), unsafe(no_mangle))]
     pub unsafe extern "C" fn cuMemRelease(
         handle: CUmemGenericAllocationHandle,
     ) -> CUresult {
-        crate::ffi::pass(id::cuMemRelease);
-        unsafe { real::cuMemRelease(handle) }
+        crate::ffi::hook(
+            id::cuMemRelease,
+            || { unsafe { crate::hooks::memory::cuMemRelease(handle) } },
+            || unsafe { real::cuMemRelease(handle) },
+        )
     }
     #[cfg_attr(not(test), unsafe(no_mangle))]
     pub unsafe extern "C" fn cuMemMap(
@@ -1963,34 +2084,61 @@ pub mod exports {
         handle: CUmemGenericAllocationHandle,
         flags: ::core::ffi::c_ulonglong,
     ) -> CUresult {
-        crate::ffi::pass(id::cuMemMap);
-        unsafe { real::cuMemMap(ptr, size, offset, handle, flags) }
+        crate::ffi::hook(
+            id::cuMemMap,
+            || {
+                unsafe {
+                    crate::hooks::memory::cuMemMap(ptr, size, offset, handle, flags)
+                }
+            },
+            || unsafe { real::cuMemMap(ptr, size, offset, handle, flags) },
+        )
     }
     #[cfg_attr(not(test), unsafe(no_mangle))]
     pub unsafe extern "C" fn cuMemUnmap(ptr: CUdeviceptr, size: usize) -> CUresult {
-        crate::ffi::pass(id::cuMemUnmap);
-        unsafe { real::cuMemUnmap(ptr, size) }
+        crate::ffi::hook(
+            id::cuMemUnmap,
+            || { unsafe { crate::hooks::memory::cuMemUnmap(ptr, size) } },
+            || unsafe { real::cuMemUnmap(ptr, size) },
+        )
     }
     #[cfg_attr(not(test), unsafe(no_mangle))]
     pub unsafe extern "C" fn cuArrayCreate_v2(
         pHandle: *mut CUarray,
         pAllocateArray: *const CUDA_ARRAY_DESCRIPTOR,
     ) -> CUresult {
-        crate::ffi::pass(id::cuArrayCreate_v2);
-        unsafe { real::cuArrayCreate_v2(pHandle, pAllocateArray) }
+        crate::ffi::hook(
+            id::cuArrayCreate_v2,
+            || {
+                unsafe {
+                    crate::hooks::memory::cuArrayCreate_v2(pHandle, pAllocateArray)
+                }
+            },
+            || unsafe { real::cuArrayCreate_v2(pHandle, pAllocateArray) },
+        )
     }
     #[cfg_attr(not(test), unsafe(no_mangle))]
     pub unsafe extern "C" fn cuArray3DCreate_v2(
         pHandle: *mut CUarray,
         pAllocateArray: *const CUDA_ARRAY3D_DESCRIPTOR,
     ) -> CUresult {
-        crate::ffi::pass(id::cuArray3DCreate_v2);
-        unsafe { real::cuArray3DCreate_v2(pHandle, pAllocateArray) }
+        crate::ffi::hook(
+            id::cuArray3DCreate_v2,
+            || {
+                unsafe {
+                    crate::hooks::memory::cuArray3DCreate_v2(pHandle, pAllocateArray)
+                }
+            },
+            || unsafe { real::cuArray3DCreate_v2(pHandle, pAllocateArray) },
+        )
     }
     #[cfg_attr(not(test), unsafe(no_mangle))]
     pub unsafe extern "C" fn cuArrayDestroy(hArray: CUarray) -> CUresult {
-        crate::ffi::pass(id::cuArrayDestroy);
-        unsafe { real::cuArrayDestroy(hArray) }
+        crate::ffi::hook(
+            id::cuArrayDestroy,
+            || { unsafe { crate::hooks::memory::cuArrayDestroy(hArray) } },
+            || unsafe { real::cuArrayDestroy(hArray) },
+        )
     }
     #[cfg_attr(not(test), unsafe(no_mangle))]
     pub unsafe extern "C" fn cuMipmappedArrayCreate(
@@ -1998,49 +2146,93 @@ pub mod exports {
         pMipmappedArrayDesc: *const CUDA_ARRAY3D_DESCRIPTOR,
         numMipmapLevels: ::core::ffi::c_uint,
     ) -> CUresult {
-        crate::ffi::pass(id::cuMipmappedArrayCreate);
-        unsafe {
-            real::cuMipmappedArrayCreate(pHandle, pMipmappedArrayDesc, numMipmapLevels)
-        }
+        crate::ffi::hook(
+            id::cuMipmappedArrayCreate,
+            || {
+                unsafe {
+                    crate::hooks::memory::cuMipmappedArrayCreate(
+                        pHandle,
+                        pMipmappedArrayDesc,
+                        numMipmapLevels,
+                    )
+                }
+            },
+            || unsafe {
+                real::cuMipmappedArrayCreate(
+                    pHandle,
+                    pMipmappedArrayDesc,
+                    numMipmapLevels,
+                )
+            },
+        )
     }
     #[cfg_attr(not(test), unsafe(no_mangle))]
     pub unsafe extern "C" fn cuMipmappedArrayDestroy(
         hMipmappedArray: CUmipmappedArray,
     ) -> CUresult {
-        crate::ffi::pass(id::cuMipmappedArrayDestroy);
-        unsafe { real::cuMipmappedArrayDestroy(hMipmappedArray) }
+        crate::ffi::hook(
+            id::cuMipmappedArrayDestroy,
+            || {
+                unsafe { crate::hooks::memory::cuMipmappedArrayDestroy(hMipmappedArray) }
+            },
+            || unsafe { real::cuMipmappedArrayDestroy(hMipmappedArray) },
+        )
     }
     #[cfg_attr(not(test), unsafe(no_mangle))]
     pub unsafe extern "C" fn cuMemGetInfo(
         free: *mut ::core::ffi::c_uint,
         total: *mut ::core::ffi::c_uint,
     ) -> CUresult {
-        crate::ffi::pass(id::cuMemGetInfo);
-        unsafe { real::cuMemGetInfo(free, total) }
+        crate::ffi::hook(
+            id::cuMemGetInfo,
+            || {
+                let __status = unsafe { real::cuMemGetInfo(free, total) };
+                unsafe { crate::hooks::info::cuMemGetInfo(__status, free, total) }
+            },
+            || unsafe { real::cuMemGetInfo(free, total) },
+        )
     }
     #[cfg_attr(not(test), unsafe(no_mangle))]
     pub unsafe extern "C" fn cuMemGetInfo_v2(
         free: *mut usize,
         total: *mut usize,
     ) -> CUresult {
-        crate::ffi::pass(id::cuMemGetInfo_v2);
-        unsafe { real::cuMemGetInfo_v2(free, total) }
+        crate::ffi::hook(
+            id::cuMemGetInfo_v2,
+            || {
+                let __status = unsafe { real::cuMemGetInfo_v2(free, total) };
+                unsafe { crate::hooks::info::cuMemGetInfo_v2(__status, free, total) }
+            },
+            || unsafe { real::cuMemGetInfo_v2(free, total) },
+        )
     }
     #[cfg_attr(not(test), unsafe(no_mangle))]
     pub unsafe extern "C" fn cuDeviceTotalMem(
         bytes: *mut ::core::ffi::c_uint,
         dev: CUdevice,
     ) -> CUresult {
-        crate::ffi::pass(id::cuDeviceTotalMem);
-        unsafe { real::cuDeviceTotalMem(bytes, dev) }
+        crate::ffi::hook(
+            id::cuDeviceTotalMem,
+            || {
+                let __status = unsafe { real::cuDeviceTotalMem(bytes, dev) };
+                unsafe { crate::hooks::info::cuDeviceTotalMem(__status, bytes, dev) }
+            },
+            || unsafe { real::cuDeviceTotalMem(bytes, dev) },
+        )
     }
     #[cfg_attr(not(test), unsafe(no_mangle))]
     pub unsafe extern "C" fn cuDeviceTotalMem_v2(
         bytes: *mut usize,
         dev: CUdevice,
     ) -> CUresult {
-        crate::ffi::pass(id::cuDeviceTotalMem_v2);
-        unsafe { real::cuDeviceTotalMem_v2(bytes, dev) }
+        crate::ffi::hook(
+            id::cuDeviceTotalMem_v2,
+            || {
+                let __status = unsafe { real::cuDeviceTotalMem_v2(bytes, dev) };
+                unsafe { crate::hooks::info::cuDeviceTotalMem_v2(__status, bytes, dev) }
+            },
+            || unsafe { real::cuDeviceTotalMem_v2(bytes, dev) },
+        )
     }
     #[cfg_attr(not(test), unsafe(no_mangle))]
     pub unsafe extern "C" fn cuLaunchKernel(
@@ -2204,8 +2396,14 @@ pub mod exports {
         flags: ::core::ffi::c_uint,
         dev: CUdevice,
     ) -> CUresult {
-        crate::ffi::pass(id::cuCtxCreate);
-        unsafe { real::cuCtxCreate(pctx, flags, dev) }
+        crate::ffi::hook(
+            id::cuCtxCreate,
+            || {
+                let __status = unsafe { real::cuCtxCreate(pctx, flags, dev) };
+                unsafe { crate::hooks::context::cuCtxCreate(__status, pctx, flags, dev) }
+            },
+            || unsafe { real::cuCtxCreate(pctx, flags, dev) },
+        )
     }
     #[cfg_attr(not(test), unsafe(no_mangle))]
     pub unsafe extern "C" fn cuCtxCreate_v2(
@@ -2213,8 +2411,16 @@ pub mod exports {
         flags: ::core::ffi::c_uint,
         dev: CUdevice,
     ) -> CUresult {
-        crate::ffi::pass(id::cuCtxCreate_v2);
-        unsafe { real::cuCtxCreate_v2(pctx, flags, dev) }
+        crate::ffi::hook(
+            id::cuCtxCreate_v2,
+            || {
+                let __status = unsafe { real::cuCtxCreate_v2(pctx, flags, dev) };
+                unsafe {
+                    crate::hooks::context::cuCtxCreate_v2(__status, pctx, flags, dev)
+                }
+            },
+            || unsafe { real::cuCtxCreate_v2(pctx, flags, dev) },
+        )
     }
     #[cfg_attr(not(test), unsafe(no_mangle))]
     pub unsafe extern "C" fn cuCtxCreate_v3(
@@ -2224,8 +2430,25 @@ pub mod exports {
         flags: ::core::ffi::c_uint,
         dev: CUdevice,
     ) -> CUresult {
-        crate::ffi::pass(id::cuCtxCreate_v3);
-        unsafe { real::cuCtxCreate_v3(pctx, paramsArray, numParams, flags, dev) }
+        crate::ffi::hook(
+            id::cuCtxCreate_v3,
+            || {
+                let __status = unsafe {
+                    real::cuCtxCreate_v3(pctx, paramsArray, numParams, flags, dev)
+                };
+                unsafe {
+                    crate::hooks::context::cuCtxCreate_v3(
+                        __status,
+                        pctx,
+                        paramsArray,
+                        numParams,
+                        flags,
+                        dev,
+                    )
+                }
+            },
+            || unsafe { real::cuCtxCreate_v3(pctx, paramsArray, numParams, flags, dev) },
+        )
     }
     #[cfg_attr(not(test), unsafe(no_mangle))]
     pub unsafe extern "C" fn cuCtxCreate_v4(
@@ -2234,8 +2457,24 @@ pub mod exports {
         flags: ::core::ffi::c_uint,
         dev: CUdevice,
     ) -> CUresult {
-        crate::ffi::pass(id::cuCtxCreate_v4);
-        unsafe { real::cuCtxCreate_v4(pctx, ctxCreateParams, flags, dev) }
+        crate::ffi::hook(
+            id::cuCtxCreate_v4,
+            || {
+                let __status = unsafe {
+                    real::cuCtxCreate_v4(pctx, ctxCreateParams, flags, dev)
+                };
+                unsafe {
+                    crate::hooks::context::cuCtxCreate_v4(
+                        __status,
+                        pctx,
+                        ctxCreateParams,
+                        flags,
+                        dev,
+                    )
+                }
+            },
+            || unsafe { real::cuCtxCreate_v4(pctx, ctxCreateParams, flags, dev) },
+        )
     }
     #[cfg_attr(not(test), unsafe(no_mangle))]
     pub unsafe extern "C" fn cuCtxDestroy_v2(ctx: CUcontext) -> CUresult {
@@ -2247,8 +2486,16 @@ pub mod exports {
         pctx: *mut CUcontext,
         dev: CUdevice,
     ) -> CUresult {
-        crate::ffi::pass(id::cuDevicePrimaryCtxRetain);
-        unsafe { real::cuDevicePrimaryCtxRetain(pctx, dev) }
+        crate::ffi::hook(
+            id::cuDevicePrimaryCtxRetain,
+            || {
+                let __status = unsafe { real::cuDevicePrimaryCtxRetain(pctx, dev) };
+                unsafe {
+                    crate::hooks::context::cuDevicePrimaryCtxRetain(__status, pctx, dev)
+                }
+            },
+            || unsafe { real::cuDevicePrimaryCtxRetain(pctx, dev) },
+        )
     }
     #[cfg_attr(not(test), unsafe(no_mangle))]
     pub unsafe extern "C" fn cuDevicePrimaryCtxRelease(dev: CUdevice) -> CUresult {
@@ -2275,16 +2522,38 @@ pub mod exports {
         device: nvmlDevice_t,
         memory: *mut nvmlMemory_t,
     ) -> nvmlReturn_t {
-        crate::ffi::pass(id::nvmlDeviceGetMemoryInfo);
-        unsafe { real::nvmlDeviceGetMemoryInfo(device, memory) }
+        crate::ffi::hook(
+            id::nvmlDeviceGetMemoryInfo,
+            || {
+                let __status = unsafe { real::nvmlDeviceGetMemoryInfo(device, memory) };
+                unsafe {
+                    crate::hooks::nvml::nvmlDeviceGetMemoryInfo(__status, device, memory)
+                }
+            },
+            || unsafe { real::nvmlDeviceGetMemoryInfo(device, memory) },
+        )
     }
     #[cfg_attr(not(test), unsafe(no_mangle))]
     pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
         device: nvmlDevice_t,
         memory: *mut nvmlMemory_v2_t,
     ) -> nvmlReturn_t {
-        crate::ffi::pass(id::nvmlDeviceGetMemoryInfo_v2);
-        unsafe { real::nvmlDeviceGetMemoryInfo_v2(device, memory) }
+        crate::ffi::hook(
+            id::nvmlDeviceGetMemoryInfo_v2,
+            || {
+                let __status = unsafe {
+                    real::nvmlDeviceGetMemoryInfo_v2(device, memory)
+                };
+                unsafe {
+                    crate::hooks::nvml::nvmlDeviceGetMemoryInfo_v2(
+                        __status,
+                        device,
+                        memory,
+                    )
+                }
+            },
+            || unsafe { real::nvmlDeviceGetMemoryInfo_v2(device, memory) },
+        )
     }
 }
 /// Address of the shim's export for function `i`, or null for a

@@ -7,4 +7,7 @@
 #![allow(clippy::missing_safety_doc)]
 
 pub mod context;
+pub mod info;
+pub mod memory;
+pub mod nvml;
 pub mod proc_address;

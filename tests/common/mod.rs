@@ -89,6 +89,7 @@ fn build(root: &Path, dir: &Path) {
         ("forked", true),
         ("threads", true),
         ("missing", false),
+        ("memtest", true),
     ] {
         let mut c = cc();
         c.args(["-O1", "-g", "-Wall", "-o"])
@@ -96,7 +97,8 @@ fn build(root: &Path, dir: &Path) {
             .args(&inc)
             .arg(src(&format!("{app}.c")));
         if link_cuda {
-            c.arg(format!("-L{}", fake.display())).arg("-lcuda");
+            c.arg(format!("-L{}", fake.display()))
+                .args(["-lcuda", "-lnvidia-ml"]);
         }
         c.args(["-ldl", "-lpthread"]);
         sh(&mut c);
@@ -242,6 +244,7 @@ impl Run {
 
 /// How to run a program.
 pub struct Opts<'a> {
+    pub args: Vec<String>,
     pub shim: bool,
     pub env: Vec<(&'a str, String)>,
     pub preload_extra: Vec<PathBuf>,
@@ -250,6 +253,7 @@ pub struct Opts<'a> {
 impl Default for Opts<'_> {
     fn default() -> Self {
         Opts {
+            args: vec![],
             shim: true,
             env: vec![("CUSLICE_LOG", "debug".into())],
             preload_extra: vec![],
@@ -257,9 +261,33 @@ impl Default for Opts<'_> {
     }
 }
 
+/// Spawns a program the way `run` does, without waiting (for kill tests).
+pub fn spawn(prog: &str, opts: &Opts<'_>) -> std::process::Child {
+    let e = env();
+    let mut cmd = Command::new(e.apps.join(prog));
+    cmd.args(&opts.args);
+    cmd.env_clear();
+    cmd.env("PATH", std::env::var("PATH").unwrap_or_default());
+    cmd.env(
+        "LD_LIBRARY_PATH",
+        format!("{}:{}", e.fake.display(), e.apps.display()),
+    );
+    if opts.shim {
+        cmd.env("LD_PRELOAD", e.shim.display().to_string());
+    }
+    for (k, v) in &opts.env {
+        cmd.env(k, v);
+    }
+    cmd.stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    cmd.spawn()
+        .unwrap_or_else(|e| panic!("cannot spawn {prog}: {e}"))
+}
+
 pub fn run(prog: &str, opts: Opts<'_>) -> Run {
     let e = env();
     let mut cmd = Command::new(e.apps.join(prog));
+    cmd.args(&opts.args);
     cmd.env_clear();
     cmd.env("PATH", std::env::var("PATH").unwrap_or_default());
     cmd.env(
@@ -291,6 +319,7 @@ pub fn native(prog: &str) -> Run {
     run(
         prog,
         Opts {
+            args: vec![],
             shim: false,
             env: vec![],
             preload_extra: vec![],

@@ -1507,6 +1507,29 @@ CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev)
     return r;
 }
 
+/* The device's current pool: the fake never changes it from the default. */
+CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
+{
+    setup();
+    CUresult r = default_pool(pool, dev);
+    LOGR(r, "dev=%d", dev);
+    return r;
+}
+
+/* Test hook (no real driver has it): the device-wide bytes in use across all
+ * processes sharing the fake GPU, after reclaiming dead processes. Lets a test
+ * check the quota against the ground truth, past the shim's spoofed info. */
+CUresult cuFakeUsedBytes(CUdevice dev, unsigned long long *used)
+{
+    setup();
+    NEED_INIT();
+    if (!used || dev < 0 || (unsigned)dev >= g_cfg.ndev)
+        return CUDA_ERROR_INVALID_VALUE;
+    fake_state_reclaim_dead(S, g_state_fd, g_slot);
+    *used = dev_used(dev);
+    return CUDA_SUCCESS;
+}
+
 /* ---- primary contexts -------------------------------------------------- */
 
 static CUresult primary_retain(CUcontext *pctx, CUdevice dev)
@@ -3271,6 +3294,8 @@ CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cu
     X(cuDeviceTotalMem)                                                                                            \
     X(cuDeviceTotalMem_v2)                                                                                         \
     X(cuDeviceGetDefaultMemPool)                                                                                   \
+    X(cuDeviceGetMemPool)                                                                                          \
+    X(cuFakeUsedBytes)                                                                                             \
     X(cuDevicePrimaryCtxRetain)                                                                                    \
     X(cuDevicePrimaryCtxRelease)                                                                                   \
     X(cuDevicePrimaryCtxRelease_v2)                                                                                \

@@ -100,6 +100,8 @@ CUresult cuDeviceGetName(char *name, int len, CUdevice dev);
 CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev);
 CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev);
 CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev);
+/* Fake only: device-wide bytes in use (all processes), the ground truth. */
+CUresult cuFakeUsedBytes(CUdevice dev, unsigned long long *used);
 CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active);
 
 /* contexts */

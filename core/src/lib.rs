@@ -1,0 +1,4 @@
+//! Shared by the shim (`libcuslice.so`) and the `cuslice` command.
+
+pub mod config;
+pub mod segment;

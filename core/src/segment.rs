@@ -1,0 +1,906 @@
+//! The per-container memory segment: a file-backed shared mapping that all
+//! processes of one container open, holding each GPU's quota and usage and
+//! one slot per live process.
+//!
+//! Layout (`#[repr(C)]`, atomics only, little-endian x86_64):
+//!
+//! ```text
+//! Header                      magic "CUSLMEM\0", layout version, sizes
+//! Device[MAX_DEVICES]         uuid, limit, used, peak, refused, admission lock
+//! Slot[MAX_SLOTS]             per process: state, pid, start time, used per device
+//! ```
+//!
+//! Invariants, kept under each device's admission lock:
+//! `device.used == sum over live slots of slot.used[device]`, and no
+//! admission makes `used` exceed `limit`.
+//!
+//! Liveness without PIDs: a process owns its slot by holding an OFD
+//! byte-range write lock on byte `LOCK_BASE + slot` of the segment file. The
+//! kernel drops the lock when the process dies (whatever its PID namespace
+//! or PID reuse), so a slot whose lock can be taken belongs to a dead process
+//! and its usage is reclaimed by whoever notices.
+//!
+//! The admission lock is a word in the device entry, held for a handful of
+//! loads and stores (never across a syscall or a driver call). A process
+//! killed while holding it is detected the same way (its slot lock is gone)
+//! and the lock is taken over; the new holder recomputes `used` from the
+//! slots, which restores the invariant whatever the dead holder had written.
+
+use std::ffi::CString;
+use std::fmt;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+pub const MAGIC: [u8; 8] = *b"CUSLMEM\0";
+pub const VERSION: u32 = 1;
+pub const MAX_DEVICES: usize = 16;
+pub const MAX_SLOTS: usize = 1024;
+/// Slot locks live beyond the data, as a pure lock namespace.
+const LOCK_BASE: i64 = 1 << 40;
+/// `limit` value of a device without a memory quota.
+pub const UNLIMITED: u64 = u64::MAX;
+
+/// 64-byte aligned so the entries after it are too.
+#[repr(C, align(64))]
+pub struct Header {
+    pub magic: [u8; 8],
+    pub version: u32,
+    pub header_size: u32,
+    pub total_size: u64,
+    pub max_devices: u32,
+    pub max_slots: u32,
+    pub device_size: u32,
+    pub slot_size: u32,
+    _reserved: [u64; 4],
+}
+
+const DEV_EMPTY: u32 = 0;
+const DEV_READY: u32 = 2;
+
+#[repr(C, align(64))]
+pub struct Device {
+    pub state: AtomicU32,
+    /// Admission lock: 0 free, else owner slot + 1.
+    pub lock: AtomicU32,
+    pub uuid: [AtomicU32; 4],
+    pub limit: AtomicU64,
+    pub used: AtomicU64,
+    pub peak: AtomicU64,
+    pub refused: AtomicU64,
+}
+
+const SLOT_FREE: u32 = 0;
+const SLOT_LIVE: u32 = 1;
+
+#[repr(C, align(64))]
+pub struct Slot {
+    pub state: AtomicU32,
+    /// PID in the owner's namespace: for display only, never for liveness.
+    pub pid: AtomicU32,
+    /// CLOCK_REALTIME seconds at registration (display).
+    pub started: AtomicU64,
+    pub used: [AtomicU64; MAX_DEVICES],
+}
+
+pub const SIZE: usize = std::mem::size_of::<Header>()
+    + MAX_DEVICES * std::mem::size_of::<Device>()
+    + MAX_SLOTS * std::mem::size_of::<Slot>();
+
+/// A segment error: one line naming the file and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SegmentError(pub String);
+
+impl fmt::Display for SegmentError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for SegmentError {}
+
+fn os_err(path: &Path, what: &str) -> SegmentError {
+    SegmentError(format!(
+        "{}: {what}: {}",
+        path.display(),
+        std::io::Error::last_os_error()
+    ))
+}
+
+/// An open, validated segment.
+pub struct Segment {
+    base: *mut u8,
+    fd: i32,
+    writable: bool,
+    /// The slot this open file description holds (NO_SLOT if none). OFD
+    /// locks never conflict with their own holder, so lock probes must
+    /// skip it explicitly.
+    own: std::sync::atomic::AtomicUsize,
+    pub path: PathBuf,
+}
+
+const NO_SLOT: usize = usize::MAX;
+
+// SAFETY: the mapping is shared memory accessed only through atomics; the
+// fd and pointer are valid for the Segment's lifetime.
+unsafe impl Send for Segment {}
+unsafe impl Sync for Segment {}
+
+impl Drop for Segment {
+    fn drop(&mut self) {
+        // SAFETY: base/SIZE is our mapping; fd is ours.
+        unsafe {
+            libc::munmap(self.base.cast(), SIZE);
+            libc::close(self.fd);
+        }
+    }
+}
+
+/// What an admission decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admit {
+    Granted,
+    /// Refused: usage and limit at the time of the decision.
+    Refused {
+        used: u64,
+        limit: u64,
+    },
+}
+
+impl Segment {
+    /// Opens the segment at `path`, creating it (and its directory) if
+    /// absent. Refuses a file that is not ours: another owner, another
+    /// layout version, a wrong size or magic.
+    pub fn open_or_create(path: &Path) -> Result<Segment, SegmentError> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| {
+                SegmentError(format!("{}: cannot create directory: {e}", dir.display()))
+            })?;
+        }
+        let c = CString::new(path.as_os_str().as_bytes())
+            .map_err(|_| SegmentError(format!("{}: path contains a NUL byte", path.display())))?;
+        // SAFETY: open with a NUL-terminated path.
+        let fd = unsafe {
+            libc::open(
+                c.as_ptr(),
+                libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC | libc::O_NOFOLLOW,
+                0o600,
+            )
+        };
+        if fd < 0 {
+            return Err(os_err(path, "cannot open segment"));
+        }
+        match Self::init(fd, path) {
+            Ok(s) => Ok(s),
+            Err(e) => {
+                // SAFETY: closing our own fd.
+                unsafe { libc::close(fd) };
+                Err(e)
+            }
+        }
+    }
+
+    fn init(fd: i32, path: &Path) -> Result<Segment, SegmentError> {
+        // SAFETY: fstat into a zeroed struct.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        if unsafe { libc::fstat(fd, &mut st) } != 0 {
+            return Err(os_err(path, "cannot stat segment"));
+        }
+        // SAFETY: geteuid has no preconditions.
+        let me = unsafe { libc::geteuid() };
+        if st.st_uid != me {
+            return Err(SegmentError(format!(
+                "{}: segment is owned by uid {}, not by this process's uid {me}; refusing to use it",
+                path.display(),
+                st.st_uid
+            )));
+        }
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+            return Err(SegmentError(format!(
+                "{}: segment is not a regular file",
+                path.display()
+            )));
+        }
+        // Creation and validation happen under an exclusive flock so two
+        // first processes cannot both initialise.
+        // SAFETY: flock on our fd.
+        if unsafe { libc::flock(fd, libc::LOCK_EX) } != 0 {
+            return Err(os_err(path, "cannot lock segment"));
+        }
+        let r = Self::init_locked(fd, path, st.st_size as u64);
+        // SAFETY: unlocking our fd.
+        unsafe { libc::flock(fd, libc::LOCK_UN) };
+        r
+    }
+
+    fn init_locked(fd: i32, path: &Path, size_at_open: u64) -> Result<Segment, SegmentError> {
+        // Re-read the size under the lock: another process may have just
+        // created it.
+        // SAFETY: fstat into a zeroed struct.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        if unsafe { libc::fstat(fd, &mut st) } != 0 {
+            return Err(os_err(path, "cannot stat segment"));
+        }
+        let _ = size_at_open;
+        let size = st.st_size as u64;
+        let fresh = size == 0;
+        if fresh {
+            // SAFETY: ftruncate on our fd.
+            if unsafe { libc::ftruncate(fd, SIZE as libc::off_t) } != 0 {
+                return Err(os_err(path, "cannot size segment"));
+            }
+        } else if size != SIZE as u64 {
+            return Err(SegmentError(format!(
+                "{}: segment is {size} bytes, expected {SIZE}: written by another version of cuslice, or not a cuslice segment; remove it when no process uses it",
+                path.display()
+            )));
+        }
+        let seg = Self::map(fd, path, true)?;
+        if fresh {
+            let h = seg.base.cast::<Header>();
+            // SAFETY: fresh zero-filled mapping of SIZE bytes; nobody else
+            // reads it before we drop the flock.
+            unsafe {
+                (*h).version = VERSION;
+                (*h).header_size = std::mem::size_of::<Header>() as u32;
+                (*h).total_size = SIZE as u64;
+                (*h).max_devices = MAX_DEVICES as u32;
+                (*h).max_slots = MAX_SLOTS as u32;
+                (*h).device_size = std::mem::size_of::<Device>() as u32;
+                (*h).slot_size = std::mem::size_of::<Slot>() as u32;
+                // Magic last: a reader seeing it sees the rest.
+                std::sync::atomic::fence(Ordering::Release);
+                (*h).magic = MAGIC;
+            }
+        }
+        seg.validate()?;
+        Ok(seg)
+    }
+
+    fn map(fd: i32, path: &Path, writable: bool) -> Result<Segment, SegmentError> {
+        let prot = if writable {
+            libc::PROT_READ | libc::PROT_WRITE
+        } else {
+            libc::PROT_READ
+        };
+        // SAFETY: mapping SIZE bytes of a file at least that long.
+        let p = unsafe { libc::mmap(std::ptr::null_mut(), SIZE, prot, libc::MAP_SHARED, fd, 0) };
+        if p == libc::MAP_FAILED {
+            return Err(os_err(path, "cannot map segment"));
+        }
+        Ok(Segment {
+            base: p.cast(),
+            fd,
+            writable,
+            own: NO_SLOT.into(),
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// Opens an existing segment read-only (for `cuslice status`).
+    pub fn open_read_only(path: &Path) -> Result<Segment, SegmentError> {
+        let c = CString::new(path.as_os_str().as_bytes())
+            .map_err(|_| SegmentError(format!("{}: path contains a NUL byte", path.display())))?;
+        // SAFETY: open with a NUL-terminated path.
+        let fd = unsafe {
+            libc::open(
+                c.as_ptr(),
+                libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOFOLLOW,
+            )
+        };
+        if fd < 0 {
+            return Err(os_err(path, "cannot open segment"));
+        }
+        // SAFETY: fstat into a zeroed struct.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        if unsafe { libc::fstat(fd, &mut st) } != 0 || st.st_size as u64 != SIZE as u64 {
+            unsafe { libc::close(fd) };
+            return Err(SegmentError(format!(
+                "{}: not a cuslice segment of this version (size {}, expected {SIZE})",
+                path.display(),
+                st.st_size
+            )));
+        }
+        let seg = Self::map(fd, path, false).inspect_err(|_| unsafe {
+            libc::close(fd);
+        })?;
+        seg.validate()?;
+        Ok(seg)
+    }
+
+    fn header(&self) -> &Header {
+        // SAFETY: the mapping starts with a Header and lives as long as self.
+        unsafe { &*self.base.cast::<Header>() }
+    }
+
+    fn validate(&self) -> Result<(), SegmentError> {
+        let h = self.header();
+        let p = self.path.display();
+        if h.magic != MAGIC {
+            return Err(SegmentError(format!(
+                "{p}: not a cuslice memory segment (bad magic)"
+            )));
+        }
+        if h.version != VERSION {
+            return Err(SegmentError(format!(
+                "{p}: segment layout version {} is not the version {VERSION} this cuslice uses",
+                h.version
+            )));
+        }
+        let expect = [
+            (
+                h.header_size as usize,
+                std::mem::size_of::<Header>(),
+                "header size",
+            ),
+            (h.total_size as usize, SIZE, "total size"),
+            (h.max_devices as usize, MAX_DEVICES, "device count"),
+            (h.max_slots as usize, MAX_SLOTS, "slot count"),
+            (
+                h.device_size as usize,
+                std::mem::size_of::<Device>(),
+                "device entry size",
+            ),
+            (
+                h.slot_size as usize,
+                std::mem::size_of::<Slot>(),
+                "slot size",
+            ),
+        ];
+        for (got, want, what) in expect {
+            if got != want {
+                return Err(SegmentError(format!(
+                    "{p}: segment {what} is {got}, expected {want}: corrupt or foreign"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn device(&self, i: usize) -> Option<&Device> {
+        if i >= MAX_DEVICES {
+            return None;
+        }
+        let off = std::mem::size_of::<Header>() + i * std::mem::size_of::<Device>();
+        // SAFETY: in bounds of the mapping (i < MAX_DEVICES), properly
+        // aligned (mmap is page aligned, entries are 64-byte multiples).
+        Some(unsafe { &*self.base.add(off).cast::<Device>() })
+    }
+
+    pub fn slot(&self, i: usize) -> Option<&Slot> {
+        if i >= MAX_SLOTS {
+            return None;
+        }
+        let off = std::mem::size_of::<Header>()
+            + MAX_DEVICES * std::mem::size_of::<Device>()
+            + i * std::mem::size_of::<Slot>();
+        // SAFETY: as in device().
+        Some(unsafe { &*self.base.add(off).cast::<Slot>() })
+    }
+
+    fn lock_cmd(&self, cmd: i32, typ: i32, slot: usize) -> libc::flock {
+        let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+        fl.l_type = typ as libc::c_short;
+        fl.l_whence = libc::SEEK_SET as libc::c_short;
+        fl.l_start = LOCK_BASE + slot as i64;
+        fl.l_len = 1;
+        // SAFETY: fcntl with a valid flock struct on our fd.
+        let r = unsafe { libc::fcntl(self.fd, cmd, &mut fl) };
+        if r != 0 {
+            fl.l_type = -1;
+        }
+        fl
+    }
+
+    /// Whether the process that owns `slot` is alive (its lock is held by
+    /// another open file description). Our own slot reads as alive.
+    pub fn slot_alive(&self, slot: usize) -> bool {
+        if slot == self.own.load(Ordering::Relaxed) {
+            return true;
+        }
+        let fl = self.lock_cmd(libc::F_OFD_GETLK, libc::F_WRLCK, slot);
+        // F_UNLCK: nobody else holds it. -1: the query failed: assume alive
+        // (never reclaim what we cannot prove dead).
+        fl.l_type != libc::F_UNLCK as libc::c_short
+    }
+
+    fn try_lock_slot(&self, slot: usize) -> bool {
+        self.lock_cmd(libc::F_OFD_SETLK, libc::F_WRLCK, slot)
+            .l_type
+            != -1
+    }
+
+    fn unlock_slot(&self, slot: usize) {
+        self.lock_cmd(libc::F_OFD_SETLK, libc::F_UNLCK, slot);
+    }
+
+    /// Registers this process: takes the first slot whose lock is free,
+    /// reclaiming what a dead previous owner left in it.
+    pub fn claim_slot(&self, pid: u32) -> Result<usize, SegmentError> {
+        if !self.writable {
+            return Err(SegmentError(format!(
+                "{}: opened read-only",
+                self.path.display()
+            )));
+        }
+        if self.own.load(Ordering::Relaxed) != NO_SLOT {
+            return Err(SegmentError(format!(
+                "{}: this process already holds a slot",
+                self.path.display()
+            )));
+        }
+        for i in 0..MAX_SLOTS {
+            if !self.try_lock_slot(i) {
+                continue;
+            }
+            let Some(s) = self.slot(i) else { break };
+            // A dead previous owner may have died holding a device lock: that
+            // lock word carries this slot's id, which is now ours. Finish its
+            // critical section for it (recompute), then let go.
+            let me = i as u32 + 1;
+            for d in 0..MAX_DEVICES {
+                if let Some(dev) = self.device(d)
+                    && dev.lock.load(Ordering::Acquire) == me
+                {
+                    self.recompute(dev);
+                    dev.lock.store(0, Ordering::Release);
+                }
+            }
+            if s.state.load(Ordering::Acquire) != SLOT_FREE {
+                self.reclaim_locked(i);
+            }
+            s.pid.store(pid, Ordering::Relaxed);
+            s.started.store(now_secs(), Ordering::Relaxed);
+            s.state.store(SLOT_LIVE, Ordering::Release);
+            self.own.store(i, Ordering::Relaxed);
+            return Ok(i);
+        }
+        Err(SegmentError(format!(
+            "{}: all {MAX_SLOTS} process slots are in use by live processes",
+            self.path.display()
+        )))
+    }
+
+    /// Gives our slot back (normal exit): usage is credited, the lock dropped.
+    pub fn release_slot(&self, slot: usize) {
+        self.reclaim_locked(slot);
+        self.unlock_slot(slot);
+        let _ = self
+            .own
+            .compare_exchange(slot, NO_SLOT, Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    /// Credits everything `slot` holds and frees it. The caller holds the
+    /// slot's lock (it is ours, or its owner is dead).
+    fn reclaim_locked(&self, slot: usize) {
+        let Some(s) = self.slot(slot) else { return };
+        for d in 0..MAX_DEVICES {
+            if s.used[d].load(Ordering::Acquire) == 0 {
+                continue;
+            }
+            let Some(dev) = self.device(d) else { continue };
+            let g = self.lock_device(dev, slot);
+            let n = s.used[d].swap(0, Ordering::AcqRel);
+            let u = dev.used.load(Ordering::Relaxed);
+            dev.used.store(u.saturating_sub(n), Ordering::Release);
+            drop(g);
+        }
+        s.state.store(SLOT_FREE, Ordering::Release);
+    }
+
+    /// Reclaims every slot whose owner is dead. Returns how many.
+    pub fn reclaim_dead(&self) -> usize {
+        let mut n = 0;
+        for i in 0..MAX_SLOTS {
+            let Some(s) = self.slot(i) else { break };
+            if s.state.load(Ordering::Acquire) == SLOT_FREE || i == self.own.load(Ordering::Relaxed)
+            {
+                continue;
+            }
+            // Taking the lock proves the owner is gone and keeps a new
+            // process from claiming the slot while we clean it.
+            if self.try_lock_slot(i) {
+                self.reclaim_locked(i);
+                self.unlock_slot(i);
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// Finds the device entry for `uuid`, creating it with `limit` if absent.
+    /// A different limit already recorded for the same GPU is an error:
+    /// every process sharing a segment must agree on the quota.
+    pub fn register_device(&self, uuid: &[u8; 16], limit: u64) -> Result<usize, SegmentError> {
+        // SAFETY: flock on our fd (registration is rare: once per device
+        // per process at cuInit).
+        unsafe { libc::flock(self.fd, libc::LOCK_EX) };
+        let r = self.register_device_locked(uuid, limit);
+        unsafe { libc::flock(self.fd, libc::LOCK_UN) };
+        r
+    }
+
+    fn register_device_locked(&self, uuid: &[u8; 16], limit: u64) -> Result<usize, SegmentError> {
+        let mut empty = None;
+        for i in 0..MAX_DEVICES {
+            let Some(d) = self.device(i) else { break };
+            match d.state.load(Ordering::Acquire) {
+                DEV_READY if &device_uuid(d) == uuid => {
+                    let have = d.limit.load(Ordering::Relaxed);
+                    if have != limit {
+                        return Err(SegmentError(format!(
+                            "{}: GPU {} already has a memory quota of {} in this segment, but this process's configuration says {}; all processes sharing a segment must use the same quota",
+                            self.path.display(),
+                            crate::config::format_uuid(uuid),
+                            fmt_limit(have),
+                            fmt_limit(limit)
+                        )));
+                    }
+                    return Ok(i);
+                }
+                DEV_EMPTY if empty.is_none() => empty = Some(i),
+                _ => {}
+            }
+        }
+        let Some(i) = empty else {
+            return Err(SegmentError(format!(
+                "{}: no free device entry (at most {MAX_DEVICES} GPUs)",
+                self.path.display()
+            )));
+        };
+        let Some(d) = self.device(i) else {
+            unreachable!("i < MAX_DEVICES")
+        };
+        for (k, w) in d.uuid.iter().enumerate() {
+            w.store(
+                u32::from_le_bytes([
+                    uuid[4 * k],
+                    uuid[4 * k + 1],
+                    uuid[4 * k + 2],
+                    uuid[4 * k + 3],
+                ]),
+                Ordering::Relaxed,
+            );
+        }
+        d.limit.store(limit, Ordering::Relaxed);
+        d.state.store(DEV_READY, Ordering::Release);
+        Ok(i)
+    }
+
+    /// Takes a device's admission lock on behalf of `slot`. If the holder
+    /// died inside its critical section, takes the lock over and recomputes
+    /// `used` from the slots.
+    pub fn lock_device<'a>(&'a self, dev: &'a Device, slot: usize) -> DeviceGuard<'a> {
+        let me = slot as u32 + 1;
+        let mut spins: u32 = 0;
+        loop {
+            let cur = dev.lock.load(Ordering::Relaxed);
+            if cur == 0 {
+                if dev
+                    .lock
+                    .compare_exchange_weak(0, me, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    return DeviceGuard { dev };
+                }
+                continue;
+            }
+            spins += 1;
+            if spins < 100 {
+                std::hint::spin_loop();
+                continue;
+            }
+            // SAFETY: sched_yield has no preconditions.
+            unsafe { libc::sched_yield() };
+            // Every ~1000 tries, check the holder is alive. A holder in our
+            // own process (another thread) is alive by definition.
+            if spins.is_multiple_of(1000) && cur != me {
+                let owner = (cur - 1) as usize;
+                if owner < MAX_SLOTS
+                    && !self.slot_alive(owner)
+                    && dev
+                        .lock
+                        .compare_exchange(cur, me, Ordering::Acquire, Ordering::Relaxed)
+                        .is_ok()
+                {
+                    self.recompute(dev);
+                    return DeviceGuard { dev };
+                }
+            }
+        }
+    }
+
+    /// Restores `used = sum of slots` for one device (under its lock).
+    fn recompute(&self, dev: &Device) {
+        let idx = self.device_index(dev);
+        let mut sum = 0u64;
+        for i in 0..MAX_SLOTS {
+            let Some(s) = self.slot(i) else { break };
+            if s.state.load(Ordering::Acquire) != SLOT_FREE {
+                sum = sum.saturating_add(s.used[idx].load(Ordering::Acquire));
+            }
+        }
+        dev.used.store(sum, Ordering::Release);
+    }
+
+    fn device_index(&self, dev: &Device) -> usize {
+        let off =
+            (dev as *const Device as usize) - (self.base as usize) - std::mem::size_of::<Header>();
+        (off / std::mem::size_of::<Device>()).min(MAX_DEVICES - 1)
+    }
+
+    /// Admits `bytes` on device entry `d` for `slot`, or refuses.
+    pub fn admit(&self, d: usize, slot: usize, bytes: u64) -> Admit {
+        let (Some(dev), Some(s)) = (self.device(d), self.slot(slot)) else {
+            return Admit::Refused { used: 0, limit: 0 };
+        };
+        let g = self.lock_device(dev, slot);
+        let used = dev.used.load(Ordering::Relaxed);
+        let limit = dev.limit.load(Ordering::Relaxed);
+        let after = used.saturating_add(bytes);
+        if after > limit {
+            dev.refused.fetch_add(1, Ordering::Relaxed);
+            drop(g);
+            return Admit::Refused { used, limit };
+        }
+        s.used[d].fetch_add(bytes, Ordering::Relaxed);
+        dev.used.store(after, Ordering::Release);
+        if after > dev.peak.load(Ordering::Relaxed) {
+            dev.peak.store(after, Ordering::Relaxed);
+        }
+        drop(g);
+        Admit::Granted
+    }
+
+    /// Credits `bytes` on device entry `d` for `slot` (a free, or the roll
+    /// back of an admission whose driver call failed).
+    pub fn credit(&self, d: usize, slot: usize, bytes: u64) {
+        let (Some(dev), Some(s)) = (self.device(d), self.slot(slot)) else {
+            return;
+        };
+        let g = self.lock_device(dev, slot);
+        let mine = s.used[d].load(Ordering::Relaxed);
+        let n = bytes.min(mine);
+        s.used[d].store(mine - n, Ordering::Relaxed);
+        let u = dev.used.load(Ordering::Relaxed);
+        dev.used.store(u.saturating_sub(n), Ordering::Release);
+        drop(g);
+    }
+
+    /// A consistent-enough snapshot of one device for display and info.
+    pub fn device_usage(&self, d: usize) -> Option<DeviceUsage> {
+        let dev = self.device(d)?;
+        if dev.state.load(Ordering::Acquire) != DEV_READY {
+            return None;
+        }
+        Some(DeviceUsage {
+            uuid: device_uuid(dev),
+            limit: dev.limit.load(Ordering::Relaxed),
+            used: dev.used.load(Ordering::Relaxed),
+            peak: dev.peak.load(Ordering::Relaxed),
+            refused: dev.refused.load(Ordering::Relaxed),
+        })
+    }
+
+    /// Live-looking slots: (slot, pid, started, used per device, alive).
+    pub fn processes(&self) -> Vec<ProcessUsage> {
+        let mut v = Vec::new();
+        for i in 0..MAX_SLOTS {
+            let Some(s) = self.slot(i) else { break };
+            if s.state.load(Ordering::Acquire) == SLOT_FREE {
+                continue;
+            }
+            let mut used = [0u64; MAX_DEVICES];
+            for (d, u) in used.iter_mut().enumerate() {
+                *u = s.used[d].load(Ordering::Relaxed);
+            }
+            v.push(ProcessUsage {
+                slot: i,
+                pid: s.pid.load(Ordering::Relaxed),
+                started: s.started.load(Ordering::Relaxed),
+                used,
+                alive: self.slot_alive(i),
+            });
+        }
+        v
+    }
+
+    /// The fd, for a fork child that must not keep its parent's lock alive.
+    pub fn raw_fd(&self) -> i32 {
+        self.fd
+    }
+}
+
+/// Guard of a device admission lock.
+pub struct DeviceGuard<'a> {
+    dev: &'a Device,
+}
+
+impl Drop for DeviceGuard<'_> {
+    fn drop(&mut self) {
+        self.dev.lock.store(0, Ordering::Release);
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceUsage {
+    pub uuid: [u8; 16],
+    pub limit: u64,
+    pub used: u64,
+    pub peak: u64,
+    pub refused: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessUsage {
+    pub slot: usize,
+    pub pid: u32,
+    pub started: u64,
+    pub used: [u64; MAX_DEVICES],
+    pub alive: bool,
+}
+
+fn device_uuid(d: &Device) -> [u8; 16] {
+    let mut u = [0u8; 16];
+    for (k, w) in d.uuid.iter().enumerate() {
+        u[4 * k..4 * k + 4].copy_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
+    }
+    u
+}
+
+fn fmt_limit(l: u64) -> String {
+    if l == UNLIMITED {
+        "none".into()
+    } else {
+        format!("{l} bytes")
+    }
+}
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tmp(name: &str) -> PathBuf {
+        let d =
+            std::env::temp_dir().join(format!("cuslice-seg-test-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        d.join("memory.seg")
+    }
+
+    #[test]
+    fn admission_is_exact_to_the_byte() {
+        let p = tmp("exact");
+        let s = Segment::open_or_create(&p).expect("open");
+        let slot = s.claim_slot(1).expect("slot");
+        let d = s.register_device(&[7; 16], 1000).expect("dev");
+        assert_eq!(s.admit(d, slot, 600), Admit::Granted);
+        assert_eq!(s.admit(d, slot, 400), Admit::Granted);
+        assert_eq!(
+            s.admit(d, slot, 1),
+            Admit::Refused {
+                used: 1000,
+                limit: 1000
+            }
+        );
+        s.credit(d, slot, 1);
+        assert_eq!(s.admit(d, slot, 1), Admit::Granted);
+        s.release_slot(slot);
+        assert_eq!(s.device_usage(d).map(|u| u.used), Some(0));
+    }
+
+    #[test]
+    fn differing_limit_for_same_gpu_is_refused() {
+        let p = tmp("limits");
+        let s = Segment::open_or_create(&p).expect("open");
+        s.register_device(&[1; 16], 4 << 30).expect("first");
+        let e = s.register_device(&[1; 16], 8 << 30).expect_err("second");
+        assert!(
+            e.0.contains("already has a memory quota of 4294967296 bytes"),
+            "{e}"
+        );
+        assert_eq!(s.register_device(&[1; 16], 4 << 30).ok(), Some(0));
+    }
+
+    #[test]
+    fn foreign_files_are_refused() {
+        let p = tmp("foreign");
+        std::fs::create_dir_all(p.parent().expect("dir")).expect("mkdir");
+        std::fs::write(&p, b"hello").expect("write");
+        let e = Segment::open_or_create(&p).err().expect("must refuse");
+        assert!(e.0.contains("is 5 bytes, expected"), "{e}");
+        std::fs::write(&p, vec![0u8; SIZE]).expect("write");
+        let e = Segment::open_or_create(&p).err().expect("must refuse");
+        assert!(e.0.contains("bad magic"), "{e}");
+        let mut bytes = vec![0u8; SIZE];
+        bytes[..8].copy_from_slice(&MAGIC);
+        bytes[8..12].copy_from_slice(&99u32.to_le_bytes());
+        std::fs::write(&p, bytes).expect("write");
+        let e = Segment::open_or_create(&p).err().expect("must refuse");
+        assert!(e.0.contains("layout version 99"), "{e}");
+    }
+
+    #[test]
+    fn a_second_open_file_description_sees_our_slot_alive() {
+        let p = tmp("alive");
+        let a = Segment::open_or_create(&p).expect("open a");
+        let b = Segment::open_or_create(&p).expect("open b");
+        let slot = a.claim_slot(1).expect("slot");
+        assert!(b.slot_alive(slot));
+        // b cannot take a's slot, so it gets the next one.
+        assert_eq!(b.claim_slot(2).ok(), Some(slot + 1));
+        drop(a); // closing the fd drops the lock: the slot is dead now
+        assert!(!b.slot_alive(slot));
+    }
+
+    #[test]
+    fn claiming_the_slot_of_a_holder_that_died_in_the_lock() {
+        let p = tmp("reuse");
+        let b = Segment::open_or_create(&p).expect("open b");
+        let d = b.register_device(&[5; 16], 100).expect("dev");
+        {
+            let a = Segment::open_or_create(&p).expect("open a");
+            let slot = a.claim_slot(1).expect("slot");
+            assert_eq!(slot, 0);
+            assert_eq!(a.admit(d, slot, 30), Admit::Granted);
+            a.device(d)
+                .expect("dev")
+                .lock
+                .store(slot as u32 + 1, Ordering::Release);
+        }
+        // b reuses slot 0; it must neither deadlock on the stale lock nor
+        // keep the dead process's 30 bytes.
+        assert_eq!(b.claim_slot(2).ok(), Some(0));
+        assert_eq!(b.device_usage(d).map(|u| u.used), Some(0));
+        assert_eq!(b.admit(d, 0, 100), Admit::Granted);
+    }
+
+    #[test]
+    fn dead_slot_usage_is_reclaimed() {
+        let p = tmp("reclaim");
+        let b = Segment::open_or_create(&p).expect("open b");
+        let d = b.register_device(&[3; 16], 100).expect("dev");
+        {
+            let a = Segment::open_or_create(&p).expect("open a");
+            let slot = a.claim_slot(1).expect("slot");
+            assert_eq!(a.admit(d, slot, 70), Admit::Granted);
+        } // a's fd closes: as if the process died without cleaning up
+        let me = b.claim_slot(2).expect("slot");
+        // The claim may have reused a's slot (and reclaimed it) or not;
+        // either way, after looking, the 70 bytes are back.
+        b.reclaim_dead();
+        assert_eq!(b.device_usage(d).map(|u| u.used), Some(0));
+        assert_eq!(b.admit(d, me, 100), Admit::Granted);
+    }
+
+    #[test]
+    fn lock_of_a_dead_holder_is_taken_over_and_usage_recomputed() {
+        let p = tmp("steal");
+        let b = Segment::open_or_create(&p).expect("open b");
+        let d = b.register_device(&[4; 16], 100).expect("dev");
+        let me = b.claim_slot(2).expect("slot");
+        let dead_slot;
+        {
+            let a = Segment::open_or_create(&p).expect("open a");
+            dead_slot = a.claim_slot(1).expect("slot");
+            assert_eq!(a.admit(d, dead_slot, 10), Admit::Granted);
+            // Die inside the critical section, half-way through an update.
+            let dev = a.device(d).expect("dev");
+            dev.lock.store(dead_slot as u32 + 1, Ordering::Release);
+            a.slot(dead_slot).expect("slot").used[d].fetch_add(5, Ordering::Relaxed);
+        }
+        assert_ne!(me, dead_slot);
+        // Taking over recomputes used = 15 from the slots; then the dead
+        // slot's 15 are reclaimed.
+        assert_eq!(b.admit(d, me, 1), Admit::Granted);
+        assert_eq!(b.device_usage(d).map(|u| u.used), Some(16));
+        b.reclaim_dead();
+        assert_eq!(b.device_usage(d).map(|u| u.used), Some(1));
+    }
+}

@@ -1,0 +1,630 @@
+//! Device memory allocation families under the quota.
+//!
+//! Every allocation is admitted before the driver call (reserve in the
+//! container's segment, atomically against the quota) and rolled back if
+//! the driver fails; what was charged is remembered per pointer / handle /
+//! array so that the free credits exactly that. Memory allocated before the
+//! shim was initialised, or on a path we do not see, is not in the tables
+//! and its free passes through without a credit.
+
+#![allow(non_snake_case)]
+
+use std::ffi::{c_uint, c_ulonglong};
+use std::sync::atomic::Ordering;
+
+use crate::generated::real;
+use crate::quota::{self, Quota, meta};
+use crate::sys::*;
+
+const OK: CUresult = CUresult::CUDA_SUCCESS;
+
+/// The quota and the current device, or None to pass straight through.
+/// After a failed initialisation every allocation is refused.
+#[inline]
+fn policed() -> Result<Option<(&'static Quota, usize)>, CUresult> {
+    match quota::get() {
+        Some(q) => Ok(q.current().map(|d| (q, d))),
+        None if quota::failed() => Err(CUresult::CUDA_ERROR_NOT_PERMITTED),
+        None => Ok(None),
+    }
+}
+
+/// Admit `size`, run `call`, record the new pointer (read by `ptr` after
+/// success) or roll back.
+#[inline]
+fn alloc_ptr(size: u64, call: impl FnOnce() -> CUresult, ptr: impl FnOnce() -> u64) -> CUresult {
+    let (q, d) = match policed() {
+        Ok(Some(x)) => x,
+        Ok(None) => return call(),
+        Err(e) => return e,
+    };
+    if let Err(e) = q.admit(d, size) {
+        return e;
+    }
+    let r = call();
+    if r != OK {
+        q.credit(d, size);
+        return r;
+    }
+    record(q, ptr(), size, meta::plain(d))
+}
+
+/// Remembers an allocation; a full table refuses it (freeing it again)
+/// rather than losing track of quota.
+fn record(q: &Quota, p: u64, size: u64, m: u64) -> CUresult {
+    if q.ptrs.insert(p, size, m) {
+        return OK;
+    }
+    crate::error!("cuslice's allocation table is full; refusing the allocation");
+    // SAFETY: freeing the pointer the driver just returned.
+    unsafe {
+        if meta::pool(m).is_some() {
+            real::cuMemFreeAsync(p, std::ptr::null_mut());
+        } else {
+            real::cuMemFree_v2(p);
+        }
+    }
+    q.credit(meta::ordinal(m), size);
+    CUresult::CUDA_ERROR_OUT_OF_MEMORY
+}
+
+/// Frees through `call`, crediting what the pointer was charged.
+#[inline]
+fn free_ptr(p: u64, call: impl FnOnce() -> CUresult) -> CUresult {
+    let Some(q) = quota::get() else { return call() };
+    // Remove first: once the driver has freed it, another thread may get
+    // the same address back and record it.
+    let rec = q.ptrs.remove(p);
+    let r = call();
+    match rec {
+        Some((size, m)) if r == OK => match meta::pool(m) {
+            Some(i) => {
+                // Back to its pool, which keeps the memory reserved: the
+                // charge moves with the pool's reservation (trim/sync).
+                if let Some(pool) = q.pools.get(i) {
+                    pool.used.fetch_sub(
+                        size.min(pool.used.load(Ordering::Relaxed)),
+                        Ordering::AcqRel,
+                    );
+                }
+            }
+            None => q.credit(meta::ordinal(m), size),
+        },
+        Some((size, m)) => {
+            // The driver refused the free: the allocation is still live.
+            q.ptrs.insert(p, size, m);
+        }
+        None => {}
+    }
+    r
+}
+
+pub unsafe fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytesize: usize) -> CUresult {
+    alloc_ptr(
+        bytesize as u64,
+        || unsafe { real::cuMemAlloc_v2(dptr, bytesize) },
+        || unsafe { *dptr },
+    )
+}
+
+pub unsafe fn cuMemAlloc(dptr: *mut CUdeviceptr_v1, bytesize: c_uint) -> CUresult {
+    alloc_ptr(
+        bytesize as u64,
+        || unsafe { real::cuMemAlloc(dptr, bytesize) },
+        || unsafe { *dptr } as u64,
+    )
+}
+
+pub unsafe fn cuMemAllocManaged(
+    dptr: *mut CUdeviceptr,
+    bytesize: usize,
+    flags: c_uint,
+) -> CUresult {
+    // Managed memory is counted as device memory: it can all migrate there.
+    alloc_ptr(
+        bytesize as u64,
+        || unsafe { real::cuMemAllocManaged(dptr, bytesize, flags) },
+        || unsafe { *dptr },
+    )
+}
+
+pub unsafe fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
+    free_ptr(dptr, || unsafe { real::cuMemFree_v2(dptr) })
+}
+
+pub unsafe fn cuMemFree(dptr: CUdeviceptr_v1) -> CUresult {
+    free_ptr(dptr as u64, || unsafe { real::cuMemFree(dptr) })
+}
+
+/// Pitch is chosen by the driver: admit an upper bound (rows padded to
+/// 512 bytes, more than any current GPU's pitch alignment), then settle to
+/// pitch x height.
+fn alloc_pitch(
+    width: u64,
+    height: u64,
+    call: impl FnOnce() -> CUresult,
+    out: impl FnOnce() -> (u64, u64),
+) -> CUresult {
+    let (q, d) = match policed() {
+        Ok(Some(x)) => x,
+        Ok(None) => return call(),
+        Err(e) => return e,
+    };
+    let bound = width
+        .div_ceil(512)
+        .saturating_mul(512)
+        .saturating_mul(height);
+    if let Err(e) = q.admit(d, bound) {
+        return e;
+    }
+    let r = call();
+    if r != OK {
+        q.credit(d, bound);
+        return r;
+    }
+    let (p, pitch) = out();
+    let actual = pitch.saturating_mul(height);
+    if actual > bound {
+        if let Err(e) = q.admit(d, actual - bound) {
+            // SAFETY: freeing what the driver just returned.
+            unsafe { real::cuMemFree_v2(p) };
+            q.credit(d, bound);
+            return e;
+        }
+    } else {
+        q.credit(d, bound - actual);
+    }
+    record(q, p, actual, meta::plain(d))
+}
+
+pub unsafe fn cuMemAllocPitch_v2(
+    dptr: *mut CUdeviceptr,
+    pitch: *mut usize,
+    width: usize,
+    height: usize,
+    elem: c_uint,
+) -> CUresult {
+    alloc_pitch(
+        width as u64,
+        height as u64,
+        || unsafe { real::cuMemAllocPitch_v2(dptr, pitch, width, height, elem) },
+        || unsafe { (*dptr, *pitch as u64) },
+    )
+}
+
+pub unsafe fn cuMemAllocPitch(
+    dptr: *mut CUdeviceptr_v1,
+    pitch: *mut c_uint,
+    width: c_uint,
+    height: c_uint,
+    elem: c_uint,
+) -> CUresult {
+    alloc_pitch(
+        width as u64,
+        height as u64,
+        || unsafe { real::cuMemAllocPitch(dptr, pitch, width, height, elem) },
+        || unsafe { (*dptr as u64, *pitch as u64) },
+    )
+}
+
+// ---- stream-ordered allocator -------------------------------------------
+
+/// Pools reserve in 2 MiB granules on current GPUs: admit growth rounded up
+/// to that, so the reservation never outruns the quota between syncs.
+const POOL_GRANULE: u64 = 2 << 20;
+
+fn alloc_pooled(
+    size: u64,
+    pool_of: impl FnOnce(usize) -> Option<u64>,
+    call: impl FnOnce() -> CUresult,
+    ptr: impl FnOnce() -> u64,
+    free: impl FnOnce(u64),
+) -> CUresult {
+    let (q, d) = match policed() {
+        Ok(Some(x)) => x,
+        Ok(None) => return call(),
+        Err(e) => return e,
+    };
+    let Some(pool) = pool_of(d).and_then(|h| q.pool(h, d)) else {
+        // Unknown pool (or too many): charge the allocation itself.
+        return alloc_ptr(size, call, ptr);
+    };
+    let idx = q.pool_index(pool);
+    // Growth the pool may need beyond what is already charged to it.
+    let used_after = pool.used.load(Ordering::Acquire).saturating_add(size);
+    let charged = pool.charged.load(Ordering::Acquire);
+    let pre = if used_after > charged {
+        (used_after - charged).div_ceil(POOL_GRANULE) * POOL_GRANULE
+    } else {
+        0
+    };
+    if pre > 0 {
+        if let Err(e) = q.admit(d, pre) {
+            return e;
+        }
+        pool.charged.fetch_add(pre, Ordering::AcqRel);
+    }
+    let r = call();
+    if r != OK {
+        if pre > 0 {
+            pool.charged.fetch_sub(pre, Ordering::AcqRel);
+            q.credit(d, pre);
+        }
+        return r;
+    }
+    let p = ptr();
+    pool.used.fetch_add(size, Ordering::AcqRel);
+    let r = record(q, p, size, meta::pooled(d, idx));
+    if r != OK {
+        pool.used.fetch_sub(size, Ordering::AcqRel);
+        return r;
+    }
+    // Settle the charge on the pool's real reservation when it may have grown.
+    if (pre > 0 || pool.used.load(Ordering::Acquire) > pool.charged.load(Ordering::Acquire))
+        && q.sync_pool(pool).is_err()
+    {
+        // The reservation outgrew the quota: undo this allocation.
+        q.ptrs.remove(p);
+        pool.used.fetch_sub(size, Ordering::AcqRel);
+        free(p);
+        let _ = q.sync_pool(pool);
+        return CUresult::CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    OK
+}
+
+fn current_pool(d: usize) -> Option<u64> {
+    let mut pool: CUmemoryPool = std::ptr::null_mut();
+    // SAFETY: real driver call with a valid out pointer.
+    let r = unsafe { real::cuDeviceGetMemPool(&mut pool, d as CUdevice) };
+    (r == OK).then_some(pool as u64)
+}
+
+pub unsafe fn cuMemAllocAsync(
+    dptr: *mut CUdeviceptr,
+    bytesize: usize,
+    stream: CUstream,
+) -> CUresult {
+    alloc_pooled(
+        bytesize as u64,
+        current_pool,
+        || unsafe { real::cuMemAllocAsync(dptr, bytesize, stream) },
+        || unsafe { *dptr },
+        |p| unsafe {
+            real::cuMemFreeAsync(p, stream);
+        },
+    )
+}
+
+pub unsafe fn cuMemAllocAsync_ptsz(
+    dptr: *mut CUdeviceptr,
+    bytesize: usize,
+    stream: CUstream,
+) -> CUresult {
+    alloc_pooled(
+        bytesize as u64,
+        current_pool,
+        || unsafe { real::cuMemAllocAsync_ptsz(dptr, bytesize, stream) },
+        || unsafe { *dptr },
+        |p| unsafe {
+            real::cuMemFreeAsync_ptsz(p, stream);
+        },
+    )
+}
+
+pub unsafe fn cuMemAllocFromPoolAsync(
+    dptr: *mut CUdeviceptr,
+    bytesize: usize,
+    pool: CUmemoryPool,
+    stream: CUstream,
+) -> CUresult {
+    alloc_pooled(
+        bytesize as u64,
+        |_| Some(pool as u64),
+        || unsafe { real::cuMemAllocFromPoolAsync(dptr, bytesize, pool, stream) },
+        || unsafe { *dptr },
+        |p| unsafe {
+            real::cuMemFreeAsync(p, stream);
+        },
+    )
+}
+
+pub unsafe fn cuMemAllocFromPoolAsync_ptsz(
+    dptr: *mut CUdeviceptr,
+    bytesize: usize,
+    pool: CUmemoryPool,
+    stream: CUstream,
+) -> CUresult {
+    alloc_pooled(
+        bytesize as u64,
+        |_| Some(pool as u64),
+        || unsafe { real::cuMemAllocFromPoolAsync_ptsz(dptr, bytesize, pool, stream) },
+        || unsafe { *dptr },
+        |p| unsafe {
+            real::cuMemFreeAsync_ptsz(p, stream);
+        },
+    )
+}
+
+pub unsafe fn cuMemFreeAsync(dptr: CUdeviceptr, stream: CUstream) -> CUresult {
+    free_ptr(dptr, || unsafe { real::cuMemFreeAsync(dptr, stream) })
+}
+
+pub unsafe fn cuMemFreeAsync_ptsz(dptr: CUdeviceptr, stream: CUstream) -> CUresult {
+    free_ptr(dptr, || unsafe { real::cuMemFreeAsync_ptsz(dptr, stream) })
+}
+
+pub unsafe fn cuMemPoolTrimTo(pool: CUmemoryPool, keep: usize) -> CUresult {
+    // SAFETY: forwarding the caller's arguments.
+    let r = unsafe { real::cuMemPoolTrimTo(pool, keep) };
+    if r == OK
+        && let Some(q) = quota::get()
+        && let Some(p) = q
+            .pools
+            .iter()
+            .find(|p| p.handle.load(Ordering::Acquire) == pool as u64)
+    {
+        // Credit what the trim released.
+        let _ = q.sync_pool(p);
+    }
+    r
+}
+
+// ---- virtual memory management (PyTorch expandable segments, NCCL) --------
+
+const RELEASED: u64 = 1 << 63;
+const MAP_ONE: u64 = 1 << 16;
+const MAP_MASK: u64 = 0xffff_ffff << 16;
+
+/// Handle meta: ordinal in the low 16 bits, live mapping count above, and
+/// RELEASED once cuMemRelease was called. The physical memory (and the
+/// quota charge) lives until both: released and unmapped everywhere.
+fn handle_done(m: u64) -> bool {
+    m & RELEASED != 0 && m & MAP_MASK == 0
+}
+
+pub unsafe fn cuMemCreate(
+    handle: *mut CUmemGenericAllocationHandle,
+    size: usize,
+    prop: *const CUmemAllocationProp,
+    flags: c_ulonglong,
+) -> CUresult {
+    // SAFETY: prop is the caller's valid pointer (or null: the driver
+    // rejects that and so do we, by passing through).
+    let on_device = !prop.is_null()
+        && unsafe { (*prop).location.type_ } == CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
+    let call = || unsafe { real::cuMemCreate(handle, size, prop, flags) };
+    let Some(q) = quota::get() else {
+        return if quota::failed() {
+            CUresult::CUDA_ERROR_NOT_PERMITTED
+        } else {
+            call()
+        };
+    };
+    if !on_device {
+        return call();
+    }
+    // SAFETY: on_device implies prop is non-null.
+    let d = unsafe { (*prop).location.__bindgen_anon_1.id };
+    if d < 0 || d as usize >= q.devs.len() {
+        return call();
+    }
+    let d = d as usize;
+    if let Err(e) = q.admit(d, size as u64) {
+        return e;
+    }
+    let r = call();
+    if r != OK {
+        q.credit(d, size as u64);
+        return r;
+    }
+    // SAFETY: the driver wrote the handle.
+    let h = unsafe { *handle };
+    if !q.handles.insert(h, size as u64, d as u64) {
+        crate::error!("cuslice's handle table is full; refusing the allocation");
+        unsafe { real::cuMemRelease(h) };
+        q.credit(d, size as u64);
+        return CUresult::CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    OK
+}
+
+/// Applies `f` to a handle's meta; credits and forgets it once done.
+fn update_handle(q: &Quota, h: u64, f: impl Fn(u64) -> u64) {
+    // Handle updates race only with the caller's own misuse (mapping a
+    // handle while releasing it on another thread); a retry loop keeps the
+    // counts right anyway.
+    for _ in 0..64 {
+        let Some((size, m)) = q.handles.get(h) else {
+            return;
+        };
+        let n = f(m);
+        if !q.handles.update(h, size, n) {
+            return;
+        }
+        if handle_done(n) {
+            if q.handles.remove(h).is_some() {
+                q.credit((n & 0xffff) as usize, size);
+            }
+            return;
+        }
+        if q.handles.get(h).map(|x| x.1) == Some(n) {
+            return;
+        }
+    }
+}
+
+pub unsafe fn cuMemRelease(handle: CUmemGenericAllocationHandle) -> CUresult {
+    // SAFETY: forwarding the caller's arguments.
+    let r = unsafe { real::cuMemRelease(handle) };
+    if r == OK
+        && let Some(q) = quota::get()
+    {
+        update_handle(q, handle, |m| m | RELEASED);
+    }
+    r
+}
+
+pub unsafe fn cuMemMap(
+    ptr: CUdeviceptr,
+    size: usize,
+    offset: usize,
+    handle: CUmemGenericAllocationHandle,
+    flags: c_ulonglong,
+) -> CUresult {
+    // SAFETY: forwarding the caller's arguments.
+    let r = unsafe { real::cuMemMap(ptr, size, offset, handle, flags) };
+    if r == OK
+        && let Some(q) = quota::get()
+        && q.handles.get(handle).is_some()
+        && q.maps.insert(ptr, size as u64, handle)
+    {
+        // Mapping a counted handle costs nothing more: it only counts the
+        // mapping, so the handle's charge outlives its release until unmap.
+        update_handle(q, handle, |m| m + MAP_ONE);
+    }
+    r
+}
+
+pub unsafe fn cuMemUnmap(ptr: CUdeviceptr, size: usize) -> CUresult {
+    // SAFETY: forwarding the caller's arguments.
+    let r = unsafe { real::cuMemUnmap(ptr, size) };
+    if r == OK
+        && let Some(q) = quota::get()
+        && let Some((_, handle)) = q.maps.remove(ptr)
+    {
+        update_handle(
+            q,
+            handle,
+            |m| if m & MAP_MASK != 0 { m - MAP_ONE } else { m },
+        );
+    }
+    r
+}
+
+// ---- arrays ---------------------------------------------------------------
+
+fn element_bytes(f: CUarray_format) -> u64 {
+    match f {
+        CUarray_format::CU_AD_FORMAT_UNSIGNED_INT8 | CUarray_format::CU_AD_FORMAT_SIGNED_INT8 => 1,
+        CUarray_format::CU_AD_FORMAT_UNSIGNED_INT16
+        | CUarray_format::CU_AD_FORMAT_SIGNED_INT16
+        | CUarray_format::CU_AD_FORMAT_HALF => 2,
+        // 32-bit formats, and an upper bound for the packed and compressed
+        // formats we do not list.
+        _ => 4,
+    }
+}
+
+fn array_bytes(w: u64, h: u64, depth: u64, channels: u64, f: CUarray_format) -> u64 {
+    w.max(1)
+        .saturating_mul(h.max(1))
+        .saturating_mul(depth.max(1))
+        .saturating_mul(channels.max(1))
+        .saturating_mul(element_bytes(f))
+}
+
+fn alloc_array(
+    size: u64,
+    call: impl FnOnce() -> CUresult,
+    handle: impl FnOnce() -> u64,
+) -> CUresult {
+    let (q, d) = match policed() {
+        Ok(Some(x)) => x,
+        Ok(None) => return call(),
+        Err(e) => return e,
+    };
+    if let Err(e) = q.admit(d, size) {
+        return e;
+    }
+    let r = call();
+    if r != OK {
+        q.credit(d, size);
+        return r;
+    }
+    if !q.arrays.insert(handle(), size, d as u64) {
+        crate::error!("cuslice's array table is full; the array is not counted");
+    }
+    OK
+}
+
+fn free_array(h: u64, call: impl FnOnce() -> CUresult) -> CUresult {
+    let r = call();
+    if r == OK
+        && let Some(q) = quota::get()
+        && let Some((size, d)) = q.arrays.remove(h)
+    {
+        q.credit(d as usize, size);
+    }
+    r
+}
+
+pub unsafe fn cuArrayCreate_v2(
+    handle: *mut CUarray,
+    desc: *const CUDA_ARRAY_DESCRIPTOR,
+) -> CUresult {
+    let call = || unsafe { real::cuArrayCreate_v2(handle, desc) };
+    if desc.is_null() {
+        return call();
+    }
+    // SAFETY: non-null descriptor from the caller.
+    let a = unsafe { &*desc };
+    let size = array_bytes(
+        a.Width as u64,
+        a.Height as u64,
+        1,
+        a.NumChannels as u64,
+        a.Format,
+    );
+    alloc_array(size, call, || unsafe { *handle } as u64)
+}
+
+pub unsafe fn cuArray3DCreate_v2(
+    handle: *mut CUarray,
+    desc: *const CUDA_ARRAY3D_DESCRIPTOR,
+) -> CUresult {
+    let call = || unsafe { real::cuArray3DCreate_v2(handle, desc) };
+    if desc.is_null() {
+        return call();
+    }
+    // SAFETY: non-null descriptor from the caller.
+    let a = unsafe { &*desc };
+    let size = array_bytes(
+        a.Width as u64,
+        a.Height as u64,
+        a.Depth as u64,
+        a.NumChannels as u64,
+        a.Format,
+    );
+    alloc_array(size, call, || unsafe { *handle } as u64)
+}
+
+pub unsafe fn cuMipmappedArrayCreate(
+    handle: *mut CUmipmappedArray,
+    desc: *const CUDA_ARRAY3D_DESCRIPTOR,
+    levels: c_uint,
+) -> CUresult {
+    let call = || unsafe { real::cuMipmappedArrayCreate(handle, desc, levels) };
+    if desc.is_null() {
+        return call();
+    }
+    // SAFETY: non-null descriptor from the caller.
+    let a = unsafe { &*desc };
+    let (mut w, mut h, mut dp) = (a.Width as u64, a.Height as u64, a.Depth as u64);
+    let mut size = 0u64;
+    for _ in 0..levels.max(1) {
+        size = size.saturating_add(array_bytes(w, h, dp, a.NumChannels as u64, a.Format));
+        w = (w / 2).max(1);
+        h = if h == 0 { 0 } else { (h / 2).max(1) };
+        dp = if dp == 0 { 0 } else { (dp / 2).max(1) };
+    }
+    alloc_array(size, call, || unsafe { *handle } as u64)
+}
+
+pub unsafe fn cuArrayDestroy(h: CUarray) -> CUresult {
+    free_array(h as u64, || unsafe { real::cuArrayDestroy(h) })
+}
+
+pub unsafe fn cuMipmappedArrayDestroy(h: CUmipmappedArray) -> CUresult {
+    free_array(h as u64, || unsafe { real::cuMipmappedArrayDestroy(h) })
+}

@@ -1,0 +1,69 @@
+//! NVML memory information: the quota as the device's size, for the GPUs
+//! this process's CUDA initialisation registered. NVML names devices by
+//! handle; we match them to quotas by UUID.
+
+#![allow(non_snake_case)]
+
+use std::ffi::c_char;
+
+use crate::generated::real;
+use crate::quota;
+use crate::sys::*;
+
+const OK: nvmlReturn_t = nvmlReturn_t::NVML_SUCCESS;
+
+/// (limit, used) for an NVML device, if it has a quota here.
+fn usage(device: nvmlDevice_t) -> Option<(u64, u64)> {
+    let q = quota::get()?;
+    let mut buf = [0 as c_char; 96];
+    // SAFETY: real NVML call with a buffer of the stated length.
+    let r = unsafe { real::nvmlDeviceGetUUID(device, buf.as_mut_ptr(), buf.len() as u32) };
+    if r != OK {
+        return None;
+    }
+    let bytes: Vec<u8> = buf
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect();
+    let uuid = cuslice_core::config::parse_uuid(std::str::from_utf8(&bytes).ok()?).ok()?;
+    q.usage(q.ordinal_of_uuid(&uuid)?)
+}
+
+pub unsafe fn nvmlDeviceGetMemoryInfo(
+    r: nvmlReturn_t,
+    device: nvmlDevice_t,
+    memory: *mut nvmlMemory_t,
+) -> nvmlReturn_t {
+    if r == OK
+        && !memory.is_null()
+        && let Some((limit, used)) = usage(device)
+    {
+        // SAFETY: the real call succeeded and filled the struct.
+        let m = unsafe { &mut *memory };
+        m.total = limit.min(m.total);
+        m.used = used.min(m.total);
+        m.free = m.total - m.used;
+    }
+    r
+}
+
+pub unsafe fn nvmlDeviceGetMemoryInfo_v2(
+    r: nvmlReturn_t,
+    device: nvmlDevice_t,
+    memory: *mut nvmlMemory_v2_t,
+) -> nvmlReturn_t {
+    if r == OK
+        && !memory.is_null()
+        && let Some((limit, used)) = usage(device)
+    {
+        // SAFETY: the real call succeeded and filled the struct.
+        let m = unsafe { &mut *memory };
+        m.total = limit.min(m.total);
+        // Driver-reserved memory is outside the container's quota.
+        m.reserved = 0;
+        m.used = used.min(m.total);
+        m.free = m.total - m.used;
+    }
+    r
+}

@@ -1,0 +1,349 @@
+//! Memory quotas against the fake driver: exact boundaries for every
+//! allocation family, spoofed memory queries, processes racing for one
+//! quota, SIGKILL reclaim, multiple GPUs, and fail-closed configuration.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+
+use common::{Opts, run};
+
+const MIB: u64 = 1 << 20;
+
+/// A scratch directory with a quota file; its segment and the fake GPU's
+/// shared state live inside it too.
+struct Scene {
+    dir: PathBuf,
+}
+
+impl Scene {
+    fn new(name: &str, quota_toml: &str) -> Scene {
+        let dir = std::env::temp_dir().join(format!("cuslice-mem-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let text = format!(
+            "segment_dir = \"{}\"\n{quota_toml}",
+            dir.join("seg").display()
+        );
+        std::fs::write(dir.join("quota.toml"), text).expect("write quota");
+        Scene { dir }
+    }
+
+    fn env(&self, extra: &[(&'static str, String)]) -> Vec<(&'static str, String)> {
+        let mut v = vec![
+            (
+                "CUSLICE_CONFIG",
+                self.dir.join("quota.toml").display().to_string(),
+            ),
+            (
+                "FAKE_CUDA_STATE",
+                self.dir.join("fake-gpu.state").display().to_string(),
+            ),
+            ("FAKE_CUDA_MEM", "16GiB".to_string()),
+            ("FAKE_CUDA_CTX_OVERHEAD", "1MiB".to_string()),
+        ];
+        v.extend(extra.iter().cloned());
+        v
+    }
+
+    fn run(&self, args: &[&str], extra: &[(&'static str, String)]) -> common::Run {
+        run_args(
+            "memtest",
+            args,
+            Opts {
+                env: self.env(extra),
+                ..Opts::default()
+            },
+        )
+    }
+}
+
+impl Drop for Scene {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn run_args(prog: &str, args: &[&str], opts: Opts<'_>) -> common::Run {
+    run(
+        prog,
+        Opts {
+            args: args.iter().map(|a| a.to_string()).collect(),
+            ..opts
+        },
+    )
+}
+
+/// 64 MiB quota, 1 MiB context charge (matching the fake's context cost).
+const QUOTA: &str = "context_overhead = \"1MiB\"\n[all]\nmemory = \"65MiB\"\n";
+const USABLE: u64 = 64 * MIB;
+
+#[test]
+fn every_family_stops_exactly_at_the_quota() {
+    let s = Scene::new("boundary", QUOTA);
+    for family in [
+        "alloc", "alloc_v1", "managed", "pitch", "async", "pool", "vmm", "array", "array3d",
+        "mipmap",
+    ] {
+        let r = s.run(&["boundary", family, &USABLE.to_string()], &[]);
+        r.assert_ok();
+        // fill fits to the byte, one more unit is OUT_OF_MEMORY (2), the
+        // free credits everything back.
+        assert_eq!(
+            r.results(),
+            vec![format!("R {family} fill=0 over=2 free=0 refill=0 plain=0").as_str()],
+            "{family}:\n{}",
+            r.stderr
+        );
+        assert!(
+            r.stderr.contains("out of memory under the quota on GPU 0"),
+            "{family}: the first refusal is explained:\n{}",
+            r.stderr
+        );
+    }
+}
+
+#[test]
+fn every_memory_query_reports_the_quota() {
+    let s = Scene::new("info", QUOTA);
+    let r = s.run(&["info", &(10 * MIB).to_string()], &[]);
+    r.assert_ok();
+    // 65 MiB quota; 1 MiB context + 10 MiB allocated.
+    let (total, free, used) = (65 * MIB, 54 * MIB, 11 * MIB);
+    assert_eq!(
+        r.results(),
+        vec![
+            format!("R cuMemGetInfo_v2 free={free} total={total}").as_str(),
+            &format!("R cuMemGetInfo free={free} total={total}"),
+            &format!("R cuDeviceTotalMem_v2 {total}"),
+            &format!("R cuDeviceTotalMem {total}"),
+            &format!("R nvmlDeviceGetMemoryInfo 0 total={total} used={used} free={free}"),
+            &format!("R nvmlDeviceGetMemoryInfo_v2 0 total={total} used={used} free={free}"),
+        ],
+        "{}",
+        r.stderr
+    );
+}
+
+#[test]
+fn without_a_quota_memory_queries_pass_through() {
+    let s = Scene::new("noquota", "");
+    let r = s.run(&["info", &(10 * MIB).to_string()], &[]);
+    r.assert_ok();
+    let total = 16u64 << 30;
+    assert!(
+        r.results()
+            .contains(&format!("R cuDeviceTotalMem_v2 {total}").as_str()),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.results().contains(
+            &format!("R cuMemGetInfo_v2 free={} total={total}", total - 11 * MIB).as_str()
+        ),
+        "{}",
+        r.stdout
+    );
+}
+
+#[test]
+fn saturating_info_when_usage_tops_the_quota() {
+    // Usage exactly at the quota: free is 0, total the quota, no error.
+    let s = Scene::new(
+        "saturate",
+        "context_overhead = 0\n[all]\nmemory = \"64MiB\"\n",
+    );
+    let r = s.run(&["info", &(64 * MIB).to_string()], &[]);
+    r.assert_ok();
+    assert!(
+        r.results()[0].starts_with("R cuMemGetInfo_v2 free=0 total=67108864"),
+        "{}",
+        r.stdout
+    );
+}
+
+#[test]
+fn two_processes_racing_never_exceed_the_quota() {
+    let s = Scene::new("race", QUOTA);
+    // Chunks of 24 MiB: at most two fit in the 64 MiB left after contexts;
+    // the fake's device-wide usage (ground truth) is checked after every
+    // operation against the quota.
+    let quota = 65 * MIB + MIB; // plus the second process's context
+    let args = ["race", "1000", &(24 * MIB).to_string(), &quota.to_string()];
+    let opts = || Opts {
+        args: args.iter().map(|a| a.to_string()).collect(),
+        env: s.env(&[("CUSLICE_LOG", "warn".into())]),
+        ..Opts::default()
+    };
+    let a = common::spawn("memtest", &opts());
+    let b = common::spawn("memtest", &opts());
+    for child in [a, b] {
+        let out = child.wait_with_output().expect("wait");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(stdout.contains("R violations=0"), "{stdout}");
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with("D grants="))
+            .expect("counts");
+        assert!(
+            !line.ends_with("refusals=0"),
+            "the race must hit the quota: {line}"
+        );
+    }
+}
+
+#[test]
+fn sigkilled_process_gives_its_memory_back() {
+    let s = Scene::new("kill", QUOTA);
+    let holder = Opts {
+        args: vec!["hold".into(), (48 * MIB).to_string()],
+        env: s.env(&[]),
+        ..Opts::default()
+    };
+    let mut child = common::spawn("memtest", &holder);
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    assert_eq!(lines.next().and_then(|l| l.ok()).as_deref(), Some("R held"));
+    // While it lives, its 48 MiB count against the container.
+    let r = s.run(&["alloc", &(48 * MIB).to_string()], &[]);
+    assert_eq!(r.results(), vec!["R alloc=2"], "{}", r.stderr);
+    child.kill().expect("kill -9");
+    child.wait().expect("wait");
+    // Its slot lock died with it: the next process reclaims its usage.
+    let r = s.run(&["alloc", &(48 * MIB).to_string()], &[]);
+    assert_eq!(r.results(), vec!["R alloc=0"], "{}", r.stderr);
+}
+
+#[test]
+fn each_gpu_has_its_own_quota() {
+    let s = Scene::new(
+        "multi",
+        "context_overhead = \"1MiB\"\n[all]\nmemory = \"65MiB\"\n[device.1]\nmemory = \"33MiB\"\n",
+    );
+    let r = s.run(
+        &["devices", &(40 * MIB).to_string(), &(40 * MIB).to_string()],
+        &[("FAKE_CUDA_DEVICES", "2".into())],
+    );
+    r.assert_ok();
+    assert_eq!(
+        r.results(),
+        vec![
+            format!("R dev0 alloc=0 total={}", 65 * MIB).as_str(),
+            &format!("R dev1 alloc=2 total={}", 33 * MIB),
+        ],
+        "{}",
+        r.stderr
+    );
+}
+
+#[test]
+fn bad_quota_file_fails_cuinit_with_one_line() {
+    let s = Scene::new("bad", "[all]\nmemory = \"4 potatoes\"\n");
+    let r = s.run(&["alloc", "1024"], &[]);
+    assert!(!r.out.status.success());
+    assert!(
+        r.stderr.contains("cuInit(0) -> 800"),
+        "cuInit must fail closed: {}",
+        r.stderr
+    );
+    let errors: Vec<&str> = r
+        .stderr
+        .lines()
+        .filter(|l| l.contains(": error: "))
+        .collect();
+    assert_eq!(errors.len(), 1, "{}", r.stderr);
+    assert!(
+        errors[0].contains("quota.toml: all.memory: expected a size like 4GiB"),
+        "{}",
+        errors[0]
+    );
+}
+
+#[test]
+fn environment_quota_applies_without_a_file() {
+    let s = Scene::new("env", "");
+    let seg = s.dir.join("seg").display().to_string();
+    let env = vec![
+        ("CUSLICE_CONFIG", String::new()),
+        ("CUDA_DEVICE_MEMORY_LIMIT", "65m".to_string()),
+        ("CUSLICE_CONTEXT_OVERHEAD", "1MiB".to_string()),
+        ("CUSLICE_SEGMENT_DIR", seg),
+        (
+            "FAKE_CUDA_STATE",
+            s.dir.join("fake-gpu.state").display().to_string(),
+        ),
+        ("FAKE_CUDA_CTX_OVERHEAD", "1MiB".to_string()),
+    ];
+    let r = run_args(
+        "memtest",
+        &["boundary", "alloc", &USABLE.to_string()],
+        Opts {
+            env,
+            ..Opts::default()
+        },
+    );
+    assert_eq!(
+        r.results(),
+        vec!["R alloc fill=0 over=2 free=0 refill=0 plain=0"],
+        "{}",
+        r.stderr
+    );
+}
+
+#[test]
+fn a_file_is_not_raised_by_the_environment() {
+    let s = Scene::new("authoritative", QUOTA);
+    let r = s.run(
+        &["alloc", &(100 * MIB).to_string()],
+        &[("CUDA_DEVICE_MEMORY_LIMIT", "8g".into())],
+    );
+    assert_eq!(r.results(), vec!["R alloc=2"], "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("CUDA_DEVICE_MEMORY_LIMIT is set but ignored"),
+        "{}",
+        r.stderr
+    );
+}
+
+#[test]
+fn processes_with_different_quotas_for_one_segment_are_refused() {
+    let s = Scene::new("mismatch", QUOTA);
+    let holder = Opts {
+        args: vec!["hold".into(), MIB.to_string()],
+        env: s.env(&[]),
+        ..Opts::default()
+    };
+    let mut child = common::spawn("memtest", &holder);
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    assert_eq!(lines.next().and_then(|l| l.ok()).as_deref(), Some("R held"));
+    std::fs::write(
+        s.dir.join("other.toml"),
+        format!(
+            "segment_dir = \"{}\"\n[all]\nmemory = \"1GiB\"\n",
+            s.dir.join("seg").display()
+        ),
+    )
+    .expect("write");
+    let r = s.run(
+        &["alloc", "1024"],
+        &[(
+            "CUSLICE_CONFIG",
+            s.dir.join("other.toml").display().to_string(),
+        )],
+    );
+    child.kill().expect("kill");
+    let _ = child.wait();
+    assert!(!r.out.status.success());
+    assert!(
+        r.stderr
+            .contains("already has a memory quota of 68157440 bytes"),
+        "{}",
+        r.stderr
+    );
+}
