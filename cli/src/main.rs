@@ -1,11 +1,13 @@
 //! The `cuslice` command.
 
 use std::ffi::OsString;
-use std::os::unix::process::CommandExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
+use std::sync::atomic::{AtomicI32, Ordering};
 
 use clap::{Parser, Subcommand};
+use cuslice_core::config;
 
 #[derive(Parser)]
 #[command(
@@ -20,8 +22,14 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Run a program with libcuslice.so preloaded.
+    /// Run a program under the shim, with the given limits.
     Run {
+        /// Memory quota per GPU: 4GiB, 4096MiB, 4g, 512m or bytes.
+        #[arg(long)]
+        memory: Option<String>,
+        /// Run on these GPUs only (CUDA_VISIBLE_DEVICES), e.g. 0 or 0,1.
+        #[arg(long)]
+        gpu: Option<String>,
         /// Path of libcuslice.so (default: $CUSLICE_LIB, then next to this
         /// executable, then ../lib/cuslice/, then /usr/lib/cuslice/).
         #[arg(long)]
@@ -71,33 +79,149 @@ fn find_lib(explicit: Option<PathBuf>) -> Result<PathBuf, String> {
         })
 }
 
+fn check_gpus(s: &str) -> Result<(), String> {
+    let ok = !s.is_empty()
+        && s.split(',').all(|g| {
+            let g = g.trim();
+            g.parse::<u32>().is_ok() || config::parse_uuid(g).is_ok()
+        });
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "--gpu {s:?}: expected GPU indices or UUIDs separated by commas, like 0 or 0,1"
+        ))
+    }
+}
+
+/// A private directory for this run's quota file and segment, removed when
+/// the program ends.
+struct RunDir(PathBuf);
+
+impl RunDir {
+    fn create() -> Result<RunDir, String> {
+        let base = std::env::var_os("XDG_RUNTIME_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(std::env::temp_dir);
+        let dir = base.join(format!("cuslice-run-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        Ok(RunDir(dir))
+    }
+}
+
+impl Drop for RunDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+static CHILD: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn forward(sig: libc::c_int) {
+    let pid = CHILD.load(Ordering::Relaxed);
+    if pid > 0 {
+        // SAFETY: kill is async-signal-safe.
+        unsafe { libc::kill(pid, sig) };
+    }
+}
+
+/// Runs the program to its end, forwarding SIGINT/SIGTERM/SIGHUP/SIGQUIT to
+/// it; returns its exit status.
+fn run_child(mut cmd: Command) -> Result<std::process::ExitStatus, String> {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
+        // SAFETY: installing a handler that only calls kill.
+        unsafe { libc::signal(sig, forward as *const () as libc::sighandler_t) };
+    }
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot run {:?}: {e}", cmd.get_program()))?;
+    CHILD.store(child.id() as i32, Ordering::Relaxed);
+    child
+        .wait()
+        .map_err(|e| format!("cannot wait for the program: {e}"))
+}
+
+fn run(
+    memory: Option<String>,
+    gpu: Option<String>,
+    lib: Option<PathBuf>,
+    argv: Vec<OsString>,
+) -> Result<ExitCode, String> {
+    let lib = find_lib(lib)?;
+    let (prog, args) = argv.split_first().ok_or("no program given")?;
+    let mut preload = OsString::from(lib.as_os_str());
+    if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
+        preload.push(":");
+        preload.push(old);
+    }
+    let mut cmd = Command::new(prog);
+    cmd.args(args).env("LD_PRELOAD", &preload);
+    if let Some(g) = &gpu {
+        check_gpus(g)?;
+        cmd.env("CUDA_VISIBLE_DEVICES", g);
+    }
+    let Some(mem) = memory else {
+        // No limits: the program simply runs under the shim.
+        let err = cmd.exec();
+        return Err(format!("cannot run {}: {err}", prog.to_string_lossy()));
+    };
+    let bytes = config::parse_size(&mem).map_err(|e| format!("--memory {mem:?}: {e}"))?;
+    if !(config::MIN_MEMORY..=config::MAX_MEMORY).contains(&bytes) {
+        return Err(format!("--memory {mem:?}: expected from 1MiB to 1PiB"));
+    }
+    if Path::new(config::DEFAULT_CONFIG_PATH).exists() {
+        eprintln!(
+            "cuslice: {} exists and is authoritative: the program runs under its limits, not --memory",
+            config::DEFAULT_CONFIG_PATH
+        );
+    }
+    let dir = RunDir::create()?;
+    let quota = dir.0.join("quota.toml");
+    let text = format!(
+        "# written by `cuslice run` for process {}\nsegment_dir = {:?}\n\n[all]\nmemory = {bytes}\n",
+        std::process::id(),
+        dir.0.join("segment").display().to_string()
+    );
+    std::fs::write(&quota, text).map_err(|e| format!("cannot write {}: {e}", quota.display()))?;
+    cmd.env("CUSLICE_CONFIG", &quota);
+    let status = run_child(cmd)?;
+    drop(dir);
+    if let Some(code) = status.code() {
+        return Ok(ExitCode::from(code as u8));
+    }
+    if let Some(sig) = status.signal() {
+        // Die the same way, so the caller sees the signal.
+        // SAFETY: restoring the default action and re-raising.
+        unsafe {
+            libc::signal(sig, libc::SIG_DFL);
+            libc::raise(sig);
+        }
+        return Ok(ExitCode::from(128 + sig as u8));
+    }
+    Ok(ExitCode::FAILURE)
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.cmd {
         Cmd::Lib => find_lib(None).map(|p| {
             println!("{}", p.display());
+            ExitCode::SUCCESS
         }),
-        Cmd::Run { lib, cmd } => find_lib(lib).and_then(|lib| {
-            let mut preload = OsString::from(lib.as_os_str());
-            if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
-                preload.push(":");
-                preload.push(old);
-            }
-            let (prog, args) = cmd.split_first().ok_or("no program given")?;
-            // exec: the program replaces us, so its exit status and signals
-            // are the caller's to see, unchanged.
-            let err = Command::new(prog)
-                .args(args)
-                .env("LD_PRELOAD", preload)
-                .exec();
-            Err(format!("cannot run {}: {err}", prog.to_string_lossy()))
-        }),
+        Cmd::Run {
+            memory,
+            gpu,
+            lib,
+            cmd,
+        } => run(memory, gpu, lib, cmd),
     };
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(c) => c,
         Err(e) => {
             eprintln!("cuslice: {e}");
-            ExitCode::from(127)
+            ExitCode::from(125)
         }
     }
 }

@@ -3,13 +3,16 @@
 //!
 //! # Where the configuration comes from
 //!
-//! 1. `CUSLICE_CONFIG=<path>` (non-empty): that file. It must exist and
-//!    parse; a missing or unreadable file is an error naming the variable.
-//! 2. Otherwise `/etc/cuslice/quota.toml` ([`DEFAULT_CONFIG_PATH`]) if it
-//!    exists. A file that exists but cannot be read (permissions, a
-//!    directory, not UTF-8, over 1 MiB) is an error, never a silent fallback.
+//! 1. `/etc/cuslice/quota.toml` ([`DEFAULT_CONFIG_PATH`]) if it exists: the
+//!    file the container runtime mounts, authoritative over everything below
+//!    (`CUSLICE_CONFIG` included). A file that exists but cannot be read
+//!    (permissions, a directory, not UTF-8, over 1 MiB) is an error, never a
+//!    silent fallback.
+//! 2. Otherwise `CUSLICE_CONFIG=<path>` (non-empty): that file. It must exist
+//!    and parse; a missing or unreadable file is an error naming the variable.
 //! 3. With a quota file, the file is authoritative: the limit variables,
-//!    `CUSLICE_TENANT` and `CUSLICE_SEGMENT_DIR` are ignored (the runtime
+//!    `CUSLICE_TENANT`, `CUSLICE_SEGMENT_DIR`, `CUSLICE_CONTEXT_OVERHEAD` (and
+//!    `CUSLICE_CONFIG` when the mounted file is used) are ignored (the runtime
 //!    mounts the file; the container's own environment must not be able to
 //!    raise it). Those that are set are listed in [`Config::ignored_env`] so
 //!    the caller can warn.
@@ -319,7 +322,16 @@ fn load_with(
 ) -> Result<Config, ConfigError> {
     let get = |name: &str| env(name).filter(|v| !v.is_empty());
 
-    let file = if let Some(p) = get(ENV_CONFIG) {
+    // The mounted default file wins over everything, CUSLICE_CONFIG included:
+    // otherwise a variable set inside a container could point the shim at a
+    // more generous file. CUSLICE_CONFIG is for hosts without one.
+    let default = match read_file(default_path) {
+        Ok(d) => d,
+        Err(e) => return Err(ConfigError::new(format!("{}: {e}", default_path.display()))),
+    };
+    let file = if let Some(text) = default {
+        Some((default_path.to_path_buf(), text))
+    } else if let Some(p) = get(ENV_CONFIG) {
         let path = PathBuf::from(&p);
         match read_file(&path) {
             Ok(Some(text)) => Some((path, text)),
@@ -334,21 +346,17 @@ fn load_with(
             }
         }
     } else {
-        match read_file(default_path) {
-            Ok(Some(text)) => Some((default_path.to_path_buf(), text)),
-            Ok(None) => None,
-            Err(e) => {
-                return Err(ConfigError::new(format!("{}: {e}", default_path.display())));
-            }
-        }
+        None
     };
 
     match file {
         Some((path, text)) => {
             let mut cfg = parse_file(&path, &text)?;
+            let used_env_config = path != default_path;
             cfg.ignored_env = env_var_names()
                 .into_iter()
                 .filter(|n| get(n).is_some())
+                .filter(|n| !(used_env_config && n == ENV_CONFIG))
                 .collect();
             Ok(cfg)
         }
@@ -391,6 +399,7 @@ fn env_var_names() -> Vec<String> {
             names.push(format!("{fam}_{i}"));
         }
     }
+    names.push(ENV_CONFIG.to_string());
     names.push(ENV_TENANT.to_string());
     names.push(ENV_SEGMENT_DIR.to_string());
     names.push(ENV_CONTEXT_OVERHEAD.to_string());
@@ -1965,23 +1974,27 @@ compute = 40
     }
 
     #[test]
-    fn cuslice_config_overrides_default_path_and_env() {
+    fn cuslice_config_is_used_only_without_a_mounted_file() {
         let dir = tmpdir();
         let f = dir.join("mine.toml");
         std::fs::write(&f, "[device.0]\nmemory = \"3GiB\"\n").unwrap();
         let default = dir.join("quota.toml");
-        std::fs::write(&default, "[all]\nmemory = \"1GiB\"\n").unwrap();
         let fs = f.display().to_string();
         let map = env_of(&[("CUSLICE_CONFIG", &fs), ("CUSLICE_MEMORY_0", "9GiB")]);
+        // No mounted file: CUSLICE_CONFIG names the file, env limits ignored.
         let c = load_with(&|k| map.get(k).cloned(), &default).unwrap();
         assert_eq!(c.source, Source::File(f.clone()));
         assert_eq!(c.limits_for(0, &[0; 16]).memory, Some(3 * GIB));
         assert_eq!(c.all.memory, None);
         assert_eq!(c.ignored_env, vec!["CUSLICE_MEMORY_0"]);
-        // The default file is used when CUSLICE_CONFIG is unset.
-        let c = load_with(&|_| None, &default).unwrap();
+        // A mounted file is authoritative: CUSLICE_CONFIG cannot swap it for
+        // a more generous one.
+        std::fs::write(&default, "[all]\nmemory = \"1GiB\"\n").unwrap();
+        let c = load_with(&|k| map.get(k).cloned(), &default).unwrap();
         assert_eq!(c.source, Source::File(default.clone()));
         assert_eq!(c.all.memory, Some(GIB));
+        assert_eq!(c.limits_for(0, &[0; 16]).memory, Some(GIB));
+        assert_eq!(c.ignored_env, vec!["CUSLICE_MEMORY_0", "CUSLICE_CONFIG"]);
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -405,9 +405,7 @@ impl Segment {
     }
 
     fn try_lock_slot(&self, slot: usize) -> bool {
-        self.lock_cmd(libc::F_OFD_SETLK, libc::F_WRLCK, slot)
-            .l_type
-            != -1
+        self.lock_cmd(libc::F_OFD_SETLK, libc::F_WRLCK, slot).l_type != -1
     }
 
     fn unlock_slot(&self, slot: usize) {

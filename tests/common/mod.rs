@@ -23,8 +23,17 @@ pub struct Env {
     pub shim: PathBuf,
 }
 
+/// The repository root (this module is also used by cli/tests/).
 fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    let mut d = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    while !d.join("cuda-headers").is_dir() {
+        assert!(
+            d.pop(),
+            "cannot find the repository root above {}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+    }
+    d
 }
 
 /// target/<profile>/ of this test binary (target/<profile>/deps/<test>).

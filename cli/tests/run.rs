@@ -1,0 +1,111 @@
+//! `cuslice run`: limits applied through a private quota file, exit status
+//! and signals passed through, bad flags refused with one line.
+
+#[path = "../../tests/common/mod.rs"]
+mod common;
+
+use std::os::unix::process::ExitStatusExt;
+use std::process::Command;
+
+fn cuslice() -> Command {
+    let e = common::env();
+    let mut c = Command::new(env!("CARGO_BIN_EXE_cuslice"));
+    c.env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env(
+            "LD_LIBRARY_PATH",
+            format!("{}:{}", e.fake.display(), e.apps.display()),
+        )
+        .env("CUSLICE_LIB", &e.shim)
+        .env("FAKE_CUDA_CTX_OVERHEAD", "1MiB")
+        .env("CUSLICE_CONTEXT_OVERHEAD", "1MiB");
+    c
+}
+
+#[test]
+fn memory_flag_limits_the_program() {
+    let e = common::env();
+    // 1 GiB quota; the context is charged the default 640 MiB
+    // (CUSLICE_CONTEXT_OVERHEAD is ignored: the private quota file written
+    // by `run` is authoritative), leaving exactly 384 MiB.
+    let out = cuslice()
+        .args(["run", "--memory", "1GiB", "--"])
+        .arg(e.apps.join("memtest"))
+        .args(["boundary", "alloc", &(384u64 << 20).to_string()])
+        .output()
+        .expect("run");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        stdout.trim(),
+        "R alloc fill=0 over=2 free=0 refill=0 plain=0"
+    );
+    // The private quota file and segment live in $XDG_RUNTIME_DIR and are
+    // gone when the program ends.
+    let rundir = std::env::temp_dir().join(format!("cuslice-cli-test-{}", std::process::id()));
+    std::fs::create_dir_all(&rundir).expect("mkdir");
+    let out = cuslice()
+        .env("XDG_RUNTIME_DIR", &rundir)
+        .args(["run", "--memory", "1GiB", "--"])
+        .arg(e.apps.join("memtest"))
+        .args(["alloc", &(2u64 << 30).to_string()])
+        .output()
+        .expect("run");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "R alloc=2");
+    let leftovers = std::fs::read_dir(&rundir).expect("rundir").count();
+    let _ = std::fs::remove_dir_all(&rundir);
+    assert_eq!(leftovers, 0, "cuslice run left its directory behind");
+}
+
+#[test]
+fn exit_status_and_signals_pass_through() {
+    let s = cuslice()
+        .args(["run", "--memory", "1GiB", "--", "sh", "-c", "exit 7"])
+        .status()
+        .expect("run");
+    assert_eq!(s.code(), Some(7));
+    let s = cuslice()
+        .args(["run", "--", "sh", "-c", "exit 3"])
+        .status()
+        .expect("run");
+    assert_eq!(s.code(), Some(3));
+    let s = cuslice()
+        .args(["run", "--memory", "1GiB", "--", "sh", "-c", "kill -TERM $$"])
+        .status()
+        .expect("run");
+    assert_eq!(s.signal(), Some(15), "{s:?}");
+}
+
+#[test]
+fn bad_flags_are_refused_with_one_line() {
+    for (args, want) in [
+        (
+            vec!["run", "--memory", "4 potatoes", "--", "true"],
+            "cuslice: --memory \"4 potatoes\": expected a size like",
+        ),
+        (
+            vec!["run", "--memory", "0", "--", "true"],
+            "cuslice: --memory \"0\": expected from 1MiB to 1PiB",
+        ),
+        (
+            vec!["run", "--gpu", "zero", "--", "true"],
+            "cuslice: --gpu \"zero\": expected GPU indices or UUIDs",
+        ),
+        (
+            vec!["run", "--lib", "/nonexistent.so", "--", "true"],
+            "cuslice: --lib /nonexistent.so: no such file",
+        ),
+    ] {
+        let out = cuslice().args(&args).output().expect("run");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(125), "{args:?}: {err}");
+        assert!(
+            err.starts_with(want) && err.lines().count() == 1,
+            "{args:?}: {err}"
+        );
+    }
+}
