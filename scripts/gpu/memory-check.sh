@@ -28,6 +28,10 @@ row env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True CUSLICE_MEMORY=$Q CUSLI
 row env PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync CUSLICE_MEMORY=$Q CUSLICE_SEGMENT_DIR=$SEG LD_PRELOAD=$SHIM python3 "$SRC/mem_torch.py" cudaMallocAsync
 row shimmed python3 "$SRC/mem_cupy.py"
 row shimmed python3 "$SRC/mem_jax.py"
+echo "== the cuslice command" >>"$LOG"
+CLI=$(dirname "$SHIM")/cuslice
+row "$CLI" run --lib "$SHIM" --memory "$Q" -- python3 "$SRC/mem_torch.py" cuslice-run
+row "$CLI" run --lib "$SHIM" --memory "$Q" -- python3 "$HERE/../../examples/train.py" --steps 30 --batch 8
 echo "== two processes, one quota" >>"$LOG"
 rm -f "$SEG/ready" "$SEG/stop"
 shimmed python3 "$SRC/mem_two.py" hold 2 "$SEG/ready" "$SEG/stop" >>"$LOG" 2>&1 &
@@ -37,4 +41,4 @@ row shimmed python3 "$SRC/mem_two.py" try 2.5
 row shimmed python3 "$SRC/mem_two.py" try 0.75
 touch "$SEG/stop"
 wait $HOLD
-grep '^RESULT' "$LOG"
+grep -E '^(RESULT|GPU:|trained)' "$LOG"
