@@ -16,6 +16,7 @@ mkdir -p "$W"
 ARCH=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d .)
 nvcc -ptx -arch=sm_${ARCH} -o "$W/kernels.ptx" "$HERE/src/kernels.cu"
 nvcc -O2 -arch=sm_${ARCH} -o "$W/bench" "$HERE/src/bench.cu" -lcuda
+nvcc -O2 -arch=sm_${ARCH} -o "$W/bench_ab" "$HERE/src/bench_ab.cu" -lcuda -ldl
 RAW=$OUT/overhead.raw
 : >"$RAW"
 for r in $(seq 1 "$ROUNDS"); do
@@ -35,9 +36,13 @@ for r in $(seq 1 "$ROUNDS"); do
     done
 done
 GPU=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)
-python3 - "$RAW" "$GPU" "$N" "$A" "$ROUNDS" <<'PY'
+# In-process A/B: the driver's own entry points, found by their symbol offsets.
+CUDA_LIB=$(ldd "$W/bench_ab" | awk '/libcuda.so.1/{print $3}')
+off() { nm -D --defined-only "$CUDA_LIB" | awk -v s="$1" '$3==s{print $1}'; }
+LD_PRELOAD="$SHIM" "$W/bench_ab" "$W/kernels.ptx" "$(off cuLaunchKernel)" "$(off cuMemAlloc_v2)" "$(off cuMemFree_v2)" >"$OUT/ab.raw"
+python3 - "$RAW" "$GPU" "$N" "$A" "$ROUNDS" "$OUT/ab.raw" <<'PY'
 import sys, statistics
-raw, gpu, n, a, rounds = sys.argv[1:6]
+raw, gpu, n, a, rounds, ab = sys.argv[1:7]
 d = {}
 for line in open(raw):
     mode, side, v = line.split()
@@ -56,4 +61,14 @@ for mode in ["drv-launch", "rt-launch", "drv-alloc", "rt-alloc"]:
     mn, ms = statistics.median(nat), statistics.median(shm)
     sp = lambda v: f"{min(v):.0f}-{max(v):.0f}"
     print(f"| {desc[mode]} | {mn:.1f} | {ms:.1f} | {100*(ms/mn-1):+.2f} % | {sp(nat)} / {sp(shm)} |")
+print()
+print("In one process, under the shim: the same loop through the driver's own function and through")
+print("the shim's hook, alternating in 41 blocks each (10k launches / 1k alloc+free pairs a block); medians:\n")
+print("| loop | driver ns/op | hook ns/op | overhead |")
+print("|---|---|---|---|")
+for line in open(ab):
+    if line.startswith("BENCHAB"):
+        _, what, r, h = line.split()
+        r, h = float(r), float(h)
+        print(f"| {what} | {r:.1f} | {h:.1f} | {100*(h/r-1):+.2f} % |")
 PY

@@ -139,17 +139,24 @@ pub fn env() -> &'static Env {
         let root = repo();
         let profile = profile_dir();
         let shim = profile.join("libcuslice.so");
-        assert!(
-            shim.exists(),
-            "{} not built (cargo builds it with the tests)",
-            shim.display()
-        );
         let base = profile.join("cuslice-tests");
         fs::create_dir_all(&base).expect("mkdir cuslice-tests");
         let dir = base.join(format!("build-{:016x}", sources_hash(&root)));
         let lock = fs::File::create(base.join(".lock")).expect("lock file");
         // SAFETY: flock on an fd we own; released when `lock` is dropped.
         assert_eq!(unsafe { libc_flock(lock.as_raw_fd(), 2) }, 0, "flock");
+        // `cargo test` does not build a cdylib-only library for integration
+        // tests: build it (a no-op when up to date; cargo has released its
+        // build lock by the time tests run).
+        let mut cargo = Command::new(env!("CARGO"));
+        cargo
+            .args(["build", "-p", "cuslice", "--lib"])
+            .current_dir(&root);
+        if profile.file_name().is_some_and(|n| n == "release") {
+            cargo.arg("--release");
+        }
+        sh(&mut cargo);
+        assert!(shim.exists(), "{} was not built", shim.display());
         if !dir.join("done").exists() {
             let tmp = base.join(format!("tmp-{}", std::process::id()));
             let _ = fs::remove_dir_all(&tmp);
