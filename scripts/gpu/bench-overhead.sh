@@ -40,6 +40,10 @@ GPU=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1
 CUDA_LIB=$(ldd "$W/bench_ab" | awk '/libcuda.so.1/{print $3}')
 off() { nm -D --defined-only "$CUDA_LIB" | awk -v s="$1" '$3==s{print $1}'; }
 LD_PRELOAD="$SHIM" "$W/bench_ab" "$W/kernels.ptx" "$(off cuLaunchKernel)" "$(off cuMemAlloc_v2)" "$(off cuMemFree_v2)" >"$OUT/ab.raw"
+# ...and with a (non-binding) memory quota, so allocations take the accounting path.
+QSEG=$(mktemp -d)
+CUSLICE_MEMORY=64GiB CUSLICE_SEGMENT_DIR=$QSEG LD_PRELOAD="$SHIM" "$W/bench_ab" "$W/kernels.ptx" \
+    "$(off cuLaunchKernel)" "$(off cuMemAlloc_v2)" "$(off cuMemFree_v2)" | sed 's/^BENCHAB /BENCHAB quota64GiB-/' >>"$OUT/ab.raw"
 python3 - "$RAW" "$GPU" "$N" "$A" "$ROUNDS" "$OUT/ab.raw" <<'PY'
 import sys, statistics
 raw, gpu, n, a, rounds, ab = sys.argv[1:7]
