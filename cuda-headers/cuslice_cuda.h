@@ -117,6 +117,12 @@ typedef enum CUevent_flags_enum {
     CU_EVENT_DISABLE_TIMING = 0x2
 } CUevent_flags;
 
+typedef enum CUstreamCaptureStatus_enum {
+    CU_STREAM_CAPTURE_STATUS_NONE = 0,
+    CU_STREAM_CAPTURE_STATUS_ACTIVE = 1,
+    CU_STREAM_CAPTURE_STATUS_INVALIDATED = 2
+} CUstreamCaptureStatus;
+
 /* ---- structs the hooks read ------------------------------------------ */
 
 typedef struct CUuuid_st {
@@ -300,38 +306,38 @@ CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev);
 
 /* ==== work submission ================================================= */
 
-/** @hook pass */
+/** @hook pre launch */
 CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
                         unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
                         unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra);
 
-/** @hook pass */
+/** @hook pre launch */
 CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
                              unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
                              unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra);
 
-/** @hook pass */
+/** @hook pre launch */
 CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra);
 
-/** @hook pass */
+/** @hook pre launch */
 CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra);
 
-/** @hook pass */
+/** @hook pre launch */
 CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
                                    unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
                                    unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
                                    void **kernelParams);
 
-/** @hook pass */
+/** @hook pre launch */
 CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
                                         unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
                                         unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
                                         void **kernelParams);
 
-/** @hook pass */
+/** @hook pre launch */
 CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream);
 
-/** @hook pass */
+/** @hook pre launch */
 CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream);
 
 /* ==== contexts ======================================================== */
@@ -398,6 +404,9 @@ CUresult cuCtxSynchronize(void);
 
 /** @hook real */
 CUresult cuStreamSynchronize(CUstream hStream);
+
+/** @hook real */
+CUresult cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus);
 
 /** @hook real */
 CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags);

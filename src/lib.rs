@@ -35,6 +35,7 @@ pub mod dlsym;
 pub mod ffi;
 pub mod hooks;
 pub mod init;
+pub mod limiter;
 pub mod log;
 pub mod quota;
 pub mod real;

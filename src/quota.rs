@@ -101,11 +101,8 @@ pub fn init() -> Result<(), CUresult> {
             Err(_) => std::thread::yield_now(),
         }
     }
-    match build() {
-        Ok(q) => {
-            if let Some(q) = q {
-                STATE.store(Box::into_raw(Box::new(q)), Ordering::Release);
-            }
+    match build_all() {
+        Ok(()) => {
             PHASE.store(READY, Ordering::Release);
             Ok(())
         }
@@ -117,16 +114,8 @@ pub fn init() -> Result<(), CUresult> {
     }
 }
 
-fn build() -> Result<Option<Quota>, String> {
-    let cfg = config::load(&|k| std::env::var(k).ok()).map_err(|e| e.to_string())?;
-    report_ignored_env(&cfg);
-    let any_memory = cfg.all.memory.is_some()
-        || cfg.by_index.values().any(|l| l.memory.is_some())
-        || cfg.by_uuid.values().any(|l| l.memory.is_some());
-    if !any_memory {
-        crate::debug!("no memory quota configured: memory calls pass through");
-        return Ok(None);
-    }
+/// The GPUs this process sees, as (CUDA ordinal order) UUIDs.
+fn devices() -> Result<Vec<[u8; 16]>, String> {
     let mut n: c_int = 0;
     // SAFETY: real driver call with a valid out pointer; cuInit succeeded.
     let r = unsafe { real::cuDeviceGetCount(&mut n) };
@@ -142,13 +131,7 @@ fn build() -> Result<Option<Quota>, String> {
             "this process sees {n} GPUs; cuslice supports at most {MAX_DEVICES}"
         ));
     }
-    let path = cfg.segment_dir.join("memory.seg");
-    let seg = Segment::open_or_create(&path).map_err(|e| e.to_string())?;
-    // SAFETY: getpid has no preconditions.
-    let slot = seg
-        .claim_slot(unsafe { libc::getpid() } as u32)
-        .map_err(|e| e.to_string())?;
-    let mut devs = Vec::with_capacity(n);
+    let mut v = Vec::with_capacity(n);
     for i in 0..n {
         let mut dev: CUdevice = 0;
         let mut uuid = CUuuid::default();
@@ -162,14 +145,50 @@ fn build() -> Result<Option<Quota>, String> {
         if r != CUresult::CUDA_SUCCESS {
             return Err(format!("cannot identify CUDA device {i} (status {})", r.0));
         }
-        let uuid: [u8; 16] = uuid.bytes.map(|b| b as u8);
-        let limit = cfg.limits_for(i as u32, &uuid).memory.unwrap_or(UNLIMITED);
+        v.push(uuid.bytes.map(|b| b as u8));
+    }
+    Ok(v)
+}
+
+/// Loads the configuration once and builds both the memory quota and the
+/// compute limiter from it.
+fn build_all() -> Result<(), String> {
+    let cfg = config::load(&|k| std::env::var(k).ok()).map_err(|e| e.to_string())?;
+    report_ignored_env(&cfg);
+    if !cfg.has_limits() {
+        crate::debug!("no limits configured: every call passes through");
+        return Ok(());
+    }
+    let uuids = devices()?;
+    if let Some(q) = build(&cfg, &uuids)? {
+        STATE.store(Box::into_raw(Box::new(q)), Ordering::Release);
+    }
+    crate::limiter::build(&cfg, &uuids)
+}
+
+fn build(cfg: &Config, uuids: &[[u8; 16]]) -> Result<Option<Quota>, String> {
+    let any_memory = cfg.all.memory.is_some()
+        || cfg.by_index.values().any(|l| l.memory.is_some())
+        || cfg.by_uuid.values().any(|l| l.memory.is_some());
+    if !any_memory {
+        crate::debug!("no memory quota configured: memory calls pass through");
+        return Ok(None);
+    }
+    let path = cfg.segment_dir.join("memory.seg");
+    let seg = Segment::open_or_create(&path).map_err(|e| e.to_string())?;
+    // SAFETY: getpid has no preconditions.
+    let slot = seg
+        .claim_slot(unsafe { libc::getpid() } as u32)
+        .map_err(|e| e.to_string())?;
+    let mut devs = Vec::with_capacity(uuids.len());
+    for (i, uuid) in uuids.iter().enumerate() {
+        let limit = cfg.limits_for(i as u32, uuid).memory.unwrap_or(UNLIMITED);
         let s = seg
-            .register_device(&uuid, limit)
+            .register_device(uuid, limit)
             .map_err(|e| e.to_string())?;
         crate::info!(
             "GPU {i} ({}): memory quota {}",
-            format_uuid(&uuid),
+            format_uuid(uuid),
             if limit == UNLIMITED {
                 "none".to_string()
             } else {
@@ -179,7 +198,7 @@ fn build() -> Result<Option<Quota>, String> {
         devs.push(Dev {
             seg: s,
             limit,
-            uuid,
+            uuid: *uuid,
             ctx_charged: AtomicBool::new(false),
         });
     }

@@ -46,6 +46,7 @@
 //! |---------------|-------|
 //! | `tenant`      | string, 1 to 64 characters of `A-Z a-z 0-9 . _ / -`; `/` separates components, and no component may be empty, `.` or `..` (so no leading, trailing or doubled `/`) |
 //! | `segment_dir` | string, an absolute path (no NUL); default `/dev/shm/cuslice` ([`DEFAULT_SEGMENT_DIR`]) |
+//! | `gpu_segment_dir` | string, an absolute path: directory of the per-GPU scheduling segments shared by all tenants of the host; default `/dev/shm/cuslice/gpu` ([`DEFAULT_GPU_SEGMENT_DIR`]) |
 //! | `context_overhead` | device memory one CUDA context costs, charged to the memory quota once per GPU per process: a size from `0` to `16GiB`; default: the shim's measured value |
 //! | `[all]`       | a limits table that applies to every GPU |
 //! | `[device.<k>]`| a limits table for one GPU; `<k>` is an index `0`..=`63` written in plain decimal (`0`, `7`, not `07`), or a GPU UUID |
@@ -112,6 +113,7 @@
 //! | `CUSLICE_TENANT`              | as `tenant` |
 //! | `CUSLICE_SEGMENT_DIR`         | as `segment_dir` |
 //! | `CUSLICE_CONTEXT_OVERHEAD`    | as `context_overhead` |
+//! | `CUSLICE_GPU_SEGMENT_DIR`     | as `gpu_segment_dir` |
 //! | `CUDA_DEVICE_MEMORY_LIMIT`, `CUDA_DEVICE_MEMORY_LIMIT_<i>` | HAMi: memory, all GPUs / GPU `i` |
 //! | `CUDA_DEVICE_SM_LIMIT`, `CUDA_DEVICE_SM_LIMIT_<i>` | HAMi: a hard ceiling in percent (maps to `compute_max`); `0` means no limit |
 //!
@@ -155,6 +157,10 @@ use std::path::{Path, PathBuf};
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/cuslice/quota.toml";
 /// Where the shared-memory segments live unless configured otherwise.
 pub const DEFAULT_SEGMENT_DIR: &str = "/dev/shm/cuslice";
+
+/// Where the per-GPU scheduling segments live by default (one file per GPU,
+/// shared by every tenant on the host: the runtime bind-mounts it).
+pub const DEFAULT_GPU_SEGMENT_DIR: &str = "/dev/shm/cuslice/gpu";
 /// Highest device index a `[device.<i>]` table or `*_<i>` variable may name.
 pub const MAX_DEVICE_INDEX: u32 = 63;
 /// Smallest memory limit accepted (1 MiB).
@@ -188,6 +194,7 @@ const ENV_CONFIG: &str = "CUSLICE_CONFIG";
 const ENV_TENANT: &str = "CUSLICE_TENANT";
 const ENV_SEGMENT_DIR: &str = "CUSLICE_SEGMENT_DIR";
 const ENV_CONTEXT_OVERHEAD: &str = "CUSLICE_CONTEXT_OVERHEAD";
+const ENV_GPU_SEGMENT_DIR: &str = "CUSLICE_GPU_SEGMENT_DIR";
 /// Upper bound for `context_overhead` (a context costs well under 1 GiB).
 pub const MAX_CONTEXT_OVERHEAD: u64 = 16 << 30;
 
@@ -235,6 +242,8 @@ pub struct Config {
     pub source: Source,
     pub tenant: Option<String>,
     pub segment_dir: PathBuf,
+    /// Directory of the per-GPU scheduling segments (compute shares).
+    pub gpu_segment_dir: PathBuf,
     /// Device memory one CUDA context costs, charged to the quota once per
     /// GPU per process; None: the shim's measured default.
     pub context_overhead: Option<u64>,
@@ -252,6 +261,7 @@ impl Config {
             source,
             tenant: None,
             segment_dir: PathBuf::from(DEFAULT_SEGMENT_DIR),
+            gpu_segment_dir: PathBuf::from(DEFAULT_GPU_SEGMENT_DIR),
             context_overhead: None,
             all: Limits::default(),
             by_index: BTreeMap::new(),
@@ -403,6 +413,7 @@ fn env_var_names() -> Vec<String> {
     names.push(ENV_TENANT.to_string());
     names.push(ENV_SEGMENT_DIR.to_string());
     names.push(ENV_CONTEXT_OVERHEAD.to_string());
+    names.push(ENV_GPU_SEGMENT_DIR.to_string());
     names
 }
 
@@ -616,6 +627,16 @@ fn parse_table(text: &str) -> Result<ParsedFile, String> {
                 out.segment_dir =
                     Some(check_segment_dir(s).map_err(|e| format!("segment_dir: {e}"))?);
             }
+            "gpu_segment_dir" => {
+                let s = value.as_str().ok_or_else(|| {
+                    format!(
+                        "gpu_segment_dir: expected a string holding an absolute path, got {}",
+                        describe(value)
+                    )
+                })?;
+                out.gpu_segment_dir =
+                    Some(check_segment_dir(s).map_err(|e| format!("gpu_segment_dir: {e}"))?);
+            }
             "context_overhead" => {
                 out.context_overhead =
                     Some(overhead_from_value(value).map_err(|m| format!("context_overhead: {m}"))?);
@@ -626,7 +647,14 @@ fn parse_table(text: &str) -> Result<ParsedFile, String> {
                 return Err(unknown_key(
                     "",
                     other,
-                    &["tenant", "segment_dir", "context_overhead", "all", "device"],
+                    &[
+                        "tenant",
+                        "segment_dir",
+                        "gpu_segment_dir",
+                        "context_overhead",
+                        "all",
+                        "device",
+                    ],
                 ));
             }
         }
@@ -639,6 +667,7 @@ fn parse_table(text: &str) -> Result<ParsedFile, String> {
 struct ParsedFile {
     tenant: Option<String>,
     segment_dir: Option<PathBuf>,
+    gpu_segment_dir: Option<PathBuf>,
     context_overhead: Option<u64>,
     draft: Draft,
 }
@@ -648,6 +677,9 @@ impl ParsedFile {
         let mut cfg = self.draft.into_config(source);
         cfg.tenant = self.tenant;
         cfg.context_overhead = self.context_overhead;
+        if let Some(d) = self.gpu_segment_dir {
+            cfg.gpu_segment_dir = d;
+        }
         if let Some(d) = self.segment_dir {
             cfg.segment_dir = d;
         }
@@ -900,6 +932,10 @@ fn from_env(get: &dyn Fn(&str) -> Option<String>) -> Result<Config, ConfigError>
     if let Some(d) = get(ENV_SEGMENT_DIR) {
         cfg.segment_dir = check_segment_dir(&d)
             .map_err(|e| ConfigError::new(format!("{ENV_SEGMENT_DIR}={}: {e}", shown(&d))))?;
+    }
+    if let Some(d) = get(ENV_GPU_SEGMENT_DIR) {
+        cfg.gpu_segment_dir = check_segment_dir(&d)
+            .map_err(|e| ConfigError::new(format!("{ENV_GPU_SEGMENT_DIR}={}: {e}", shown(&d))))?;
     }
     if let Some(v) = get(ENV_CONTEXT_OVERHEAD) {
         cfg.context_overhead = Some(
@@ -1298,7 +1334,7 @@ mod tests {
             (File("[all]\nmemory = 1\nmemory = 2\n"), format!("{P}: line 3: TOML syntax error: ")),
             // unknown keys
             (File("tenants = \"a\"\n"),
-             format!("{P}: tenants: expected one of the keys tenant, segment_dir, context_overhead, all, device, got unknown key \"tenants\" (did you mean tenant?)")),
+             format!("{P}: tenants: expected one of the keys tenant, segment_dir, gpu_segment_dir, context_overhead, all, device, got unknown key \"tenants\" (did you mean tenant?)")),
             (File("[all]\nswap = \"1GiB\"\n"),
              format!("{P}: all.swap: expected one of the keys memory, compute, compute_max, got unknown key \"swap\"")),
             (File("[device.0]\nmemroy = \"1GiB\"\n"),

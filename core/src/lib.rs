@@ -1,4 +1,6 @@
 //! Shared by the shim (`libcuslice.so`) and the `cuslice` command.
 
 pub mod config;
+pub mod gpu;
 pub mod segment;
+pub mod shm;

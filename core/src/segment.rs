@@ -26,34 +26,18 @@
 //! and the lock is taken over; the new holder recomputes `used` from the
 //! slots, which restores the invariant whatever the dead holder had written.
 
-use std::ffi::CString;
-use std::fmt;
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+pub use crate::shm::SegmentError;
+use crate::shm::{Header, Layout, Shm};
 
 pub const MAGIC: [u8; 8] = *b"CUSLMEM\0";
 pub const VERSION: u32 = 1;
 pub const MAX_DEVICES: usize = 16;
 pub const MAX_SLOTS: usize = 1024;
-/// Slot locks live beyond the data, as a pure lock namespace.
-const LOCK_BASE: i64 = 1 << 40;
 /// `limit` value of a device without a memory quota.
 pub const UNLIMITED: u64 = u64::MAX;
-
-/// 64-byte aligned so the entries after it are too.
-#[repr(C, align(64))]
-pub struct Header {
-    pub magic: [u8; 8],
-    pub version: u32,
-    pub header_size: u32,
-    pub total_size: u64,
-    pub max_devices: u32,
-    pub max_slots: u32,
-    pub device_size: u32,
-    pub slot_size: u32,
-    _reserved: [u64; 4],
-}
 
 const DEV_EMPTY: u32 = 0;
 const DEV_READY: u32 = 2;
@@ -83,57 +67,46 @@ pub struct Slot {
     pub used: [AtomicU64; MAX_DEVICES],
 }
 
-pub const SIZE: usize = std::mem::size_of::<Header>()
-    + MAX_DEVICES * std::mem::size_of::<Device>()
-    + MAX_SLOTS * std::mem::size_of::<Slot>();
+const HEADER: usize = std::mem::size_of::<Header>();
+pub const SIZE: usize =
+    HEADER + MAX_DEVICES * std::mem::size_of::<Device>() + MAX_SLOTS * std::mem::size_of::<Slot>();
 
-/// A segment error: one line naming the file and what is wrong with it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SegmentError(pub String);
-
-impl fmt::Display for SegmentError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+fn layout() -> Layout {
+    Layout {
+        what: "memory segment",
+        header: Header {
+            magic: MAGIC,
+            version: VERSION,
+            header_size: HEADER as u32,
+            total_size: SIZE as u64,
+            params: [
+                MAX_DEVICES as u32,
+                MAX_SLOTS as u32,
+                std::mem::size_of::<Device>() as u32,
+                std::mem::size_of::<Slot>() as u32,
+                0,
+                0,
+                0,
+                0,
+            ],
+        },
+        param_names: [
+            "device count",
+            "slot count",
+            "device entry size",
+            "slot size",
+            "-",
+            "-",
+            "-",
+            "-",
+        ],
     }
 }
 
-impl std::error::Error for SegmentError {}
-
-fn os_err(path: &Path, what: &str) -> SegmentError {
-    SegmentError(format!(
-        "{}: {what}: {}",
-        path.display(),
-        std::io::Error::last_os_error()
-    ))
-}
-
-/// An open, validated segment.
+/// An open, validated memory segment.
 pub struct Segment {
-    base: *mut u8,
-    fd: i32,
-    writable: bool,
-    /// The slot this open file description holds (NO_SLOT if none). OFD
-    /// locks never conflict with their own holder, so lock probes must
-    /// skip it explicitly.
-    own: std::sync::atomic::AtomicUsize,
+    shm: Shm,
     pub path: PathBuf,
-}
-
-const NO_SLOT: usize = usize::MAX;
-
-// SAFETY: the mapping is shared memory accessed only through atomics; the
-// fd and pointer are valid for the Segment's lifetime.
-unsafe impl Send for Segment {}
-unsafe impl Sync for Segment {}
-
-impl Drop for Segment {
-    fn drop(&mut self) {
-        // SAFETY: base/SIZE is our mapping; fd is ours.
-        unsafe {
-            libc::munmap(self.base.cast(), SIZE);
-            libc::close(self.fd);
-        }
-    }
 }
 
 /// What an admission decided.
@@ -152,283 +125,67 @@ impl Segment {
     /// absent. Refuses a file that is not ours: another owner, another
     /// layout version, a wrong size or magic.
     pub fn open_or_create(path: &Path) -> Result<Segment, SegmentError> {
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(|e| {
-                SegmentError(format!("{}: cannot create directory: {e}", dir.display()))
-            })?;
-        }
-        let c = CString::new(path.as_os_str().as_bytes())
-            .map_err(|_| SegmentError(format!("{}: path contains a NUL byte", path.display())))?;
-        // SAFETY: open with a NUL-terminated path.
-        let fd = unsafe {
-            libc::open(
-                c.as_ptr(),
-                libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC | libc::O_NOFOLLOW,
-                0o600,
-            )
-        };
-        if fd < 0 {
-            return Err(os_err(path, "cannot open segment"));
-        }
-        match Self::init(fd, path) {
-            Ok(s) => Ok(s),
-            Err(e) => {
-                // SAFETY: closing our own fd.
-                unsafe { libc::close(fd) };
-                Err(e)
-            }
-        }
-    }
-
-    fn init(fd: i32, path: &Path) -> Result<Segment, SegmentError> {
-        // SAFETY: fstat into a zeroed struct.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        if unsafe { libc::fstat(fd, &mut st) } != 0 {
-            return Err(os_err(path, "cannot stat segment"));
-        }
-        // SAFETY: geteuid has no preconditions.
-        let me = unsafe { libc::geteuid() };
-        if st.st_uid != me {
-            return Err(SegmentError(format!(
-                "{}: segment is owned by uid {}, not by this process's uid {me}; refusing to use it",
-                path.display(),
-                st.st_uid
-            )));
-        }
-        if st.st_mode & libc::S_IFMT != libc::S_IFREG {
-            return Err(SegmentError(format!(
-                "{}: segment is not a regular file",
-                path.display()
-            )));
-        }
-        // Creation and validation happen under an exclusive flock so two
-        // first processes cannot both initialise.
-        // SAFETY: flock on our fd.
-        if unsafe { libc::flock(fd, libc::LOCK_EX) } != 0 {
-            return Err(os_err(path, "cannot lock segment"));
-        }
-        let r = Self::init_locked(fd, path, st.st_size as u64);
-        // SAFETY: unlocking our fd.
-        unsafe { libc::flock(fd, libc::LOCK_UN) };
-        r
-    }
-
-    fn init_locked(fd: i32, path: &Path, size_at_open: u64) -> Result<Segment, SegmentError> {
-        // Re-read the size under the lock: another process may have just
-        // created it.
-        // SAFETY: fstat into a zeroed struct.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        if unsafe { libc::fstat(fd, &mut st) } != 0 {
-            return Err(os_err(path, "cannot stat segment"));
-        }
-        let _ = size_at_open;
-        let size = st.st_size as u64;
-        let fresh = size == 0;
-        if fresh {
-            // SAFETY: ftruncate on our fd.
-            if unsafe { libc::ftruncate(fd, SIZE as libc::off_t) } != 0 {
-                return Err(os_err(path, "cannot size segment"));
-            }
-        } else if size != SIZE as u64 {
-            return Err(SegmentError(format!(
-                "{}: segment is {size} bytes, expected {SIZE}: written by another version of cuslice, or not a cuslice segment; remove it when no process uses it",
-                path.display()
-            )));
-        }
-        let seg = Self::map(fd, path, true)?;
-        if fresh {
-            let h = seg.base.cast::<Header>();
-            // SAFETY: fresh zero-filled mapping of SIZE bytes; nobody else
-            // reads it before we drop the flock.
-            unsafe {
-                (*h).version = VERSION;
-                (*h).header_size = std::mem::size_of::<Header>() as u32;
-                (*h).total_size = SIZE as u64;
-                (*h).max_devices = MAX_DEVICES as u32;
-                (*h).max_slots = MAX_SLOTS as u32;
-                (*h).device_size = std::mem::size_of::<Device>() as u32;
-                (*h).slot_size = std::mem::size_of::<Slot>() as u32;
-                // Magic last: a reader seeing it sees the rest.
-                std::sync::atomic::fence(Ordering::Release);
-                (*h).magic = MAGIC;
-            }
-        }
-        seg.validate()?;
-        Ok(seg)
-    }
-
-    fn map(fd: i32, path: &Path, writable: bool) -> Result<Segment, SegmentError> {
-        let prot = if writable {
-            libc::PROT_READ | libc::PROT_WRITE
-        } else {
-            libc::PROT_READ
-        };
-        // SAFETY: mapping SIZE bytes of a file at least that long.
-        let p = unsafe { libc::mmap(std::ptr::null_mut(), SIZE, prot, libc::MAP_SHARED, fd, 0) };
-        if p == libc::MAP_FAILED {
-            return Err(os_err(path, "cannot map segment"));
-        }
+        let shm = Shm::open_or_create(path, &layout(), 0o700)?;
         Ok(Segment {
-            base: p.cast(),
-            fd,
-            writable,
-            own: NO_SLOT.into(),
+            shm,
             path: path.to_path_buf(),
         })
     }
 
     /// Opens an existing segment read-only (for `cuslice status`).
     pub fn open_read_only(path: &Path) -> Result<Segment, SegmentError> {
-        let c = CString::new(path.as_os_str().as_bytes())
-            .map_err(|_| SegmentError(format!("{}: path contains a NUL byte", path.display())))?;
-        // SAFETY: open with a NUL-terminated path.
-        let fd = unsafe {
-            libc::open(
-                c.as_ptr(),
-                libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOFOLLOW,
-            )
-        };
-        if fd < 0 {
-            return Err(os_err(path, "cannot open segment"));
-        }
-        // SAFETY: fstat into a zeroed struct.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        if unsafe { libc::fstat(fd, &mut st) } != 0 || st.st_size as u64 != SIZE as u64 {
-            unsafe { libc::close(fd) };
-            return Err(SegmentError(format!(
-                "{}: not a cuslice segment of this version (size {}, expected {SIZE})",
-                path.display(),
-                st.st_size
-            )));
-        }
-        let seg = Self::map(fd, path, false).inspect_err(|_| unsafe {
-            libc::close(fd);
-        })?;
-        seg.validate()?;
-        Ok(seg)
-    }
-
-    fn header(&self) -> &Header {
-        // SAFETY: the mapping starts with a Header and lives as long as self.
-        unsafe { &*self.base.cast::<Header>() }
-    }
-
-    fn validate(&self) -> Result<(), SegmentError> {
-        let h = self.header();
-        let p = self.path.display();
-        if h.magic != MAGIC {
-            return Err(SegmentError(format!(
-                "{p}: not a cuslice memory segment (bad magic)"
-            )));
-        }
-        if h.version != VERSION {
-            return Err(SegmentError(format!(
-                "{p}: segment layout version {} is not the version {VERSION} this cuslice uses",
-                h.version
-            )));
-        }
-        let expect = [
-            (
-                h.header_size as usize,
-                std::mem::size_of::<Header>(),
-                "header size",
-            ),
-            (h.total_size as usize, SIZE, "total size"),
-            (h.max_devices as usize, MAX_DEVICES, "device count"),
-            (h.max_slots as usize, MAX_SLOTS, "slot count"),
-            (
-                h.device_size as usize,
-                std::mem::size_of::<Device>(),
-                "device entry size",
-            ),
-            (
-                h.slot_size as usize,
-                std::mem::size_of::<Slot>(),
-                "slot size",
-            ),
-        ];
-        for (got, want, what) in expect {
-            if got != want {
-                return Err(SegmentError(format!(
-                    "{p}: segment {what} is {got}, expected {want}: corrupt or foreign"
-                )));
-            }
-        }
-        Ok(())
+        let shm = Shm::open_read_only(path, &layout())?;
+        Ok(Segment {
+            shm,
+            path: path.to_path_buf(),
+        })
     }
 
     pub fn device(&self, i: usize) -> Option<&Device> {
         if i >= MAX_DEVICES {
             return None;
         }
-        let off = std::mem::size_of::<Header>() + i * std::mem::size_of::<Device>();
-        // SAFETY: in bounds of the mapping (i < MAX_DEVICES), properly
-        // aligned (mmap is page aligned, entries are 64-byte multiples).
-        Some(unsafe { &*self.base.add(off).cast::<Device>() })
+        // SAFETY: in bounds (i < MAX_DEVICES) and aligned (the mapping is
+        // page aligned, entries are 64-byte multiples); atomics only.
+        Some(unsafe {
+            self.shm
+                .at::<Device>(HEADER + i * std::mem::size_of::<Device>())
+        })
     }
 
     pub fn slot(&self, i: usize) -> Option<&Slot> {
         if i >= MAX_SLOTS {
             return None;
         }
-        let off = std::mem::size_of::<Header>()
-            + MAX_DEVICES * std::mem::size_of::<Device>()
-            + i * std::mem::size_of::<Slot>();
+        let off =
+            HEADER + MAX_DEVICES * std::mem::size_of::<Device>() + i * std::mem::size_of::<Slot>();
         // SAFETY: as in device().
-        Some(unsafe { &*self.base.add(off).cast::<Slot>() })
+        Some(unsafe { self.shm.at::<Slot>(off) })
     }
 
-    fn lock_cmd(&self, cmd: i32, typ: i32, slot: usize) -> libc::flock {
-        let mut fl: libc::flock = unsafe { std::mem::zeroed() };
-        fl.l_type = typ as libc::c_short;
-        fl.l_whence = libc::SEEK_SET as libc::c_short;
-        fl.l_start = LOCK_BASE + slot as i64;
-        fl.l_len = 1;
-        // SAFETY: fcntl with a valid flock struct on our fd.
-        let r = unsafe { libc::fcntl(self.fd, cmd, &mut fl) };
-        if r != 0 {
-            fl.l_type = -1;
-        }
-        fl
-    }
-
-    /// Whether the process that owns `slot` is alive (its lock is held by
-    /// another open file description). Our own slot reads as alive.
+    /// Whether the process that owns `slot` is alive. Our own slot reads
+    /// as alive.
     pub fn slot_alive(&self, slot: usize) -> bool {
-        if slot == self.own.load(Ordering::Relaxed) {
-            return true;
-        }
-        let fl = self.lock_cmd(libc::F_OFD_GETLK, libc::F_WRLCK, slot);
-        // F_UNLCK: nobody else holds it. -1: the query failed: assume alive
-        // (never reclaim what we cannot prove dead).
-        fl.l_type != libc::F_UNLCK as libc::c_short
-    }
-
-    fn try_lock_slot(&self, slot: usize) -> bool {
-        self.lock_cmd(libc::F_OFD_SETLK, libc::F_WRLCK, slot).l_type != -1
-    }
-
-    fn unlock_slot(&self, slot: usize) {
-        self.lock_cmd(libc::F_OFD_SETLK, libc::F_UNLCK, slot);
+        self.shm.slot_alive(slot)
     }
 
     /// Registers this process: takes the first slot whose lock is free,
     /// reclaiming what a dead previous owner left in it.
     pub fn claim_slot(&self, pid: u32) -> Result<usize, SegmentError> {
-        if !self.writable {
+        if !self.shm.writable() {
             return Err(SegmentError(format!(
                 "{}: opened read-only",
                 self.path.display()
             )));
         }
-        if self.own.load(Ordering::Relaxed) != NO_SLOT {
+        if self.shm.own() != usize::MAX {
             return Err(SegmentError(format!(
                 "{}: this process already holds a slot",
                 self.path.display()
             )));
         }
         for i in 0..MAX_SLOTS {
-            if !self.try_lock_slot(i) {
+            if !self.shm.try_lock_slot(i) {
                 continue;
             }
             let Some(s) = self.slot(i) else { break };
@@ -450,7 +207,7 @@ impl Segment {
             s.pid.store(pid, Ordering::Relaxed);
             s.started.store(now_secs(), Ordering::Relaxed);
             s.state.store(SLOT_LIVE, Ordering::Release);
-            self.own.store(i, Ordering::Relaxed);
+            self.shm.set_own(Some(i));
             return Ok(i);
         }
         Err(SegmentError(format!(
@@ -462,10 +219,10 @@ impl Segment {
     /// Gives our slot back (normal exit): usage is credited, the lock dropped.
     pub fn release_slot(&self, slot: usize) {
         self.reclaim_locked(slot);
-        self.unlock_slot(slot);
-        let _ = self
-            .own
-            .compare_exchange(slot, NO_SLOT, Ordering::Relaxed, Ordering::Relaxed);
+        self.shm.unlock_slot(slot);
+        if self.shm.own() == slot {
+            self.shm.set_own(None);
+        }
     }
 
     /// Credits everything `slot` holds and frees it. The caller holds the
@@ -491,15 +248,14 @@ impl Segment {
         let mut n = 0;
         for i in 0..MAX_SLOTS {
             let Some(s) = self.slot(i) else { break };
-            if s.state.load(Ordering::Acquire) == SLOT_FREE || i == self.own.load(Ordering::Relaxed)
-            {
+            if s.state.load(Ordering::Acquire) == SLOT_FREE || i == self.shm.own() {
                 continue;
             }
             // Taking the lock proves the owner is gone and keeps a new
             // process from claiming the slot while we clean it.
-            if self.try_lock_slot(i) {
+            if self.shm.try_lock_slot(i) {
                 self.reclaim_locked(i);
-                self.unlock_slot(i);
+                self.shm.unlock_slot(i);
                 n += 1;
             }
         }
@@ -510,12 +266,9 @@ impl Segment {
     /// A different limit already recorded for the same GPU is an error:
     /// every process sharing a segment must agree on the quota.
     pub fn register_device(&self, uuid: &[u8; 16], limit: u64) -> Result<usize, SegmentError> {
-        // SAFETY: flock on our fd (registration is rare: once per device
-        // per process at cuInit).
-        unsafe { libc::flock(self.fd, libc::LOCK_EX) };
-        let r = self.register_device_locked(uuid, limit);
-        unsafe { libc::flock(self.fd, libc::LOCK_UN) };
-        r
+        // Registration is rare (once per device per process at cuInit).
+        self.shm
+            .with_flock(|| self.register_device_locked(uuid, limit))
     }
 
     fn register_device_locked(&self, uuid: &[u8; 16], limit: u64) -> Result<usize, SegmentError> {
@@ -622,9 +375,9 @@ impl Segment {
     }
 
     fn device_index(&self, dev: &Device) -> usize {
-        let off =
-            (dev as *const Device as usize) - (self.base as usize) - std::mem::size_of::<Header>();
-        (off / std::mem::size_of::<Device>()).min(MAX_DEVICES - 1)
+        let first = self.device(0).map_or(0, |d| d as *const Device as usize);
+        ((dev as *const Device as usize - first) / std::mem::size_of::<Device>())
+            .min(MAX_DEVICES - 1)
     }
 
     /// Admits `bytes` on device entry `d` for `slot`, or refuses.
@@ -705,7 +458,7 @@ impl Segment {
 
     /// The fd, for a fork child that must not keep its parent's lock alive.
     pub fn raw_fd(&self) -> i32 {
-        self.fd
+        self.shm.raw_fd()
     }
 }
 

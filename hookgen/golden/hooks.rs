@@ -64,22 +64,23 @@ pub mod id {
     pub const cuCtxGetDevice: usize = 59usize;
     pub const cuCtxSynchronize: usize = 60usize;
     pub const cuStreamSynchronize: usize = 61usize;
-    pub const cuEventCreate: usize = 62usize;
-    pub const cuEventRecord: usize = 63usize;
-    pub const cuEventQuery: usize = 64usize;
-    pub const cuEventSynchronize: usize = 65usize;
-    pub const cuEventElapsedTime: usize = 66usize;
-    pub const cuEventDestroy_v2: usize = 67usize;
-    pub const nvmlDeviceGetMemoryInfo: usize = 68usize;
-    pub const nvmlDeviceGetMemoryInfo_v2: usize = 69usize;
-    pub const nvmlInit_v2: usize = 70usize;
-    pub const nvmlShutdown: usize = 71usize;
-    pub const nvmlDeviceGetCount_v2: usize = 72usize;
-    pub const nvmlDeviceGetHandleByIndex_v2: usize = 73usize;
-    pub const nvmlDeviceGetUUID: usize = 74usize;
+    pub const cuStreamIsCapturing: usize = 62usize;
+    pub const cuEventCreate: usize = 63usize;
+    pub const cuEventRecord: usize = 64usize;
+    pub const cuEventQuery: usize = 65usize;
+    pub const cuEventSynchronize: usize = 66usize;
+    pub const cuEventElapsedTime: usize = 67usize;
+    pub const cuEventDestroy_v2: usize = 68usize;
+    pub const nvmlDeviceGetMemoryInfo: usize = 69usize;
+    pub const nvmlDeviceGetMemoryInfo_v2: usize = 70usize;
+    pub const nvmlInit_v2: usize = 71usize;
+    pub const nvmlShutdown: usize = 72usize;
+    pub const nvmlDeviceGetCount_v2: usize = 73usize;
+    pub const nvmlDeviceGetHandleByIndex_v2: usize = 74usize;
+    pub const nvmlDeviceGetUUID: usize = 75usize;
 }
 /// Number of declared functions.
-pub const COUNT: usize = 75usize;
+pub const COUNT: usize = 76usize;
 /// Each declared function's symbol name, by index.
 pub static NAMES: [&::core::ffi::CStr; COUNT] = [
     c"cuInit",
@@ -144,6 +145,7 @@ pub static NAMES: [&::core::ffi::CStr; COUNT] = [
     c"cuCtxGetDevice",
     c"cuCtxSynchronize",
     c"cuStreamSynchronize",
+    c"cuStreamIsCapturing",
     c"cuEventCreate",
     c"cuEventRecord",
     c"cuEventQuery",
@@ -228,6 +230,7 @@ pub static LIBS: [crate::real::Lib; COUNT] = [
     crate::real::Lib::Cuda,
     crate::real::Lib::Cuda,
     crate::real::Lib::Cuda,
+    crate::real::Lib::Cuda,
     crate::real::Lib::Nvml,
     crate::real::Lib::Nvml,
     crate::real::Lib::Nvml,
@@ -244,7 +247,7 @@ pub static EXPORTED: [bool; COUNT] = [
     false, false, true, true, true, true, true, true, true, true, true, true, true, true,
     true, true, true, true, true, true, true, true, true, true, false, false, false,
     false, false, false, false, false, false, false, false, false, false, false, false,
-    false, true, true, false, false, false, false, false,
+    false, false, true, true, false, false, false, false, false,
 ];
 /// Calls into the real driver, resolved lazily per symbol. A symbol
 /// the real library lacks yields the library's "not found" status.
@@ -1525,6 +1528,26 @@ pub mod real {
         }
     }
     #[inline]
+    pub unsafe fn cuStreamIsCapturing(
+        hStream: CUstream,
+        captureStatus: *mut CUstreamCaptureStatus,
+    ) -> CUresult {
+        match crate::real::get(super::id::cuStreamIsCapturing) {
+            Some(__real_fn) => {
+                unsafe {
+                    ::core::mem::transmute::<
+                        *mut ::core::ffi::c_void,
+                        unsafe extern "C" fn(
+                            CUstream,
+                            *mut CUstreamCaptureStatus,
+                        ) -> CUresult,
+                    >(__real_fn)(hStream, captureStatus)
+                }
+            }
+            None => <CUresult as crate::ffi::Status>::NOT_FOUND,
+        }
+    }
+    #[inline]
     pub unsafe fn cuEventCreate(
         phEvent: *mut CUevent,
         Flags: ::core::ffi::c_uint,
@@ -2248,22 +2271,60 @@ pub mod exports {
         kernelParams: *mut *mut ::core::ffi::c_void,
         extra: *mut *mut ::core::ffi::c_void,
     ) -> CUresult {
-        crate::ffi::pass(id::cuLaunchKernel);
-        unsafe {
-            real::cuLaunchKernel(
-                f,
-                gridDimX,
-                gridDimY,
-                gridDimZ,
-                blockDimX,
-                blockDimY,
-                blockDimZ,
-                sharedMemBytes,
-                hStream,
-                kernelParams,
-                extra,
-            )
-        }
+        crate::ffi::hook(
+            id::cuLaunchKernel,
+            || {
+                match unsafe {
+                    crate::hooks::launch::cuLaunchKernel(
+                        f,
+                        gridDimX,
+                        gridDimY,
+                        gridDimZ,
+                        blockDimX,
+                        blockDimY,
+                        blockDimZ,
+                        sharedMemBytes,
+                        hStream,
+                        kernelParams,
+                        extra,
+                    )
+                } {
+                    Ok(()) => {
+                        unsafe {
+                            real::cuLaunchKernel(
+                                f,
+                                gridDimX,
+                                gridDimY,
+                                gridDimZ,
+                                blockDimX,
+                                blockDimY,
+                                blockDimZ,
+                                sharedMemBytes,
+                                hStream,
+                                kernelParams,
+                                extra,
+                            )
+                        }
+                    }
+                    Err(__status) => __status,
+                }
+            },
+            || unsafe {
+                real::cuLaunchKernel(
+                    f,
+                    gridDimX,
+                    gridDimY,
+                    gridDimZ,
+                    blockDimX,
+                    blockDimY,
+                    blockDimZ,
+                    sharedMemBytes,
+                    hStream,
+                    kernelParams,
+                    extra,
+                )
+            },
+        )
     }
     #[cfg_attr(not(test), unsafe(no_mangle))]
     pub unsafe extern "C" fn cuLaunchKernel_ptsz(
@@ -2279,22 +2340,60 @@ pub mod exports {
         kernelParams: *mut *mut ::core::ffi::c_void,
         extra: *mut *mut ::core::ffi::c_void,
     ) -> CUresult {
-        crate::ffi::pass(id::cuLaunchKernel_ptsz);
-        unsafe {
-            real::cuLaunchKernel_ptsz(
-                f,
-                gridDimX,
-                gridDimY,
-                gridDimZ,
-                blockDimX,
-                blockDimY,
-                blockDimZ,
-                sharedMemBytes,
-                hStream,
-                kernelParams,
-                extra,
-            )
-        }
+        crate::ffi::hook(
+            id::cuLaunchKernel_ptsz,
+            || {
+                match unsafe {
+                    crate::hooks::launch::cuLaunchKernel_ptsz(
+                        f,
+                        gridDimX,
+                        gridDimY,
+                        gridDimZ,
+                        blockDimX,
+                        blockDimY,
+                        blockDimZ,
+                        sharedMemBytes,
+                        hStream,
+                        kernelParams,
+                        extra,
+                    )
+                } {
+                    Ok(()) => {
+                        unsafe {
+                            real::cuLaunchKernel_ptsz(
+                                f,
+                                gridDimX,
+                                gridDimY,
+                                gridDimZ,
+                                blockDimX,
+                                blockDimY,
+                                blockDimZ,
+                                sharedMemBytes,
+                                hStream,
+                                kernelParams,
+                                extra,
+                            )
+                        }
+                    }
+                    Err(__status) => __status,
+                }
+            },
+            || unsafe {
+                real::cuLaunchKernel_ptsz(
+                    f,
+                    gridDimX,
+                    gridDimY,
+                    gridDimZ,
+                    blockDimX,
+                    blockDimY,
+                    blockDimZ,
+                    sharedMemBytes,
+                    hStream,
+                    kernelParams,
+                    extra,
+                )
+            },
+        )
     }
     #[cfg_attr(not(test), unsafe(no_mangle))]
     pub unsafe extern "C" fn cuLaunchKernelEx(
@@ -2303,8 +2402,25 @@ pub mod exports {
         kernelParams: *mut *mut ::core::ffi::c_void,
         extra: *mut *mut ::core::ffi::c_void,
     ) -> CUresult {
-        crate::ffi::pass(id::cuLaunchKernelEx);
-        unsafe { real::cuLaunchKernelEx(config, f, kernelParams, extra) }
+        crate::ffi::hook(
+            id::cuLaunchKernelEx,
+            || {
+                match unsafe {
+                    crate::hooks::launch::cuLaunchKernelEx(
+                        config,
+                        f,
+                        kernelParams,
+                        extra,
+                    )
+                } {
+                    Ok(()) => {
+                        unsafe { real::cuLaunchKernelEx(config, f, kernelParams, extra) }
+                    }
+                    Err(__status) => __status,
+                }
+            },
+            || unsafe { real::cuLaunchKernelEx(config, f, kernelParams, extra) },
+        )
     }
     #[cfg_attr(not(test), unsafe(no_mangle))]
     pub unsafe extern "C" fn cuLaunchKernelEx_ptsz(
@@ -2313,8 +2429,27 @@ pub mod exports {
         kernelParams: *mut *mut ::core::ffi::c_void,
         extra: *mut *mut ::core::ffi::c_void,
     ) -> CUresult {
-        crate::ffi::pass(id::cuLaunchKernelEx_ptsz);
-        unsafe { real::cuLaunchKernelEx_ptsz(config, f, kernelParams, extra) }
+        crate::ffi::hook(
+            id::cuLaunchKernelEx_ptsz,
+            || {
+                match unsafe {
+                    crate::hooks::launch::cuLaunchKernelEx_ptsz(
+                        config,
+                        f,
+                        kernelParams,
+                        extra,
+                    )
+                } {
+                    Ok(()) => {
+                        unsafe {
+                            real::cuLaunchKernelEx_ptsz(config, f, kernelParams, extra)
+                        }
+                    }
+                    Err(__status) => __status,
+                }
+            },
+            || unsafe { real::cuLaunchKernelEx_ptsz(config, f, kernelParams, extra) },
+        )
     }
     #[cfg_attr(not(test), unsafe(no_mangle))]
     pub unsafe extern "C" fn cuLaunchCooperativeKernel(
@@ -2329,21 +2464,57 @@ pub mod exports {
         hStream: CUstream,
         kernelParams: *mut *mut ::core::ffi::c_void,
     ) -> CUresult {
-        crate::ffi::pass(id::cuLaunchCooperativeKernel);
-        unsafe {
-            real::cuLaunchCooperativeKernel(
-                f,
-                gridDimX,
-                gridDimY,
-                gridDimZ,
-                blockDimX,
-                blockDimY,
-                blockDimZ,
-                sharedMemBytes,
-                hStream,
-                kernelParams,
-            )
-        }
+        crate::ffi::hook(
+            id::cuLaunchCooperativeKernel,
+            || {
+                match unsafe {
+                    crate::hooks::launch::cuLaunchCooperativeKernel(
+                        f,
+                        gridDimX,
+                        gridDimY,
+                        gridDimZ,
+                        blockDimX,
+                        blockDimY,
+                        blockDimZ,
+                        sharedMemBytes,
+                        hStream,
+                        kernelParams,
+                    )
+                } {
+                    Ok(()) => {
+                        unsafe {
+                            real::cuLaunchCooperativeKernel(
+                                f,
+                                gridDimX,
+                                gridDimY,
+                                gridDimZ,
+                                blockDimX,
+                                blockDimY,
+                                blockDimZ,
+                                sharedMemBytes,
+                                hStream,
+                                kernelParams,
+                            )
+                        }
+                    }
+                    Err(__status) => __status,
+                }
+            },
+            || unsafe {
+                real::cuLaunchCooperativeKernel(
+                    f,
+                    gridDimX,
+                    gridDimY,
+                    gridDimZ,
+                    blockDimX,
+                    blockDimY,
+                    blockDimZ,
+                    sharedMemBytes,
+                    hStream,
+                    kernelParams,
+                )
+            },
+        )
     }
     #[cfg_attr(not(test), unsafe(no_mangle))]
     pub unsafe extern "C" fn cuLaunchCooperativeKernel_ptsz(
@@ -2358,37 +2529,93 @@ pub mod exports {
         hStream: CUstream,
         kernelParams: *mut *mut ::core::ffi::c_void,
     ) -> CUresult {
-        crate::ffi::pass(id::cuLaunchCooperativeKernel_ptsz);
-        unsafe {
-            real::cuLaunchCooperativeKernel_ptsz(
-                f,
-                gridDimX,
-                gridDimY,
-                gridDimZ,
-                blockDimX,
-                blockDimY,
-                blockDimZ,
-                sharedMemBytes,
-                hStream,
-                kernelParams,
-            )
-        }
+        crate::ffi::hook(
+            id::cuLaunchCooperativeKernel_ptsz,
+            || {
+                match unsafe {
+                    crate::hooks::launch::cuLaunchCooperativeKernel_ptsz(
+                        f,
+                        gridDimX,
+                        gridDimY,
+                        gridDimZ,
+                        blockDimX,
+                        blockDimY,
+                        blockDimZ,
+                        sharedMemBytes,
+                        hStream,
+                        kernelParams,
+                    )
+                } {
+                    Ok(()) => {
+                        unsafe {
+                            real::cuLaunchCooperativeKernel_ptsz(
+                                f,
+                                gridDimX,
+                                gridDimY,
+                                gridDimZ,
+                                blockDimX,
+                                blockDimY,
+                                blockDimZ,
+                                sharedMemBytes,
+                                hStream,
+                                kernelParams,
+                            )
+                        }
+                    }
+                    Err(__status) => __status,
+                }
+            },
+            || unsafe {
+                real::cuLaunchCooperativeKernel_ptsz(
+                    f,
+                    gridDimX,
+                    gridDimY,
+                    gridDimZ,
+                    blockDimX,
+                    blockDimY,
+                    blockDimZ,
+                    sharedMemBytes,
+                    hStream,
+                    kernelParams,
+                )
+            },
+        )
     }
     #[cfg_attr(not(test), unsafe(no_mangle))]
     pub unsafe extern "C" fn cuGraphLaunch(
         hGraphExec: CUgraphExec,
         hStream: CUstream,
     ) -> CUresult {
-        crate::ffi::pass(id::cuGraphLaunch);
-        unsafe { real::cuGraphLaunch(hGraphExec, hStream) }
+        crate::ffi::hook(
+            id::cuGraphLaunch,
+            || {
+                match unsafe {
+                    crate::hooks::launch::cuGraphLaunch(hGraphExec, hStream)
+                } {
+                    Ok(()) => unsafe { real::cuGraphLaunch(hGraphExec, hStream) }
+                    Err(__status) => __status,
+                }
+            },
+            || unsafe { real::cuGraphLaunch(hGraphExec, hStream) },
+        )
     }
     #[cfg_attr(not(test), unsafe(no_mangle))]
     pub unsafe extern "C" fn cuGraphLaunch_ptsz(
         hGraphExec: CUgraphExec,
         hStream: CUstream,
     ) -> CUresult {
-        crate::ffi::pass(id::cuGraphLaunch_ptsz);
-        unsafe { real::cuGraphLaunch_ptsz(hGraphExec, hStream) }
+        crate::ffi::hook(
+            id::cuGraphLaunch_ptsz,
+            || {
+                match unsafe {
+                    crate::hooks::launch::cuGraphLaunch_ptsz(hGraphExec, hStream)
+                } {
+                    Ok(()) => unsafe { real::cuGraphLaunch_ptsz(hGraphExec, hStream) }
+                    Err(__status) => __status,
+                }
+            },
+            || unsafe { real::cuGraphLaunch_ptsz(hGraphExec, hStream) },
+        )
     }
     #[cfg_attr(not(test), unsafe(no_mangle))]
     pub unsafe extern "C" fn cuCtxCreate(

@@ -99,6 +99,7 @@ fn build(root: &Path, dir: &Path) {
         ("threads", true),
         ("missing", false),
         ("memtest", true),
+        ("spin", true),
     ] {
         let mut c = cc();
         c.args(["-O1", "-g", "-Wall", "-o"])

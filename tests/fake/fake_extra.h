@@ -10,7 +10,7 @@
  * Maintenance: C11 accepts a repeated identical typedef or prototype, so if
  * cuslice_cuda.h later declares one of the functions or handle typedefs
  * below nothing breaks. Enums cannot be declared twice: if cuslice_cuda.h
- * gains CUstreamCaptureMode, CUstreamCaptureStatus, CUdevice_attribute,
+ * gains CUstreamCaptureMode, CUdevice_attribute,
  * CUmemAccess_flags or CUmemAllocationGranularity_flags, delete the copy
  * here. Constants are macros defined after the cuslice headers, so they stay
  * valid even when an enum there gains the same name.
@@ -30,12 +30,6 @@ typedef enum CUstreamCaptureMode_enum {
     CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1,
     CU_STREAM_CAPTURE_MODE_RELAXED = 2
 } CUstreamCaptureMode;
-
-typedef enum CUstreamCaptureStatus_enum {
-    CU_STREAM_CAPTURE_STATUS_NONE = 0,
-    CU_STREAM_CAPTURE_STATUS_ACTIVE = 1,
-    CU_STREAM_CAPTURE_STATUS_INVALIDATED = 2
-} CUstreamCaptureStatus;
 
 /* Only the attributes the fake answers with non-zero values. */
 typedef enum CUdevice_attribute_enum {

@@ -1,0 +1,920 @@
+//! The per-GPU scheduling segment: one file per physical GPU (named by its
+//! UUID) in a host directory that every container using that GPU mounts.
+//! It holds each tenant's share, ceiling, accounting and demand, and the
+//! lease that gives one process at a time the GPU for a short slice.
+//!
+//! Why a lease: without MPS, kernels of different processes never overlap;
+//! the GPU time-slices between contexts. A process that has the GPU to
+//! itself, and drains its work before handing it over, can measure its own
+//! GPU time exactly (slice start to drain), and the hand-over is fair by
+//! construction.
+//!
+//! Policy (decided here, on plain integers, so it is unit-tested without a
+//! GPU; the shim supplies the clock and does the draining):
+//! - Shares are weights: each tenant has a virtual time, advanced by the GPU
+//!   time it is charged divided by its share. A free lease goes to a waiting
+//!   process of the tenant with the smallest virtual time (stride
+//!   scheduling), so busy tenants split the GPU in proportion to their shares.
+//! - Work conservation: only tenants with waiting processes compete, so an
+//!   idle tenant's share goes to the others. A tenant that comes back has its
+//!   virtual time raised to the smallest among the active ones, so it gets
+//!   its share again at once but cannot claim back what it did not use.
+//! - Ceiling (`compute_max`): a token bucket refilled at the ceiling's rate
+//!   (burst of one slice); a tenant with no tokens does not get the lease,
+//!   even on an idle GPU.
+//! - A holder renews its slice without draining when nobody else waits and
+//!   it has tokens; otherwise it drains and releases.
+//! - A holder that dies, or overstays its deadline by `GRACE_NS`, loses the
+//!   lease to the next waiter, which charges it up to its deadline.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
+
+pub use crate::shm::SegmentError;
+use crate::shm::{Header, Layout, Shm};
+
+pub const MAGIC: [u8; 8] = *b"CUSLGPU\0";
+pub const VERSION: u32 = 1;
+pub const MAX_TENANTS: usize = 32;
+pub const MAX_PROCS: usize = 512;
+pub const NAME_BYTES: usize = 64;
+/// How long past its deadline a live holder keeps the lease before a waiter
+/// takes it (a holder that stopped launching never reaches its own slice
+/// end).
+pub const GRACE_NS: u64 = 50_000_000;
+/// A tenant that has not held the lease for this long counts as having been
+/// idle: when it comes back its virtual time is raised to the active ones'.
+pub const IDLE_NS: u64 = 100_000_000;
+
+#[repr(C, align(64))]
+pub struct Sched {
+    /// 0: free; else the holder's process slot + 1.
+    pub lease: AtomicU32,
+    /// Futex word: bumped whenever the lease is released.
+    pub generation: AtomicU32,
+    pub slice_start: AtomicU64,
+    pub deadline: AtomicU64,
+    pub holder_tenant: AtomicU32,
+    /// Lease hand-overs (display and tests).
+    pub handovers: AtomicU64,
+    /// Last sweep for dead processes (rate limit).
+    pub swept_at: AtomicU64,
+}
+
+/// Dead processes are swept at most this often while the lease waits on a
+/// tenant that may have none left alive.
+const SWEEP_NS: u64 = 10_000_000;
+
+const EMPTY: u32 = 0;
+const READY: u32 = 2;
+
+#[repr(C, align(64))]
+pub struct Tenant {
+    pub state: AtomicU32,
+    /// Guaranteed share, percent 1..=100: the weight.
+    pub share: AtomicU32,
+    /// Ceiling, percent 1..=100 (100: none).
+    pub max: AtomicU32,
+    /// Processes of this tenant waiting for the lease.
+    pub waiting: AtomicU32,
+    /// Live processes registered on this GPU.
+    pub procs: AtomicU32,
+    pub name: [AtomicU64; NAME_BYTES / 8],
+    /// Virtual time: charged ns x 100 / share.
+    pub vtime: AtomicU64,
+    /// GPU time charged, ns.
+    pub used_ns: AtomicU64,
+    /// Time its processes spent waiting for the lease, ns.
+    pub throttled_ns: AtomicU64,
+    /// Ceiling bucket, ns (may go negative: debt).
+    pub tokens: AtomicI64,
+    pub tokens_at: AtomicU64,
+    /// Last time it held the lease (ns, CLOCK_MONOTONIC).
+    pub last_active: AtomicU64,
+}
+
+const PROC_FREE: u32 = 0;
+const PROC_LIVE: u32 = 1;
+
+#[repr(C, align(64))]
+pub struct Proc {
+    pub state: AtomicU32,
+    pub tenant: AtomicU32,
+    pub pid: AtomicU32,
+    pub waiting: AtomicU32,
+}
+
+const HEADER: usize = std::mem::size_of::<Header>();
+const SCHED: usize = std::mem::size_of::<Sched>();
+pub const SIZE: usize = HEADER
+    + SCHED
+    + MAX_TENANTS * std::mem::size_of::<Tenant>()
+    + MAX_PROCS * std::mem::size_of::<Proc>();
+
+fn layout() -> Layout {
+    Layout {
+        what: "GPU segment",
+        header: Header {
+            magic: MAGIC,
+            version: VERSION,
+            header_size: HEADER as u32,
+            total_size: SIZE as u64,
+            params: [
+                MAX_TENANTS as u32,
+                MAX_PROCS as u32,
+                SCHED as u32,
+                std::mem::size_of::<Tenant>() as u32,
+                std::mem::size_of::<Proc>() as u32,
+                NAME_BYTES as u32,
+                0,
+                0,
+            ],
+        },
+        param_names: [
+            "tenant count",
+            "process count",
+            "scheduler size",
+            "tenant size",
+            "process size",
+            "name size",
+            "-",
+            "-",
+        ],
+    }
+}
+
+/// What `try_acquire` decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Acquire {
+    /// The lease is ours until `deadline`.
+    Granted { deadline: u64 },
+    /// Not now: wait for a release (futex on `generation`) or until `until`.
+    Wait { until: u64 },
+}
+
+/// What a tenant looks like from outside (status, tests).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TenantView {
+    pub index: usize,
+    pub name: String,
+    pub share: u32,
+    pub max: u32,
+    pub used_ns: u64,
+    pub throttled_ns: u64,
+    pub waiting: u32,
+    pub procs: u32,
+    pub last_active: u64,
+}
+
+pub struct GpuSegment {
+    shm: Shm,
+    pub path: PathBuf,
+}
+
+impl GpuSegment {
+    /// Opens `<dir>/<uuid>.seg`, creating it if absent. The directory is
+    /// shared by every tenant of the host, so it is created world-usable
+    /// with the sticky bit; each file must belong to the opening user.
+    pub fn open_or_create(path: &Path) -> Result<GpuSegment, SegmentError> {
+        let shm = Shm::open_or_create(path, &layout(), 0o1777)?;
+        Ok(GpuSegment {
+            shm,
+            path: path.to_path_buf(),
+        })
+    }
+
+    pub fn open_read_only(path: &Path) -> Result<GpuSegment, SegmentError> {
+        let shm = Shm::open_read_only(path, &layout())?;
+        Ok(GpuSegment {
+            shm,
+            path: path.to_path_buf(),
+        })
+    }
+
+    pub fn sched(&self) -> &Sched {
+        // SAFETY: the Sched follows the header; aligned; atomics only.
+        unsafe { self.shm.at::<Sched>(HEADER) }
+    }
+
+    pub fn tenant(&self, i: usize) -> Option<&Tenant> {
+        if i >= MAX_TENANTS {
+            return None;
+        }
+        // SAFETY: in bounds (i < MAX_TENANTS), aligned, atomics only.
+        Some(unsafe {
+            self.shm
+                .at::<Tenant>(HEADER + SCHED + i * std::mem::size_of::<Tenant>())
+        })
+    }
+
+    pub fn proc_entry(&self, i: usize) -> Option<&Proc> {
+        if i >= MAX_PROCS {
+            return None;
+        }
+        let off = HEADER
+            + SCHED
+            + MAX_TENANTS * std::mem::size_of::<Tenant>()
+            + i * std::mem::size_of::<Proc>();
+        // SAFETY: as above.
+        Some(unsafe { self.shm.at::<Proc>(off) })
+    }
+
+    /// Finds the tenant `name`, creating it; sets its share and ceiling
+    /// (a share change takes effect at once). Returns (index, previous
+    /// (share, max) if it changed).
+    pub fn register_tenant(
+        &self,
+        name: &str,
+        share: u32,
+        max: u32,
+        now: u64,
+    ) -> Result<(usize, Option<(u32, u32)>), SegmentError> {
+        let share = share.clamp(1, 100);
+        let max = max.clamp(share, 100);
+        let encoded = encode_name(name);
+        self.shm.with_flock(|| {
+            let mut empty = None;
+            for i in 0..MAX_TENANTS {
+                let Some(t) = self.tenant(i) else { break };
+                match t.state.load(Ordering::Acquire) {
+                    READY if name_words(t) == encoded => {
+                        let old = (
+                            t.share.swap(share, Ordering::AcqRel),
+                            t.max.swap(max, Ordering::AcqRel),
+                        );
+                        return Ok((i, (old != (share, max)).then_some(old)));
+                    }
+                    EMPTY if empty.is_none() => empty = Some(i),
+                    _ => {}
+                }
+            }
+            let Some(i) = empty.or_else(|| self.reuse_idle_tenant()) else {
+                return Err(SegmentError(format!(
+                    "{}: all {MAX_TENANTS} tenant entries of this GPU are in use",
+                    self.path.display()
+                )));
+            };
+            let Some(t) = self.tenant(i) else {
+                unreachable!("i < MAX_TENANTS")
+            };
+            for (w, v) in t.name.iter().zip(encoded) {
+                w.store(v, Ordering::Relaxed);
+            }
+            t.share.store(share, Ordering::Relaxed);
+            t.max.store(max, Ordering::Relaxed);
+            t.waiting.store(0, Ordering::Relaxed);
+            t.procs.store(0, Ordering::Relaxed);
+            t.used_ns.store(0, Ordering::Relaxed);
+            t.throttled_ns.store(0, Ordering::Relaxed);
+            t.vtime
+                .store(self.min_active_vtime(None).unwrap_or(0), Ordering::Relaxed);
+            t.tokens.store(0, Ordering::Relaxed);
+            t.tokens_at.store(now, Ordering::Relaxed);
+            t.last_active.store(now, Ordering::Relaxed);
+            t.state.store(READY, Ordering::Release);
+            Ok((i, None))
+        })
+    }
+
+    /// A tenant entry with no live process can be reused (its history is
+    /// lost; a tenant that comes back starts afresh).
+    fn reuse_idle_tenant(&self) -> Option<usize> {
+        self.reclaim_dead();
+        (0..MAX_TENANTS).find(|&i| {
+            self.tenant(i)
+                .is_some_and(|t| t.procs.load(Ordering::Acquire) == 0)
+        })
+    }
+
+    /// Registers this process under `tenant`: takes the first process slot
+    /// whose lock is free, cleaning what a dead owner left.
+    pub fn claim_proc(&self, tenant: usize, pid: u32) -> Result<usize, SegmentError> {
+        if !self.shm.writable() {
+            return Err(SegmentError(format!(
+                "{}: opened read-only",
+                self.path.display()
+            )));
+        }
+        let Some(t) = self.tenant(tenant) else {
+            return Err(SegmentError(format!(
+                "{}: no tenant {tenant}",
+                self.path.display()
+            )));
+        };
+        for i in 0..MAX_PROCS {
+            if !self.shm.try_lock_slot(i) {
+                continue;
+            }
+            let Some(p) = self.proc_entry(i) else { break };
+            if p.state.load(Ordering::Acquire) != PROC_FREE {
+                self.clean_proc(i);
+            }
+            p.tenant.store(tenant as u32, Ordering::Relaxed);
+            p.pid.store(pid, Ordering::Relaxed);
+            p.waiting.store(0, Ordering::Relaxed);
+            p.state.store(PROC_LIVE, Ordering::Release);
+            t.procs.fetch_add(1, Ordering::AcqRel);
+            self.shm.set_own(Some(i));
+            return Ok(i);
+        }
+        Err(SegmentError(format!(
+            "{}: all {MAX_PROCS} process slots are in use",
+            self.path.display()
+        )))
+    }
+
+    /// Gives our process slot back (normal exit).
+    pub fn release_proc(&self, slot: usize, now: u64) {
+        let s = self.sched();
+        if s.lease.load(Ordering::Acquire) == slot as u32 + 1 {
+            let t = s.holder_tenant.load(Ordering::Relaxed) as usize;
+            self.release(slot, t, now);
+        }
+        self.clean_proc(slot);
+        self.shm.unlock_slot(slot);
+        if self.shm.own() == slot {
+            self.shm.set_own(None);
+        }
+    }
+
+    /// Undoes what process slot `i` contributed (the caller holds its lock).
+    fn clean_proc(&self, i: usize) {
+        let Some(p) = self.proc_entry(i) else { return };
+        if p.state.swap(PROC_FREE, Ordering::AcqRel) == PROC_FREE {
+            return;
+        }
+        if let Some(t) = self.tenant(p.tenant.load(Ordering::Relaxed) as usize) {
+            if p.waiting.swap(0, Ordering::AcqRel) != 0 {
+                dec(&t.waiting);
+            }
+            dec(&t.procs);
+        }
+    }
+
+    /// Cleans the slots of dead processes. Returns how many.
+    pub fn reclaim_dead(&self) -> usize {
+        let mut n = 0;
+        for i in 0..MAX_PROCS {
+            let Some(p) = self.proc_entry(i) else { break };
+            if p.state.load(Ordering::Acquire) == PROC_FREE || i == self.shm.own() {
+                continue;
+            }
+            if self.shm.try_lock_slot(i) {
+                self.clean_proc(i);
+                self.shm.unlock_slot(i);
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// Marks process `slot` of `tenant` as waiting for the lease. A tenant
+    /// that was idle comes back at the smallest active virtual time.
+    pub fn begin_wait(&self, slot: usize, tenant: usize, now: u64) {
+        let (Some(p), Some(t)) = (self.proc_entry(slot), self.tenant(tenant)) else {
+            return;
+        };
+        if p.waiting.swap(1, Ordering::AcqRel) != 0 {
+            return;
+        }
+        let holder = self.sched().lease.load(Ordering::Acquire);
+        let holds =
+            holder != 0 && self.sched().holder_tenant.load(Ordering::Relaxed) as usize == tenant;
+        let was_idle = now.saturating_sub(t.last_active.load(Ordering::Relaxed)) > IDLE_NS;
+        if t.waiting.fetch_add(1, Ordering::AcqRel) == 0
+            && !holds
+            && was_idle
+            && let Some(floor) = self.min_active_vtime(Some(tenant))
+        {
+            t.vtime.fetch_max(floor, Ordering::AcqRel);
+        }
+    }
+
+    pub fn end_wait(&self, slot: usize, tenant: usize) {
+        let (Some(p), Some(t)) = (self.proc_entry(slot), self.tenant(tenant)) else {
+            return;
+        };
+        if p.waiting.swap(0, Ordering::AcqRel) != 0 {
+            dec(&t.waiting);
+        }
+    }
+
+    /// Smallest virtual time among tenants that are waiting or hold the
+    /// lease, other than `except`.
+    fn min_active_vtime(&self, except: Option<usize>) -> Option<u64> {
+        let s = self.sched();
+        let holder = (s.lease.load(Ordering::Acquire) != 0)
+            .then(|| s.holder_tenant.load(Ordering::Relaxed) as usize);
+        (0..MAX_TENANTS)
+            .filter(|&i| Some(i) != except)
+            .filter_map(|i| self.tenant(i).map(|t| (i, t)))
+            .filter(|(i, t)| {
+                t.state.load(Ordering::Acquire) == READY
+                    && (t.waiting.load(Ordering::Acquire) > 0 || holder == Some(*i))
+            })
+            .map(|(_, t)| t.vtime.load(Ordering::Acquire))
+            .min()
+    }
+
+    /// Refills the ceiling bucket up to `now`; returns the tokens (ns).
+    fn refill(&self, t: &Tenant, now: u64, slice: u64) -> i64 {
+        let max = t.max.load(Ordering::Relaxed) as u64;
+        if max >= 100 {
+            return i64::MAX;
+        }
+        let at = t.tokens_at.load(Ordering::Acquire);
+        if now > at
+            && t.tokens_at
+                .compare_exchange(at, now, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        {
+            let add = ((now - at) as u128 * max as u128 / 100).min(i64::MAX as u128) as i64;
+            let burst = slice as i64;
+            let _ = t
+                .tokens
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
+                    Some(v.saturating_add(add).min(burst))
+                });
+        }
+        t.tokens.load(Ordering::Acquire)
+    }
+
+    /// One attempt to take the lease for `slot` of `tenant` (which must be
+    /// waiting, see `begin_wait`).
+    pub fn try_acquire(&self, slot: usize, tenant: usize, now: u64, slice: u64) -> Acquire {
+        let s = self.sched();
+        let me = slot as u32 + 1;
+        let lease = s.lease.load(Ordering::Acquire);
+        if lease == me {
+            return Acquire::Granted {
+                deadline: s.deadline.load(Ordering::Acquire),
+            };
+        }
+        if lease != 0 {
+            let holder = (lease - 1) as usize;
+            let deadline = s.deadline.load(Ordering::Acquire);
+            let dead = holder >= MAX_PROCS || !self.shm.slot_alive(holder);
+            if !dead && now <= deadline.saturating_add(GRACE_NS) {
+                return Acquire::Wait {
+                    until: deadline.saturating_add(GRACE_NS).max(now + 1_000_000),
+                };
+            }
+            // Take it from a dead or overstaying holder, charging it up to
+            // its deadline.
+            let ht = s.holder_tenant.load(Ordering::Relaxed) as usize;
+            let start = s.slice_start.load(Ordering::Acquire);
+            if s.lease
+                .compare_exchange(lease, 0, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                self.charge(ht, deadline.min(now).saturating_sub(start));
+                s.generation.fetch_add(1, Ordering::AcqRel);
+                if dead {
+                    self.reclaim_dead();
+                }
+            }
+        }
+        let Some(t) = self.tenant(tenant) else {
+            return Acquire::Wait {
+                until: now + 1_000_000,
+            };
+        };
+        let tokens = self.refill(t, now, slice);
+        if tokens <= 0 {
+            let max = t.max.load(Ordering::Relaxed).max(1) as u64;
+            let wait = (-tokens) as u64 * 100 / max;
+            return Acquire::Wait {
+                until: now + wait.max(100_000),
+            };
+        }
+        // Is ours the waiting tenant with the smallest virtual time (among
+        // those with tokens)? Ties go to the one served longest ago, then to
+        // the lower index.
+        let key = |x: &Tenant, i: usize| {
+            (
+                x.vtime.load(Ordering::Acquire),
+                x.last_active.load(Ordering::Relaxed),
+                i,
+            )
+        };
+        let mine = key(t, tenant);
+        for i in 0..MAX_TENANTS {
+            if i == tenant {
+                continue;
+            }
+            let Some(o) = self.tenant(i) else { break };
+            if o.state.load(Ordering::Acquire) != READY || o.waiting.load(Ordering::Acquire) == 0 {
+                continue;
+            }
+            if key(o, i) < mine && self.refill(o, now, slice) > 0 {
+                // That tenant's waiters may all be dead (killed while
+                // waiting): sweep now and then, so they cannot block us.
+                let swept = s.swept_at.load(Ordering::Relaxed);
+                if now.saturating_sub(swept) > SWEEP_NS
+                    && s.swept_at
+                        .compare_exchange(swept, now, Ordering::AcqRel, Ordering::Relaxed)
+                        .is_ok()
+                    && self.reclaim_dead() > 0
+                {
+                    return Acquire::Wait {
+                        until: now + 50_000,
+                    };
+                }
+                return Acquire::Wait {
+                    until: now + 2_000_000,
+                };
+            }
+        }
+        if s.lease
+            .compare_exchange(0, me, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return Acquire::Wait {
+                until: now + 1_000_000,
+            };
+        }
+        s.holder_tenant.store(tenant as u32, Ordering::Relaxed);
+        s.slice_start.store(now, Ordering::Release);
+        let deadline = now + slice;
+        s.deadline.store(deadline, Ordering::Release);
+        s.handovers.fetch_add(1, Ordering::Relaxed);
+        t.last_active.store(now, Ordering::Relaxed);
+        Acquire::Granted { deadline }
+    }
+
+    fn charge(&self, tenant: usize, ns: u64) {
+        let Some(t) = self.tenant(tenant) else { return };
+        let share = t.share.load(Ordering::Relaxed).max(1) as u64;
+        t.used_ns.fetch_add(ns, Ordering::AcqRel);
+        t.vtime.fetch_add(ns * 100 / share, Ordering::AcqRel);
+        if t.max.load(Ordering::Relaxed) < 100 {
+            t.tokens
+                .fetch_sub(ns.min(i64::MAX as u64) as i64, Ordering::AcqRel);
+        }
+    }
+
+    /// At the end of a slice: must the holder drain and release (someone
+    /// else waits, or its ceiling is reached), or may it renew?
+    pub fn must_release(&self, tenant: usize, now: u64, slice: u64) -> bool {
+        let others_wait = (0..MAX_TENANTS).any(|i| {
+            i != tenant
+                && self.tenant(i).is_some_and(|o| {
+                    o.state.load(Ordering::Acquire) == READY
+                        && o.waiting.load(Ordering::Acquire) > 0
+                })
+        });
+        if others_wait {
+            return true;
+        }
+        let Some(t) = self.tenant(tenant) else {
+            return true;
+        };
+        if t.max.load(Ordering::Relaxed) >= 100 {
+            return false;
+        }
+        let used = now.saturating_sub(self.sched().slice_start.load(Ordering::Acquire));
+        self.refill(t, now, slice) - used as i64 <= 0
+    }
+
+    /// Charges the current slice and extends it (no drain needed: nobody
+    /// else waits). Returns the new deadline.
+    pub fn renew(&self, slot: usize, tenant: usize, now: u64, slice: u64) -> Option<u64> {
+        let s = self.sched();
+        if s.lease.load(Ordering::Acquire) != slot as u32 + 1 {
+            return None;
+        }
+        let start = s.slice_start.swap(now, Ordering::AcqRel);
+        self.charge(tenant, now.saturating_sub(start));
+        let deadline = now + slice;
+        s.deadline.store(deadline, Ordering::Release);
+        if let Some(t) = self.tenant(tenant) {
+            t.last_active.store(now, Ordering::Relaxed);
+        }
+        Some(deadline)
+    }
+
+    /// Charges the slice up to `now` (after the holder drained) and frees
+    /// the lease. The caller wakes the waiters (futex on `generation`).
+    pub fn release(&self, slot: usize, tenant: usize, now: u64) -> bool {
+        let s = self.sched();
+        let start = s.slice_start.load(Ordering::Acquire);
+        if s.lease
+            .compare_exchange(slot as u32 + 1, 0, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return false; // taken from us already (we overstayed)
+        }
+        self.charge(tenant, now.saturating_sub(start));
+        if let Some(t) = self.tenant(tenant) {
+            t.last_active.store(now, Ordering::Relaxed);
+        }
+        s.generation.fetch_add(1, Ordering::AcqRel);
+        true
+    }
+
+    pub fn add_throttled(&self, tenant: usize, ns: u64) {
+        if let Some(t) = self.tenant(tenant) {
+            t.throttled_ns.fetch_add(ns, Ordering::Relaxed);
+        }
+    }
+
+    pub fn tenants(&self) -> Vec<TenantView> {
+        (0..MAX_TENANTS)
+            .filter_map(|i| self.tenant(i).map(|t| (i, t)))
+            .filter(|(_, t)| t.state.load(Ordering::Acquire) == READY)
+            .map(|(i, t)| TenantView {
+                index: i,
+                name: decode_name(t),
+                share: t.share.load(Ordering::Relaxed),
+                max: t.max.load(Ordering::Relaxed),
+                used_ns: t.used_ns.load(Ordering::Relaxed),
+                throttled_ns: t.throttled_ns.load(Ordering::Relaxed),
+                waiting: t.waiting.load(Ordering::Relaxed),
+                procs: t.procs.load(Ordering::Relaxed),
+                last_active: t.last_active.load(Ordering::Relaxed),
+            })
+            .collect()
+    }
+
+    /// The futex word waiters sleep on.
+    pub fn generation_word(&self) -> &AtomicU32 {
+        &self.sched().generation
+    }
+
+    pub fn raw_fd(&self) -> i32 {
+        self.shm.raw_fd()
+    }
+}
+
+fn dec(a: &AtomicU32) {
+    let _ = a.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
+        Some(v.saturating_sub(1))
+    });
+}
+
+fn encode_name(name: &str) -> [u64; NAME_BYTES / 8] {
+    let mut bytes = [0u8; NAME_BYTES];
+    let n = name.len().min(NAME_BYTES);
+    bytes[..n].copy_from_slice(&name.as_bytes()[..n]);
+    let mut w = [0u64; NAME_BYTES / 8];
+    for (i, c) in bytes.chunks(8).enumerate() {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(c);
+        w[i] = u64::from_le_bytes(b);
+    }
+    w
+}
+
+fn name_words(t: &Tenant) -> [u64; NAME_BYTES / 8] {
+    let mut w = [0u64; NAME_BYTES / 8];
+    for (i, a) in t.name.iter().enumerate() {
+        w[i] = a.load(Ordering::Relaxed);
+    }
+    w
+}
+
+fn decode_name(t: &Tenant) -> String {
+    let bytes: Vec<u8> = name_words(t)
+        .iter()
+        .flat_map(|w| w.to_le_bytes())
+        .take_while(|&b| b != 0)
+        .collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SLICE: u64 = 20_000_000;
+
+    fn seg(name: &str) -> GpuSegment {
+        let d =
+            std::env::temp_dir().join(format!("cuslice-gpu-test-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        GpuSegment::open_or_create(&d.join("gpu.seg")).expect("open")
+    }
+
+    /// Simulates busy tenants on a saturated GPU for `ms` of virtual time;
+    /// returns each tenant's share of the charged time, in percent.
+    fn simulate(shares: &[(u32, u32)], ms: u64) -> Vec<f64> {
+        let g = seg(&format!(
+            "sim-{}",
+            shares
+                .iter()
+                .map(|s| s.0.to_string())
+                .collect::<Vec<_>>()
+                .join("-")
+        ));
+        // One "process" per tenant; process slots need real OFD locks, so
+        // use separate open file descriptions.
+        let extra: Vec<GpuSegment> = shares
+            .iter()
+            .map(|_| GpuSegment::open_or_create(&g.path).expect("open"))
+            .collect();
+        let mut ts = Vec::new();
+        for (k, (share, max)) in shares.iter().enumerate() {
+            let (t, _) = g
+                .register_tenant(&format!("t{k}"), *share, *max, 0)
+                .expect("tenant");
+            let p = extra[k].claim_proc(t, k as u32).expect("proc");
+            extra[k].begin_wait(p, t, 0);
+            ts.push((t, p));
+        }
+        let mut now = 0u64;
+        let end = ms * 1_000_000;
+        while now < end {
+            let mut progressed = false;
+            for (k, &(t, p)) in ts.iter().enumerate() {
+                if let Acquire::Granted { deadline } = extra[k].try_acquire(p, t, now, SLICE) {
+                    extra[k].end_wait(p, t);
+                    now = deadline; // run a full slice
+                    extra[k].release(p, t, now);
+                    extra[k].begin_wait(p, t, now);
+                    progressed = true;
+                    break;
+                }
+            }
+            if !progressed {
+                now += 1_000_000; // everyone throttled: the GPU idles
+            }
+        }
+        let used: Vec<u64> = ts
+            .iter()
+            .map(|&(t, _)| g.tenant(t).expect("t").used_ns.load(Ordering::Relaxed))
+            .collect();
+        used.iter()
+            .map(|&u| 100.0 * u as f64 / now as f64)
+            .collect()
+    }
+
+    #[test]
+    fn busy_tenants_split_by_share() {
+        let r = simulate(&[(30, 100), (70, 100)], 10_000);
+        assert!(
+            (r[0] - 30.0).abs() < 1.0 && (r[1] - 70.0).abs() < 1.0,
+            "{r:?}"
+        );
+        let r = simulate(&[(20, 100), (30, 100), (50, 100)], 10_000);
+        assert!(
+            (r[0] - 20.0).abs() < 1.0 && (r[1] - 30.0).abs() < 1.0 && (r[2] - 50.0).abs() < 1.0,
+            "{r:?}"
+        );
+    }
+
+    #[test]
+    fn ceiling_holds_on_an_idle_gpu() {
+        for cap in [10, 25, 50, 75] {
+            let r = simulate(&[(cap, cap)], 20_000);
+            assert!((r[0] - cap as f64).abs() < 1.0, "cap {cap}: {r:?}");
+        }
+    }
+
+    #[test]
+    fn lone_tenant_without_ceiling_gets_everything() {
+        let r = simulate(&[(30, 100)], 2_000);
+        assert!(r[0] > 99.0, "{r:?}");
+    }
+
+    #[test]
+    fn a_returning_tenant_cannot_claim_back_idle_time() {
+        let g = seg("return");
+        let a = GpuSegment::open_or_create(&g.path).expect("a");
+        let b = GpuSegment::open_or_create(&g.path).expect("b");
+        let (ta, _) = g.register_tenant("a", 30, 100, 0).expect("a");
+        let (tb, _) = g.register_tenant("b", 70, 100, 0).expect("b");
+        let pa = a.claim_proc(ta, 1).expect("pa");
+        let pb = b.claim_proc(tb, 2).expect("pb");
+        // A runs alone for 10 s.
+        a.begin_wait(pa, ta, 0);
+        let mut now = 0;
+        assert!(matches!(
+            a.try_acquire(pa, ta, now, SLICE),
+            Acquire::Granted { .. }
+        ));
+        a.end_wait(pa, ta);
+        while now < 10_000_000_000 {
+            now += SLICE;
+            assert!(!a.must_release(ta, now, SLICE));
+            a.renew(pa, ta, now, SLICE);
+        }
+        // B arrives: it must get the next slice, and then the split is
+        // 30/70 from there on, not B-only until it "catches up".
+        b.begin_wait(pb, tb, now);
+        assert!(a.must_release(ta, now, SLICE));
+        a.release(pa, ta, now);
+        a.begin_wait(pa, ta, now);
+        assert!(matches!(
+            a.try_acquire(pa, ta, now, SLICE),
+            Acquire::Wait { .. }
+        ));
+        assert!(matches!(
+            b.try_acquire(pb, tb, now, SLICE),
+            Acquire::Granted { .. }
+        ));
+        let va = g.tenant(ta).expect("a").vtime.load(Ordering::Relaxed);
+        let vb = g.tenant(tb).expect("b").vtime.load(Ordering::Relaxed);
+        assert!(vb >= va, "B starts at A's virtual time ({vb} vs {va})");
+    }
+
+    #[test]
+    fn a_dead_holder_loses_the_lease_at_once() {
+        let g = seg("dead");
+        let (t, _) = g.register_tenant("t", 50, 100, 0).expect("t");
+        let (u, _) = g.register_tenant("u", 50, 100, 0).expect("u");
+        let b = GpuSegment::open_or_create(&g.path).expect("b");
+        let pb = b.claim_proc(u, 2).expect("pb");
+        {
+            let a = GpuSegment::open_or_create(&g.path).expect("a");
+            let pa = a.claim_proc(t, 1).expect("pa");
+            a.begin_wait(pa, t, 0);
+            assert!(matches!(
+                a.try_acquire(pa, t, 0, SLICE),
+                Acquire::Granted { .. }
+            ));
+        } // a dies holding the lease
+        b.begin_wait(pb, u, 0);
+        // Well before the deadline, but the holder is dead: taken over.
+        assert!(matches!(
+            b.try_acquire(pb, u, 1_000_000, SLICE),
+            Acquire::Granted { .. }
+        ));
+        assert_eq!(
+            g.tenant(t).expect("t").used_ns.load(Ordering::Relaxed),
+            1_000_000
+        );
+    }
+
+    #[test]
+    fn a_dead_waiter_of_a_better_tenant_does_not_block() {
+        let g = seg("deadwaiter");
+        let (t, _) = g.register_tenant("t", 50, 100, 0).expect("t");
+        let (u, _) = g.register_tenant("u", 50, 100, 0).expect("u");
+        let b = GpuSegment::open_or_create(&g.path).expect("b");
+        let pb = b.claim_proc(u, 2).expect("pb");
+        // u has run more: t would win the next slice...
+        g.tenant(u)
+            .expect("u")
+            .vtime
+            .store(1_000_000_000, Ordering::Relaxed);
+        {
+            let a = GpuSegment::open_or_create(&g.path).expect("a");
+            let pa = a.claim_proc(t, 1).expect("pa");
+            a.begin_wait(pa, t, 0);
+        } // ...but its only process dies while waiting.
+        b.begin_wait(pb, u, 0);
+        let mut now = SWEEP_NS + 1;
+        let granted = (0..3).any(|_| {
+            now += 1_000_000;
+            matches!(b.try_acquire(pb, u, now, SLICE), Acquire::Granted { .. })
+        });
+        assert!(granted, "a dead waiter must not hold the GPU back");
+        assert_eq!(g.tenant(t).expect("t").waiting.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn an_overstaying_live_holder_loses_it_after_the_grace() {
+        let g = seg("overstay");
+        let (t, _) = g.register_tenant("t", 50, 100, 0).expect("t");
+        let (u, _) = g.register_tenant("u", 50, 100, 0).expect("u");
+        let a = GpuSegment::open_or_create(&g.path).expect("a");
+        let b = GpuSegment::open_or_create(&g.path).expect("b");
+        let pa = a.claim_proc(t, 1).expect("pa");
+        let pb = b.claim_proc(u, 2).expect("pb");
+        a.begin_wait(pa, t, 0);
+        assert!(matches!(
+            a.try_acquire(pa, t, 0, SLICE),
+            Acquire::Granted { .. }
+        ));
+        b.begin_wait(pb, u, 0);
+        assert!(matches!(
+            b.try_acquire(pb, u, SLICE + GRACE_NS, SLICE),
+            Acquire::Wait { .. }
+        ));
+        assert!(matches!(
+            b.try_acquire(pb, u, SLICE + GRACE_NS + 1, SLICE),
+            Acquire::Granted { .. }
+        ));
+        // Charged up to its deadline, no more.
+        assert_eq!(
+            g.tenant(t).expect("t").used_ns.load(Ordering::Relaxed),
+            SLICE
+        );
+        assert!(
+            !a.release(pa, t, SLICE + GRACE_NS + 2),
+            "the lease is no longer a's"
+        );
+    }
+
+    #[test]
+    fn share_change_takes_effect() {
+        let g = seg("change");
+        let (t, old) = g.register_tenant("t", 30, 100, 0).expect("t");
+        assert_eq!(old, None);
+        let (t2, old) = g.register_tenant("t", 60, 80, 0).expect("t");
+        assert_eq!((t2, old), (t, Some((30, 100))));
+        assert_eq!(g.tenants()[0].share, 60);
+        assert_eq!(g.tenants()[0].max, 80);
+        assert_eq!(g.tenants()[0].name, "t");
+    }
+}

@@ -1,0 +1,301 @@
+//! Compute shares on the fake driver's simulated GPU (one kernel at a time
+//! across all processes sharing it): caps on an idle GPU, splits between
+//! tenants, work conservation, a tenant killed mid-slice, 8 tenants, a
+//! share change while running, and CUDA graph launches.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Child;
+
+use common::Opts;
+
+struct Host {
+    dir: PathBuf,
+}
+
+impl Host {
+    fn new(name: &str) -> Host {
+        let dir =
+            std::env::temp_dir().join(format!("cuslice-compute-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        Host { dir }
+    }
+
+    /// A tenant's quota file (its own container: own memory segment dir,
+    /// the host's GPU segment dir).
+    fn tenant(&self, name: &str, limits: &str) -> PathBuf {
+        let q = self.dir.join(format!("{name}.toml"));
+        let text = format!(
+            "tenant = \"{name}\"\nsegment_dir = \"{}\"\ngpu_segment_dir = \"{}\"\n[all]\n{limits}\n",
+            self.dir.join(format!("mem-{name}")).display(),
+            self.dir.join("gpu").display()
+        );
+        std::fs::write(&q, text).expect("write");
+        q
+    }
+
+    fn spawn(&self, quota: Option<&PathBuf>, args: &[&str]) -> Child {
+        let mut env = vec![
+            (
+                "FAKE_CUDA_STATE",
+                self.dir.join("fake-gpu.state").display().to_string(),
+            ),
+            ("CUSLICE_LOG", "warn".to_string()),
+        ];
+        if let Some(q) = quota {
+            env.push(("CUSLICE_CONFIG", q.display().to_string()));
+        }
+        let opts = Opts {
+            args: args.iter().map(|a| a.to_string()).collect(),
+            env,
+            ..Opts::default()
+        };
+        common::spawn("spin", &opts)
+    }
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A finished spin run: progress samples (ms, GPU ms done) and totals.
+struct Spin {
+    samples: Vec<(f64, f64)>,
+    busy: f64,
+    wall: f64,
+    stdout: String,
+}
+
+fn finish(mut c: Child) -> Spin {
+    // A hung tenant fails the test instead of hanging CI.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while c.try_wait().expect("try_wait").is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = c.kill();
+            let out = c.wait_with_output().expect("wait");
+            panic!(
+                "spin did not finish within 60 s:\n{}",
+                String::from_utf8_lossy(&out.stdout)
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let out = c.wait_with_output().expect("wait");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut samples = Vec::new();
+    let (mut busy, mut wall) = (0.0, 0.0);
+    for l in stdout.lines() {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        match w.as_slice() {
+            ["P", t, b] => samples.push((t.parse().expect("t"), b.parse().expect("b"))),
+            ["R", _, b, wl] => {
+                busy = b.trim_start_matches("busy_ms=").parse().expect("busy");
+                wall = wl.trim_start_matches("wall_ms=").parse().expect("wall");
+            }
+            _ => {}
+        }
+    }
+    Spin {
+        samples,
+        busy,
+        wall,
+        stdout,
+    }
+}
+
+impl Spin {
+    fn fraction(&self) -> f64 {
+        100.0 * self.busy / self.wall
+    }
+
+    /// Percent of the GPU it got between `from` and `to` ms of its run.
+    fn fraction_between(&self, from: f64, to: f64) -> f64 {
+        let at = |t: f64| {
+            self.samples
+                .iter()
+                .rev()
+                .find(|s| s.0 <= t)
+                .copied()
+                .unwrap_or((0.0, 0.0))
+        };
+        let (a, b) = (at(from), at(to));
+        100.0 * (b.1 - a.1) / (b.0 - a.0).max(1.0)
+    }
+}
+
+fn assert_near(what: &str, got: f64, want: f64) {
+    assert!(
+        (got - want).abs() <= 3.0,
+        "{what}: got {got:.1} %, want {want} ± 3"
+    );
+}
+
+#[test]
+fn a_ceiling_holds_on_an_idle_gpu() {
+    // Achieved fraction of the uncapped rate (the same loop without the
+    // shim's limits), as the benchmark on a real GPU measures it.
+    let h = Host::new("cap");
+    for (cap, kernel) in [(25, "1000000"), (50, "200000")] {
+        let native = finish(h.spawn(None, &["1", kernel, "4"]));
+        let q = h.tenant(&format!("cap{cap}"), &format!("compute_max = {cap}"));
+        let s = finish(h.spawn(Some(&q), &["2.5", kernel, "4"]));
+        assert_near(
+            &format!("cap {cap}% with {kernel} ns kernels"),
+            100.0 * s.fraction() / native.fraction(),
+            cap as f64,
+        );
+    }
+}
+
+#[test]
+fn two_and_three_tenants_split_by_share() {
+    let h = Host::new("split");
+    let a = h.tenant("a", "compute = 30");
+    let b = h.tenant("b", "compute = 70");
+    let (pa, pb) = (
+        h.spawn(Some(&a), &["3", "1000000", "4"]),
+        h.spawn(Some(&b), &["3", "1000000", "4"]),
+    );
+    let (sa, sb) = (finish(pa), finish(pb));
+    let total = sa.fraction() + sb.fraction();
+    assert!(total > 95.0, "the GPU stays busy: {total:.1}");
+    assert_near("tenant a (30)", 100.0 * sa.fraction() / total, 30.0);
+    assert_near("tenant b (70)", 100.0 * sb.fraction() / total, 70.0);
+
+    let h = Host::new("split3");
+    let qs: Vec<PathBuf> = [("x", 20), ("y", 30), ("z", 50)]
+        .iter()
+        .map(|(n, s)| h.tenant(n, &format!("compute = {s}")))
+        .collect();
+    let ps: Vec<Child> = qs
+        .iter()
+        .map(|q| h.spawn(Some(q), &["3", "1000000", "4"]))
+        .collect();
+    let ss: Vec<Spin> = ps.into_iter().map(finish).collect();
+    let total: f64 = ss.iter().map(Spin::fraction).sum();
+    for (s, want) in ss.iter().zip([20.0, 30.0, 50.0]) {
+        assert_near(
+            &format!("tenant at {want}"),
+            100.0 * s.fraction() / total,
+            want,
+        );
+    }
+}
+
+#[test]
+fn idle_share_is_lent_and_returned() {
+    let h = Host::new("conserve");
+    let a = h.tenant("a", "compute = 30");
+    let b = h.tenant("b", "compute = 70");
+    let pa = h.spawn(Some(&a), &["3", "1000000", "4"]);
+    std::thread::sleep(std::time::Duration::from_millis(1000));
+    let pb = h.spawn(Some(&b), &["1.5", "1000000", "4"]);
+    let (sa, _sb) = (finish(pa), finish(pb));
+    // Alone, A gets the whole GPU although its share is 30 %.
+    assert!(
+        sa.fraction_between(100.0, 900.0) >= 95.0,
+        "A alone: {:.1}",
+        sa.fraction_between(100.0, 900.0)
+    );
+    // Once B runs (from ~1.0 s plus its start-up), A is back near 30 %.
+    let with_b = sa.fraction_between(1400.0, 2400.0);
+    assert!(with_b <= 33.0, "A with B: {with_b:.1}\n{}", sa.stdout);
+}
+
+#[test]
+fn a_tenant_killed_mid_slice_loses_the_gpu() {
+    let h = Host::new("kill");
+    let a = h.tenant("a", "compute = 50");
+    let b = h.tenant("b", "compute = 50");
+    let mut pa = h.spawn(Some(&a), &["10", "5000000", "2"]);
+    let pb = h.spawn(Some(&b), &["3", "1000000", "4"]);
+    std::thread::sleep(std::time::Duration::from_millis(1000));
+    pa.kill().expect("kill -9");
+    let _ = pa.wait();
+    let sb = finish(pb);
+    // After the kill B has the GPU to itself (the lease of the dead holder
+    // is taken over at once; its queued kernels finish within ~10 ms).
+    let after = sb.fraction_between(1500.0, 2800.0);
+    assert!(
+        after >= 90.0,
+        "B after A's death: {after:.1}\n{}",
+        sb.stdout
+    );
+}
+
+#[test]
+fn eight_tenants_get_their_shares() {
+    let h = Host::new("eight");
+    let shares = [5, 5, 10, 10, 10, 15, 20, 25];
+    let qs: Vec<PathBuf> = shares
+        .iter()
+        .enumerate()
+        .map(|(i, s)| h.tenant(&format!("t{i}"), &format!("compute = {s}")))
+        .collect();
+    let ps: Vec<Child> = qs
+        .iter()
+        .map(|q| h.spawn(Some(q), &["4", "500000", "4"]))
+        .collect();
+    let ss: Vec<Spin> = ps.into_iter().map(finish).collect();
+    let total: f64 = ss.iter().map(Spin::fraction).sum();
+    assert!(total > 90.0, "the GPU stays busy: {total:.1}");
+    for (s, want) in ss.iter().zip(shares) {
+        assert_near(
+            &format!("tenant at {want}"),
+            100.0 * s.fraction() / total,
+            want as f64,
+        );
+    }
+}
+
+#[test]
+fn a_share_change_takes_effect_while_running() {
+    let h = Host::new("change");
+    let a = h.tenant("a", "compute = 50");
+    let b = h.tenant("b", "compute = 50");
+    let pa = h.spawn(Some(&a), &["4", "1000000", "4"]);
+    let pb = h.spawn(Some(&b), &["4", "1000000", "4"]);
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    // The operator lowers B to 20 %: a process of B starting with the new
+    // quota file updates the tenant's share for everyone.
+    let b2 = h.tenant("b", "compute = 20");
+    let probe = finish(h.spawn(Some(&b2), &["0.05", "1000", "1"]));
+    assert!(probe.wall > 0.0);
+    let (sa, sb) = (finish(pa), finish(pb));
+    let (fa, fb) = (
+        sa.fraction_between(300.0, 1400.0),
+        sb.fraction_between(300.0, 1400.0),
+    );
+    assert_near("A before", 100.0 * fa / (fa + fb), 50.0);
+    let (fa, fb) = (
+        sa.fraction_between(2200.0, 3800.0),
+        sb.fraction_between(2200.0, 3800.0),
+    );
+    assert_near(
+        "A after B drops to 20",
+        100.0 * fa / (fa + fb),
+        100.0 * 50.0 / 70.0,
+    );
+}
+
+#[test]
+fn graph_launches_are_limited_like_kernels() {
+    let h = Host::new("graph");
+    let native = finish(h.spawn(None, &["1", "1000000", "4", "graph"]));
+    let q = h.tenant("g", "compute_max = 25");
+    let s = finish(h.spawn(Some(&q), &["2.5", "1000000", "4", "graph"]));
+    assert_near(
+        "graph replay under a 25 % ceiling",
+        100.0 * s.fraction() / native.fraction(),
+        25.0,
+    );
+}
