@@ -52,7 +52,26 @@ pub fn pass(id: usize) {
     crate::log::count(id);
 }
 
-/// Entry of a `pre` / `post` / `override` export. Runs `body` under the
+/// A `pre` step: runs before the real call on hot paths (launches), so it
+/// takes no reentrancy guard (pre steps call only real functions). A panic
+/// in it is contained and lets the call through: a limiter bug must not
+/// fail the user's launch.
+#[inline(always)]
+pub fn pre<R: Status>(id: usize, step: impl FnOnce() -> Result<(), R>) -> Result<(), R> {
+    if disabled() {
+        return Ok(());
+    }
+    crate::log::count(id);
+    match catch_unwind(AssertUnwindSafe(step)) {
+        Ok(r) => r,
+        Err(_) => {
+            crate::log::hook_panicked(id);
+            Ok(())
+        }
+    }
+}
+
+/// Entry of a `post` / `override` export. Runs `body` under the
 /// reentrancy guard with panics contained; runs `bypass` (the plain real
 /// call) when disabled or re-entered.
 #[inline(always)]
@@ -126,6 +145,14 @@ mod tests {
         );
         assert_eq!(r, CUresult::CUDA_ERROR_NOT_READY);
         assert!(!in_hook());
+    }
+
+    #[test]
+    fn panic_in_a_pre_step_lets_the_call_through() {
+        let r: Result<(), CUresult> = pre(0, || panic!("boom"));
+        assert_eq!(r, Ok(()));
+        let r: Result<(), CUresult> = pre(0, || Err(CUresult::CUDA_ERROR_NOT_READY));
+        assert_eq!(r, Err(CUresult::CUDA_ERROR_NOT_READY));
     }
 
     #[test]

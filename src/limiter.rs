@@ -2,9 +2,8 @@
 //! a ceiling goes through `gate`, which lets it through while the process
 //! holds the GPU's lease (see `cuslice_core::gpu` for the policy).
 //!
-//! Hot path (holding the lease, inside the slice): two atomic loads, one
-//! relaxed fetch-add, and a clock read every 16th launch. No lock, no
-//! syscall, no allocation.
+//! Hot path (holding the lease, inside the slice): one fetch-sub, and a
+//! clock read every 16th launch. No lock, no syscall, no allocation.
 //!
 //! At the end of a slice (its deadline passed, or it used its launch
 //! budget): if nobody else waits and the ceiling allows, the slice is
@@ -15,7 +14,7 @@
 //! futex in the shared segment.
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 use cuslice_core::config::{Config, format_uuid};
 use cuslice_core::gpu::{Acquire, GpuSegment};
@@ -27,8 +26,11 @@ use crate::sys::*;
 /// microseconds) costs well under 1 %, short enough for fair sharing.
 pub const DEFAULT_SLICE_NS: u64 = 20_000_000;
 
-/// Launches let through in a slice before its first measurement.
-const FIRST_BUDGET: u64 = 64;
+/// Launches let through in the first slice, before any measurement. The
+/// budget then follows the measured GPU time per launch but at most doubles
+/// from one slice to the next (a slow start: a first estimate taken before
+/// the GPU queue filled would be far too optimistic for long kernels).
+const FIRST_BUDGET: u64 = 4;
 
 pub struct Gpu {
     seg: GpuSegment,
@@ -37,8 +39,9 @@ pub struct Gpu {
     slice_ns: u64,
     holding: AtomicBool,
     deadline: AtomicU64,
-    /// Launches in this slice (the fast path's ticket).
-    launches: AtomicU64,
+    /// Launches left in this slice (the fast path's one atomic; 0 while the
+    /// lease is not held, so that the next launch takes the slow path).
+    credits: AtomicI64,
     /// Launches allowed in this slice.
     budget: AtomicU64,
     /// Measured average GPU time per launch, ns (0: not yet known).
@@ -148,7 +151,7 @@ pub fn build(cfg: &Config, uuids: &[[u8; 16]]) -> Result<(), String> {
             slice_ns,
             holding: AtomicBool::new(false),
             deadline: AtomicU64::new(0),
-            launches: AtomicU64::new(0),
+            credits: AtomicI64::new(0),
             budget: AtomicU64::new(0),
             per_launch_ns: AtomicU64::new(0),
             slice_start: AtomicU64::new(0),
@@ -182,13 +185,10 @@ impl Limiter {
 pub fn gate(stream: CUstream) -> Result<(), CUresult> {
     let Some(l) = get() else { return Ok(()) };
     let Some(g) = l.gpu() else { return Ok(()) };
-    if g.holding.load(Ordering::Acquire) {
-        let n = g.launches.fetch_add(1, Ordering::Relaxed);
-        if n < g.budget.load(Ordering::Relaxed)
-            && (n % 16 != 15 || now_ns() < g.deadline.load(Ordering::Relaxed))
-        {
-            return Ok(());
-        }
+    // One atomic per launch; the clock is read every 16th.
+    let c = g.credits.fetch_sub(1, Ordering::AcqRel);
+    if c > 1 && (c & 15 != 0 || now_ns() < g.deadline.load(Ordering::Relaxed)) {
+        return Ok(());
     }
     g.slow_path(stream);
     Ok(())
@@ -242,8 +242,7 @@ impl Gpu {
         let _g = self.slow.lock().unwrap_or_else(|e| e.into_inner());
         let now = now_ns();
         if self.holding.load(Ordering::Acquire) {
-            let within = self.launches.load(Ordering::Relaxed)
-                < self.budget.load(Ordering::Relaxed)
+            let within = self.credits.load(Ordering::Acquire) > 0
                 && now < self.deadline.load(Ordering::Relaxed);
             // Launches into a capturing stream are recorded, not run: they
             // neither end a slice nor wait.
@@ -262,7 +261,8 @@ impl Gpu {
     /// Ends the current slice: renews it (returns false) or drains and
     /// releases the lease (returns true).
     fn end_slice(&self, stream: CUstream, now: u64) -> bool {
-        let launches = self.launches.load(Ordering::Relaxed).max(1);
+        let left = self.credits.load(Ordering::Acquire);
+        let launches = (self.budget.load(Ordering::Relaxed) as i64 - left).max(1) as u64;
         if !self.seg.must_release(self.tenant, now, self.slice_ns) {
             // Keep about one slice queued: wait for what the previous slice
             // submitted before submitting more.
@@ -275,19 +275,20 @@ impl Gpu {
                 }
             }
             let t = now_ns();
+            self.measure(t, launches);
             if let Some(deadline) = self.seg.renew(self.slot, self.tenant, t, self.slice_ns) {
                 self.start_slice(t, deadline);
                 return false;
             }
+            self.credits.store(0, Ordering::Release);
             self.holding.store(false, Ordering::Release);
             return true; // the lease was taken from us
         }
         // SAFETY: real driver call; drains this context's work.
         unsafe { real::cuCtxSynchronize() };
         let t = now_ns();
-        let start = self.slice_start.load(Ordering::Relaxed);
-        self.per_launch_ns
-            .store(t.saturating_sub(start) / launches, Ordering::Relaxed);
+        self.measure(t, launches);
+        self.credits.store(0, Ordering::Release);
         self.holding.store(false, Ordering::Release);
         if self.seg.release(self.slot, self.tenant, t) {
             futex_wake_all(self.seg.generation_word());
@@ -311,17 +312,28 @@ impl Gpu {
         e
     }
 
+    /// GPU time per launch over the slice that just ended.
+    fn measure(&self, now: u64, launches: u64) {
+        let start = self.slice_start.load(Ordering::Relaxed);
+        self.per_launch_ns.store(
+            now.saturating_sub(start) / launches.max(1),
+            Ordering::Relaxed,
+        );
+    }
+
     fn start_slice(&self, now: u64, deadline: u64) {
         let per = self.per_launch_ns.load(Ordering::Relaxed);
+        let prev = self.budget.load(Ordering::Relaxed).max(FIRST_BUDGET);
         let budget = match self.slice_ns.checked_div(per) {
-            Some(n) => n.max(1) + 1,
+            Some(n) => (n.max(1) + 1).min(prev.saturating_mul(2)),
             None => FIRST_BUDGET,
         };
         self.slice_start.store(now, Ordering::Relaxed);
-        self.launches.store(1, Ordering::Relaxed);
         self.budget.store(budget, Ordering::Relaxed);
         self.deadline.store(deadline, Ordering::Relaxed);
         self.holding.store(true, Ordering::Release);
+        // The launch that called us is the slice's first.
+        self.credits.store(budget as i64 - 1, Ordering::Release);
     }
 
     /// Waits for the lease (futex on the segment's generation word).

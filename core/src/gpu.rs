@@ -416,8 +416,11 @@ impl GpuSegment {
             .min()
     }
 
-    /// Refills the ceiling bucket up to `now`; returns the tokens (ns).
-    fn refill(&self, t: &Tenant, now: u64, slice: u64) -> i64 {
+    /// Refills the ceiling bucket up to `now`; returns the tokens (ns). The
+    /// burst cap (one slice) applies to what a tenant saves up while it waits
+    /// (`capped`), not to what it earns while it holds the GPU: a slice longer
+    /// than the burst (long kernels) must not lose the tokens it accrued.
+    fn refill(&self, t: &Tenant, now: u64, slice: u64, capped: bool) -> i64 {
         let max = t.max.load(Ordering::Relaxed) as u64;
         if max >= 100 {
             return i64::MAX;
@@ -429,11 +432,12 @@ impl GpuSegment {
                 .is_ok()
         {
             let add = ((now - at) as u128 * max as u128 / 100).min(i64::MAX as u128) as i64;
-            let burst = slice as i64;
+            let burst = if capped { slice as i64 } else { i64::MAX };
             let _ = t
                 .tokens
                 .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
-                    Some(v.saturating_add(add).min(burst))
+                    let n = v.saturating_add(add);
+                    Some(if n > burst { burst.max(v) } else { n })
                 });
         }
         t.tokens.load(Ordering::Acquire)
@@ -479,7 +483,7 @@ impl GpuSegment {
                 until: now + 1_000_000,
             };
         };
-        let tokens = self.refill(t, now, slice);
+        let tokens = self.refill(t, now, slice, true);
         if tokens <= 0 {
             let max = t.max.load(Ordering::Relaxed).max(1) as u64;
             let wait = (-tokens) as u64 * 100 / max;
@@ -506,7 +510,7 @@ impl GpuSegment {
             if o.state.load(Ordering::Acquire) != READY || o.waiting.load(Ordering::Acquire) == 0 {
                 continue;
             }
-            if key(o, i) < mine && self.refill(o, now, slice) > 0 {
+            if key(o, i) < mine && self.refill(o, now, slice, true) > 0 {
                 // That tenant's waiters may all be dead (killed while
                 // waiting): sweep now and then, so they cannot block us.
                 let swept = s.swept_at.load(Ordering::Relaxed);
@@ -573,7 +577,7 @@ impl GpuSegment {
             return false;
         }
         let used = now.saturating_sub(self.sched().slice_start.load(Ordering::Acquire));
-        self.refill(t, now, slice) - used as i64 <= 0
+        self.refill(t, now, slice, false) - used as i64 <= 0
     }
 
     /// Charges the current slice and extends it (no drain needed: nobody
@@ -768,6 +772,33 @@ mod tests {
             let r = simulate(&[(cap, cap)], 20_000);
             assert!((r[0] - cap as f64).abs() < 1.0, "cap {cap}: {r:?}");
         }
+    }
+
+    #[test]
+    fn long_slices_under_a_high_ceiling_keep_their_tokens() {
+        // 30 ms slices (three 10 ms kernels) under a 75 % ceiling: tokens
+        // earned during the slice beyond the one-slice burst count.
+        let g = seg("longslice");
+        let (t, _) = g.register_tenant("t", 75, 75, 0).expect("t");
+        let a = GpuSegment::open_or_create(&g.path).expect("a");
+        let p = a.claim_proc(t, 1).expect("p");
+        a.begin_wait(p, t, 0);
+        let (mut now, mut busy) = (0u64, 0u64);
+        while now < 60_000_000_000 {
+            match a.try_acquire(p, t, now, SLICE) {
+                Acquire::Granted { .. } => {
+                    a.end_wait(p, t);
+                    now += 30_000_000;
+                    busy += 30_000_000;
+                    assert!(a.must_release(t, now, SLICE));
+                    a.release(p, t, now);
+                    a.begin_wait(p, t, now);
+                }
+                Acquire::Wait { until } => now = until,
+            }
+        }
+        let pct = 100.0 * busy as f64 / now as f64;
+        assert!((pct - 75.0).abs() < 1.0, "{pct}");
     }
 
     #[test]

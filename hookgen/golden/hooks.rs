@@ -2271,46 +2271,10 @@ pub mod exports {
         kernelParams: *mut *mut ::core::ffi::c_void,
         extra: *mut *mut ::core::ffi::c_void,
     ) -> CUresult {
-        crate::ffi::hook(
+        match crate::ffi::pre(
             id::cuLaunchKernel,
-            || {
-                match unsafe {
-                    crate::hooks::launch::cuLaunchKernel(
-                        f,
-                        gridDimX,
-                        gridDimY,
-                        gridDimZ,
-                        blockDimX,
-                        blockDimY,
-                        blockDimZ,
-                        sharedMemBytes,
-                        hStream,
-                        kernelParams,
-                        extra,
-                    )
-                } {
-                    Ok(()) => {
-                        unsafe {
-                            real::cuLaunchKernel(
-                                f,
-                                gridDimX,
-                                gridDimY,
-                                gridDimZ,
-                                blockDimX,
-                                blockDimY,
-                                blockDimZ,
-                                sharedMemBytes,
-                                hStream,
-                                kernelParams,
-                                extra,
-                            )
-                        }
-                    }
-                    Err(__status) => __status,
-                }
-            },
             || unsafe {
-                real::cuLaunchKernel(
+                crate::hooks::launch::cuLaunchKernel(
                     f,
                     gridDimX,
                     gridDimY,
@@ -2324,7 +2288,26 @@ pub mod exports {
                     extra,
                 )
             },
-        )
+        ) {
+            Ok(()) => {
+                unsafe {
+                    real::cuLaunchKernel(
+                        f,
+                        gridDimX,
+                        gridDimY,
+                        gridDimZ,
+                        blockDimX,
+                        blockDimY,
+                        blockDimZ,
+                        sharedMemBytes,
+                        hStream,
+                        kernelParams,
+                        extra,
+                    )
+                }
+            }
+            Err(__status) => __status,
+        }
     }
     #[cfg_attr(not(test), unsafe(no_mangle))]
     pub unsafe extern "C" fn cuLaunchKernel_ptsz(
@@ -2340,46 +2323,10 @@ pub mod exports {
         kernelParams: *mut *mut ::core::ffi::c_void,
         extra: *mut *mut ::core::ffi::c_void,
     ) -> CUresult {
-        crate::ffi::hook(
+        match crate::ffi::pre(
             id::cuLaunchKernel_ptsz,
-            || {
-                match unsafe {
-                    crate::hooks::launch::cuLaunchKernel_ptsz(
-                        f,
-                        gridDimX,
-                        gridDimY,
-                        gridDimZ,
-                        blockDimX,
-                        blockDimY,
-                        blockDimZ,
-                        sharedMemBytes,
-                        hStream,
-                        kernelParams,
-                        extra,
-                    )
-                } {
-                    Ok(()) => {
-                        unsafe {
-                            real::cuLaunchKernel_ptsz(
-                                f,
-                                gridDimX,
-                                gridDimY,
-                                gridDimZ,
-                                blockDimX,
-                                blockDimY,
-                                blockDimZ,
-                                sharedMemBytes,
-                                hStream,
-                                kernelParams,
-                                extra,
-                            )
-                        }
-                    }
-                    Err(__status) => __status,
-                }
-            },
             || unsafe {
-                real::cuLaunchKernel_ptsz(
+                crate::hooks::launch::cuLaunchKernel_ptsz(
                     f,
                     gridDimX,
                     gridDimY,
@@ -2393,7 +2340,26 @@ pub mod exports {
                     extra,
                 )
             },
-        )
+        ) {
+            Ok(()) => {
+                unsafe {
+                    real::cuLaunchKernel_ptsz(
+                        f,
+                        gridDimX,
+                        gridDimY,
+                        gridDimZ,
+                        blockDimX,
+                        blockDimY,
+                        blockDimZ,
+                        sharedMemBytes,
+                        hStream,
+                        kernelParams,
+                        extra,
+                    )
+                }
+            }
+            Err(__status) => __status,
+        }
     }
     #[cfg_attr(not(test), unsafe(no_mangle))]
     pub unsafe extern "C" fn cuLaunchKernelEx(
@@ -2402,25 +2368,15 @@ pub mod exports {
         kernelParams: *mut *mut ::core::ffi::c_void,
         extra: *mut *mut ::core::ffi::c_void,
     ) -> CUresult {
-        crate::ffi::hook(
+        match crate::ffi::pre(
             id::cuLaunchKernelEx,
-            || {
-                match unsafe {
-                    crate::hooks::launch::cuLaunchKernelEx(
-                        config,
-                        f,
-                        kernelParams,
-                        extra,
-                    )
-                } {
-                    Ok(()) => {
-                        unsafe { real::cuLaunchKernelEx(config, f, kernelParams, extra) }
-                    }
-                    Err(__status) => __status,
-                }
+            || unsafe {
+                crate::hooks::launch::cuLaunchKernelEx(config, f, kernelParams, extra)
             },
-            || unsafe { real::cuLaunchKernelEx(config, f, kernelParams, extra) },
-        )
+        ) {
+            Ok(()) => unsafe { real::cuLaunchKernelEx(config, f, kernelParams, extra) }
+            Err(__status) => __status,
+        }
     }
     #[cfg_attr(not(test), unsafe(no_mangle))]
     pub unsafe extern "C" fn cuLaunchKernelEx_ptsz(
@@ -2429,27 +2385,22 @@ pub mod exports {
         kernelParams: *mut *mut ::core::ffi::c_void,
         extra: *mut *mut ::core::ffi::c_void,
     ) -> CUresult {
-        crate::ffi::hook(
+        match crate::ffi::pre(
             id::cuLaunchKernelEx_ptsz,
-            || {
-                match unsafe {
-                    crate::hooks::launch::cuLaunchKernelEx_ptsz(
-                        config,
-                        f,
-                        kernelParams,
-                        extra,
-                    )
-                } {
-                    Ok(()) => {
-                        unsafe {
-                            real::cuLaunchKernelEx_ptsz(config, f, kernelParams, extra)
-                        }
-                    }
-                    Err(__status) => __status,
-                }
+            || unsafe {
+                crate::hooks::launch::cuLaunchKernelEx_ptsz(
+                    config,
+                    f,
+                    kernelParams,
+                    extra,
+                )
             },
-            || unsafe { real::cuLaunchKernelEx_ptsz(config, f, kernelParams, extra) },
-        )
+        ) {
+            Ok(()) => {
+                unsafe { real::cuLaunchKernelEx_ptsz(config, f, kernelParams, extra) }
+            }
+            Err(__status) => __status,
+        }
     }
     #[cfg_attr(not(test), unsafe(no_mangle))]
     pub unsafe extern "C" fn cuLaunchCooperativeKernel(
@@ -2464,44 +2415,10 @@ pub mod exports {
         hStream: CUstream,
         kernelParams: *mut *mut ::core::ffi::c_void,
     ) -> CUresult {
-        crate::ffi::hook(
+        match crate::ffi::pre(
             id::cuLaunchCooperativeKernel,
-            || {
-                match unsafe {
-                    crate::hooks::launch::cuLaunchCooperativeKernel(
-                        f,
-                        gridDimX,
-                        gridDimY,
-                        gridDimZ,
-                        blockDimX,
-                        blockDimY,
-                        blockDimZ,
-                        sharedMemBytes,
-                        hStream,
-                        kernelParams,
-                    )
-                } {
-                    Ok(()) => {
-                        unsafe {
-                            real::cuLaunchCooperativeKernel(
-                                f,
-                                gridDimX,
-                                gridDimY,
-                                gridDimZ,
-                                blockDimX,
-                                blockDimY,
-                                blockDimZ,
-                                sharedMemBytes,
-                                hStream,
-                                kernelParams,
-                            )
-                        }
-                    }
-                    Err(__status) => __status,
-                }
-            },
             || unsafe {
-                real::cuLaunchCooperativeKernel(
+                crate::hooks::launch::cuLaunchCooperativeKernel(
                     f,
                     gridDimX,
                     gridDimY,
@@ -2514,7 +2431,25 @@ pub mod exports {
                     kernelParams,
                 )
             },
-        )
+        ) {
+            Ok(()) => {
+                unsafe {
+                    real::cuLaunchCooperativeKernel(
+                        f,
+                        gridDimX,
+                        gridDimY,
+                        gridDimZ,
+                        blockDimX,
+                        blockDimY,
+                        blockDimZ,
+                        sharedMemBytes,
+                        hStream,
+                        kernelParams,
+                    )
+                }
+            }
+            Err(__status) => __status,
+        }
     }
     #[cfg_attr(not(test), unsafe(no_mangle))]
     pub unsafe extern "C" fn cuLaunchCooperativeKernel_ptsz(
@@ -2529,44 +2464,10 @@ pub mod exports {
         hStream: CUstream,
         kernelParams: *mut *mut ::core::ffi::c_void,
     ) -> CUresult {
-        crate::ffi::hook(
+        match crate::ffi::pre(
             id::cuLaunchCooperativeKernel_ptsz,
-            || {
-                match unsafe {
-                    crate::hooks::launch::cuLaunchCooperativeKernel_ptsz(
-                        f,
-                        gridDimX,
-                        gridDimY,
-                        gridDimZ,
-                        blockDimX,
-                        blockDimY,
-                        blockDimZ,
-                        sharedMemBytes,
-                        hStream,
-                        kernelParams,
-                    )
-                } {
-                    Ok(()) => {
-                        unsafe {
-                            real::cuLaunchCooperativeKernel_ptsz(
-                                f,
-                                gridDimX,
-                                gridDimY,
-                                gridDimZ,
-                                blockDimX,
-                                blockDimY,
-                                blockDimZ,
-                                sharedMemBytes,
-                                hStream,
-                                kernelParams,
-                            )
-                        }
-                    }
-                    Err(__status) => __status,
-                }
-            },
             || unsafe {
-                real::cuLaunchCooperativeKernel_ptsz(
+                crate::hooks::launch::cuLaunchCooperativeKernel_ptsz(
                     f,
                     gridDimX,
                     gridDimY,
@@ -2579,43 +2480,51 @@ pub mod exports {
                     kernelParams,
                 )
             },
-        )
+        ) {
+            Ok(()) => {
+                unsafe {
+                    real::cuLaunchCooperativeKernel_ptsz(
+                        f,
+                        gridDimX,
+                        gridDimY,
+                        gridDimZ,
+                        blockDimX,
+                        blockDimY,
+                        blockDimZ,
+                        sharedMemBytes,
+                        hStream,
+                        kernelParams,
+                    )
+                }
+            }
+            Err(__status) => __status,
+        }
     }
     #[cfg_attr(not(test), unsafe(no_mangle))]
     pub unsafe extern "C" fn cuGraphLaunch(
         hGraphExec: CUgraphExec,
         hStream: CUstream,
     ) -> CUresult {
-        crate::ffi::hook(
+        match crate::ffi::pre(
             id::cuGraphLaunch,
-            || {
-                match unsafe {
-                    crate::hooks::launch::cuGraphLaunch(hGraphExec, hStream)
-                } {
-                    Ok(()) => unsafe { real::cuGraphLaunch(hGraphExec, hStream) }
-                    Err(__status) => __status,
-                }
-            },
-            || unsafe { real::cuGraphLaunch(hGraphExec, hStream) },
-        )
+            || unsafe { crate::hooks::launch::cuGraphLaunch(hGraphExec, hStream) },
+        ) {
+            Ok(()) => unsafe { real::cuGraphLaunch(hGraphExec, hStream) }
+            Err(__status) => __status,
+        }
     }
     #[cfg_attr(not(test), unsafe(no_mangle))]
     pub unsafe extern "C" fn cuGraphLaunch_ptsz(
         hGraphExec: CUgraphExec,
         hStream: CUstream,
     ) -> CUresult {
-        crate::ffi::hook(
+        match crate::ffi::pre(
             id::cuGraphLaunch_ptsz,
-            || {
-                match unsafe {
-                    crate::hooks::launch::cuGraphLaunch_ptsz(hGraphExec, hStream)
-                } {
-                    Ok(()) => unsafe { real::cuGraphLaunch_ptsz(hGraphExec, hStream) }
-                    Err(__status) => __status,
-                }
-            },
-            || unsafe { real::cuGraphLaunch_ptsz(hGraphExec, hStream) },
-        )
+            || unsafe { crate::hooks::launch::cuGraphLaunch_ptsz(hGraphExec, hStream) },
+        ) {
+            Ok(()) => unsafe { real::cuGraphLaunch_ptsz(hGraphExec, hStream) }
+            Err(__status) => __status,
+        }
     }
     #[cfg_attr(not(test), unsafe(no_mangle))]
     pub unsafe extern "C" fn cuCtxCreate(

@@ -439,15 +439,20 @@ fn render_export(f: &Func) -> TokenStream {
             crate::ffi::pass(id::#name);
             #real_call
         },
-        Kind::Pre | Kind::Post | Kind::Override => {
+        Kind::Pre => {
+            // No reentrancy guard: a pre step runs on every launch, calls
+            // only real functions, and decides before the real call.
+            let fam = format_ident!("{}", f.family.as_deref().unwrap_or_default());
+            quote! {
+                match crate::ffi::pre(id::#name, || unsafe { crate::hooks::#fam::#name(#(#args),*) }) {
+                    Ok(()) => #real_call,
+                    Err(__status) => __status,
+                }
+            }
+        }
+        Kind::Post | Kind::Override => {
             let fam = format_ident!("{}", f.family.as_deref().unwrap_or_default());
             let step = match f.kind {
-                Kind::Pre => quote! {
-                    match unsafe { crate::hooks::#fam::#name(#(#args),*) } {
-                        Ok(()) => #real_call,
-                        Err(__status) => __status,
-                    }
-                },
                 Kind::Post => quote! {
                     let __status = #real_call;
                     unsafe { crate::hooks::#fam::#name(__status, #(#args),*) }

@@ -92,8 +92,8 @@ fn every_kind_generates_as_documented() {
     let h = &g.hooks;
     // pass: straight to the real function, counted.
     assert!(h.contains("crate::ffi::pass(id::passFn)"));
-    // pre: hook first, real only on Ok.
-    assert!(h.contains("crate::hooks::memory::preFn(out, size)"));
+    // pre: hook first (unguarded), real only on Ok.
+    assert!(h.contains("crate::ffi::pre(\n            id::preFn,\n            || unsafe { crate::hooks::memory::preFn(out, size) },"));
     // post: real first, hook gets its status.
     assert!(h.contains("crate::hooks::info::postFn(__status, free, total)"));
     // override: the hook alone.

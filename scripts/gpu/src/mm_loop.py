@@ -1,0 +1,56 @@
+# A realistic tenant: a PyTorch bf16 8192x8192 matmul loop, optionally as a
+# replayed CUDA graph. Prints "START <monotonic ms>" and "TFLOPS <held rate>".
+#   mm_loop.py SECONDS [graph]
+import sys
+import time
+
+import torch
+
+seconds = float(sys.argv[1])
+graph = len(sys.argv) > 2 and sys.argv[2] == "graph"
+n = 8192
+a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+c = torch.empty(n, n, device="cuda", dtype=torch.bfloat16)
+per = 10
+if graph:
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            torch.matmul(a, b, out=c)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(per):
+            torch.matmul(a, b, out=c)
+    step = g.replay
+else:
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    kernel_ms = []
+
+    def step():
+        # Time one matmul of each step on the GPU itself (events), to see
+        # the kernel's own speed apart from any waiting between kernels.
+        e0.record()
+        torch.matmul(a, b, out=c)
+        e1.record()
+        for _ in range(per - 1):
+            torch.matmul(a, b, out=c)
+for _ in range(3):
+    step()
+torch.cuda.synchronize()
+t0 = time.monotonic()
+print(f"START {t0 * 1e3:.3f}", flush=True)
+iters = 0
+while time.monotonic() - t0 < seconds:
+    step()
+    torch.cuda.synchronize()
+    if not graph:
+        kernel_ms.append(e0.elapsed_time(e1))
+    iters += per
+dt = time.monotonic() - t0
+print(f"TFLOPS {2 * n**3 * iters / dt / 1e12:.1f}", flush=True)
+if not graph and kernel_ms:
+    kernel_ms.sort()
+    print(f"KERNELMS {kernel_ms[len(kernel_ms) // 2]:.4f}", flush=True)
