@@ -21,12 +21,15 @@ p = argparse.ArgumentParser()
 p.add_argument("--lib", required=True)
 p.add_argument("--work", default=None)
 p.add_argument("--quick", action="store_true", help="shorter runs (less precise)")
+p.add_argument("--sections", default="cap,matmul,graphs,split,conservation,overhead",
+               help="comma-separated subset of: cap,matmul,graphs,split,conservation,overhead")
 args = p.parse_args()
 LIB = os.path.abspath(args.lib)
 WORK = args.work or tempfile.mkdtemp(prefix="cuslice-bench-")
 os.makedirs(WORK, exist_ok=True)
 GPUSEG = os.path.join(WORK, "gpu")
 T = 0.6 if args.quick else 1.0  # run-length scale
+SECTIONS = set(args.sections.split(","))
 
 rows = []  # (section, name, value, target, ok)
 
@@ -110,7 +113,7 @@ gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format
 cycles = {}
 for us in (50, 1000, 10000):
     cycles[us] = int(wait(start([os.path.join(WORK, "spin_gpu"), "calib", str(us)]))["CYCLES"])
-for us in (50, 1000, 10000):
+for us in ((50, 1000, 10000) if "cap" in SECTIONS else ()):
     native = wait(spin(3 * T, cycles[us]))["RATE"]
     for cap in (10, 25, 50, 75):
         r = wait(spin(5 * T, cycles[us], tenant(f"compute_max = {cap}")))["RATE"]
@@ -120,114 +123,119 @@ for us in (50, 1000, 10000):
 # ---- 2. a realistic tenant: PyTorch bf16 matmul capped at 30 % ---------------
 solo = wait(mm(5 * T))
 mm_solo = solo["TFLOPS"]
-capped = wait(mm(6 * T, tenant("compute_max = 30")))
-r = capped["TFLOPS"]
-report("matmul", f"30 % cap: {r:.0f} of {mm_solo:.0f} TFLOP/s", f"{100 * r / mm_solo:.1f} %", "30 ± 3", near(100 * r / mm_solo, 30))
-# The same kernel is faster on a GPU that is not kept busy (clocks are not
-# held down by the power limit): compare one matmul's own GPU time.
-speed = solo["KERNELMS"] / capped["KERNELMS"]
-report("matmul", f"one matmul's GPU time: {capped['KERNELMS']:.3f} ms capped vs {solo['KERNELMS']:.3f} ms solo",
-       f"{speed:.3f}x faster; GPU-time share {100 * r / mm_solo / speed:.1f} %", "30 ± 3 (GPU time)",
-       near(100 * r / mm_solo / speed, 30))
+if "matmul" in SECTIONS:
+    capped = wait(mm(6 * T, tenant("compute_max = 30")))
+    r = capped["TFLOPS"]
+    report("matmul", f"30 % cap: {r:.0f} of {mm_solo:.0f} TFLOP/s", f"{100 * r / mm_solo:.1f} %", "30 ± 3", near(100 * r / mm_solo, 30))
+    # The same kernel is faster on a GPU that is not kept busy (clocks are not
+    # held down by the power limit): compare one matmul's own GPU time.
+    speed = solo["KERNELMS"] / capped["KERNELMS"]
+    report("matmul", f"one matmul's GPU time: {capped['KERNELMS']:.3f} ms capped vs {solo['KERNELMS']:.3f} ms solo",
+           f"{speed:.3f}x faster; GPU-time share {100 * r / mm_solo / speed:.1f} %", "30 ± 3 (GPU time)",
+           near(100 * r / mm_solo / speed, 30))
 
 # ---- 3. CUDA graphs are limited like launches --------------------------------
-g_solo = wait(mm(5 * T, graph=True))["TFLOPS"]
-r = wait(mm(6 * T, tenant("compute_max = 30"), graph=True))["TFLOPS"]
-report("graphs", f"CUDA graph replay, 30 % cap: {r:.0f} of {g_solo:.0f} TFLOP/s", f"{100 * r / g_solo:.1f} %", "30 ± 3",
-       near(100 * r / g_solo, 30))
+if "graphs" in SECTIONS:
+    g_solo = wait(mm(5 * T, graph=True))["TFLOPS"]
+    r = wait(mm(6 * T, tenant("compute_max = 30"), graph=True))["TFLOPS"]
+    report("graphs", f"CUDA graph replay, 30 % cap: {r:.0f} of {g_solo:.0f} TFLOP/s", f"{100 * r / g_solo:.1f} %", "30 ± 3",
+           near(100 * r / g_solo, 30))
 
 # ---- 4. tenants split as configured ------------------------------------------
 c1 = cycles[1000]
 spin_solo = wait(spin(3 * T, c1))["RATE"]
-for shares in ((30, 70), (20, 30, 50)):
-    procs = [spin(6 * T, c1, tenant(f"compute = {s}")) for s in shares]
-    rates = [wait(x)["RATE"] for x in procs]
-    total = sum(rates)
-    for s, r in zip(shares, rates):
-        report("split", f"spin tenants {'/'.join(map(str, shares))}: tenant at {s} %",
-               f"{100 * r / total:.1f} % of combined, {100 * r / spin_solo:.1f} % of solo", f"{s} ± 3",
-               near(100 * r / total, s))
-procs = [mm(8 * T, tenant(f"compute = {s}")) for s in (30, 70)]
-tf = [wait(x)["TFLOPS"] for x in procs]
-for s, r in zip((30, 70), tf):
-    report("split", f"matmul tenants 30/70: tenant at {s} %", f"{100 * r / sum(tf):.1f} % ({r:.0f} TFLOP/s)", f"{s} ± 3",
-           near(100 * r / sum(tf), s))
-report("aggregate", f"two matmul tenants together: {sum(tf):.0f} vs solo {mm_solo:.0f} TFLOP/s",
-       f"{100 * sum(tf) / mm_solo:.1f} %", ">= 97 %", 100 * sum(tf) / mm_solo >= 97)
+if "split" in SECTIONS:
+    for shares in ((30, 70), (20, 30, 50)):
+        procs = [spin(6 * T, c1, tenant(f"compute = {s}")) for s in shares]
+        rates = [wait(x)["RATE"] for x in procs]
+        total = sum(rates)
+        for s, r in zip(shares, rates):
+            report("split", f"spin tenants {'/'.join(map(str, shares))}: tenant at {s} %",
+                   f"{100 * r / total:.1f} % of combined, {100 * r / spin_solo:.1f} % of solo", f"{s} ± 3",
+                   near(100 * r / total, s))
+    procs = [mm(8 * T, tenant(f"compute = {s}")) for s in (30, 70)]
+    tf = [wait(x)["TFLOPS"] for x in procs]
+    for s, r in zip((30, 70), tf):
+        report("split", f"matmul tenants 30/70: tenant at {s} %", f"{100 * r / sum(tf):.1f} % ({r:.0f} TFLOP/s)", f"{s} ± 3",
+               near(100 * r / sum(tf), s))
+    report("aggregate", f"two matmul tenants together: {sum(tf):.0f} vs solo {mm_solo:.0f} TFLOP/s",
+           f"{100 * sum(tf) / mm_solo:.1f} %", ">= 97 %", 100 * sum(tf) / mm_solo >= 97)
 
 # ---- 5. work conservation ----------------------------------------------------
-qa, qb = tenant("compute = 30"), tenant("compute = 70")
-a = spin(6 * T, c1, qa, progress=True)
-time.sleep(2.5 * T)
-b = spin(3 * T, c1, qb)
-ra, rb = wait(a), wait(b)
-t_b = rb["START"]
-prog = ra["progress"]
+if "conservation" in SECTIONS:
+    qa, qb = tenant("compute = 30"), tenant("compute = 70")
+    a = spin(6 * T, c1, qa, progress=True)
+    time.sleep(2.5 * T)
+    b = spin(3 * T, c1, qb)
+    ra, rb = wait(a), wait(b)
+    t_b = rb["START"]
+    prog = ra["progress"]
 
 
-def rate_between(t0, t1):
-    pts = [x for x in prog if t0 <= x[0] <= t1]
-    if len(pts) < 2:
-        return float("nan")
-    return (pts[-1][1] - pts[0][1]) / ((pts[-1][0] - pts[0][0]) / 1e3)
+    def rate_between(t0, t1):
+        pts = [x for x in prog if t0 <= x[0] <= t1]
+        if len(pts) < 2:
+            return float("nan")
+        return (pts[-1][1] - pts[0][1]) / ((pts[-1][0] - pts[0][0]) / 1e3)
 
 
-alone = 100 * rate_between(prog[0][0] + 300, t_b - 100) / spin_solo
-report("conservation", "A (30 %, no ceiling) alone", f"{alone:.1f} % of solo", ">= 95 %", alone >= 95)
-after = 100 * rate_between(t_b + 200, t_b + 1200) / spin_solo
-report("conservation", "A from 200 ms after B (70 %) starts", f"{after:.1f} % of solo", "<= 33 %", after <= 33)
-# When did A first drop to <= 33 % (over 100 ms windows)?
-react = next((t - t_b for t, _ in prog if t >= t_b and 100 * rate_between(t, t + 100) / spin_solo <= 33), float("nan"))
-report("conservation", "time until A is at <= 33 %", f"{react:.0f} ms", "<= 200 ms", react <= 200)
+    alone = 100 * rate_between(prog[0][0] + 300, t_b - 100) / spin_solo
+    report("conservation", "A (30 %, no ceiling) alone", f"{alone:.1f} % of solo", ">= 95 %", alone >= 95)
+    after = 100 * rate_between(t_b + 200, t_b + 1200) / spin_solo
+    report("conservation", "A from 200 ms after B (70 %) starts", f"{after:.1f} % of solo", "<= 33 %", after <= 33)
+    # When did A first drop to <= 33 % (over 100 ms windows)?
+    react = next((t - t_b for t, _ in prog if t >= t_b and 100 * rate_between(t, t + 100) / spin_solo <= 33), float("nan"))
+    report("conservation", "time until A is at <= 33 %", f"{react:.0f} ms", "<= 200 ms", react <= 200)
 
 # ---- 6. overhead with a share that does not bind ------------------------------
-q100 = tenant("compute = 100")
-nat, shm = [], []
-ptx = os.path.join(WORK, "kernels.ptx")
-for rnd in range(9):
-    order = [(None, nat), (q100, shm)] if rnd % 2 == 0 else [(q100, shm), (None, nat)]
-    for q, dst in order:
-        out = start([os.path.join(WORK, "bench"), "rt-launch", "200000", ptx], q).communicate()[0]
-        dst.append(float(out.split()[-1]))
-ov = 100 * (statistics.median(shm) / statistics.median(nat) - 1)
-report("overhead", f"200k empty launches, compute = 100 %: {statistics.median(shm):.0f} vs {statistics.median(nat):.0f} ns",
-       f"{ov:+.2f} %", "<= +1 %", ov <= 1.0)
+if "overhead" in SECTIONS:
+    q100 = tenant("compute = 100")
+    nat, shm = [], []
+    ptx = os.path.join(WORK, "kernels.ptx")
+    for rnd in range(9):
+        order = [(None, nat), (q100, shm)] if rnd % 2 == 0 else [(q100, shm), (None, nat)]
+        for q, dst in order:
+            out = start([os.path.join(WORK, "bench"), "rt-launch", "200000", ptx], q).communicate()[0]
+            dst.append(float(out.split()[-1]))
+    ov = 100 * (statistics.median(shm) / statistics.median(nat) - 1)
+    report("overhead", f"200k empty launches, compute = 100 %: {statistics.median(shm):.0f} vs {statistics.median(nat):.0f} ns",
+           f"{ov:+.2f} %", "<= +1 %", ov <= 1.0)
 
 
-def train(quota):
-    env = dict(os.environ)
-    env.pop("LD_PRELOAD", None)
-    if quota:
-        env["LD_PRELOAD"] = LIB
-        env["CUSLICE_CONFIG"] = quota
-    out = subprocess.run([sys.executable, os.path.join(REPO, "examples", "train.py"), "--steps", "60", "--batch", "16"],
-                         capture_output=True, text=True, env=env, cwd=WORK, check=True).stdout
-    return float(out.split("TFLOP/s")[0].split()[-1])
+    def train(quota):
+        env = dict(os.environ)
+        env.pop("LD_PRELOAD", None)
+        if quota:
+            env["LD_PRELOAD"] = LIB
+            env["CUSLICE_CONFIG"] = quota
+        out = subprocess.run([sys.executable, os.path.join(REPO, "examples", "train.py"), "--steps", "60", "--batch", "16"],
+                             capture_output=True, text=True, env=env, cwd=WORK, check=True).stdout
+        return float(out.split("TFLOP/s")[0].split()[-1])
 
 
-# Per call, in one process (no process-to-process noise): the launch loop
-# through the driver's own entry point vs through the hook, compute = 100 %.
-cuda_lib = subprocess.run(["sh", "-c", f"ldd {WORK}/bench | awk '/libcuda.so.1/{{print $3}}'"],
-                          capture_output=True, text=True).stdout.strip()
-syms = subprocess.run(["nm", "-D", "--defined-only", cuda_lib], capture_output=True, text=True).stdout.split("\n")
-off = {l.split()[2]: l.split()[0] for l in syms if len(l.split()) == 3}
-sh(["nvcc", "-O2", "-o", os.path.join(WORK, "bench_ab"), os.path.join(SRC, "bench_ab.cu"), "-lcuda", "-ldl"])
-out = start([os.path.join(WORK, "bench_ab"), ptx, off["cuLaunchKernel"], off["cuMemAlloc_v2"], off["cuMemFree_v2"]],
-            q100).communicate()[0]
-for line in out.splitlines():
-    if line.startswith("BENCHAB launch"):
-        _, _, drv, hook = line.split()
-        ov = 100 * (float(hook) / float(drv) - 1)
-        report("overhead", f"per launch in one process, compute = 100 %: hook {float(hook):.0f} vs driver {float(drv):.0f} ns",
-               f"{ov:+.2f} %", "<= +1 %", ov <= 1.0)
+    # Per call, in one process (no process-to-process noise): the launch loop
+    # through the driver's own entry point vs through the hook, compute = 100 %.
+    cuda_lib = subprocess.run(["sh", "-c", f"ldd {WORK}/bench | awk '/libcuda.so.1/{{print $3}}'"],
+                              capture_output=True, text=True).stdout.strip()
+    syms = subprocess.run(["nm", "-D", "--defined-only", cuda_lib], capture_output=True, text=True).stdout.split("\n")
+    off = {l.split()[2]: l.split()[0] for l in syms if len(l.split()) == 3}
+    sh(["nvcc", "-O2", "-o", os.path.join(WORK, "bench_ab"), os.path.join(SRC, "bench_ab.cu"), "-lcuda", "-ldl"])
+    out = start([os.path.join(WORK, "bench_ab"), ptx, off["cuLaunchKernel"], off["cuMemAlloc_v2"], off["cuMemFree_v2"]],
+                q100).communicate()[0]
+    for line in out.splitlines():
+        if line.startswith("BENCHAB launch"):
+            _, _, drv, hook = line.split()
+            ov = 100 * (float(hook) / float(drv) - 1)
+            report("overhead", f"per launch in one process, compute = 100 %: hook {float(hook):.0f} vs driver {float(drv):.0f} ns",
+                   f"{ov:+.2f} %", "<= +1 %", ov <= 1.0)
 
-tn, ts = [], []
-for rnd in range(3):
-    for q, dst in ([(None, tn), (q100, ts)] if rnd % 2 == 0 else [(q100, ts), (None, tn)]):
-        dst.append(train(q))
-tr = 100 * statistics.median(ts) / statistics.median(tn)
-report("overhead", f"PyTorch training step (examples/train.py), compute = 100 %: {statistics.median(ts):.0f} vs "
-       f"{statistics.median(tn):.0f} TFLOP/s", f"{tr:.1f} % of native", ">= 98 %", tr >= 98)
+    tn, ts = [], []
+    for rnd in range(3):
+        for q, dst in ([(None, tn), (q100, ts)] if rnd % 2 == 0 else [(q100, ts), (None, tn)]):
+            dst.append(train(q))
+    tr = 100 * statistics.median(ts) / statistics.median(tn)
+    report("overhead", f"PyTorch training step (examples/train.py), compute = 100 %: {statistics.median(ts):.0f} vs "
+           f"{statistics.median(tn):.0f} TFLOP/s", f"{tr:.1f} % of native", ">= 98 %", tr >= 98)
 
 print(f"# Compute shares on {gpu}\n")
 print(f"Command: `python3 scripts/gpu/bench_compute.py --lib target/release/libcuslice.so{' --quick' if args.quick else ''}`; "
