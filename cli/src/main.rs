@@ -27,6 +27,13 @@ enum Cmd {
         /// Memory quota per GPU: 4GiB, 4096MiB, 4g, 512m or bytes.
         #[arg(long)]
         memory: Option<String>,
+        /// Guaranteed share of GPU time, percent (30 or 30%); time other
+        /// tenants leave idle is lent to it.
+        #[arg(long)]
+        compute: Option<String>,
+        /// Ceiling on GPU time, percent, even when the GPU is otherwise idle.
+        #[arg(long)]
+        compute_max: Option<String>,
         /// Run on these GPUs only (CUDA_VISIBLE_DEVICES), e.g. 0 or 0,1.
         #[arg(long)]
         gpu: Option<String>,
@@ -143,8 +150,48 @@ fn run_child(mut cmd: Command) -> Result<std::process::ExitStatus, String> {
         .map_err(|e| format!("cannot wait for the program: {e}"))
 }
 
-fn run(
+/// The limits given on the command line.
+struct Limits {
     memory: Option<String>,
+    compute: Option<String>,
+    compute_max: Option<String>,
+}
+
+/// The `[all]` table of the private quota file, validated.
+fn limits_toml(l: &Limits) -> Result<String, String> {
+    let mut t = String::new();
+    if let Some(m) = &l.memory {
+        let bytes = config::parse_size(m).map_err(|e| format!("--memory {m:?}: {e}"))?;
+        if !(config::MIN_MEMORY..=config::MAX_MEMORY).contains(&bytes) {
+            return Err(format!("--memory {m:?}: expected from 1MiB to 1PiB"));
+        }
+        t.push_str(&format!("memory = {bytes}\n"));
+    }
+    let pct = |flag: &str, v: &Option<String>| -> Result<Option<u8>, String> {
+        v.as_deref()
+            .map(|s| config::parse_percent(s).map_err(|e| format!("--{flag} {s:?}: {e}")))
+            .transpose()
+    };
+    let (c, m) = (
+        pct("compute", &l.compute)?,
+        pct("compute-max", &l.compute_max)?,
+    );
+    if let (Some(c), Some(m)) = (c, m)
+        && m < c
+    {
+        return Err(format!("--compute-max {m}% is below --compute {c}%"));
+    }
+    if let Some(c) = c {
+        t.push_str(&format!("compute = {c}\n"));
+    }
+    if let Some(m) = m {
+        t.push_str(&format!("compute_max = {m}\n"));
+    }
+    Ok(t)
+}
+
+fn run(
+    limits: Limits,
     gpu: Option<String>,
     lib: Option<PathBuf>,
     argv: Vec<OsString>,
@@ -162,27 +209,29 @@ fn run(
         check_gpus(g)?;
         cmd.env("CUDA_VISIBLE_DEVICES", g);
     }
-    let Some(mem) = memory else {
+    let all = limits_toml(&limits)?;
+    if all.is_empty() {
         // No limits: the program simply runs under the shim.
         let err = cmd.exec();
         return Err(format!("cannot run {}: {err}", prog.to_string_lossy()));
-    };
-    let bytes = config::parse_size(&mem).map_err(|e| format!("--memory {mem:?}: {e}"))?;
-    if !(config::MIN_MEMORY..=config::MAX_MEMORY).contains(&bytes) {
-        return Err(format!("--memory {mem:?}: expected from 1MiB to 1PiB"));
     }
     if Path::new(config::DEFAULT_CONFIG_PATH).exists() {
         eprintln!(
-            "cuslice: {} exists and is authoritative: the program runs under its limits, not --memory",
+            "cuslice: {} exists and is authoritative: the program runs under its limits, not the ones given here",
             config::DEFAULT_CONFIG_PATH
         );
     }
     let dir = RunDir::create()?;
     let quota = dir.0.join("quota.toml");
+    // Each run is its own tenant; the GPU segment directory is the host's,
+    // shared with every other tenant of the GPU.
+    let gpu_dir = std::env::var("CUSLICE_GPU_SEGMENT_DIR")
+        .map(|d| format!("gpu_segment_dir = {d:?}\n"))
+        .unwrap_or_default();
     let text = format!(
-        "# written by `cuslice run` for process {}\nsegment_dir = {:?}\n\n[all]\nmemory = {bytes}\n",
-        std::process::id(),
-        dir.0.join("segment").display().to_string()
+        "# written by `cuslice run` for process {pid}\ntenant = \"run-{pid}\"\nsegment_dir = {:?}\n{gpu_dir}\n[all]\n{all}",
+        dir.0.join("segment").display().to_string(),
+        pid = std::process::id(),
     );
     std::fs::write(&quota, text).map_err(|e| format!("cannot write {}: {e}", quota.display()))?;
     cmd.env("CUSLICE_CONFIG", &quota);
@@ -212,10 +261,21 @@ fn main() -> ExitCode {
         }),
         Cmd::Run {
             memory,
+            compute,
+            compute_max,
             gpu,
             lib,
             cmd,
-        } => run(memory, gpu, lib, cmd),
+        } => run(
+            Limits {
+                memory,
+                compute,
+                compute_max,
+            },
+            gpu,
+            lib,
+            cmd,
+        ),
     };
     match result {
         Ok(c) => c,

@@ -109,3 +109,49 @@ fn bad_flags_are_refused_with_one_line() {
         );
     }
 }
+
+#[test]
+fn compute_ceiling_flag_limits_the_program() {
+    let e = common::env();
+    let dir = std::env::temp_dir().join(format!("cuslice-cli-compute-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let spin = |limit: &[&str]| {
+        let out = cuslice()
+            .env("FAKE_CUDA_STATE", dir.join("fake.state"))
+            .env("CUSLICE_GPU_SEGMENT_DIR", dir.join("gpu"))
+            .arg("run")
+            .args(limit)
+            .arg("--")
+            .arg(e.apps.join("spin"))
+            .args(["1.5", "1000000", "4"])
+            .output()
+            .expect("run");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let r = stdout
+            .lines()
+            .find(|l| l.starts_with("R "))
+            .expect("result")
+            .to_string();
+        let num = |k: &str| -> f64 {
+            r.split_whitespace()
+                .find_map(|w| w.strip_prefix(k))
+                .and_then(|v| v.parse().ok())
+                .expect("value")
+        };
+        num("busy_ms=") / num("wall_ms=")
+    };
+    let native = spin(&["--memory", "1GiB"]);
+    let capped = spin(&["--memory", "1GiB", "--compute-max", "25%"]);
+    let _ = std::fs::remove_dir_all(&dir);
+    let pct = 100.0 * capped / native;
+    assert!(
+        (pct - 25.0).abs() <= 3.0,
+        "--compute-max 25%: {pct:.1} % of uncapped"
+    );
+}

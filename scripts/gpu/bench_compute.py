@@ -192,7 +192,7 @@ if "overhead" in SECTIONS:
     q100 = tenant("compute = 100")
     nat, shm = [], []
     ptx = os.path.join(WORK, "kernels.ptx")
-    for rnd in range(9):
+    for rnd in range(15):
         order = [(None, nat), (q100, shm)] if rnd % 2 == 0 else [(q100, shm), (None, nat)]
         for q, dst in order:
             out = start([os.path.join(WORK, "bench"), "rt-launch", "200000", ptx], q).communicate()[0]
