@@ -278,30 +278,9 @@ impl Default for Opts<'_> {
     }
 }
 
-/// Spawns a program the way `run` does, without waiting (for kill tests).
-pub fn spawn(prog: &str, opts: &Opts<'_>) -> std::process::Child {
-    let e = env();
-    let mut cmd = Command::new(e.apps.join(prog));
-    cmd.args(&opts.args);
-    cmd.env_clear();
-    cmd.env("PATH", std::env::var("PATH").unwrap_or_default());
-    cmd.env(
-        "LD_LIBRARY_PATH",
-        format!("{}:{}", e.fake.display(), e.apps.display()),
-    );
-    if opts.shim {
-        cmd.env("LD_PRELOAD", e.shim.display().to_string());
-    }
-    for (k, v) in &opts.env {
-        cmd.env(k, v);
-    }
-    cmd.stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    cmd.spawn()
-        .unwrap_or_else(|e| panic!("cannot spawn {prog}: {e}"))
-}
-
-pub fn run(prog: &str, opts: Opts<'_>) -> Run {
+/// The command `run` and `spawn` execute: the test program, with the fake
+/// driver on the library path and the shim (and extra preloads) preloaded.
+fn command(prog: &str, opts: &Opts<'_>) -> Command {
     let e = env();
     let mut cmd = Command::new(e.apps.join(prog));
     cmd.args(&opts.args);
@@ -319,10 +298,23 @@ pub fn run(prog: &str, opts: Opts<'_>) -> Run {
     if !preload.is_empty() {
         cmd.env("LD_PRELOAD", preload.join(":"));
     }
-    for (k, v) in opts.env {
+    for (k, v) in &opts.env {
         cmd.env(k, v);
     }
-    let out = cmd
+    cmd
+}
+
+/// Spawns a program the way `run` does, without waiting (for kill tests).
+pub fn spawn(prog: &str, opts: &Opts<'_>) -> std::process::Child {
+    let mut cmd = command(prog, opts);
+    cmd.stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    cmd.spawn()
+        .unwrap_or_else(|e| panic!("cannot spawn {prog}: {e}"))
+}
+
+pub fn run(prog: &str, opts: Opts<'_>) -> Run {
+    let out = command(prog, &opts)
         .output()
         .unwrap_or_else(|e| panic!("cannot run {prog}: {e}"));
     Run {
