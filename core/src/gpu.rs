@@ -289,38 +289,21 @@ impl GpuSegment {
     /// Registers this process under `tenant`: takes the first process slot
     /// whose lock is free, cleaning what a dead owner left.
     pub fn claim_proc(&self, tenant: usize, pid: u32) -> Result<usize, SegmentError> {
-        if !self.shm.writable() {
-            return Err(SegmentError(format!(
-                "{}: opened read-only",
-                self.path.display()
-            )));
-        }
         let Some(t) = self.tenant(tenant) else {
             return Err(SegmentError(format!(
                 "{}: no tenant {tenant}",
                 self.path.display()
             )));
         };
-        for i in 0..MAX_PROCS {
-            if !self.shm.try_lock_slot(i) {
-                continue;
-            }
-            let Some(p) = self.proc_entry(i) else { break };
-            if p.state.load(Ordering::Acquire) != PROC_FREE {
-                self.clean_proc(i);
-            }
+        self.shm.claim_first(MAX_PROCS, "process slot", |i| {
+            let Some(p) = self.proc_entry(i) else { return };
+            self.clean_proc(i);
             p.tenant.store(tenant as u32, Ordering::Relaxed);
             p.pid.store(pid, Ordering::Relaxed);
             p.waiting.store(0, Ordering::Relaxed);
             p.state.store(PROC_LIVE, Ordering::Release);
             t.procs.fetch_add(1, Ordering::AcqRel);
-            self.shm.set_own(Some(i));
-            return Ok(i);
-        }
-        Err(SegmentError(format!(
-            "{}: all {MAX_PROCS} process slots are in use",
-            self.path.display()
-        )))
+        })
     }
 
     /// Gives our process slot back (normal exit).
@@ -330,11 +313,7 @@ impl GpuSegment {
             let t = s.holder_tenant.load(Ordering::Relaxed) as usize;
             self.release(slot, t, now);
         }
-        self.clean_proc(slot);
-        self.shm.unlock_slot(slot);
-        if self.shm.own() == slot {
-            self.shm.set_own(None);
-        }
+        self.shm.release_own(slot, |i| self.clean_proc(i));
     }
 
     /// Undoes what process slot `i` contributed (the caller holds its lock).
@@ -353,19 +332,12 @@ impl GpuSegment {
 
     /// Cleans the slots of dead processes. Returns how many.
     pub fn reclaim_dead(&self) -> usize {
-        let mut n = 0;
-        for i in 0..MAX_PROCS {
-            let Some(p) = self.proc_entry(i) else { break };
-            if p.state.load(Ordering::Acquire) == PROC_FREE || i == self.shm.own() {
-                continue;
-            }
-            if self.shm.try_lock_slot(i) {
-                self.clean_proc(i);
-                self.shm.unlock_slot(i);
-                n += 1;
-            }
-        }
-        n
+        let in_use = |i: usize| {
+            self.proc_entry(i)
+                .is_some_and(|p| p.state.load(Ordering::Acquire) != PROC_FREE)
+        };
+        self.shm
+            .sweep_dead(MAX_PROCS, in_use, |i| self.clean_proc(i))
     }
 
     /// Marks process `slot` of `tenant` as waiting for the lease. A tenant

@@ -172,23 +172,8 @@ impl Segment {
     /// Registers this process: takes the first slot whose lock is free,
     /// reclaiming what a dead previous owner left in it.
     pub fn claim_slot(&self, pid: u32) -> Result<usize, SegmentError> {
-        if !self.shm.writable() {
-            return Err(SegmentError(format!(
-                "{}: opened read-only",
-                self.path.display()
-            )));
-        }
-        if self.shm.own() != usize::MAX {
-            return Err(SegmentError(format!(
-                "{}: this process already holds a slot",
-                self.path.display()
-            )));
-        }
-        for i in 0..MAX_SLOTS {
-            if !self.shm.try_lock_slot(i) {
-                continue;
-            }
-            let Some(s) = self.slot(i) else { break };
+        self.shm.claim_first(MAX_SLOTS, "process slot", |i| {
+            let Some(s) = self.slot(i) else { return };
             // A dead previous owner may have died holding a device lock: that
             // lock word carries this slot's id, which is now ours. Finish its
             // critical section for it (recompute), then let go.
@@ -207,22 +192,12 @@ impl Segment {
             s.pid.store(pid, Ordering::Relaxed);
             s.started.store(now_secs(), Ordering::Relaxed);
             s.state.store(SLOT_LIVE, Ordering::Release);
-            self.shm.set_own(Some(i));
-            return Ok(i);
-        }
-        Err(SegmentError(format!(
-            "{}: all {MAX_SLOTS} process slots are in use by live processes",
-            self.path.display()
-        )))
+        })
     }
 
     /// Gives our slot back (normal exit): usage is credited, the lock dropped.
     pub fn release_slot(&self, slot: usize) {
-        self.reclaim_locked(slot);
-        self.shm.unlock_slot(slot);
-        if self.shm.own() == slot {
-            self.shm.set_own(None);
-        }
+        self.shm.release_own(slot, |i| self.reclaim_locked(i));
     }
 
     /// Credits everything `slot` holds and frees it. The caller holds the
@@ -245,21 +220,12 @@ impl Segment {
 
     /// Reclaims every slot whose owner is dead. Returns how many.
     pub fn reclaim_dead(&self) -> usize {
-        let mut n = 0;
-        for i in 0..MAX_SLOTS {
-            let Some(s) = self.slot(i) else { break };
-            if s.state.load(Ordering::Acquire) == SLOT_FREE || i == self.shm.own() {
-                continue;
-            }
-            // Taking the lock proves the owner is gone and keeps a new
-            // process from claiming the slot while we clean it.
-            if self.shm.try_lock_slot(i) {
-                self.reclaim_locked(i);
-                self.shm.unlock_slot(i);
-                n += 1;
-            }
-        }
-        n
+        let in_use = |i: usize| {
+            self.slot(i)
+                .is_some_and(|s| s.state.load(Ordering::Acquire) != SLOT_FREE)
+        };
+        self.shm
+            .sweep_dead(MAX_SLOTS, in_use, |i| self.reclaim_locked(i))
     }
 
     /// Finds the device entry for `uuid`, creating it with `limit` if absent.

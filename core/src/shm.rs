@@ -371,6 +371,74 @@ impl Shm {
         self.own.store(slot.unwrap_or(NO_SLOT), Ordering::Relaxed);
     }
 
+    /// Registers this process: takes the first of `n` slots whose lock is
+    /// free (never used, or its owner died), runs `take(slot)` with the lock
+    /// held (to clean what a dead owner left and fill the slot), and records
+    /// the slot as ours.
+    pub fn claim_first(
+        &self,
+        n: usize,
+        what: &str,
+        take: impl Fn(usize),
+    ) -> Result<usize, SegmentError> {
+        if !self.writable {
+            return Err(SegmentError(format!(
+                "{}: opened read-only",
+                self.path.display()
+            )));
+        }
+        if self.own() != NO_SLOT {
+            return Err(SegmentError(format!(
+                "{}: this process already holds a {what}",
+                self.path.display()
+            )));
+        }
+        for i in 0..n {
+            if self.try_lock_slot(i) {
+                take(i);
+                self.set_own(Some(i));
+                return Ok(i);
+            }
+        }
+        Err(SegmentError(format!(
+            "{}: all {n} {what}s are in use by live processes",
+            self.path.display()
+        )))
+    }
+
+    /// For each of `n` slots that is `in_use` but whose owner is dead (its
+    /// lock can be taken), runs `clean(slot)` under the lock: taking it
+    /// proves the owner gone and keeps a new process from claiming the slot
+    /// meanwhile. Returns how many were cleaned.
+    pub fn sweep_dead(
+        &self,
+        n: usize,
+        in_use: impl Fn(usize) -> bool,
+        clean: impl Fn(usize),
+    ) -> usize {
+        let mut cleaned = 0;
+        for i in 0..n {
+            if i == self.own() || !in_use(i) {
+                continue;
+            }
+            if self.try_lock_slot(i) {
+                clean(i);
+                self.unlock_slot(i);
+                cleaned += 1;
+            }
+        }
+        cleaned
+    }
+
+    /// Gives our slot back: `clean(slot)` under its lock, then the lock.
+    pub fn release_own(&self, slot: usize, clean: impl FnOnce(usize)) {
+        clean(slot);
+        self.unlock_slot(slot);
+        if self.own() == slot {
+            self.set_own(None);
+        }
+    }
+
     /// Exclusive whole-file flock for rare registrations.
     pub fn with_flock<R>(&self, f: impl FnOnce() -> R) -> R {
         // SAFETY: flock on our fd.
