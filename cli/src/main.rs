@@ -6,8 +6,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::sync::atomic::{AtomicI32, Ordering};
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 use cuslice_core::config;
+
+mod exporter;
+mod status;
 
 #[derive(Parser)]
 #[command(
@@ -47,6 +50,54 @@ enum Cmd {
     },
     /// Print the path of the libcuslice.so that `run` would preload.
     Lib,
+    /// Per GPU, tenant and process: memory used / quota, compute share,
+    /// GPU time used and throttled (reads the segments; no GPU needed).
+    Status {
+        #[command(flatten)]
+        src: SourceArgs,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The status table, refreshed every second, with each tenant's share
+    /// of the GPU over the last interval.
+    Top {
+        #[command(flatten)]
+        src: SourceArgs,
+        /// Seconds between refreshes.
+        #[arg(long, default_value_t = 1.0)]
+        interval: f64,
+    },
+    /// Serve the status figures as Prometheus metrics on GET /metrics.
+    Exporter {
+        #[command(flatten)]
+        src: SourceArgs,
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1:9836")]
+        listen: String,
+    },
+}
+
+/// Where the segments are.
+#[derive(Args)]
+struct SourceArgs {
+    /// Directory of the per-GPU segments (default: $CUSLICE_GPU_SEGMENT_DIR,
+    /// then /dev/shm/cuslice/gpu).
+    #[arg(long)]
+    gpu_dir: Option<PathBuf>,
+    /// A container's memory segment file (repeatable; default: every
+    /// */memory.seg under --containers-root, and /dev/shm/cuslice/memory.seg).
+    #[arg(long = "memory-segment")]
+    memory: Vec<PathBuf>,
+    /// Directory holding one directory per container.
+    #[arg(long)]
+    containers_root: Option<PathBuf>,
+}
+
+impl SourceArgs {
+    fn sources(self) -> status::Sources {
+        status::Sources::resolve(self.gpu_dir, self.memory, self.containers_root)
+    }
 }
 
 fn candidates() -> Vec<PathBuf> {
@@ -276,6 +327,42 @@ fn main() -> ExitCode {
             lib,
             cmd,
         ),
+        Cmd::Status { src, json } => {
+            let snap = status::snapshot(&src.sources());
+            if json {
+                match serde_json::to_string_pretty(&snap) {
+                    Ok(j) => println!("{j}"),
+                    Err(e) => eprintln!("cuslice: cannot encode JSON: {e}"),
+                }
+            } else {
+                print!("{}", status::render(&snap, None));
+            }
+            Ok(if snap.errors.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
+        }
+        Cmd::Top { src, interval } => {
+            let src = src.sources();
+            let dt = interval.clamp(0.1, 3600.0);
+            let mut prev: Option<status::Snapshot> = None;
+            loop {
+                let snap = status::snapshot(&src);
+                // Clear the screen and home the cursor, then the table.
+                print!(
+                    "\x1b[2J\x1b[H{}",
+                    status::render(&snap, prev.as_ref().map(|p| (p, dt)))
+                );
+                use std::io::Write as _;
+                let _ = std::io::stdout().flush();
+                prev = Some(snap);
+                std::thread::sleep(std::time::Duration::from_secs_f64(dt));
+            }
+        }
+        Cmd::Exporter { src, listen } => {
+            exporter::serve(&listen, &src.sources()).map(|()| ExitCode::SUCCESS)
+        }
     };
     match result {
         Ok(c) => c,

@@ -155,3 +155,48 @@ fn compute_ceiling_flag_limits_the_program() {
         "--compute-max 25%: {pct:.1} % of uncapped"
     );
 }
+
+#[test]
+fn status_shows_a_running_program_live() {
+    let e = common::env();
+    let dir = std::env::temp_dir().join(format!("cuslice-cli-live-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("run")).expect("mkdir");
+    let mut child = cuslice()
+        .env("XDG_RUNTIME_DIR", dir.join("run"))
+        .env("FAKE_CUDA_STATE", dir.join("fake.state"))
+        .env("CUSLICE_GPU_SEGMENT_DIR", dir.join("gpu"))
+        .args(["run", "--memory", "1GiB", "--compute", "30%", "--"])
+        .arg(e.apps.join("spin"))
+        .args(["2", "1000000", "4"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("run");
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    let out = Command::new(env!("CARGO_BIN_EXE_cuslice"))
+        .env("XDG_RUNTIME_DIR", dir.join("run"))
+        .env("CUSLICE_GPU_SEGMENT_DIR", dir.join("gpu"))
+        .args(["status", "--json", "--containers-root"])
+        .arg(dir.join("none"))
+        .output()
+        .expect("status");
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let tenant = &v["gpus"][0]["tenants"][0];
+    assert!(
+        tenant["name"]
+            .as_str()
+            .is_some_and(|n| n.starts_with("run-")),
+        "{v}"
+    );
+    assert_eq!(tenant["share_percent"], 30, "{v}");
+    assert_eq!(tenant["processes"], 1, "{v}");
+    assert!(
+        tenant["gpu_time_seconds"].as_f64().is_some_and(|t| t > 0.1),
+        "{v}"
+    );
+    let c = &v["containers"][0];
+    assert_eq!(c["devices"][0]["limit_bytes"], 1u64 << 30, "{v}");
+    assert_eq!(c["processes"][0]["alive"], true, "{v}");
+}
