@@ -10,6 +10,7 @@ use clap::{Args, Parser, Subcommand};
 use cuslice_core::config;
 
 mod exporter;
+mod oci;
 mod status;
 
 #[derive(Parser)]
@@ -68,6 +69,24 @@ enum Cmd {
         #[arg(long, default_value_t = 1.0)]
         interval: f64,
     },
+    /// OCI runtime hook: `create` (createRuntime / prestart) gives a
+    /// container its quota file and mounts from its cuslice.io/*
+    /// annotations; `poststop` removes them.
+    OciHook {
+        #[arg(value_enum)]
+        stage: HookStage,
+        /// Host directory for per-container files and the GPU segments.
+        #[arg(long, default_value = oci::DEFAULT_ROOT)]
+        root: PathBuf,
+        /// The library to mount into containers.
+        #[arg(long, default_value = oci::DEFAULT_LIB)]
+        lib: PathBuf,
+    },
+    /// Container Device Interface spec.
+    Cdi {
+        #[command(subcommand)]
+        cmd: CdiCmd,
+    },
     /// Serve the status figures as Prometheus metrics on GET /metrics.
     Exporter {
         #[command(flatten)]
@@ -78,11 +97,45 @@ enum Cmd {
     },
 }
 
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum HookStage {
+    Create,
+    Poststop,
+}
+
+#[derive(Subcommand)]
+enum CdiCmd {
+    /// Write a CDI spec for the device `cuslice.io/gpu=all`, whose hooks give
+    /// annotated containers their slice.
+    Generate {
+        /// Where to write it (default: stdout).
+        #[arg(long)]
+        output: Option<PathBuf>,
+        /// The cuslice command the hooks run.
+        #[arg(long, default_value = "/usr/bin/cuslice")]
+        cuslice: PathBuf,
+    },
+}
+
+/// The CDI spec (JSON, which CDI accepts as YAML too).
+fn cdi_spec(cuslice: &Path) -> String {
+    let hook = |stage: &str, name: &str| serde_json::json!({"hookName": stage, "path": cuslice, "args": ["cuslice", "oci-hook", name]});
+    let spec = serde_json::json!({
+        "cdiVersion": "0.6.0",
+        "kind": "cuslice.io/gpu",
+        "devices": [{
+            "name": "all",
+            "containerEdits": {"hooks": [hook("createRuntime", "create"), hook("poststop", "poststop")]}
+        }]
+    });
+    serde_json::to_string_pretty(&spec).unwrap_or_default()
+}
+
 /// Where the segments are.
 #[derive(Args)]
 struct SourceArgs {
     /// Directory of the per-GPU segments (default: $CUSLICE_GPU_SEGMENT_DIR,
-    /// then /dev/shm/cuslice/gpu).
+    /// else both /run/cuslice/gpu and /dev/shm/cuslice/gpu).
     #[arg(long)]
     gpu_dir: Option<PathBuf>,
     /// A container's memory segment file (repeatable; default: every
@@ -362,6 +415,29 @@ fn main() -> ExitCode {
         }
         Cmd::Exporter { src, listen } => {
             exporter::serve(&listen, &src.sources()).map(|()| ExitCode::SUCCESS)
+        }
+        Cmd::OciHook { stage, root, lib } => {
+            let a = oci::HookArgs { root, lib };
+            match stage {
+                HookStage::Create => oci::create(&a),
+                HookStage::Poststop => oci::poststop(&a),
+            }
+            .map(|()| ExitCode::SUCCESS)
+            .map_err(|e| format!("oci-hook: {e}"))
+        }
+        Cmd::Cdi {
+            cmd: CdiCmd::Generate { output, cuslice },
+        } => {
+            let spec = cdi_spec(&cuslice);
+            match output {
+                Some(p) => std::fs::write(&p, spec + "\n")
+                    .map(|()| ExitCode::SUCCESS)
+                    .map_err(|e| format!("{}: {e}", p.display())),
+                None => {
+                    println!("{spec}");
+                    Ok(ExitCode::SUCCESS)
+                }
+            }
         }
     };
     match result {

@@ -13,8 +13,8 @@ use serde::Serialize;
 /// Where to look.
 #[derive(Debug, Clone)]
 pub struct Sources {
-    /// Directory of the per-GPU scheduling segments.
-    pub gpu_dir: PathBuf,
+    /// Directories of the per-GPU scheduling segments.
+    pub gpu_dirs: Vec<PathBuf>,
     /// Memory segment files (one per container).
     pub memory: Vec<PathBuf>,
 }
@@ -30,9 +30,16 @@ impl Sources {
         memory: Vec<PathBuf>,
         root: Option<PathBuf>,
     ) -> Sources {
-        let gpu_dir = gpu_dir
+        let gpu_dirs = match gpu_dir
             .or_else(|| std::env::var_os("CUSLICE_GPU_SEGMENT_DIR").map(PathBuf::from))
-            .unwrap_or_else(|| PathBuf::from(config::DEFAULT_GPU_SEGMENT_DIR));
+        {
+            Some(d) => vec![d],
+            // The hook's host directory (containers) and the local default.
+            None => vec![
+                PathBuf::from(HOOK_GPU_DIR),
+                PathBuf::from(config::DEFAULT_GPU_SEGMENT_DIR),
+            ],
+        };
         let mut mem = memory;
         if mem.is_empty() {
             let root = root.unwrap_or_else(|| PathBuf::from(DEFAULT_CONTAINERS_ROOT));
@@ -65,7 +72,7 @@ impl Sources {
             }
         }
         Sources {
-            gpu_dir,
+            gpu_dirs,
             memory: mem,
         }
     }
@@ -73,6 +80,8 @@ impl Sources {
 
 /// Where the runtime hook keeps one directory per container.
 pub const DEFAULT_CONTAINERS_ROOT: &str = "/run/cuslice/containers";
+/// Where the runtime hook keeps the host's per-GPU segments.
+pub const HOOK_GPU_DIR: &str = "/run/cuslice/gpu";
 
 #[derive(Debug, Serialize)]
 pub struct Snapshot {
@@ -147,14 +156,13 @@ pub fn snapshot(src: &Sources) -> Snapshot {
         errors: vec![],
     };
     let now = mono_ns();
-    let mut gpu_files: Vec<PathBuf> = match std::fs::read_dir(&src.gpu_dir) {
-        Ok(rd) => rd
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| p.extension().is_some_and(|x| x == "seg"))
-            .collect(),
-        Err(_) => vec![],
-    };
+    let mut gpu_files: Vec<PathBuf> = src
+        .gpu_dirs
+        .iter()
+        .filter_map(|d| std::fs::read_dir(d).ok())
+        .flat_map(|rd| rd.flatten().map(|e| e.path()).collect::<Vec<_>>())
+        .filter(|p| p.extension().is_some_and(|x| x == "seg"))
+        .collect();
     gpu_files.sort();
     for path in gpu_files {
         match GpuSegment::open_read_only(&path) {
