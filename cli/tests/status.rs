@@ -208,3 +208,35 @@ fn exporter_serves_the_same_figures() {
     }
     assert!(body.contains("application/openmetrics-text"), "{body}");
 }
+
+#[test]
+fn top_refreshes_with_the_share_over_the_interval() {
+    let f = fixture("top");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cuslice"))
+        .args(["top", "--interval", "0.2", "--gpu-dir"])
+        .arg(f.dir.join("gpu"))
+        .arg("--containers-root")
+        .arg(f.dir.join("containers"))
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("top");
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    let _ = child.kill();
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .expect("stdout")
+        .read_to_string(&mut out)
+        .expect("read");
+    let _ = child.wait();
+    let frames = out.matches("\x1b[2J").count();
+    assert!(frames >= 2, "refreshes: {frames}\n{out}");
+    // From the second frame on, each tenant shows its share over the last
+    // interval (nothing ran in between here: 0.0 %).
+    assert!(out.contains("   now") && out.contains("0.0%"), "{out}");
+    assert!(
+        out.contains("alpha") && out.contains("1.00 GiB / 4.00 GiB"),
+        "{out}"
+    );
+}
