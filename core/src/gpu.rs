@@ -522,7 +522,8 @@ impl GpuSegment {
         let Some(t) = self.tenant(tenant) else { return };
         let share = t.share.load(Ordering::Relaxed).max(1) as u64;
         t.used_ns.fetch_add(ns, Ordering::AcqRel);
-        t.vtime.fetch_add(ns.saturating_mul(100) / share, Ordering::AcqRel);
+        t.vtime
+            .fetch_add(ns.saturating_mul(100) / share, Ordering::AcqRel);
         if t.max.load(Ordering::Relaxed) < 100 {
             t.tokens
                 .fetch_sub(ns.min(i64::MAX as u64) as i64, Ordering::AcqRel);
@@ -549,7 +550,9 @@ impl GpuSegment {
             return false;
         }
         let used = now.saturating_sub(self.sched().slice_start.load(Ordering::Acquire));
-        self.refill(t, now, slice, false).saturating_sub(used.min(i64::MAX as u64) as i64) <= 0
+        self.refill(t, now, slice, false)
+            .saturating_sub(used.min(i64::MAX as u64) as i64)
+            <= 0
     }
 
     /// Charges the current slice and extends it (no drain needed: nobody

@@ -17,15 +17,45 @@ fn one_line(e: &str) -> bool {
 /// Text shaped like quota files: keys and values of the grammar, mutated.
 fn quota_like() -> impl Strategy<Value = String> {
     let key = prop::sample::select(vec![
-        "tenant", "segment_dir", "gpu_segment_dir", "context_overhead", "memory", "compute", "compute_max", "memroy", "x",
+        "tenant",
+        "segment_dir",
+        "gpu_segment_dir",
+        "context_overhead",
+        "memory",
+        "compute",
+        "compute_max",
+        "memroy",
+        "x",
     ]);
     let value = prop::sample::select(vec![
-        "\"4GiB\"", "\"4 potatoes\"", "0", "-1", "1048576", "\"30%\"", "101", "true", "[1]", "\"/run/x\"", "\"rel\"",
-        "\"GPU-00000000-0000-0000-0000-000000000000\"", "9223372036854775807", "\"1.5g\"", "\"\"",
+        "\"4GiB\"",
+        "\"4 potatoes\"",
+        "0",
+        "-1",
+        "1048576",
+        "\"30%\"",
+        "101",
+        "true",
+        "[1]",
+        "\"/run/x\"",
+        "\"rel\"",
+        "\"GPU-00000000-0000-0000-0000-000000000000\"",
+        "9223372036854775807",
+        "\"1.5g\"",
+        "\"\"",
     ]);
-    let table = prop::sample::select(vec!["", "[all]\n", "[device.0]\n", "[device.99]\n", "[device.\"GPU-x\"]\n", "[[all]]\n"]);
+    let table = prop::sample::select(vec![
+        "",
+        "[all]\n",
+        "[device.0]\n",
+        "[device.99]\n",
+        "[device.\"GPU-x\"]\n",
+        "[[all]]\n",
+    ]);
     prop::collection::vec((table, key, value), 0..8).prop_map(|v| {
-        v.into_iter().map(|(t, k, val)| format!("{t}{k} = {val}\n")).collect::<String>()
+        v.into_iter()
+            .map(|(t, k, val)| format!("{t}{k} = {val}\n"))
+            .collect::<String>()
     })
 }
 
@@ -78,8 +108,8 @@ proptest! {
     }
 }
 
-/// Segment files with arbitrary contents (right size, random bytes; or
-/// mutations of a valid header) are refused with one line, never used.
+// Segment files with arbitrary contents (right size, random bytes; or
+// mutations of a valid header) are refused with one line, never used.
 proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
@@ -111,7 +141,9 @@ proptest! {
 }
 
 fn rand_tag(v: &[(usize, u8)]) -> u64 {
-    v.iter().fold(1469598103934665603u64, |h, (i, b)| (h ^ (*i as u64) ^ ((*b as u64) << 8)).wrapping_mul(1099511628211))
+    v.iter().fold(1469598103934665603u64, |h, (i, b)| {
+        (h ^ (*i as u64) ^ ((*b as u64) << 8)).wrapping_mul(1099511628211)
+    })
 }
 
 #[test]
@@ -127,12 +159,23 @@ fn truncated_zeroed_and_foreign_segment_files_are_refused() {
     for (name, bytes) in cases {
         let p = dir.join(format!("{name}.seg"));
         std::fs::write(&p, &bytes).expect("write");
-        let e = Segment::open_or_create(&p).err().unwrap_or_else(|| panic!("{name} must be refused"));
-        assert!(one_line(&e.0) && e.0.contains(&format!("{name}.seg")), "{name}: {e}");
-        let e = GpuSegment::open_or_create(&p).err().unwrap_or_else(|| panic!("{name} must be refused"));
+        let e = Segment::open_or_create(&p)
+            .err()
+            .unwrap_or_else(|| panic!("{name} must be refused"));
+        assert!(
+            one_line(&e.0) && e.0.contains(&format!("{name}.seg")),
+            "{name}: {e}"
+        );
+        let e = GpuSegment::open_or_create(&p)
+            .err()
+            .unwrap_or_else(|| panic!("{name} must be refused"));
         assert!(one_line(&e.0), "{name}: {e}");
         // The file is left as it was: nothing is overwritten silently.
-        assert_eq!(std::fs::read(&p).expect("read"), bytes, "{name} was modified");
+        assert_eq!(
+            std::fs::read(&p).expect("read"),
+            bytes,
+            "{name} was modified"
+        );
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
