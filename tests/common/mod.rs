@@ -100,6 +100,7 @@ fn build(root: &Path, dir: &Path) {
         ("missing", false),
         ("memtest", true),
         ("spin", true),
+        ("load", true),
     ] {
         let mut c = cc();
         c.args(["-O1", "-g", "-Wall", "-o"])
