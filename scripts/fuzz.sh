@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Longer fuzzing of the quota-file parser and the segment validation than
 # the smoke in `cargo test`: PROPTEST_CASES per property (default 650000,
-# about 10 minutes on 2 cores).
+# 10 to 15 minutes on 2 cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PROPTEST_CASES=${PROPTEST_CASES:-650000} cargo test --release -p cuslice-core --test fuzz -- --test-threads=2
