@@ -71,15 +71,7 @@ pub fn get() -> Option<&'static Limiter> {
     }
 }
 
-pub fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime (vDSO) into a valid timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
+pub use cuslice_core::gpu::monotonic_ns as now_ns;
 
 /// The tenant name: the configured one, else one derived from the segment
 /// directory (unique per container, shared by its processes).

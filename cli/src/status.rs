@@ -138,16 +138,6 @@ pub struct ProcessView {
     pub used_bytes: BTreeMap<String, u64>,
 }
 
-fn mono_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime into a valid timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 /// Reads every segment the sources name.
 pub fn snapshot(src: &Sources) -> Snapshot {
     let mut snap = Snapshot {
@@ -155,7 +145,7 @@ pub fn snapshot(src: &Sources) -> Snapshot {
         containers: vec![],
         errors: vec![],
     };
-    let now = mono_ns();
+    let now = cuslice_core::gpu::monotonic_ns();
     let mut gpu_files: Vec<PathBuf> = src
         .gpu_dirs
         .iter()

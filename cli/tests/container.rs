@@ -204,14 +204,16 @@ fn install_script_lays_out_a_host() {
     let e = common::env();
     let dest = std::env::temp_dir().join(format!("cuslice-install-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dest);
-    let repo = e.root.clone();
-    let out = Command::new("bash")
-        .arg(repo.join("scripts/install.sh"))
-        .env("DESTDIR", &dest)
-        .env("LIB", &e.shim)
-        .env("BIN", env!("CARGO_BIN_EXE_cuslice"))
-        .output()
-        .expect("install.sh");
+    let install = || {
+        Command::new("bash")
+            .arg(e.root.join("scripts/install.sh"))
+            .env("DESTDIR", &dest)
+            .env("LIB", &e.shim)
+            .env("BIN", env!("CARGO_BIN_EXE_cuslice"))
+            .output()
+            .expect("install.sh")
+    };
+    let out = install();
     assert!(
         out.status.success(),
         "{}",
@@ -244,13 +246,7 @@ fn install_script_lays_out_a_host() {
         "the shared GPU directory is sticky and world-writable"
     );
     // Idempotent.
-    let again = Command::new("bash")
-        .arg(repo.join("scripts/install.sh"))
-        .env("DESTDIR", &dest)
-        .env("LIB", &e.shim)
-        .env("BIN", env!("CARGO_BIN_EXE_cuslice"))
-        .output()
-        .expect("install.sh");
+    let again = install();
     assert!(again.status.success());
     let _ = std::fs::remove_dir_all(&dest);
 }

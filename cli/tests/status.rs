@@ -11,16 +11,6 @@ use cuslice_core::segment::{Admit, Segment};
 const SLICE: u64 = 20_000_000;
 const GIB: u64 = 1 << 30;
 
-fn mono() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime into a valid timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 struct Fixture {
     dir: PathBuf,
     gpu_uuid: String,
@@ -36,7 +26,7 @@ fn fixture(name: &str) -> Fixture {
     let gpu_uuid = "GPU-01010101-0101-0101-0101-010101010101".to_string();
     let gpu = GpuSegment::open_or_create(&dir.join("gpu").join(format!("{gpu_uuid}.seg")))
         .expect("gpu seg");
-    let now = mono();
+    let now = cuslice_core::gpu::monotonic_ns();
     let (a, _) = gpu.register_tenant("alpha", 30, 100, now).expect("alpha");
     gpu.register_tenant("beta", 20, 50, now).expect("beta");
     let p = gpu.claim_proc(a, 4242).expect("proc");

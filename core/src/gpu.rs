@@ -104,6 +104,18 @@ pub struct Proc {
     pub waiting: AtomicU32,
 }
 
+/// CLOCK_MONOTONIC in ns: the clock every time in this segment uses (host
+/// wide, so comparable across containers).
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime (vDSO) into a valid timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 const HEADER: usize = std::mem::size_of::<Header>();
 const SCHED: usize = std::mem::size_of::<Sched>();
 pub const SIZE: usize = HEADER

@@ -60,11 +60,12 @@ pub unsafe fn cuLaunchKernelEx(
 
 pub unsafe fn cuLaunchKernelEx_ptsz(
     config: *const CUlaunchConfig,
-    _f: CUfunction,
-    _params: *mut *mut c_void,
-    _extra: *mut *mut c_void,
+    f: CUfunction,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
 ) -> Result<(), CUresult> {
-    gate(config_stream(config))
+    // SAFETY: same contract.
+    unsafe { cuLaunchKernelEx(config, f, params, extra) }
 }
 
 pub unsafe fn cuLaunchCooperativeKernel(
@@ -83,24 +84,26 @@ pub unsafe fn cuLaunchCooperativeKernel(
 }
 
 pub unsafe fn cuLaunchCooperativeKernel_ptsz(
-    _f: CUfunction,
-    _gx: c_uint,
-    _gy: c_uint,
-    _gz: c_uint,
-    _bx: c_uint,
-    _by: c_uint,
-    _bz: c_uint,
-    _shmem: c_uint,
+    f: CUfunction,
+    gx: c_uint,
+    gy: c_uint,
+    gz: c_uint,
+    bx: c_uint,
+    by: c_uint,
+    bz: c_uint,
+    shmem: c_uint,
     stream: CUstream,
-    _params: *mut *mut c_void,
+    params: *mut *mut c_void,
 ) -> Result<(), CUresult> {
-    gate(stream)
+    // SAFETY: same contract.
+    unsafe { cuLaunchCooperativeKernel(f, gx, gy, gz, bx, by, bz, shmem, stream, params) }
 }
 
 pub unsafe fn cuGraphLaunch(_exec: CUgraphExec, stream: CUstream) -> Result<(), CUresult> {
     gate(stream)
 }
 
-pub unsafe fn cuGraphLaunch_ptsz(_exec: CUgraphExec, stream: CUstream) -> Result<(), CUresult> {
-    gate(stream)
+pub unsafe fn cuGraphLaunch_ptsz(exec: CUgraphExec, stream: CUstream) -> Result<(), CUresult> {
+    // SAFETY: same contract.
+    unsafe { cuGraphLaunch(exec, stream) }
 }

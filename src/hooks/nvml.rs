@@ -30,20 +30,28 @@ fn usage(device: nvmlDevice_t) -> Option<(u64, u64)> {
     q.usage(q.ordinal_of_uuid(&uuid)?)
 }
 
+/// Total = the quota (never more than the real total), used = the
+/// container's usage, free = the rest; `reserved` (v2) is driver memory
+/// outside the quota, reported as 0. Returns whether the device has a quota.
+fn spoof(device: nvmlDevice_t, total: &mut u64, used: &mut u64, free: &mut u64) -> bool {
+    let Some((limit, u)) = usage(device) else {
+        return false;
+    };
+    *total = limit.min(*total);
+    *used = u.min(*total);
+    *free = *total - *used;
+    true
+}
+
 pub unsafe fn nvmlDeviceGetMemoryInfo(
     r: nvmlReturn_t,
     device: nvmlDevice_t,
     memory: *mut nvmlMemory_t,
 ) -> nvmlReturn_t {
-    if r == OK
-        && !memory.is_null()
-        && let Some((limit, used)) = usage(device)
-    {
+    if r == OK && !memory.is_null() {
         // SAFETY: the real call succeeded and filled the struct.
         let m = unsafe { &mut *memory };
-        m.total = limit.min(m.total);
-        m.used = used.min(m.total);
-        m.free = m.total - m.used;
+        spoof(device, &mut m.total, &mut m.used, &mut m.free);
     }
     r
 }
@@ -53,17 +61,12 @@ pub unsafe fn nvmlDeviceGetMemoryInfo_v2(
     device: nvmlDevice_t,
     memory: *mut nvmlMemory_v2_t,
 ) -> nvmlReturn_t {
-    if r == OK
-        && !memory.is_null()
-        && let Some((limit, used)) = usage(device)
-    {
+    if r == OK && !memory.is_null() {
         // SAFETY: the real call succeeded and filled the struct.
         let m = unsafe { &mut *memory };
-        m.total = limit.min(m.total);
-        // Driver-reserved memory is outside the container's quota.
-        m.reserved = 0;
-        m.used = used.min(m.total);
-        m.free = m.total - m.used;
+        if spoof(device, &mut m.total, &mut m.used, &mut m.free) {
+            m.reserved = 0;
+        }
     }
     r
 }
