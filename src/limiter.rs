@@ -99,6 +99,10 @@ pub fn build(cfg: &Config, uuids: &[[u8; 16]]) -> Result<(), String> {
         },
         Err(_) => DEFAULT_SLICE_NS,
     };
+    let burst_ns = u64::from(
+        cfg.compute_burst_ms
+            .unwrap_or(cuslice_core::config::DEFAULT_COMPUTE_BURST_MS),
+    ) * 1_000_000;
     let name = tenant_name(cfg);
     let mut gpus = Vec::with_capacity(uuids.len());
     let mut any = false;
@@ -115,7 +119,7 @@ pub fn build(cfg: &Config, uuids: &[[u8; 16]]) -> Result<(), String> {
             .join(format!("{}.seg", format_uuid(uuid)));
         let seg = GpuSegment::open_or_create(&path).map_err(|e| e.to_string())?;
         let (tenant, old) = seg
-            .register_tenant(&name, share, max, now_ns())
+            .register_tenant(&name, share, max, burst_ns, now_ns())
             .map_err(|e| e.to_string())?;
         if let Some((s, m)) = old {
             crate::info!(

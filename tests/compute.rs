@@ -26,9 +26,14 @@ impl Host {
     /// A tenant's quota file (its own container: own memory segment dir,
     /// the host's GPU segment dir).
     fn tenant(&self, name: &str, limits: &str) -> PathBuf {
+        self.tenant_top(name, "", limits)
+    }
+
+    /// A tenant's quota file with extra top-level keys.
+    fn tenant_top(&self, name: &str, top: &str, limits: &str) -> PathBuf {
         let q = self.dir.join(format!("{name}.toml"));
         let text = format!(
-            "tenant = \"{name}\"\nsegment_dir = \"{}\"\ngpu_segment_dir = \"{}\"\n[all]\n{limits}\n",
+            "tenant = \"{name}\"\nsegment_dir = \"{}\"\ngpu_segment_dir = \"{}\"\n{top}\n[all]\n{limits}\n",
             self.dir.join(format!("mem-{name}")).display(),
             self.dir.join("gpu").display()
         );
@@ -142,11 +147,16 @@ fn assert_near(what: &str, got: f64, want: f64) {
 #[test]
 fn a_ceiling_holds_on_an_idle_gpu() {
     // Achieved fraction of the uncapped rate (the same loop without the
-    // shim's limits), as the benchmark on a real GPU measures it.
+    // shim's limits), as the benchmark on a real GPU measures it. A short
+    // burst (20 ms), so that 2.5 s hold many on/off periods.
     let h = Host::new("cap");
     for (cap, kernel) in [(25, "1000000"), (50, "200000")] {
         let native = finish(h.spawn(None, &["1", kernel, "4"]));
-        let q = h.tenant(&format!("cap{cap}"), &format!("compute_max = {cap}"));
+        let q = h.tenant_top(
+            &format!("cap{cap}"),
+            "compute_burst_ms = 20",
+            &format!("compute_max = {cap}"),
+        );
         let s = finish(h.spawn(Some(&q), &["2.5", kernel, "4"]));
         assert_near(
             &format!("cap {cap}% with {kernel} ns kernels"),
@@ -291,11 +301,49 @@ fn a_share_change_takes_effect_while_running() {
 fn graph_launches_are_limited_like_kernels() {
     let h = Host::new("graph");
     let native = finish(h.spawn(None, &["1", "1000000", "4", "graph"]));
-    let q = h.tenant("g", "compute_max = 25");
+    let q = h.tenant_top("g", "compute_burst_ms = 20", "compute_max = 25");
     let s = finish(h.spawn(Some(&q), &["2.5", "1000000", "4", "graph"]));
     assert_near(
         "graph replay under a 25 % ceiling",
         100.0 * s.fraction() / native.fraction(),
         25.0,
     );
+}
+
+#[test]
+fn a_ceiling_bound_tenant_runs_in_long_stretches() {
+    // By default (200 ms burst) a tenant held back by its 50 % ceiling has
+    // the GPU for stretches of ~400 ms and pauses as long (so that a real
+    // GPU's clocks settle as under sustained load); with a 20 ms burst the
+    // stretches are ~40 ms. Progress lines come every 100 ms of running.
+    let h = Host::new("stretch");
+    let shape = |top: &str, name: &str| {
+        let q = h.tenant_top(name, top, "compute_max = 50");
+        let s = finish(h.spawn(Some(&q), &["4", "1000000", "4"]));
+        let longest_pause = s
+            .samples
+            .windows(2)
+            .map(|w| w[1].0 - w[0].0)
+            .fold(0.0, f64::max);
+        // The largest share of the GPU between two progress lines at least
+        // 300 ms apart.
+        let best_300 = s
+            .samples
+            .iter()
+            .enumerate()
+            .filter_map(|(i, &(t, b))| {
+                let &(t2, b2) = s.samples[i..].iter().find(|x| x.0 >= t + 300.0)?;
+                Some(100.0 * (b2 - b) / (t2 - t))
+            })
+            .fold(0.0, f64::max);
+        (s.fraction(), longest_pause, best_300)
+    };
+    let (frac, pause, best) = shape("", "long");
+    assert!(pause >= 300.0, "default burst: longest pause {pause:.0} ms");
+    assert!(best >= 85.0, "default burst: best 300 ms window {best:.1} %");
+    assert!((frac - 50.0).abs() <= 8.0, "default burst: {frac:.1} % overall");
+    let (frac, pause, best) = shape("compute_burst_ms = 20", "short");
+    assert!(pause < 250.0, "20 ms burst: longest pause {pause:.0} ms");
+    assert!(best < 75.0, "20 ms burst: best 300 ms window {best:.1} %");
+    assert_near("20 ms burst overall", frac, 50.0);
 }

@@ -38,6 +38,11 @@ enum Cmd {
         /// Ceiling on GPU time, percent, even when the GPU is otherwise idle.
         #[arg(long)]
         compute_max: Option<String>,
+        /// With --compute-max: how long the program, once held back by its
+        /// ceiling, then runs at a stretch, in ms (default 200; see
+        /// docs/compute-share.md).
+        #[arg(long)]
+        compute_burst_ms: Option<String>,
         /// Run on these GPUs only (CUDA_VISIBLE_DEVICES), e.g. 0 or 0,1.
         #[arg(long)]
         gpu: Option<String>,
@@ -259,6 +264,21 @@ struct Limits {
     memory: Option<String>,
     compute: Option<String>,
     compute_max: Option<String>,
+    compute_burst_ms: Option<String>,
+}
+
+/// The top-level `compute_burst_ms` line of the private quota file.
+fn burst_toml(l: &Limits) -> Result<String, String> {
+    let Some(b) = &l.compute_burst_ms else {
+        return Ok(String::new());
+    };
+    let ms = config::parse_burst(b).map_err(|e| format!("--compute-burst-ms {b:?}: {e}"))?;
+    if l.compute_max.is_none() {
+        return Err(format!(
+            "--compute-burst-ms {b:?}: only applies with --compute-max (it shapes how a ceiling is enforced)"
+        ));
+    }
+    Ok(format!("compute_burst_ms = {ms}\n"))
 }
 
 /// The `[all]` table of the private quota file, validated.
@@ -314,6 +334,7 @@ fn run(
         cmd.env("CUDA_VISIBLE_DEVICES", g);
     }
     let all = limits_toml(&limits)?;
+    let burst = burst_toml(&limits)?;
     if all.is_empty() {
         // No limits: the program simply runs under the shim.
         let err = cmd.exec();
@@ -333,7 +354,7 @@ fn run(
         .map(|d| format!("gpu_segment_dir = {d:?}\n"))
         .unwrap_or_default();
     let text = format!(
-        "# written by `cuslice run` for process {pid}\ntenant = \"run-{pid}\"\nsegment_dir = {:?}\n{gpu_dir}\n[all]\n{all}",
+        "# written by `cuslice run` for process {pid}\ntenant = \"run-{pid}\"\nsegment_dir = {:?}\n{gpu_dir}{burst}\n[all]\n{all}",
         dir.0.join("segment").display().to_string(),
         pid = std::process::id(),
     );
@@ -367,6 +388,7 @@ fn main() -> ExitCode {
             memory,
             compute,
             compute_max,
+            compute_burst_ms,
             gpu,
             lib,
             cmd,
@@ -375,6 +397,7 @@ fn main() -> ExitCode {
                 memory,
                 compute,
                 compute_max,
+                compute_burst_ms,
             },
             gpu,
             lib,

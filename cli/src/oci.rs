@@ -77,10 +77,11 @@ pub fn quota_from_annotations(
     id: &str,
     ann: &BTreeMap<String, String>,
 ) -> Result<Option<String>, String> {
-    const KNOWN: [&str; 5] = [
+    const KNOWN: [&str; 6] = [
         "cuslice.io/memory",
         "cuslice.io/compute",
         "cuslice.io/compute-max",
+        "cuslice.io/compute-burst-ms",
         "cuslice.io/gpus",
         "cuslice.io/tenant",
     ];
@@ -130,12 +131,25 @@ pub fn quota_from_annotations(
     if let Some(m) = m {
         limits.push_str(&format!("compute_max = {m}\n"));
     }
+    let burst = match get("cuslice.io/compute-burst-ms") {
+        None => String::new(),
+        Some(v) => {
+            let ms = config::parse_burst(&v)
+                .map_err(|e| format!("annotation cuslice.io/compute-burst-ms={v:?}: {e}"))?;
+            if m.is_none() {
+                return Err(format!(
+                    "annotation cuslice.io/compute-burst-ms={v:?}: only applies with cuslice.io/compute-max"
+                ));
+            }
+            format!("compute_burst_ms = {ms}\n")
+        }
+    };
     let tenant = match get("cuslice.io/tenant") {
         Some(t) => t,
         None => format!("ctr-{}", &id[..id.len().min(24)]),
     };
     let mut text = format!(
-        "# written by `cuslice oci-hook` for container {id}\ntenant = {tenant:?}\nsegment_dir = \"/run/cuslice/segment\"\ngpu_segment_dir = \"/run/cuslice/gpu\"\n"
+        "# written by `cuslice oci-hook` for container {id}\ntenant = {tenant:?}\nsegment_dir = \"/run/cuslice/segment\"\ngpu_segment_dir = \"/run/cuslice/gpu\"\n{burst}"
     );
     match get("cuslice.io/gpus").as_deref() {
         None | Some("all") | Some("") => text.push_str(&format!("\n[all]\n{limits}")),
@@ -452,6 +466,18 @@ mod tests {
             quota_from_annotations("x", &ann(&[("io.kubernetes.pod", "p")])),
             Ok(None)
         );
+        let q = quota_from_annotations(
+            "x",
+            &ann(&[
+                ("cuslice.io/compute-max", "40"),
+                ("cuslice.io/compute-burst-ms", "500ms"),
+            ]),
+        )
+        .expect("ok")
+        .expect("some");
+        let c = config::parse_file(Path::new("q"), &q).expect("parses");
+        assert_eq!(c.compute_burst_ms, Some(500));
+        assert_eq!(c.all.compute_max, Some(40));
     }
 
     #[test]
@@ -472,6 +498,14 @@ mod tests {
             (
                 ("cuslice.io/memroy", "4g"),
                 "annotation cuslice.io/memroy: unknown",
+            ),
+            (
+                ("cuslice.io/compute-burst-ms", "0"),
+                "annotation cuslice.io/compute-burst-ms=\"0\": expected whole milliseconds from 1 to 10000",
+            ),
+            (
+                ("cuslice.io/compute-burst-ms", "300"),
+                "annotation cuslice.io/compute-burst-ms=\"300\": only applies with cuslice.io/compute-max",
             ),
         ] {
             let e = quota_from_annotations("x", &ann(&[kv])).expect_err("must fail");

@@ -96,6 +96,14 @@ fn bad_flags_are_refused_with_one_line() {
             "cuslice: --gpu \"zero\": expected GPU indices or UUIDs",
         ),
         (
+            vec!["run", "--compute-max", "30", "--compute-burst-ms", "0", "--", "true"],
+            "cuslice: --compute-burst-ms \"0\": expected whole milliseconds from 1 to 10000",
+        ),
+        (
+            vec!["run", "--compute", "30", "--compute-burst-ms", "100", "--", "true"],
+            "cuslice: --compute-burst-ms \"100\": only applies with --compute-max",
+        ),
+        (
             vec!["run", "--lib", "/nonexistent.so", "--", "true"],
             "cuslice: --lib /nonexistent.so: no such file",
         ),
@@ -147,7 +155,15 @@ fn compute_ceiling_flag_limits_the_program() {
         num("busy_ms=") / num("wall_ms=")
     };
     let native = spin(&["--memory", "1GiB"]);
-    let capped = spin(&["--memory", "1GiB", "--compute-max", "25%"]);
+    // A short burst: many on/off periods in 1.5 s.
+    let capped = spin(&[
+        "--memory",
+        "1GiB",
+        "--compute-max",
+        "25%",
+        "--compute-burst-ms",
+        "20",
+    ]);
     let _ = std::fs::remove_dir_all(&dir);
     let pct = 100.0 * capped / native;
     assert!(

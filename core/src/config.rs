@@ -11,7 +11,8 @@
 //! 2. Otherwise `CUSLICE_CONFIG=<path>` (non-empty): that file. It must exist
 //!    and parse; a missing or unreadable file is an error naming the variable.
 //! 3. With a quota file, the file is authoritative: the limit variables,
-//!    `CUSLICE_TENANT`, `CUSLICE_SEGMENT_DIR`, `CUSLICE_CONTEXT_OVERHEAD` (and
+//!    `CUSLICE_TENANT`, `CUSLICE_SEGMENT_DIR`, `CUSLICE_CONTEXT_OVERHEAD`,
+//!    `CUSLICE_COMPUTE_BURST_MS` (and
 //!    `CUSLICE_CONFIG` when the mounted file is used) are ignored (the runtime
 //!    mounts the file; the container's own environment must not be able to
 //!    raise it). Those that are set are listed in [`Config::ignored_env`] so
@@ -48,6 +49,7 @@
 //! | `segment_dir` | string, an absolute path (no NUL); default `/dev/shm/cuslice` ([`DEFAULT_SEGMENT_DIR`]) |
 //! | `gpu_segment_dir` | string, an absolute path: directory of the per-GPU scheduling segments shared by all tenants of the host; default `/dev/shm/cuslice/gpu` ([`DEFAULT_GPU_SEGMENT_DIR`]) |
 //! | `context_overhead` | device memory one CUDA context costs, charged to the memory quota once per GPU per process: a size from `0` to `16GiB`; default: the shim's measured value |
+//! | `compute_burst_ms` | how long a tenant held back by its ceiling (`compute_max`) then runs at a stretch: whole milliseconds `1`..=`10000` (an integer, or a string `"200"` / `"200ms"`); default 200 ([`DEFAULT_COMPUTE_BURST_MS`]). Longer: throughput closer to the ceiling for power-hungry kernels; shorter: shorter pauses |
 //! | `[all]`       | a limits table that applies to every GPU |
 //! | `[device.<k>]`| a limits table for one GPU; `<k>` is an index `0`..=`63` written in plain decimal (`0`, `7`, not `07`), or a GPU UUID |
 //!
@@ -113,6 +115,7 @@
 //! | `CUSLICE_TENANT`              | as `tenant` |
 //! | `CUSLICE_SEGMENT_DIR`         | as `segment_dir` |
 //! | `CUSLICE_CONTEXT_OVERHEAD`    | as `context_overhead` |
+//! | `CUSLICE_COMPUTE_BURST_MS`    | as `compute_burst_ms` |
 //! | `CUSLICE_GPU_SEGMENT_DIR`     | as `gpu_segment_dir` |
 //! | `CUDA_DEVICE_MEMORY_LIMIT`, `CUDA_DEVICE_MEMORY_LIMIT_<i>` | HAMi: memory, all GPUs / GPU `i` |
 //! | `CUDA_DEVICE_SM_LIMIT`, `CUDA_DEVICE_SM_LIMIT_<i>` | HAMi: a hard ceiling in percent (maps to `compute_max`); `0` means no limit |
@@ -195,6 +198,13 @@ const ENV_TENANT: &str = "CUSLICE_TENANT";
 const ENV_SEGMENT_DIR: &str = "CUSLICE_SEGMENT_DIR";
 const ENV_CONTEXT_OVERHEAD: &str = "CUSLICE_CONTEXT_OVERHEAD";
 const ENV_GPU_SEGMENT_DIR: &str = "CUSLICE_GPU_SEGMENT_DIR";
+const ENV_COMPUTE_BURST: &str = "CUSLICE_COMPUTE_BURST_MS";
+/// Default `compute_burst_ms`: long enough that a power-hungry kernel loop
+/// held at its ceiling runs at the clocks of sustained load (measured on an
+/// H200: docs/benchmarks/2026-11-21-h200-burst.md).
+pub const DEFAULT_COMPUTE_BURST_MS: u32 = 200;
+/// Upper bound for `compute_burst_ms`.
+pub const MAX_COMPUTE_BURST_MS: u32 = 10_000;
 /// Upper bound for `context_overhead` (a context costs well under 1 GiB).
 pub const MAX_CONTEXT_OVERHEAD: u64 = 16 << 30;
 
@@ -247,6 +257,8 @@ pub struct Config {
     /// Device memory one CUDA context costs, charged to the quota once per
     /// GPU per process; None: the shim's measured default.
     pub context_overhead: Option<u64>,
+    /// Burst of the ceiling's token bucket, ms; None: the default.
+    pub compute_burst_ms: Option<u32>,
     pub all: Limits,
     pub by_index: BTreeMap<u32, Limits>,
     pub by_uuid: BTreeMap<[u8; 16], Limits>,
@@ -263,6 +275,7 @@ impl Config {
             segment_dir: PathBuf::from(DEFAULT_SEGMENT_DIR),
             gpu_segment_dir: PathBuf::from(DEFAULT_GPU_SEGMENT_DIR),
             context_overhead: None,
+            compute_burst_ms: None,
             all: Limits::default(),
             by_index: BTreeMap::new(),
             by_uuid: BTreeMap::new(),
@@ -414,6 +427,7 @@ fn env_var_names() -> Vec<String> {
     names.push(ENV_SEGMENT_DIR.to_string());
     names.push(ENV_CONTEXT_OVERHEAD.to_string());
     names.push(ENV_GPU_SEGMENT_DIR.to_string());
+    names.push(ENV_COMPUTE_BURST.to_string());
     names
 }
 
@@ -641,6 +655,10 @@ fn parse_table(text: &str) -> Result<ParsedFile, String> {
                 out.context_overhead =
                     Some(overhead_from_value(value).map_err(|m| format!("context_overhead: {m}"))?);
             }
+            "compute_burst_ms" => {
+                out.compute_burst_ms =
+                    Some(burst_from_value(value).map_err(|m| format!("compute_burst_ms: {m}"))?);
+            }
             "all" => out.draft.all = entry_from_value("all", value)?,
             "device" => parse_devices(value, &mut out.draft)?,
             other => {
@@ -652,6 +670,7 @@ fn parse_table(text: &str) -> Result<ParsedFile, String> {
                         "segment_dir",
                         "gpu_segment_dir",
                         "context_overhead",
+                        "compute_burst_ms",
                         "all",
                         "device",
                     ],
@@ -669,6 +688,7 @@ struct ParsedFile {
     segment_dir: Option<PathBuf>,
     gpu_segment_dir: Option<PathBuf>,
     context_overhead: Option<u64>,
+    compute_burst_ms: Option<u32>,
     draft: Draft,
 }
 
@@ -677,6 +697,7 @@ impl ParsedFile {
         let mut cfg = self.draft.into_config(source);
         cfg.tenant = self.tenant;
         cfg.context_overhead = self.context_overhead;
+        cfg.compute_burst_ms = self.compute_burst_ms;
         if let Some(d) = self.gpu_segment_dir {
             cfg.gpu_segment_dir = d;
         }
@@ -824,6 +845,42 @@ fn overhead_from_value(v: &toml::Value) -> Result<u64, String> {
     Ok(bytes)
 }
 
+/// `compute_burst_ms`: an integer, or a string of digits with an optional
+/// `ms` suffix.
+fn burst_from_value(v: &toml::Value) -> Result<u32, String> {
+    match v {
+        toml::Value::Integer(i) => check_burst(*i as i128, &i.to_string()),
+        toml::Value::String(s) => parse_burst(s),
+        other => Err(format!(
+            "expected whole milliseconds from 1 to {MAX_COMPUTE_BURST_MS}, got {}",
+            describe(other)
+        )),
+    }
+}
+
+/// "200", "200ms", " 200 ms " -> 200 (whole milliseconds, 1..=10000).
+pub fn parse_burst(s: &str) -> Result<u32, String> {
+    let t = s.trim();
+    let digits = t.strip_suffix("ms").unwrap_or(t).trim_end();
+    if digits.is_empty() || digits.len() > 12 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!(
+            "expected whole milliseconds from 1 to {MAX_COMPUTE_BURST_MS} (like 200 or \"200ms\"), got {}",
+            shown(s)
+        ));
+    }
+    check_burst(digits.parse::<i128>().unwrap_or(i128::MAX), &shown(s))
+}
+
+fn check_burst(ms: i128, shown: &str) -> Result<u32, String> {
+    if (1..=MAX_COMPUTE_BURST_MS as i128).contains(&ms) {
+        Ok(ms as u32)
+    } else {
+        Err(format!(
+            "expected whole milliseconds from 1 to {MAX_COMPUTE_BURST_MS}, got {shown}"
+        ))
+    }
+}
+
 fn percent_from_value(v: &toml::Value) -> Result<u8, String> {
     match v {
         toml::Value::String(s) => parse_percent(s),
@@ -942,6 +999,12 @@ fn from_env(get: &dyn Fn(&str) -> Option<String>) -> Result<Config, ConfigError>
             overhead_from_value(&toml::Value::String(v.clone())).map_err(|e| {
                 ConfigError::new(format!("{ENV_CONTEXT_OVERHEAD}={}: {e}", shown(&v)))
             })?,
+        );
+    }
+    if let Some(v) = get(ENV_COMPUTE_BURST) {
+        cfg.compute_burst_ms = Some(
+            parse_burst(&v)
+                .map_err(|e| ConfigError::new(format!("{ENV_COMPUTE_BURST}={}: {e}", shown(&v))))?,
         );
     }
     Ok(cfg)
@@ -1322,6 +1385,48 @@ mod tests {
     }
 
     #[test]
+    fn compute_burst_file_and_env() {
+        let p = Path::new("/q.toml");
+        for (text, want) in [
+            ("compute_burst_ms = 500\n", 500),
+            ("compute_burst_ms = \"1000ms\"\n", 1000),
+            ("compute_burst_ms = \" 20 ms \"\n", 20),
+            ("compute_burst_ms = 10000\n", 10_000),
+        ] {
+            let c = parse_file(p, text).expect(text);
+            assert_eq!(c.compute_burst_ms, Some(want), "{text}");
+        }
+        assert_eq!(parse_file(p, "").expect("empty").compute_burst_ms, None);
+        for (text, msg) in [
+            ("compute_burst_ms = 0\n", "expected whole milliseconds from 1 to 10000, got 0"),
+            ("compute_burst_ms = 10001\n", "expected whole milliseconds from 1 to 10000, got 10001"),
+            ("compute_burst_ms = -5\n", "expected whole milliseconds from 1 to 10000, got -5"),
+            ("compute_burst_ms = \"0.5s\"\n", "expected whole milliseconds from 1 to 10000 (like 200 or \"200ms\"), got \"0.5s\""),
+            ("compute_burst_ms = 1.5\n", "expected whole milliseconds from 1 to 10000, got 1.5"),
+        ] {
+            let e = parse_file(p, text).expect_err(text);
+            assert_eq!(e.0, format!("/q.toml: compute_burst_ms: {msg}"), "{text}");
+        }
+        let env = |k: &str| match k {
+            "CUSLICE_COMPUTE_BURST_MS" => Some("50".to_string()),
+            "CUSLICE_COMPUTE_MAX" => Some("30".to_string()),
+            _ => None,
+        };
+        let c = load_with(&env, Path::new("/nonexistent/quota.toml")).expect("env");
+        assert_eq!(c.compute_burst_ms, Some(50));
+        let bad = |k: &str| (k == "CUSLICE_COMPUTE_BURST_MS").then(|| "99999999999999999999".to_string());
+        let e = load_with(&bad, Path::new("/nonexistent/quota.toml")).expect_err("bad env");
+        assert!(
+            e.0.starts_with("CUSLICE_COMPUTE_BURST_MS=\"99999999999999999999\": expected whole milliseconds"),
+            "{e}"
+        );
+        // A quota file is authoritative: the variable cannot change the burst.
+        let c = load_env(&[("CUSLICE_COMPUTE_BURST_MS", "5")], Some("compute_burst_ms = 300\n")).expect("file");
+        assert_eq!(c.compute_burst_ms, Some(300));
+        assert!(c.ignored_env.contains(&"CUSLICE_COMPUTE_BURST_MS".to_string()), "{:?}", c.ignored_env);
+    }
+
+    #[test]
     fn bad_inputs_table() {
         use Bad::*;
         let size = "expected a size like 4GiB, 4096MiB, 4g, 512m or a number of bytes";
@@ -1334,7 +1439,7 @@ mod tests {
             (File("[all]\nmemory = 1\nmemory = 2\n"), format!("{P}: line 3: TOML syntax error: ")),
             // unknown keys
             (File("tenants = \"a\"\n"),
-             format!("{P}: tenants: expected one of the keys tenant, segment_dir, gpu_segment_dir, context_overhead, all, device, got unknown key \"tenants\" (did you mean tenant?)")),
+             format!("{P}: tenants: expected one of the keys tenant, segment_dir, gpu_segment_dir, context_overhead, compute_burst_ms, all, device, got unknown key \"tenants\" (did you mean tenant?)")),
             (File("[all]\nswap = \"1GiB\"\n"),
              format!("{P}: all.swap: expected one of the keys memory, compute, compute_max, got unknown key \"swap\"")),
             (File("[device.0]\nmemroy = \"1GiB\"\n"),

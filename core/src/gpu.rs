@@ -19,9 +19,12 @@
 //!   idle tenant's share goes to the others. A tenant that comes back has its
 //!   virtual time raised to the smallest among the active ones, so it gets
 //!   its share again at once but cannot claim back what it did not use.
-//! - Ceiling (`compute_max`): a token bucket refilled at the ceiling's rate
-//!   (burst of one slice); a tenant with no tokens does not get the lease,
-//!   even on an idle GPU.
+//! - Ceiling (`compute_max`): a token bucket refilled at the ceiling's rate;
+//!   a tenant with no tokens does not get the lease, even on an idle GPU.
+//!   Once its ceiling ends a hold, it waits until it has saved up a whole
+//!   burst (`compute_burst_ms`, default 200 ms), so that a ceiling-bound
+//!   tenant alternates long stretches on and off the GPU (see
+//!   `ceiling_wait` for why).
 //! - A holder renews its slice without draining when nobody else waits and
 //!   it has tokens; otherwise it drains and releases.
 //! - A holder that dies, or overstays its deadline by `GRACE_NS`, loses the
@@ -91,7 +94,18 @@ pub struct Tenant {
     pub tokens_at: AtomicU64,
     /// Last time it held the lease (ns, CLOCK_MONOTONIC).
     pub last_active: AtomicU64,
+    /// Ceiling bucket's burst, ns (0: one slice). With `recharging`, lives
+    /// in what was padding in the first layout: the size is unchanged, and
+    /// a library that does not know them leaves both at 0 (old behaviour).
+    pub burst_ns: AtomicU64,
+    /// 1 after the tenant's ceiling ended its hold: it takes the lease again
+    /// only once it has saved up a whole burst (long on/off periods).
+    pub recharging: AtomicU32,
 }
+
+// The layout is part of the segment's version: a field added to `Tenant`
+// must fit in its padding (or bump VERSION).
+const _: () = assert!(std::mem::size_of::<Tenant>() == 192);
 
 const PROC_FREE: u32 = 0;
 const PROC_LIVE: u32 = 1;
@@ -114,6 +128,37 @@ pub fn monotonic_ns() -> u64 {
     // SAFETY: clock_gettime (vDSO) into a valid timespec.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The ceiling bucket's burst of tenant `t`, ns.
+fn burst_of(t: &Tenant, slice: u64) -> i64 {
+    match t.burst_ns.load(Ordering::Relaxed) {
+        0 => slice.min(i64::MAX as u64) as i64,
+        b => b.min(i64::MAX as u64) as i64,
+    }
+}
+
+/// None when `t`'s ceiling lets it take the lease with `tokens` saved;
+/// else how long until it does (ns). After its ceiling ended a hold, a
+/// tenant waits for a whole burst: a ceiling-bound tenant then runs in long
+/// stretches, long enough for the GPU's clocks to settle where they are
+/// under sustained load (short bursts on a mostly idle GPU run at boost
+/// clocks, and a 30 % ceiling of GPU time would give ~35 % of the
+/// throughput). A tenant that merely waited for others needs one token.
+fn ceiling_wait(t: &Tenant, tokens: i64, slice: u64) -> Option<u64> {
+    let max = t.max.load(Ordering::Relaxed);
+    if max >= 100 {
+        return None;
+    }
+    let recharging = t.recharging.load(Ordering::Acquire) != 0;
+    let need = if recharging { burst_of(t, slice) } else { 1 };
+    if tokens >= need {
+        if recharging {
+            t.recharging.store(0, Ordering::Release);
+        }
+        return None;
+    }
+    Some(need.saturating_sub(tokens).unsigned_abs().saturating_mul(100) / max.max(1) as u64)
 }
 
 const HEADER: usize = std::mem::size_of::<Header>();
@@ -239,6 +284,7 @@ impl GpuSegment {
         name: &str,
         share: u32,
         max: u32,
+        burst_ns: u64,
         now: u64,
     ) -> Result<(usize, Option<(u32, u32)>), SegmentError> {
         let share = share.clamp(1, 100);
@@ -250,6 +296,7 @@ impl GpuSegment {
                 let Some(t) = self.tenant(i) else { break };
                 match t.state.load(Ordering::Acquire) {
                     READY if name_words(t) == encoded => {
+                        t.burst_ns.store(burst_ns, Ordering::Relaxed);
                         let old = (
                             t.share.swap(share, Ordering::AcqRel),
                             t.max.swap(max, Ordering::AcqRel),
@@ -274,6 +321,8 @@ impl GpuSegment {
             }
             t.share.store(share, Ordering::Relaxed);
             t.max.store(max, Ordering::Relaxed);
+            t.burst_ns.store(burst_ns, Ordering::Relaxed);
+            t.recharging.store(0, Ordering::Relaxed);
             t.waiting.store(0, Ordering::Relaxed);
             t.procs.store(0, Ordering::Relaxed);
             t.used_ns.store(0, Ordering::Relaxed);
@@ -416,7 +465,7 @@ impl GpuSegment {
                 .is_ok()
         {
             let add = ((now - at) as u128 * max as u128 / 100).min(i64::MAX as u128) as i64;
-            let burst = if capped { slice as i64 } else { i64::MAX };
+            let burst = if capped { burst_of(t, slice) } else { i64::MAX };
             let _ = t
                 .tokens
                 .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
@@ -468,9 +517,7 @@ impl GpuSegment {
             };
         };
         let tokens = self.refill(t, now, slice, true);
-        if tokens <= 0 {
-            let max = t.max.load(Ordering::Relaxed).max(1) as u64;
-            let wait = tokens.unsigned_abs().saturating_mul(100) / max;
+        if let Some(wait) = ceiling_wait(t, tokens, slice) {
             return Acquire::Wait {
                 until: now + wait.max(100_000),
             };
@@ -494,7 +541,8 @@ impl GpuSegment {
             if o.state.load(Ordering::Acquire) != READY || o.waiting.load(Ordering::Acquire) == 0 {
                 continue;
             }
-            if key(o, i) < mine && self.refill(o, now, slice, true) > 0 {
+            if key(o, i) < mine && ceiling_wait(o, self.refill(o, now, slice, true), slice).is_none()
+            {
                 // That tenant's waiters may all be dead (killed while
                 // waiting): sweep now and then, so they cannot block us.
                 let swept = s.swept_at.load(Ordering::Relaxed);
@@ -562,9 +610,14 @@ impl GpuSegment {
             return false;
         }
         let used = now.saturating_sub(self.sched().slice_start.load(Ordering::Acquire));
-        self.refill(t, now, slice, false)
+        let spent = self
+            .refill(t, now, slice, false)
             .saturating_sub(used.min(i64::MAX as u64) as i64)
-            <= 0
+            <= 0;
+        if spent {
+            t.recharging.store(1, Ordering::Release);
+        }
+        spent
     }
 
     /// Charges the current slice and extends it (no drain needed: nobody
@@ -706,7 +759,7 @@ mod tests {
         let mut ts = Vec::new();
         for (k, (share, max)) in shares.iter().enumerate() {
             let (t, _) = g
-                .register_tenant(&format!("t{k}"), *share, *max, 0)
+                .register_tenant(&format!("t{k}"), *share, *max, 0, 0)
                 .expect("tenant");
             let p = extra[k].claim_proc(t, k as u32).expect("proc");
             extra[k].begin_wait(p, t, 0);
@@ -766,7 +819,7 @@ mod tests {
         // 30 ms slices (three 10 ms kernels) under a 75 % ceiling: tokens
         // earned during the slice beyond the one-slice burst count.
         let g = seg("longslice");
-        let (t, _) = g.register_tenant("t", 75, 75, 0).expect("t");
+        let (t, _) = g.register_tenant("t", 75, 75, 0, 0).expect("t");
         let a = GpuSegment::open_or_create(&g.path).expect("a");
         let p = a.claim_proc(t, 1).expect("p");
         a.begin_wait(p, t, 0);
@@ -775,9 +828,14 @@ mod tests {
             match a.try_acquire(p, t, now, SLICE) {
                 Acquire::Granted { .. } => {
                     a.end_wait(p, t);
-                    now += 30_000_000;
-                    busy += 30_000_000;
-                    assert!(a.must_release(t, now, SLICE));
+                    loop {
+                        now += 30_000_000;
+                        busy += 30_000_000;
+                        if a.must_release(t, now, SLICE) {
+                            break;
+                        }
+                        a.renew(p, t, now, SLICE).expect("renew");
+                    }
                     a.release(p, t, now);
                     a.begin_wait(p, t, now);
                 }
@@ -786,6 +844,93 @@ mod tests {
         }
         let pct = 100.0 * busy as f64 / now as f64;
         assert!((pct - 75.0).abs() < 1.0, "{pct}");
+    }
+
+    /// Busy tenants (share, max, burst ms) with renewals as the shim does
+    /// them: a holder runs slice after slice, renewing while
+    /// `must_release` says it may. Returns each tenant's percent of the
+    /// time and its holds as (start, end) ns.
+    fn simulate_holds(name: &str, tenants: &[(u32, u32, u64)], ms: u64) -> (Vec<f64>, Vec<Vec<(u64, u64)>>) {
+        let g = seg(name);
+        let procs: Vec<GpuSegment> = tenants
+            .iter()
+            .map(|_| GpuSegment::open_or_create(&g.path).expect("open"))
+            .collect();
+        let mut ids = Vec::new();
+        for (k, &(share, max, burst)) in tenants.iter().enumerate() {
+            let (t, _) = g
+                .register_tenant(&format!("t{k}"), share, max, burst * 1_000_000, 0)
+                .expect("tenant");
+            let p = procs[k].claim_proc(t, k as u32).expect("proc");
+            procs[k].begin_wait(p, t, 0);
+            ids.push((t, p));
+        }
+        let mut holds = vec![Vec::new(); tenants.len()];
+        let mut busy = vec![0u64; tenants.len()];
+        let (mut now, end) = (0u64, ms * 1_000_000);
+        while now < end {
+            let mut next = u64::MAX;
+            let mut granted = None;
+            for (k, &(t, p)) in ids.iter().enumerate() {
+                match procs[k].try_acquire(p, t, now, SLICE) {
+                    Acquire::Granted { .. } => {
+                        granted = Some(k);
+                        break;
+                    }
+                    Acquire::Wait { until } => next = next.min(until),
+                }
+            }
+            let Some(k) = granted else {
+                now = next.max(now + 1);
+                continue;
+            };
+            let (t, p) = ids[k];
+            procs[k].end_wait(p, t);
+            let start = now;
+            loop {
+                now += SLICE;
+                if procs[k].must_release(t, now, SLICE) {
+                    break;
+                }
+                procs[k].renew(p, t, now, SLICE).expect("renew");
+            }
+            procs[k].release(p, t, now);
+            procs[k].begin_wait(p, t, now);
+            busy[k] += now - start;
+            holds[k].push((start, now));
+        }
+        (busy.iter().map(|&b| 100.0 * b as f64 / now as f64).collect(), holds)
+    }
+
+    #[test]
+    fn a_ceiling_bound_tenant_runs_whole_bursts() {
+        // 30 % ceiling, 200 ms burst: pauses until 200 ms of tokens are
+        // saved (667 ms), holds while they last, tokens still accruing
+        // (200 / (1 - 0.3) = 286 ms, in whole 20 ms slices): 30 % overall.
+        // The first hold starts at once (no saving up first).
+        let (pct, holds) = simulate_holds("burst", &[(30, 30, 200)], 60_000);
+        let h = &holds[0];
+        assert!(h[0].0 <= 1_000_000, "first hold at once: {}", h[0].0);
+        assert!((pct[0] - 30.0).abs() < 0.5, "{pct:?}");
+        for w in h[1..h.len() - 1].windows(2) {
+            let (len, gap) = (w[0].1 - w[0].0, w[1].0 - w[0].1);
+            assert!((280_000_000..=300_000_000).contains(&len), "hold {len} ns");
+            assert!((620_000_000..=700_000_000).contains(&gap), "pause {gap} ns");
+        }
+        // A 10 % ceiling with the old one-slice burst (0): 20 ms holds.
+        let (pct, holds) = simulate_holds("burst0", &[(10, 10, 0)], 20_000);
+        assert!((pct[0] - 10.0).abs() < 0.5, "{pct:?}");
+        assert!(holds[0][1..].iter().all(|&(a, b)| b - a <= 2 * SLICE), "{:?}", &holds[0][..4]);
+    }
+
+    #[test]
+    fn a_recharging_tenant_does_not_hold_up_others() {
+        // A (50 % share, 50 % ceiling, 200 ms burst) and B (50 %, no
+        // ceiling): while A saves up its burst, B has the GPU; the GPU is
+        // never idle and A stays at its ceiling.
+        let (pct, _) = simulate_holds("recharge", &[(50, 50, 200), (50, 100, 0)], 30_000);
+        assert!(pct[0] <= 50.5 && pct[0] >= 45.0, "{pct:?}");
+        assert!(pct[0] + pct[1] > 99.5, "{pct:?}");
     }
 
     #[test]
@@ -799,8 +944,8 @@ mod tests {
         let g = seg("return");
         let a = GpuSegment::open_or_create(&g.path).expect("a");
         let b = GpuSegment::open_or_create(&g.path).expect("b");
-        let (ta, _) = g.register_tenant("a", 30, 100, 0).expect("a");
-        let (tb, _) = g.register_tenant("b", 70, 100, 0).expect("b");
+        let (ta, _) = g.register_tenant("a", 30, 100, 0, 0).expect("a");
+        let (tb, _) = g.register_tenant("b", 70, 100, 0, 0).expect("b");
         let pa = a.claim_proc(ta, 1).expect("pa");
         let pb = b.claim_proc(tb, 2).expect("pb");
         // A runs alone for 10 s.
@@ -838,8 +983,8 @@ mod tests {
     #[test]
     fn a_dead_holder_loses_the_lease_at_once() {
         let g = seg("dead");
-        let (t, _) = g.register_tenant("t", 50, 100, 0).expect("t");
-        let (u, _) = g.register_tenant("u", 50, 100, 0).expect("u");
+        let (t, _) = g.register_tenant("t", 50, 100, 0, 0).expect("t");
+        let (u, _) = g.register_tenant("u", 50, 100, 0, 0).expect("u");
         let b = GpuSegment::open_or_create(&g.path).expect("b");
         let pb = b.claim_proc(u, 2).expect("pb");
         {
@@ -866,8 +1011,8 @@ mod tests {
     #[test]
     fn a_dead_waiter_of_a_better_tenant_does_not_block() {
         let g = seg("deadwaiter");
-        let (t, _) = g.register_tenant("t", 50, 100, 0).expect("t");
-        let (u, _) = g.register_tenant("u", 50, 100, 0).expect("u");
+        let (t, _) = g.register_tenant("t", 50, 100, 0, 0).expect("t");
+        let (u, _) = g.register_tenant("u", 50, 100, 0, 0).expect("u");
         let b = GpuSegment::open_or_create(&g.path).expect("b");
         let pb = b.claim_proc(u, 2).expect("pb");
         // u has run more: t would win the next slice...
@@ -893,8 +1038,8 @@ mod tests {
     #[test]
     fn an_overstaying_live_holder_loses_it_after_the_grace() {
         let g = seg("overstay");
-        let (t, _) = g.register_tenant("t", 50, 100, 0).expect("t");
-        let (u, _) = g.register_tenant("u", 50, 100, 0).expect("u");
+        let (t, _) = g.register_tenant("t", 50, 100, 0, 0).expect("t");
+        let (u, _) = g.register_tenant("u", 50, 100, 0, 0).expect("u");
         let a = GpuSegment::open_or_create(&g.path).expect("a");
         let b = GpuSegment::open_or_create(&g.path).expect("b");
         let pa = a.claim_proc(t, 1).expect("pa");
@@ -927,9 +1072,9 @@ mod tests {
     #[test]
     fn share_change_takes_effect() {
         let g = seg("change");
-        let (t, old) = g.register_tenant("t", 30, 100, 0).expect("t");
+        let (t, old) = g.register_tenant("t", 30, 100, 0, 0).expect("t");
         assert_eq!(old, None);
-        let (t2, old) = g.register_tenant("t", 60, 80, 0).expect("t");
+        let (t2, old) = g.register_tenant("t", 60, 80, 0, 0).expect("t");
         assert_eq!((t2, old), (t, Some((30, 100))));
         assert_eq!(g.tenants()[0].share, 60);
         assert_eq!(g.tenants()[0].max, 80);

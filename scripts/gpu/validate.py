@@ -3,7 +3,7 @@ a memory quota and a compute share; results must match and the shim must
 have intercepted its allocations and launches. Missing software is
 reported as SKIP with the reason. Prints a markdown table.
 
-    python3 scripts/gpu/validate.py --lib target/release/libcuslice.so [--work DIR]
+    python3 scripts/gpu/validate.py --lib target/release/libcuslice.so [--work DIR] [--only nccl,jax]
 """
 import argparse
 import importlib.util
@@ -22,7 +22,13 @@ p.add_argument("--lib", required=True)
 p.add_argument("--work", default=None)
 p.add_argument("--memory", default="16GiB")
 p.add_argument("--compute", default="50")
+p.add_argument("--only", default="", help="comma-separated words: run only the checks whose names contain one (case-insensitive)")
 args = p.parse_args()
+ONLY = [w.strip().lower() for w in args.only.split(",") if w.strip()]
+
+
+def wanted(name):
+    return not ONLY or any(w in name.lower() for w in ONLY)
 LIB = os.path.abspath(args.lib)
 QUOTA_GIB = float(args.memory.lower().rstrip("ib").rstrip("g")) if args.memory.lower().endswith(("gib", "g")) else None
 WORK = args.work or tempfile.mkdtemp(prefix="cuslice-validate-")
@@ -77,6 +83,8 @@ def intercepted(stderr, prefix):
 
 
 def check(name, cmd, needs=None, extra=None, compare=True):
+    if not wanted(name):
+        return
     if needs and not needs[0]:
         rows.append((name, "SKIP", needs[1]))
         return
@@ -117,7 +125,7 @@ arch = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,no
 gpus = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"], capture_output=True,
                       text=True).stdout.strip().splitlines()
 nvcc = shutil.which("nvcc")
-if nvcc:
+if nvcc and (wanted("nvcc runtime program") or wanted("driver-API program")):
     subprocess.run([nvcc, "-ptx", f"-arch=sm_{arch}", "-o", f"{WORK}/kernels.ptx", f"{SRC}/kernels.cu"], check=True)
     subprocess.run([nvcc, "-O2", f"-arch=sm_{arch}", "-o", f"{WORK}/drvapi", f"{SRC}/drvapi.cpp", "-lcuda"], check=True)
     subprocess.run([nvcc, "-O2", f"-arch=sm_{arch}", "-o", f"{WORK}/rtapi", f"{SRC}/rtapi.cu"], check=True)
@@ -141,7 +149,9 @@ check("driver-API program", [f"{WORK}/drvapi", f"{WORK}/kernels.ptx"], (nvcc is 
 check("NCCL all-reduce across GPUs", [PY, f"{SRC}/nccl_check.py"], torch_ok, compare=True)
 
 # Two processes of one container share its quota and its share.
-if have("torch"):
+if not wanted("two processes in one container"):
+    pass
+elif have("torch"):
     # Its own segment: a quota of 4 GiB, shared by the two processes.
     e = env(True, {"CUSLICE_MEMORY": "4GiB", "CUSLICE_SEGMENT_DIR": os.path.join(WORK, "seg-two")})
     ready, stop = os.path.join(WORK, "ready"), os.path.join(WORK, "stop")
@@ -163,7 +173,7 @@ if have("torch"):
     rows.append(("two processes in one container (4 GiB shared)", "PASS" if ok else "FAIL",
                  f"with 2 GiB held by one: 2.5 GiB -> {big.strip().split()[-1] if big.strip() else '?'}, "
                  f"0.75 GiB -> {small.strip().split()[-1] if small.strip() else '?'}"))
-else:
+elif wanted("two processes in one container"):
     rows.append(("two processes in one container", "SKIP", "PyTorch not installed"))
 
 print(f"# Compatibility on {gpus[0] if gpus else 'unknown GPU'} ({len(gpus)} GPU{'s' if len(gpus) != 1 else ''})\n")

@@ -90,24 +90,28 @@ fn build(root: &Path, dir: &Path) {
         format!("-I{}", root.join("tests/apps").display()),
     ];
     let src = |n: &str| root.join("tests/apps").join(n);
-    // Programs linked against the (fake) driver.
-    for (app, link_cuda) in [
-        ("direct", true),
-        ("dlopen", false),
-        ("procaddr", false),
-        ("forked", true),
-        ("threads", true),
-        ("missing", false),
-        ("memtest", true),
-        ("spin", true),
-        ("load", true),
-    ] {
+    // Every program in tests/apps (apart from the helper libraries and
+    // rtldnext, built below); all but those that find the driver
+    // themselves are linked against the (fake) driver.
+    const HELPERS: [&str; 4] = ["base", "next", "partial_driver", "rtldnext"];
+    const NOT_LINKED: [&str; 3] = ["dlopen", "procaddr", "missing"];
+    let mut programs: Vec<String> = fs::read_dir(root.join("tests/apps"))
+        .expect("read tests/apps")
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let stem = name.strip_suffix(".c")?.to_string();
+            (!HELPERS.contains(&stem.as_str())).then_some(stem)
+        })
+        .collect();
+    programs.sort();
+    for app in &programs {
         let mut c = cc();
         c.args(["-O1", "-g", "-Wall", "-o"])
             .arg(apps.join(app))
             .args(&inc)
             .arg(src(&format!("{app}.c")));
-        if link_cuda {
+        if !NOT_LINKED.contains(&app.as_str()) {
             c.arg(format!("-L{}", fake.display()))
                 .args(["-lcuda", "-lnvidia-ml"]);
         }
