@@ -57,7 +57,7 @@ desc = {
     "drv-alloc": f"{a} cuMemAlloc+cuMemFree of 1 MiB",
     "rt-alloc": f"{a} cudaMalloc+cudaFree of 1 MiB",
 }
-print(f"Pass-through overhead on {gpu}, median of {rounds} alternating rounds\n")
+print(f"Pass-through overhead on {gpu}, median of {rounds} alternating rounds:\n")
 print("| loop | native ns/op | shim ns/op | overhead | spread native / shim |")
 print("|---|---|---|---|---|")
 for mode in ["drv-launch", "rt-launch", "drv-alloc", "rt-alloc"]:
@@ -66,7 +66,7 @@ for mode in ["drv-launch", "rt-launch", "drv-alloc", "rt-alloc"]:
     sp = lambda v: f"{min(v):.0f}-{max(v):.0f}"
     print(f"| {desc[mode]} | {mn:.1f} | {ms:.1f} | {100*(ms/mn-1):+.2f} % | {sp(nat)} / {sp(shm)} |")
 print()
-print("In one process, under the shim: the same loop through the driver's own function and through")
+print("\nIn one process, under the shim: the same loop through the driver's own function and through")
 print("the shim's hook, alternating in 101 blocks each (10k launches / 1k alloc+free pairs a block); medians, and the median of the per-block ratios:\n")
 print("| loop | driver ns/op | hook ns/op | overhead (median block ratio) |")
 print("|---|---|---|---|")

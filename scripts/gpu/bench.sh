@@ -27,7 +27,7 @@ COMMIT=$(git -C "$HERE/../.." rev-parse --short HEAD 2>/dev/null || echo unknown
     if part overhead; then
     echo "## Pass-through overhead (no limits)"
     echo
-    ROUNDS=${ROUNDS:-7} bash "$HERE/bench-overhead.sh" "$SHIM" "$OUT/overhead" 2>/dev/null | grep -E '^\||^Pass|^In one'
+    ROUNDS=${ROUNDS:-7} bash "$HERE/bench-overhead.sh" "$SHIM" "$OUT/overhead" 2>/dev/null | grep -Ev '^(BENCH|hook )'
     echo
     fi
     if part inference; then
@@ -60,7 +60,12 @@ print(f'| conv net bf16 inference, images/s | {n:.0f} | {s:.0f} | {r:.1f} % | >=
     if part memory; then
     echo "## Memory quota per framework (4 GiB)"
     echo
-    bash "$HERE/memory-check.sh" "$SHIM" "$OUT/memory" 4GiB 2>/dev/null | sed 's/^/    /'
+    bash "$HERE/memory-check.sh" "$SHIM" "$OUT/memory" 4GiB 2>/dev/null >"$OUT/memory.txt"
+    python3 "$HERE/memory_table.py" --quota-gib 4 <"$OUT/memory.txt"
+    echo
+    echo "Raw output:"
+    echo
+    sed 's/^/    /' "$OUT/memory.txt"
     fi
 } | tee "$R"
 echo
