@@ -41,6 +41,17 @@ impl Drop for Bundle {
 }
 
 fn bundle(name: &str, annotations: serde_json::Value, script: &str) -> Bundle {
+    bundle_in(name, annotations, script, None)
+}
+
+/// A bundle whose hooks use `root` as the host's cuslice directory
+/// (default: a private one under the bundle).
+fn bundle_in(
+    name: &str,
+    annotations: serde_json::Value,
+    script: &str,
+    root: Option<&Path>,
+) -> Bundle {
     assert_eq!(
         unsafe { libc::geteuid() },
         0,
@@ -81,7 +92,7 @@ fn bundle(name: &str, annotations: serde_json::Value, script: &str) -> Bundle {
     let path = dir.join("bundle").join("config.json");
     let mut spec: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&path).expect("read")).expect("json");
-    let root = dir.join("run-cuslice");
+    let root = root.map_or_else(|| dir.join("run-cuslice"), Path::to_path_buf);
     let hook = |stage: &str| {
         serde_json::json!({
             "path": env!("CARGO_BIN_EXE_cuslice"),
@@ -179,6 +190,143 @@ fn a_bad_annotation_fails_creation_and_leaves_nothing() {
     let _ = Command::new("runc")
         .args(["delete", "--force", &id])
         .output();
+}
+
+#[test]
+fn containers_cannot_reach_each_others_slice() {
+    // Container B holds 300 MiB of its 1 GiB; container A, started with the
+    // same host directory, sees only its own files, cannot name B's
+    // segment, has its own accounting (B's usage does not count against A),
+    // and cannot raise its quota from its environment.
+    let shared = std::env::temp_dir().join(format!("cuslice-ctr-{}-host", std::process::id()));
+    let _ = std::fs::remove_dir_all(&shared);
+    let id_b = format!("cuslice-iso-b-{}", std::process::id());
+    let id_a = format!("cuslice-iso-a-{}", std::process::id());
+    let b = bundle_in(
+        "iso-b",
+        serde_json::json!({"cuslice.io/memory": "1GiB"}),
+        "memtest hold 314572800",
+        Some(&shared),
+    );
+    let mut holder = Command::new("runc")
+        .args(["run", "--bundle"])
+        .arg(b.dir.join("bundle"))
+        .arg(&id_b)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("runc run B");
+    let seg_b = shared
+        .join("containers")
+        .join(&id_b)
+        .join("segment")
+        .join("memory.seg");
+    let t0 = std::time::Instant::now();
+    while !seg_b.exists() && t0.elapsed() < std::time::Duration::from_secs(20) {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let seg_b_exists = seg_b.exists();
+    let script = format!(
+        "CUSLICE_MEMORY=100GiB CUSLICE_CONFIG=/tmp/none.toml memtest alloc 367001600; \
+         CUSLICE_MEMORY=100GiB memtest alloc 419430400; echo --; \
+         ls /run/cuslice; echo --; ls /run/cuslice/segment; echo --; \
+         if [ -e /run/cuslice/containers ]; then echo HOSTROOT-VISIBLE; fi; \
+         if [ -e {seg} ]; then echo B-VISIBLE; else echo B-HIDDEN; fi",
+        seg = seg_b.display()
+    );
+    let a = bundle_in(
+        "iso-a",
+        serde_json::json!({"cuslice.io/memory": "1GiB"}),
+        &script,
+        Some(&shared),
+    );
+    let out = runc_run(&a, &id_a);
+    let _ = Command::new("runc").args(["kill", &id_b, "KILL"]).output();
+    let held = holder.wait_with_output().expect("B");
+    let _ = Command::new("runc")
+        .args(["delete", "--force", &id_b])
+        .output();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let _ = std::fs::remove_dir_all(&shared);
+    assert!(
+        seg_b_exists,
+        "B's segment was never created:\n{}\n{}",
+        String::from_utf8_lossy(&held.stdout),
+        String::from_utf8_lossy(&held.stderr)
+    );
+    assert!(out.status.success(), "runc run A failed:\n{stdout}\n{stderr}");
+    let sections: Vec<&str> = stdout.split("--\n").collect();
+    let listed = |i: usize| -> Vec<&str> {
+        let mut v: Vec<&str> = sections[i].split_whitespace().collect();
+        v.sort();
+        v
+    };
+    assert_eq!(sections.len(), 4, "{stdout}\n{stderr}");
+    assert_eq!(listed(1), ["gpu", "segment"], "{stdout}");
+    assert_eq!(listed(2), ["memory.seg"], "only its own segment: {stdout}");
+    assert!(!stdout.contains("HOSTROOT-VISIBLE"), "{stdout}");
+    assert!(stdout.contains("B-HIDDEN"), "{stdout}");
+    // 1 GiB less the 640 MiB context charge: 350 MiB fits (B's 300 MiB and
+    // its context are not counted here), 400 MiB does not, whatever the
+    // environment says.
+    assert!(
+        stdout.contains("R alloc=0\nR alloc=2"),
+        "A's own quota, not B's, and not its environment's:\n{stdout}\n{stderr}"
+    );
+    assert!(
+        stderr.contains("CUSLICE_MEMORY") || stdout.contains("CUSLICE_MEMORY"),
+        "the ignored variable is named in a warning:\n{stdout}\n{stderr}"
+    );
+}
+
+#[test]
+fn per_container_files_are_private_on_the_host() {
+    // The hook's files: a container's directory is root-only, its quota
+    // file read-only for everybody, the shared GPU directory sticky.
+    use std::os::unix::fs::PermissionsExt;
+    let shared = std::env::temp_dir().join(format!("cuslice-ctr-{}-perm", std::process::id()));
+    let _ = std::fs::remove_dir_all(&shared);
+    let id = format!("cuslice-perm-{}", std::process::id());
+    let probe = shared.join("containers").join(&id);
+    let b = bundle_in(
+        "perm",
+        serde_json::json!({"cuslice.io/memory": "1GiB"}),
+        "memtest alloc 1048576",
+        Some(&shared),
+    );
+    // Look at the files while the container runs: the poststop hook
+    // removes them. Poll from a thread while runc runs.
+    let watcher = {
+        let probe = probe.clone();
+        let gpu = shared.join("gpu");
+        std::thread::spawn(move || {
+            let t0 = std::time::Instant::now();
+            while t0.elapsed() < std::time::Duration::from_secs(20) {
+                let m = |p: &Path| std::fs::metadata(p).map(|m| m.permissions().mode() & 0o7777);
+                if let (Ok(d), Ok(s), Ok(q), Ok(g)) = (
+                    m(&probe),
+                    m(&probe.join("segment")),
+                    m(&probe.join("quota.toml")),
+                    m(&gpu),
+                ) {
+                    return Some((d, s, q, g));
+                }
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            None
+        })
+    };
+    let out = runc_run(&b, &id);
+    let modes = watcher.join().expect("watcher");
+    let _ = std::fs::remove_dir_all(&shared);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (d, s, q, g) = modes.expect("the container's files were never seen");
+    assert_eq!(d, 0o700, "container directory mode {d:o}");
+    assert_eq!(s, 0o700, "segment directory mode {s:o}");
+    assert_eq!(q, 0o444, "quota file mode {q:o}");
+    assert_eq!(g, 0o1777, "GPU segment directory mode {g:o}");
 }
 
 #[test]
