@@ -18,7 +18,7 @@ mkdir -p "$OUT"
 R=$OUT/report.md
 export PYTHONUNBUFFERED=1
 GPU=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)
-COMMIT=$(git -C "$HERE/../.." rev-parse --short HEAD 2>/dev/null || echo unknown)
+COMMIT=$(git -C "$HERE/../.." describe --always --dirty 2>/dev/null || echo unknown)
 {
     echo "# cuslice benchmark report"
     echo

@@ -177,6 +177,8 @@ elif wanted("two processes in one container"):
     rows.append(("two processes in one container", "SKIP", "PyTorch not installed"))
 
 print(f"# Compatibility on {gpus[0] if gpus else 'unknown GPU'} ({len(gpus)} GPU{'s' if len(gpus) != 1 else ''})\n")
+commit = subprocess.run(["git", "-C", REPO, "describe", "--always", "--dirty"], capture_output=True, text=True).stdout.strip()
+print(f"cuslice commit: {commit or 'unknown'}.\n")
 print(f"Command: `python3 scripts/gpu/validate.py --lib target/release/libcuslice.so` (under the shim: "
       f"CUSLICE_MEMORY={args.memory}, CUSLICE_COMPUTE={args.compute}).\n")
 print("| check | verdict | detail |")
