@@ -342,23 +342,23 @@ CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream);
 
 /* ==== contexts ======================================================== */
 
-/** @hook post context */
+/** @hook override context */
 CUresult cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev);
 
-/** @hook post context */
+/** @hook override context */
 CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev);
 
-/** @hook post context */
+/** @hook override context */
 CUresult cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams, unsigned int flags,
                         CUdevice dev);
 
-/** @hook post context */
+/** @hook override context */
 CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams, unsigned int flags, CUdevice dev);
 
 /** @hook pass */
 CUresult cuCtxDestroy_v2(CUcontext ctx);
 
-/** @hook post context */
+/** @hook override context */
 CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev);
 
 /** @hook pass */

@@ -65,7 +65,7 @@ pub fn pre<R: Status>(id: usize, step: impl FnOnce() -> Result<(), R>) -> Result
     match catch_unwind(AssertUnwindSafe(step)) {
         Ok(r) => r,
         Err(_) => {
-            crate::log::hook_panicked(id);
+            crate::log::pre_step_panicked(id);
             Ok(())
         }
     }

@@ -90,7 +90,9 @@ fn tenant_name(cfg: &Config) -> String {
 pub fn build(cfg: &Config, uuids: &[[u8; 16]]) -> Result<(), String> {
     let slice_ns = match std::env::var("CUSLICE_SLICE_MS") {
         Ok(v) => match v.parse::<u64>() {
-            Ok(ms) if (1..=1000).contains(&ms) => ms * 1_000_000,
+            Ok(ms) if (1..=cuslice_core::gpu::MAX_SLICE_NS / 1_000_000).contains(&ms) => {
+                ms * 1_000_000
+            }
             _ => {
                 return Err(format!(
                     "CUSLICE_SLICE_MS={v:?}: expected a whole number of milliseconds from 1 to 1000"

@@ -202,6 +202,15 @@ pub fn hook_panicked(id: usize) {
     );
 }
 
+/// A panic in a `pre` step (the launch gate): the call went through.
+#[cold]
+pub fn pre_step_panicked(id: usize) {
+    crate::error!(
+        "internal error (panic) in the compute gate for {}; the call was let through unlimited. Please report this.",
+        name(id)
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -334,19 +334,30 @@ impl Quota {
     }
 
     /// Charges the context overhead the first time this process creates or
-    /// retains a context on `ordinal`. Refused: the context must not be used.
-    pub fn charge_context(&self, ordinal: usize) -> Result<(), CUresult> {
+    /// retains a context on `ordinal`, before the driver makes it. Ok(true):
+    /// this call charged it (give it back with `uncharge_context` if the
+    /// driver then fails). Refused: the context must not be created.
+    pub fn charge_context(&self, ordinal: usize) -> Result<bool, CUresult> {
         let Some(dev) = self.devs.get(ordinal) else {
-            return Ok(());
+            return Ok(false);
         };
         if dev.ctx_charged.swap(true, Ordering::AcqRel) {
-            return Ok(());
+            return Ok(false);
         }
         let r = self.admit(ordinal, self.ctx_overhead);
         if r.is_err() {
             dev.ctx_charged.store(false, Ordering::Release);
         }
-        r
+        r.map(|()| true)
+    }
+
+    /// Undoes a `charge_context` that returned Ok(true).
+    pub fn uncharge_context(&self, ordinal: usize) {
+        if let Some(dev) = self.devs.get(ordinal)
+            && dev.ctx_charged.swap(false, Ordering::AcqRel)
+        {
+            self.credit(ordinal, self.ctx_overhead);
+        }
     }
 
     /// The pool entry for `handle` (created on first use). None if more

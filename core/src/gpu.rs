@@ -48,6 +48,18 @@ pub const GRACE_NS: u64 = 50_000_000;
 /// A tenant that has not held the lease for this long counts as having been
 /// idle: when it comes back its virtual time is raised to the active ones'.
 pub const IDLE_NS: u64 = 100_000_000;
+/// The longest slice a process may use (`CUSLICE_SLICE_MS` is at most
+/// 1000). A lease deadline further ahead than this (plus `GRACE_NS`) was
+/// not written by a holder: it is treated as overstayed.
+pub const MAX_SLICE_NS: u64 = 1_000_000_000;
+/// Bound on a ceiling bucket, either way: the burst is at most
+/// `MAX_BURST_NS` and a debt at most one hold's overrun, so a bucket
+/// holding more than an hour of GPU time (or owing it) is corrupt and
+/// starts again at 0. (Any tenant can write the segment: garbage left in
+/// it must not starve a tenant forever.)
+pub const MAX_TOKENS_NS: u64 = 3_600_000_000_000;
+/// The largest burst a configuration can give (`compute_burst_ms`).
+pub const MAX_BURST_NS: u64 = crate::config::MAX_COMPUTE_BURST_MS as u64 * 1_000_000;
 
 #[repr(C, align(64))]
 pub struct Sched {
@@ -116,7 +128,17 @@ pub struct Proc {
     pub tenant: AtomicU32,
     pub pid: AtomicU32,
     pub waiting: AtomicU32,
+    /// When this process last tried for the lease while waiting (ns). A
+    /// waiting process polls at least every 2 ms; a `waiting` flag whose
+    /// poll is older than `WAITER_FRESH_NS` holds nobody back. (In what was
+    /// padding in the first layout.)
+    pub polled_at: AtomicU64,
 }
+
+const _: () = assert!(std::mem::size_of::<Proc>() == 64);
+
+/// How recent a waiter's last poll must be for others to defer to it.
+pub const WAITER_FRESH_NS: u64 = 250_000_000;
 
 /// CLOCK_MONOTONIC in ns: the clock every time in this segment uses (host
 /// wide, so comparable across containers).
@@ -130,12 +152,26 @@ pub fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// The ceiling bucket's burst of tenant `t`, ns.
+/// The ceiling bucket's burst of tenant `t`, ns. A burst beyond what a
+/// configuration can give is corrupt and counts as unset (one slice).
 fn burst_of(t: &Tenant, slice: u64) -> i64 {
     match t.burst_ns.load(Ordering::Relaxed) {
-        0 => slice.min(i64::MAX as u64) as i64,
-        b => b.min(i64::MAX as u64) as i64,
+        b if b == 0 || b > MAX_BURST_NS => slice.min(i64::MAX as u64) as i64,
+        b => b as i64,
     }
+}
+
+/// The tokens of `t`'s bucket; a value no bucket can hold (beyond
+/// `MAX_TOKENS_NS` either way) is corrupt and restarts at 0.
+fn tokens_of(t: &Tenant) -> i64 {
+    let v = t.tokens.load(Ordering::Acquire);
+    if v.unsigned_abs() <= MAX_TOKENS_NS {
+        return v;
+    }
+    let _ = t
+        .tokens
+        .compare_exchange(v, 0, Ordering::AcqRel, Ordering::Acquire);
+    0
 }
 
 /// None when `t`'s ceiling lets it take the lease with `tokens` saved;
@@ -226,7 +262,13 @@ pub struct TenantView {
 pub struct GpuSegment {
     shm: Shm,
     pub path: PathBuf,
+    /// When this process's current hold began (ns; process-local;
+    /// `NOT_HELD` if none). The holder charges itself from this, not from
+    /// the shared `slice_start` that any tenant can write.
+    held_since: AtomicU64,
 }
+
+const NOT_HELD: u64 = u64::MAX;
 
 impl GpuSegment {
     /// Opens `<dir>/<uuid>.seg`, creating it if absent. The directory is
@@ -237,6 +279,7 @@ impl GpuSegment {
         Ok(GpuSegment {
             shm,
             path: path.to_path_buf(),
+            held_since: AtomicU64::new(NOT_HELD),
         })
     }
 
@@ -245,6 +288,7 @@ impl GpuSegment {
         Ok(GpuSegment {
             shm,
             path: path.to_path_buf(),
+            held_since: AtomicU64::new(NOT_HELD),
         })
     }
 
@@ -304,6 +348,8 @@ impl GpuSegment {
                         return Ok((i, (old != (share, max)).then_some(old)));
                     }
                     EMPTY if empty.is_none() => empty = Some(i),
+                    // A state no cuslice writes is corrupt: free as well.
+                    st if st != READY && empty.is_none() => empty = Some(i),
                     _ => {}
                 }
             }
@@ -407,6 +453,7 @@ impl GpuSegment {
         let (Some(p), Some(t)) = (self.proc_entry(slot), self.tenant(tenant)) else {
             return;
         };
+        p.polled_at.store(now, Ordering::Relaxed);
         if p.waiting.swap(1, Ordering::AcqRel) != 0 {
             return;
         }
@@ -458,8 +505,17 @@ impl GpuSegment {
         if max >= 100 {
             return i64::MAX;
         }
+        // 0 is out of range: the tightest ceiling (as in `ceiling_wait`),
+        // not a bucket that never refills.
+        let max = max.max(1);
         let at = t.tokens_at.load(Ordering::Acquire);
-        if now > at
+        if at > now.saturating_add(GRACE_NS) {
+            // A refill time in the future is corrupt: restart the bucket's
+            // clock now (nothing is earned for the bogus interval).
+            let _ = t
+                .tokens_at
+                .compare_exchange(at, now, Ordering::AcqRel, Ordering::Acquire);
+        } else if now > at
             && t.tokens_at
                 .compare_exchange(at, now, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
@@ -469,11 +525,17 @@ impl GpuSegment {
             let _ = t
                 .tokens
                 .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
+                    // A corrupt bucket (see `tokens_of`) restarts at 0.
+                    let v = if v.unsigned_abs() > MAX_TOKENS_NS {
+                        0
+                    } else {
+                        v
+                    };
                     let n = v.saturating_add(add);
                     Some(if n > burst { burst.max(v) } else { n })
                 });
         }
-        t.tokens.load(Ordering::Acquire)
+        tokens_of(t)
     }
 
     /// One attempt to take the lease for `slot` of `tenant` (which must be
@@ -481,30 +543,50 @@ impl GpuSegment {
     pub fn try_acquire(&self, slot: usize, tenant: usize, now: u64, slice: u64) -> Acquire {
         let s = self.sched();
         let me = slot as u32 + 1;
+        if let Some(p) = self.proc_entry(slot) {
+            // Our own entry (we wait): restate it on every poll, so that
+            // whatever another writer put there (another tenant's index, a
+            // state, no waiting flag) is healed at once. Left alone, our
+            // fresh polls would make us a live waiter of some other tenant,
+            // which everyone (we included) would wait for.
+            p.state.store(PROC_LIVE, Ordering::Relaxed);
+            p.tenant.store(tenant as u32, Ordering::Relaxed);
+            p.waiting.store(1, Ordering::Relaxed);
+            p.polled_at.store(now, Ordering::Release);
+        }
         let lease = s.lease.load(Ordering::Acquire);
         if lease == me {
+            self.held_since.store(now, Ordering::Relaxed);
             return Acquire::Granted {
-                deadline: s.deadline.load(Ordering::Acquire),
+                deadline: s
+                    .deadline
+                    .load(Ordering::Acquire)
+                    .min(now.saturating_add(slice)),
             };
         }
         if lease != 0 {
             let holder = (lease - 1) as usize;
             let deadline = s.deadline.load(Ordering::Acquire);
             let dead = holder >= MAX_PROCS || !self.shm.slot_alive(holder);
-            if !dead && now <= deadline.saturating_add(GRACE_NS) {
+            // No holder sets a deadline further ahead than its slice.
+            let bogus = deadline > now.saturating_add(MAX_SLICE_NS + GRACE_NS);
+            if !dead && !bogus && now <= deadline.saturating_add(GRACE_NS) {
                 return Acquire::Wait {
                     until: deadline.saturating_add(GRACE_NS).max(now + 1_000_000),
                 };
             }
-            // Take it from a dead or overstaying holder, charging it up to
-            // its deadline.
+            // Take it from a dead or overstaying holder (or one with a
+            // corrupt deadline), charging it up to its deadline.
             let ht = s.holder_tenant.load(Ordering::Relaxed) as usize;
             let start = s.slice_start.load(Ordering::Acquire);
             if s.lease
                 .compare_exchange(lease, 0, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
             {
-                self.charge(ht, deadline.min(now).saturating_sub(start));
+                // No slice is longer than MAX_SLICE_NS (a `start` far back
+                // is corrupt).
+                let ns = deadline.min(now).saturating_sub(start);
+                self.charge(ht, ns.min(MAX_SLICE_NS));
                 s.generation.fetch_add(1, Ordering::AcqRel);
                 if dead {
                     self.reclaim_dead();
@@ -519,7 +601,7 @@ impl GpuSegment {
         let tokens = self.refill(t, now, slice, true);
         if let Some(wait) = ceiling_wait(t, tokens, slice) {
             return Acquire::Wait {
-                until: now + wait.max(100_000),
+                until: now.saturating_add(wait.max(100_000)),
             };
         }
         // Is ours the waiting tenant with the smallest virtual time (among
@@ -546,7 +628,8 @@ impl GpuSegment {
                 // That tenant's waiters may all be dead (killed while
                 // waiting): sweep now and then, so they cannot block us.
                 let swept = s.swept_at.load(Ordering::Relaxed);
-                if now.saturating_sub(swept) > SWEEP_NS
+                // abs_diff: a sweep time in the future is corrupt.
+                if now.abs_diff(swept) > SWEEP_NS
                     && s.swept_at
                         .compare_exchange(swept, now, Ordering::AcqRel, Ordering::Relaxed)
                         .is_ok()
@@ -555,6 +638,12 @@ impl GpuSegment {
                     return Acquire::Wait {
                         until: now + 50_000,
                     };
+                }
+                // Its `waiting` count is only a claim (any tenant can write
+                // it): without a live waiting process behind it, it does
+                // not hold the GPU back.
+                if !self.has_live_waiter(i, now) {
+                    continue;
                 }
                 return Acquire::Wait {
                     until: now + 2_000_000,
@@ -571,11 +660,28 @@ impl GpuSegment {
         }
         s.holder_tenant.store(tenant as u32, Ordering::Relaxed);
         s.slice_start.store(now, Ordering::Release);
+        self.held_since.store(now, Ordering::Relaxed);
         let deadline = now + slice;
         s.deadline.store(deadline, Ordering::Release);
         s.handovers.fetch_add(1, Ordering::Relaxed);
         t.last_active.store(now, Ordering::Relaxed);
         Acquire::Granted { deadline }
+    }
+
+    /// Whether a live process of tenant `i` waits for the lease: its slot
+    /// says so, it tried within `WAITER_FRESH_NS`, and its lock is held. (A
+    /// live process that never launches, with a `waiting` flag written into
+    /// its slot by someone else, would otherwise hold everyone back for as
+    /// long as it lives.)
+    fn has_live_waiter(&self, i: usize, now: u64) -> bool {
+        (0..MAX_PROCS).any(|k| {
+            self.proc_entry(k).is_some_and(|p| {
+                p.state.load(Ordering::Acquire) == PROC_LIVE
+                    && p.tenant.load(Ordering::Relaxed) as usize == i
+                    && p.waiting.load(Ordering::Acquire) != 0
+                    && now.abs_diff(p.polled_at.load(Ordering::Relaxed)) <= WAITER_FRESH_NS
+            }) && self.shm.slot_alive(k)
+        })
     }
 
     fn charge(&self, tenant: usize, ns: u64) {
@@ -585,13 +691,18 @@ impl GpuSegment {
         t.vtime
             .fetch_add(ns.saturating_mul(100) / share, Ordering::AcqRel);
         if t.max.load(Ordering::Relaxed) < 100 {
-            t.tokens
-                .fetch_sub(ns.min(i64::MAX as u64) as i64, Ordering::AcqRel);
+            let ns = ns.min(i64::MAX as u64) as i64;
+            let _ = t
+                .tokens
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
+                    Some(v.saturating_sub(ns))
+                });
         }
     }
 
     /// At the end of a slice: must the holder drain and release (someone
-    /// else waits, or its ceiling is reached), or may it renew?
+    /// else waits, or its ceiling is reached), or may it renew? Called by
+    /// the holder (its slice began at its own `held_since`).
     pub fn must_release(&self, tenant: usize, now: u64, slice: u64) -> bool {
         let others_wait = (0..MAX_TENANTS).any(|i| {
             i != tenant
@@ -609,7 +720,7 @@ impl GpuSegment {
         if t.max.load(Ordering::Relaxed) >= 100 {
             return false;
         }
-        let used = now.saturating_sub(self.sched().slice_start.load(Ordering::Acquire));
+        let used = now.saturating_sub(self.held_since.load(Ordering::Relaxed));
         let spent = self
             .refill(t, now, slice, false)
             .saturating_sub(used.min(i64::MAX as u64) as i64)
@@ -627,7 +738,8 @@ impl GpuSegment {
         if s.lease.load(Ordering::Acquire) != slot as u32 + 1 {
             return None;
         }
-        let start = s.slice_start.swap(now, Ordering::AcqRel);
+        s.slice_start.store(now, Ordering::Release);
+        let start = self.held_since.swap(now, Ordering::Relaxed);
         self.charge(tenant, now.saturating_sub(start));
         let deadline = now + slice;
         s.deadline.store(deadline, Ordering::Release);
@@ -641,14 +753,18 @@ impl GpuSegment {
     /// the lease. The caller wakes the waiters (futex on `generation`).
     pub fn release(&self, slot: usize, tenant: usize, now: u64) -> bool {
         let s = self.sched();
-        let start = s.slice_start.load(Ordering::Acquire);
+        let start = self.held_since.swap(NOT_HELD, Ordering::Relaxed);
         if s.lease
             .compare_exchange(slot as u32 + 1, 0, Ordering::AcqRel, Ordering::Acquire)
             .is_err()
         {
             return false; // taken from us already (we overstayed)
         }
-        self.charge(tenant, now.saturating_sub(start));
+        // NOT_HELD: a lease naming our slot that we never took (written by
+        // someone else): nothing to charge.
+        if start != NOT_HELD {
+            self.charge(tenant, now.saturating_sub(start));
+        }
         if let Some(t) = self.tenant(tenant) {
             t.last_active.store(now, Ordering::Relaxed);
         }
@@ -687,6 +803,14 @@ impl GpuSegment {
 
     pub fn raw_fd(&self) -> i32 {
         self.shm.raw_fd()
+    }
+
+    /// Whether the process that owns process slot `i` is alive (another
+    /// open file description holds its lock; our own slot reads as alive).
+    /// Read-only, for observers (tests, status) that check the lease holder
+    /// and the waiters.
+    pub fn proc_alive(&self, i: usize) -> bool {
+        self.shm.slot_alive(i)
     }
 }
 
@@ -1079,5 +1203,355 @@ mod tests {
         assert_eq!(g.tenants()[0].share, 60);
         assert_eq!(g.tenants()[0].max, 80);
         assert_eq!(g.tenants()[0].name, "t");
+    }
+
+    // A hostile (or buggy) tenant can write anything into this segment:
+    // the values below must neither panic (debug builds check overflow)
+    // nor keep the lease from a waiting process once they stop changing.
+
+    /// A segment with tenant "t" (share 50, ceiling `max`) and one live
+    /// process of it waiting since 0: (observer, the process's open, t, p).
+    fn one_waiter(name: &str, max: u32) -> (GpuSegment, GpuSegment, usize, usize) {
+        let g = seg(&format!("hostile-{name}"));
+        let (t, _) = g.register_tenant("t", 50, max, 0, 0).expect("t");
+        let a = GpuSegment::open_or_create(&g.path).expect("a");
+        let p = a.claim_proc(t, 1).expect("p");
+        a.begin_wait(p, t, 0);
+        (g, a, t, p)
+    }
+
+    /// When (simulated ns) `p` of `t` gets the lease trying from `from`,
+    /// sleeping until each `Wait`'s `until`; None if not within `limit`.
+    fn granted_at(a: &GpuSegment, p: usize, t: usize, from: u64, limit: u64) -> Option<u64> {
+        let mut now = from;
+        for _ in 0..100_000 {
+            match a.try_acquire(p, t, now, SLICE) {
+                Acquire::Granted { deadline } => {
+                    assert!(deadline <= now + SLICE, "deadline {deadline} at {now}");
+                    return Some(now);
+                }
+                Acquire::Wait { until } => now = until.max(now.saturating_add(1)),
+            }
+            if now > from + limit {
+                return None;
+            }
+        }
+        None
+    }
+
+    #[test]
+    fn a_corrupt_ceiling_bucket_neither_panics_nor_starves() {
+        // tokens beyond MAX_TOKENS_NS restart at 0; a ceiling of 0 is the
+        // tightest (1 %), not a bucket that never refills. Before: with a
+        // ceiling of 0 or 1 % and tokens = i64::MIN, `now + wait` overflowed
+        // (a panic in the launch gate); with 50 % the tenant waited 585
+        // years.
+        for max in [0u32, 1, 50] {
+            for tokens in [i64::MIN, i64::MAX, -(MAX_TOKENS_NS as i64) - 1] {
+                let (g, a, t, p) = one_waiter(&format!("tokens-{max}-{tokens}"), 50);
+                let e = g.tenant(t).expect("t");
+                e.max.store(max, Ordering::Relaxed);
+                e.tokens.store(tokens, Ordering::Relaxed);
+                let at = granted_at(&a, p, t, 1_000_000_000, 1_000_000);
+                assert!(
+                    at.is_some(),
+                    "max {max}, tokens {tokens}: no lease within 1 ms"
+                );
+                let left = e.tokens.load(Ordering::Relaxed);
+                assert!(left.unsigned_abs() <= SLICE, "max {max}: tokens {left}");
+            }
+        }
+        // A debt within the bound is honoured: 100 ms owed at 50 % is a
+        // 200 ms wait.
+        let (g, a, t, p) = one_waiter("debt", 50);
+        g.tenant(t)
+            .expect("t")
+            .tokens
+            .store(-100_000_000, Ordering::Relaxed);
+        let at = granted_at(&a, p, t, 0, 1_000_000_000).expect("granted");
+        assert!((200_000_000..=201_000_000).contains(&at), "{at}");
+    }
+
+    #[test]
+    fn a_bucket_clock_or_burst_out_of_range_does_not_starve() {
+        // Refill time in the future (u64::MAX): restarted at now. Before,
+        // the bucket never refilled again.
+        let (g, a, t, p) = one_waiter("tokens-at", 50);
+        let e = g.tenant(t).expect("t");
+        e.tokens_at.store(u64::MAX, Ordering::Relaxed);
+        let at = granted_at(&a, p, t, 1_000_000_000, 10_000_000).expect("granted");
+        assert!(at <= 1_001_000_000, "{at}");
+        assert!(e.tokens_at.load(Ordering::Relaxed) <= at);
+        // Burst beyond MAX_BURST_NS while recharging: counts as one slice
+        // (20 ms of tokens at 50 %: 40 ms). Before: it waited for i64::MAX.
+        let (g, a, t, p) = one_waiter("burst", 50);
+        let e = g.tenant(t).expect("t");
+        e.burst_ns.store(u64::MAX, Ordering::Relaxed);
+        e.recharging.store(1, Ordering::Relaxed);
+        e.tokens_at.store(0, Ordering::Relaxed);
+        let at = granted_at(&a, p, t, 0, 1_000_000_000).expect("granted");
+        assert!((40_000_000..=41_000_000).contains(&at), "{at}");
+        // The largest legitimate burst (10 s) is honoured as it is.
+        let (g, a, t, p) = one_waiter("burst-max", 50);
+        let e = g.tenant(t).expect("t");
+        e.burst_ns.store(MAX_BURST_NS, Ordering::Relaxed);
+        e.recharging.store(1, Ordering::Relaxed);
+        e.tokens_at.store(0, Ordering::Relaxed);
+        let at = granted_at(&a, p, t, 0, 30_000_000_000).expect("granted");
+        assert!((20_000_000_000..=20_001_000_000).contains(&at), "{at}");
+    }
+
+    #[test]
+    fn a_deadline_no_slice_reaches_does_not_keep_the_lease() {
+        // The lease names a live process that never launches, with a
+        // deadline of u64::MAX. Before: every waiter waited for ever.
+        let (g, a, t, p) = one_waiter("deadline", 100);
+        let idle = GpuSegment::open_or_create(&g.path).expect("idle");
+        let q = idle.claim_proc(t, 2).expect("q");
+        let s = g.sched();
+        s.lease.store(q as u32 + 1, Ordering::Release);
+        s.slice_start.store(0, Ordering::Release);
+        s.deadline.store(u64::MAX, Ordering::Release);
+        assert_eq!(granted_at(&a, p, t, 5_000_000_000, 0), Some(5_000_000_000));
+        // A legitimate deadline (one maximal slice ahead) is respected
+        // until it and the grace have passed.
+        s.lease.store(q as u32 + 1, Ordering::Release);
+        s.deadline
+            .store(6_000_000_000 + MAX_SLICE_NS, Ordering::Release);
+        let at = granted_at(&a, p, t, 6_000_000_000, 2_000_000_000).expect("granted");
+        assert_eq!(at, 6_000_000_000 + MAX_SLICE_NS + GRACE_NS + 1_000_000);
+        // A lease naming our own slot with a garbage deadline: granted with
+        // a deadline of at most one slice (checked in granted_at).
+        s.lease.store(p as u32 + 1, Ordering::Release);
+        s.deadline.store(u64::MAX, Ordering::Release);
+        assert_eq!(granted_at(&a, p, t, 9_000_000_000, 0), Some(9_000_000_000));
+    }
+
+    #[test]
+    fn a_live_process_that_does_not_poll_does_not_hold_the_gpu_back() {
+        // A live process of tenant u (its lock held) that never launches,
+        // whose slot someone marked waiting, with u's virtual time the
+        // smallest: t waits for it only while that mark looks fresh.
+        let (g, a, t, p) = one_waiter("stale", 100);
+        let (u, _) = g.register_tenant("u", 50, 100, 0, 0).expect("u");
+        let b = GpuSegment::open_or_create(&g.path).expect("b");
+        let q = b.claim_proc(u, 3).expect("q");
+        b.begin_wait(q, u, 1_000_000_000);
+        g.tenant(u).expect("u").vtime.store(0, Ordering::Relaxed);
+        g.tenant(t).expect("t").vtime.store(1 << 40, Ordering::Relaxed);
+        assert!(matches!(
+            a.try_acquire(p, t, 1_000_000_000, SLICE),
+            Acquire::Wait { .. }
+        ));
+        let later = 1_000_000_000 + WAITER_FRESH_NS + 1;
+        assert!(matches!(
+            a.try_acquire(p, t, later, SLICE),
+            Acquire::Granted { .. }
+        ));
+    }
+
+    #[test]
+    fn a_waiter_whose_entry_names_another_tenant_heals_it() {
+        // Someone rewrote our own process entry to name tenant u (ahead of
+        // us): polling must not make us u's live waiter, waiting on
+        // ourselves for ever.
+        let (g, a, t, p) = one_waiter("ownentry", 100);
+        let (u, _) = g.register_tenant("u", 50, 100, 0, 0).expect("u");
+        g.tenant(u).expect("u").vtime.store(0, Ordering::Relaxed);
+        g.tenant(u).expect("u").waiting.store(1, Ordering::Relaxed);
+        g.tenant(t).expect("t").vtime.store(1 << 40, Ordering::Relaxed);
+        g.proc_entry(p).expect("p").tenant.store(u as u32, Ordering::Relaxed);
+        assert!(granted_at(&a, p, t, 1_000_000_000, 10_000_000).is_some());
+    }
+
+    #[test]
+    fn waiting_counts_without_live_waiters_do_not_hold_the_gpu_back() {
+        // Every other tenant entry claims waiters and the smallest virtual
+        // time; process slots claim to be their live waiters (no process
+        // holds their locks); the sweep time is in the future. Before: the
+        // real tenant waited for ever.
+        let (g, a, t, p) = one_waiter("phantoms", 100);
+        let (u, _) = g.register_tenant("u", 50, 100, 0, 0).expect("u");
+        g.tenant(t)
+            .expect("t")
+            .vtime
+            .store(u64::MAX, Ordering::Relaxed);
+        for i in (0..MAX_TENANTS).filter(|&i| i != t && i != u) {
+            let o = g.tenant(i).expect("o");
+            o.state.store(READY, Ordering::Release);
+            o.name[0].store(i as u64 + 1, Ordering::Relaxed);
+            o.waiting.store(u32::MAX, Ordering::Relaxed);
+            o.procs.store(u32::MAX, Ordering::Relaxed);
+            o.vtime.store(0, Ordering::Relaxed);
+            o.max.store(100, Ordering::Relaxed);
+        }
+        let phantom =
+            |k: usize| (k % MAX_TENANTS != t && k % MAX_TENANTS != u).then_some(k % MAX_TENANTS);
+        for k in (0..MAX_PROCS).filter(|&k| k != p) {
+            let Some(i) = phantom(k) else { continue };
+            let e = g.proc_entry(k).expect("proc");
+            e.state.store(PROC_LIVE, Ordering::Release);
+            e.tenant.store(i as u32, Ordering::Relaxed);
+            e.waiting.store(1, Ordering::Relaxed);
+        }
+        g.sched().swept_at.store(u64::MAX, Ordering::Relaxed);
+        assert!(granted_at(&a, p, t, 1_000_000_000, 10_000_000).is_some());
+        // A live waiter of a tenant ahead still goes first.
+        let s = g.sched();
+        s.lease.store(0, Ordering::Release);
+        let b = GpuSegment::open_or_create(&g.path).expect("b");
+        let q = b.claim_proc(u, 3).expect("q");
+        g.tenant(u).expect("u").vtime.store(0, Ordering::Relaxed);
+        b.begin_wait(q, u, 2_000_000_000);
+        assert!(matches!(
+            a.try_acquire(p, t, 2_000_000_000, SLICE),
+            Acquire::Wait { .. }
+        ));
+        assert!(matches!(
+            b.try_acquire(q, u, 2_000_000_000, SLICE),
+            Acquire::Granted { .. }
+        ));
+    }
+
+    #[test]
+    fn a_corrupt_slice_start_does_not_inflate_a_charge() {
+        // The holder charges itself from when it took the lease, not from
+        // the shared slice_start. Before: slice_start = 0 charged it the
+        // host's uptime (a debt of hours under a ceiling).
+        let (g, a, t, p) = one_waiter("slice-start", 100);
+        let e = g.tenant(t).expect("t");
+        let s = g.sched();
+        let used = || e.used_ns.load(Ordering::Relaxed);
+        assert!(matches!(
+            a.try_acquire(p, t, 5_000_000_000, SLICE),
+            Acquire::Granted { .. }
+        ));
+        a.end_wait(p, t);
+        s.slice_start.store(0, Ordering::Release);
+        assert!(!a.must_release(t, 5_000_000_000 + SLICE / 2, SLICE));
+        assert!(a.renew(p, t, 5_000_000_000 + SLICE, SLICE).is_some());
+        assert_eq!(used(), SLICE);
+        s.slice_start.store(0, Ordering::Release);
+        assert!(a.release(p, t, 5_000_000_000 + 2 * SLICE));
+        assert_eq!(used(), 2 * SLICE);
+        // A lease naming our slot that we never took: released, uncharged.
+        s.lease.store(p as u32 + 1, Ordering::Release);
+        assert!(a.release(p, t, 6_000_000_000));
+        assert_eq!(used(), 2 * SLICE);
+        // A waiter taking the lease from an overstaying holder charges it
+        // at most one maximal slice.
+        let b = GpuSegment::open_or_create(&g.path).expect("b");
+        let q = b.claim_proc(t, 2).expect("q");
+        b.begin_wait(q, t, 7_000_000_000);
+        assert!(matches!(
+            b.try_acquire(q, t, 7_000_000_000, SLICE),
+            Acquire::Granted { .. }
+        ));
+        s.slice_start.store(0, Ordering::Release);
+        a.begin_wait(p, t, 7_000_000_000);
+        let at = 7_000_000_000 + SLICE + GRACE_NS + 1;
+        assert!(matches!(
+            a.try_acquire(p, t, at, SLICE),
+            Acquire::Granted { .. }
+        ));
+        assert_eq!(used(), 2 * SLICE + MAX_SLICE_NS);
+    }
+
+    #[test]
+    fn tenant_entries_in_a_state_nobody_writes_are_free() {
+        let g = seg("hostile-states");
+        for i in 0..MAX_TENANTS {
+            let t = g.tenant(i).expect("t");
+            t.state.store(0xdead_beef ^ i as u32, Ordering::Relaxed);
+            t.procs.store(u32::MAX, Ordering::Relaxed);
+        }
+        // Before: "all 32 tenant entries of this GPU are in use".
+        let (t, old) = g.register_tenant("t", 30, 100, 0, 0).expect("registers");
+        assert_eq!((t, old), (0, None));
+        assert_eq!(g.tenants().len(), 1);
+        // Entries that look registered and busy are not taken: a new tenant
+        // is refused with one line (cuInit then fails closed).
+        for i in 0..MAX_TENANTS {
+            let e = g.tenant(i).expect("t");
+            e.state.store(READY, Ordering::Relaxed);
+            e.name[0].store(i as u64 + 1, Ordering::Relaxed);
+            e.procs.store(1, Ordering::Relaxed);
+        }
+        let err = g.register_tenant("new", 30, 100, 0, 0).expect_err("full");
+        assert!(
+            err.0
+                .ends_with("gpu.seg: all 32 tenant entries of this GPU are in use"),
+            "{err}"
+        );
+    }
+
+    /// Every 8 bytes after the header.
+    fn words(g: &GpuSegment) -> impl Iterator<Item = &AtomicU64> {
+        (HEADER..SIZE)
+            .step_by(8)
+            // SAFETY: in bounds and 8-byte aligned; atomics only.
+            .map(|off| unsafe { g.shm.at::<AtomicU64>(off) })
+    }
+
+    #[test]
+    fn garbage_anywhere_never_panics() {
+        // Random bytes over the whole body, or every word set to one
+        // extreme value, then every operation a process does, at times
+        // from 0 to u64::MAX / 2 (debug build: overflow panics).
+        let g = seg("hostile-garbage");
+        let a = GpuSegment::open_or_create(&g.path).expect("a");
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut rnd = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let fills: Vec<Option<u64>> = vec![
+            None,
+            Some(0),
+            Some(u64::MAX),
+            Some(1 << 63),
+            Some(0x0000_0002_0000_0002),
+        ];
+        for round in 0..60 {
+            let fill = fills[round % fills.len()];
+            for w in words(&g) {
+                w.store(fill.unwrap_or_else(&mut rnd), Ordering::Relaxed);
+            }
+            let now = [0, 1, GRACE_NS, 1 << 40, u64::MAX / 2][round % 5];
+            let name = format!("t{}", round % 3);
+            let Ok((t, _)) = a.register_tenant(&name, 50, 60, 200_000_000, now) else {
+                continue;
+            };
+            let p = match a.claim_proc(t, 7) {
+                Ok(p) => p,
+                Err(e) => panic!("{e}"),
+            };
+            // Our own entries are garbage too from here on.
+            for w in words(&g) {
+                w.store(fill.unwrap_or_else(&mut rnd), Ordering::Relaxed);
+            }
+            for k in 0..20u64 {
+                let now = now + k * 3_000_000;
+                a.begin_wait(p, t, now);
+                if let Acquire::Granted { .. } = a.try_acquire(p, t, now, SLICE) {
+                    a.end_wait(p, t);
+                    if !a.must_release(t, now + SLICE, SLICE) {
+                        a.renew(p, t, now + SLICE, SLICE);
+                    }
+                    a.release(p, t, now + 2 * SLICE);
+                }
+                a.add_throttled(t, rnd());
+                if k % 7 == 0 {
+                    for w in words(&g).skip((rnd() % 4000) as usize).take(64) {
+                        w.store(rnd(), Ordering::Relaxed);
+                    }
+                }
+            }
+            let _ = a.tenants();
+            a.reclaim_dead();
+            a.release_proc(p, now + 100 * SLICE);
+        }
     }
 }

@@ -56,6 +56,8 @@ pub struct Device {
 
 const SLOT_FREE: u32 = 0;
 const SLOT_LIVE: u32 = 1;
+/// Being given back: counted (by `recompute`) but admitting nothing more.
+const SLOT_LEAVING: u32 = 2;
 
 #[repr(C, align(64))]
 pub struct Slot {
@@ -174,18 +176,7 @@ impl Segment {
     pub fn claim_slot(&self, pid: u32) -> Result<usize, SegmentError> {
         self.shm.claim_first(MAX_SLOTS, "process slot", |i| {
             let Some(s) = self.slot(i) else { return };
-            // A dead previous owner may have died holding a device lock: that
-            // lock word carries this slot's id, which is now ours. Finish its
-            // critical section for it (recompute), then let go.
-            let me = i as u32 + 1;
-            for d in 0..MAX_DEVICES {
-                if let Some(dev) = self.device(d)
-                    && dev.lock.load(Ordering::Acquire) == me
-                {
-                    self.recompute(dev);
-                    dev.lock.store(0, Ordering::Release);
-                }
-            }
+            self.finish_dead_holder(i);
             if s.state.load(Ordering::Acquire) != SLOT_FREE {
                 self.reclaim_locked(i);
             }
@@ -195,6 +186,23 @@ impl Segment {
         })
     }
 
+    /// A dead previous owner of `slot` may have died holding a device lock:
+    /// that lock word carries the slot's id, which `lock_device` on behalf of
+    /// the slot would wait on for ever (it takes the id for its own). Finish
+    /// its critical section for it (recompute), then let go. The caller holds
+    /// the slot's lock (so nobody else takes the device lock over meanwhile).
+    fn finish_dead_holder(&self, slot: usize) {
+        let me = slot as u32 + 1;
+        for d in 0..MAX_DEVICES {
+            if let Some(dev) = self.device(d)
+                && dev.lock.load(Ordering::Acquire) == me
+            {
+                self.recompute(dev);
+                dev.lock.store(0, Ordering::Release);
+            }
+        }
+    }
+
     /// Gives our slot back (normal exit): usage is credited, the lock dropped.
     pub fn release_slot(&self, slot: usize) {
         self.shm.release_own(slot, |i| self.reclaim_locked(i));
@@ -202,13 +210,22 @@ impl Segment {
 
     /// Credits everything `slot` holds and frees it. The caller holds the
     /// slot's lock (it is ours, or its owner is dead).
+    ///
+    /// At a normal exit other threads of the process may still be
+    /// allocating: the slot stops admitting first (`admit` refuses a slot
+    /// that is leaving or free), and every registered device's lock is
+    /// taken, so that an admission that got in before is credited too, and
+    /// nothing is left on a free slot, where no sweep would ever find it.
     fn reclaim_locked(&self, slot: usize) {
         let Some(s) = self.slot(slot) else { return };
+        s.state.store(SLOT_LEAVING, Ordering::SeqCst);
         for d in 0..MAX_DEVICES {
-            if s.used[d].load(Ordering::Acquire) == 0 {
+            let Some(dev) = self.device(d) else { continue };
+            if dev.state.load(Ordering::Acquire) != DEV_READY
+                && s.used[d].load(Ordering::Acquire) == 0
+            {
                 continue;
             }
-            let Some(dev) = self.device(d) else { continue };
             let g = self.lock_device(dev, slot);
             let n = s.used[d].swap(0, Ordering::AcqRel);
             let u = dev.used.load(Ordering::Relaxed);
@@ -224,8 +241,10 @@ impl Segment {
             self.slot(i)
                 .is_some_and(|s| s.state.load(Ordering::Acquire) != SLOT_FREE)
         };
-        self.shm
-            .sweep_dead(MAX_SLOTS, in_use, |i| self.reclaim_locked(i))
+        self.shm.sweep_dead(MAX_SLOTS, in_use, |i| {
+            self.finish_dead_holder(i);
+            self.reclaim_locked(i)
+        })
     }
 
     /// Finds the device entry for `uuid`, creating it with `limit` if absent.
@@ -302,7 +321,7 @@ impl Segment {
                 }
                 continue;
             }
-            spins += 1;
+            spins = spins.wrapping_add(1);
             if spins < 100 {
                 std::hint::spin_loop();
                 continue;
@@ -310,11 +329,11 @@ impl Segment {
             // SAFETY: sched_yield has no preconditions.
             unsafe { libc::sched_yield() };
             // Every ~1000 tries, check the holder is alive. A holder in our
-            // own process (another thread) is alive by definition.
+            // own process (another thread) is alive by definition; a lock
+            // word naming no slot at all is corrupt: its "holder" is dead.
             if spins.is_multiple_of(1000) && cur != me {
                 let owner = (cur - 1) as usize;
-                if owner < MAX_SLOTS
-                    && !self.slot_alive(owner)
+                if (owner >= MAX_SLOTS || !self.slot_alive(owner))
                     && dev
                         .lock
                         .compare_exchange(cur, me, Ordering::Acquire, Ordering::Relaxed)
@@ -355,6 +374,12 @@ impl Segment {
         let used = dev.used.load(Ordering::Relaxed);
         let limit = dev.limit.load(Ordering::Relaxed);
         let after = used.saturating_add(bytes);
+        // A slot being (or already) given back admits nothing: another
+        // thread of a process that is exiting.
+        if matches!(s.state.load(Ordering::SeqCst), SLOT_LEAVING | SLOT_FREE) {
+            drop(g);
+            return Admit::Refused { used, limit };
+        }
         if after > limit {
             dev.refused.fetch_add(1, Ordering::Relaxed);
             drop(g);
@@ -619,5 +644,34 @@ mod tests {
         assert_eq!(b.device_usage(d).map(|u| u.used), Some(16));
         b.reclaim_dead();
         assert_eq!(b.device_usage(d).map(|u| u.used), Some(1));
+    }
+
+    #[test]
+    fn a_lock_word_naming_no_slot_is_taken_over() {
+        // Any process of the container can write the segment. A lock word
+        // that names no slot (garbage) has no live holder: it is taken over
+        // and `used` recomputed from the slots. Before: every admission and
+        // credit of the container spun for ever.
+        let p = tmp("hostile-lock");
+        let s = Segment::open_or_create(&p).expect("open");
+        let slot = s.claim_slot(1).expect("slot");
+        let d = s.register_device(&[9; 16], 100).expect("dev");
+        assert_eq!(s.admit(d, slot, 40), Admit::Granted);
+        for garbage in [u32::MAX, MAX_SLOTS as u32 + 1] {
+            let dev = s.device(d).expect("dev");
+            dev.lock.store(garbage, Ordering::Release);
+            dev.used.store(0, Ordering::Release);
+            assert_eq!(s.admit(d, slot, 60), Admit::Granted);
+            assert_eq!(s.device_usage(d).map(|u| u.used), Some(100));
+            assert_eq!(s.device(d).map(|x| x.lock.load(Ordering::Acquire)), Some(0));
+            s.credit(d, slot, 60);
+        }
+        assert_eq!(
+            s.admit(d, slot, 61),
+            Admit::Refused {
+                used: 40,
+                limit: 100
+            }
+        );
     }
 }

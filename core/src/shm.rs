@@ -227,6 +227,14 @@ impl Shm {
         if p == libc::MAP_FAILED {
             return Err(os_err(path, "cannot map segment"));
         }
+        // A mapping holds a reference to the open file description, and an
+        // OFD lock lives as long as the description: a fork child that
+        // inherited the mapping would keep its parent's slot "alive" after
+        // the parent died (closing the inherited fd is not enough). Fork
+        // children drop the inherited state anyway (pthread_atfork in the
+        // shim), so they get no copy of the mapping.
+        // SAFETY: advice on the mapping we just made.
+        unsafe { libc::madvise(p, size, libc::MADV_DONTFORK) };
         Ok(Shm {
             base: p.cast(),
             size,

@@ -2534,10 +2534,7 @@ pub mod exports {
     ) -> CUresult {
         crate::ffi::hook(
             id::cuCtxCreate,
-            || {
-                let __status = unsafe { real::cuCtxCreate(pctx, flags, dev) };
-                unsafe { crate::hooks::context::cuCtxCreate(__status, pctx, flags, dev) }
-            },
+            || { unsafe { crate::hooks::context::cuCtxCreate(pctx, flags, dev) } },
             || unsafe { real::cuCtxCreate(pctx, flags, dev) },
         )
     }
@@ -2549,12 +2546,7 @@ pub mod exports {
     ) -> CUresult {
         crate::ffi::hook(
             id::cuCtxCreate_v2,
-            || {
-                let __status = unsafe { real::cuCtxCreate_v2(pctx, flags, dev) };
-                unsafe {
-                    crate::hooks::context::cuCtxCreate_v2(__status, pctx, flags, dev)
-                }
-            },
+            || { unsafe { crate::hooks::context::cuCtxCreate_v2(pctx, flags, dev) } },
             || unsafe { real::cuCtxCreate_v2(pctx, flags, dev) },
         )
     }
@@ -2569,12 +2561,8 @@ pub mod exports {
         crate::ffi::hook(
             id::cuCtxCreate_v3,
             || {
-                let __status = unsafe {
-                    real::cuCtxCreate_v3(pctx, paramsArray, numParams, flags, dev)
-                };
                 unsafe {
                     crate::hooks::context::cuCtxCreate_v3(
-                        __status,
                         pctx,
                         paramsArray,
                         numParams,
@@ -2596,12 +2584,8 @@ pub mod exports {
         crate::ffi::hook(
             id::cuCtxCreate_v4,
             || {
-                let __status = unsafe {
-                    real::cuCtxCreate_v4(pctx, ctxCreateParams, flags, dev)
-                };
                 unsafe {
                     crate::hooks::context::cuCtxCreate_v4(
-                        __status,
                         pctx,
                         ctxCreateParams,
                         flags,
@@ -2624,12 +2608,7 @@ pub mod exports {
     ) -> CUresult {
         crate::ffi::hook(
             id::cuDevicePrimaryCtxRetain,
-            || {
-                let __status = unsafe { real::cuDevicePrimaryCtxRetain(pctx, dev) };
-                unsafe {
-                    crate::hooks::context::cuDevicePrimaryCtxRetain(__status, pctx, dev)
-                }
-            },
+            || { unsafe { crate::hooks::context::cuDevicePrimaryCtxRetain(pctx, dev) } },
             || unsafe { real::cuDevicePrimaryCtxRetain(pctx, dev) },
         )
     }

@@ -51,84 +51,66 @@ fn report_driver() {
     }
 }
 
-/// After a context is created or retained on `dev`: charge the context's
-/// own device memory once per device per process. If that does not fit in
-/// the quota, the context is given back and the call fails.
-fn charge(r: CUresult, dev: CUdevice, undo: impl FnOnce()) -> CUresult {
-    if r != OK {
-        return r;
-    }
+/// Creating or retaining a context on `dev`: the context's own device
+/// memory is charged once per device per process *before* the driver makes
+/// it (so a process never holds an uncharged context, not even for the
+/// duration of the call), and given back if the driver fails.
+fn charged(dev: CUdevice, create: impl FnOnce() -> CUresult) -> CUresult {
     let Some(q) = quota::get() else {
         return if quota::failed() {
             CUresult::CUDA_ERROR_NOT_PERMITTED
         } else {
-            r
+            create()
         };
     };
     let Ok(d) = usize::try_from(dev) else {
-        return r;
+        return create();
     };
-    match q.charge_context(d) {
-        Ok(()) => r,
-        Err(e) => {
-            undo();
-            e
-        }
+    let fresh = match q.charge_context(d) {
+        Ok(fresh) => fresh,
+        Err(e) => return e,
+    };
+    let r = create();
+    if r != OK && fresh {
+        q.uncharge_context(d);
     }
+    r
 }
 
-pub unsafe fn cuDevicePrimaryCtxRetain(
-    r: CUresult,
-    _pctx: *mut CUcontext,
-    dev: CUdevice,
-) -> CUresult {
-    charge(r, dev, || unsafe {
-        real::cuDevicePrimaryCtxRelease_v2(dev);
-    })
+pub unsafe fn cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, dev: CUdevice) -> CUresult {
+    // SAFETY: forwarding the caller's arguments.
+    charged(dev, || unsafe { real::cuDevicePrimaryCtxRetain(pctx, dev) })
 }
 
-fn destroy(pctx: *mut CUcontext) -> impl FnOnce() {
-    move || unsafe {
-        // SAFETY: the driver just created *pctx.
-        real::cuCtxDestroy_v2(*pctx);
-    }
+pub unsafe fn cuCtxCreate(pctx: *mut CUcontext, flags: c_uint, dev: CUdevice) -> CUresult {
+    // SAFETY: forwarding the caller's arguments.
+    charged(dev, || unsafe { real::cuCtxCreate(pctx, flags, dev) })
 }
 
-pub unsafe fn cuCtxCreate(
-    r: CUresult,
-    pctx: *mut CUcontext,
-    _flags: c_uint,
-    dev: CUdevice,
-) -> CUresult {
-    charge(r, dev, destroy(pctx))
-}
-
-pub unsafe fn cuCtxCreate_v2(
-    r: CUresult,
-    pctx: *mut CUcontext,
-    _flags: c_uint,
-    dev: CUdevice,
-) -> CUresult {
-    charge(r, dev, destroy(pctx))
+pub unsafe fn cuCtxCreate_v2(pctx: *mut CUcontext, flags: c_uint, dev: CUdevice) -> CUresult {
+    // SAFETY: forwarding the caller's arguments.
+    charged(dev, || unsafe { real::cuCtxCreate_v2(pctx, flags, dev) })
 }
 
 pub unsafe fn cuCtxCreate_v3(
-    r: CUresult,
     pctx: *mut CUcontext,
-    _params: *mut CUexecAffinityParam,
-    _n: c_int,
-    _flags: c_uint,
+    params: *mut CUexecAffinityParam,
+    n: c_int,
+    flags: c_uint,
     dev: CUdevice,
 ) -> CUresult {
-    charge(r, dev, destroy(pctx))
+    // SAFETY: forwarding the caller's arguments.
+    charged(dev, || unsafe {
+        real::cuCtxCreate_v3(pctx, params, n, flags, dev)
+    })
 }
 
 pub unsafe fn cuCtxCreate_v4(
-    r: CUresult,
     pctx: *mut CUcontext,
-    _params: *mut CUctxCreateParams,
-    _flags: c_uint,
+    params: *mut CUctxCreateParams,
+    flags: c_uint,
     dev: CUdevice,
 ) -> CUresult {
-    charge(r, dev, destroy(pctx))
+    // SAFETY: forwarding the caller's arguments.
+    charged(dev, || unsafe { real::cuCtxCreate_v4(pctx, params, flags, dev) })
 }
