@@ -100,19 +100,39 @@ impl Host {
 
 impl Drop for Host {
     fn drop(&mut self) {
+        // A failing test (a panic) must leave no process behind: kill what
+        // this test's thread spawned and is still running (unreaped).
+        for pid in SPAWNED.with(|s| std::mem::take(&mut *s.borrow_mut())) {
+            let mut st = 0;
+            // SAFETY: waitpid/kill on a pid we spawned; WNOHANG returns 0
+            // only for our own child that is still running.
+            if unsafe { libc::waitpid(pid, &mut st, libc::WNOHANG) } == 0 {
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                    libc::waitpid(pid, &mut st, 0);
+                }
+            }
+        }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
+thread_local! {
+    /// Processes spawned by the test running on this thread.
+    static SPAWNED: std::cell::RefCell<Vec<i32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 fn spawn(prog: &str, args: &[String], env: &[(&'static str, String)]) -> Child {
-    common::spawn(
+    let c = common::spawn(
         prog,
         &Opts {
             args: args.to_vec(),
             env: env.to_vec(),
             ..Opts::default()
         },
-    )
+    );
+    SPAWNED.with(|s| s.borrow_mut().push(c.id() as i32));
+    c
 }
 
 /// A victim that runs for `seconds` (or until `stop`).
