@@ -10,6 +10,7 @@ use clap::{Args, Parser, Subcommand};
 use cuslice_core::config;
 
 mod exporter;
+mod limits;
 mod oci;
 mod status;
 
@@ -28,21 +29,8 @@ struct Cli {
 enum Cmd {
     /// Run a program under the shim, with the given limits.
     Run {
-        /// Memory quota per GPU: 4GiB, 4096MiB, 4g, 512m or bytes.
-        #[arg(long)]
-        memory: Option<String>,
-        /// Guaranteed share of GPU time, percent (30 or 30%); time other
-        /// tenants leave idle is lent to it.
-        #[arg(long)]
-        compute: Option<String>,
-        /// Ceiling on GPU time, percent, even when the GPU is otherwise idle.
-        #[arg(long)]
-        compute_max: Option<String>,
-        /// With --compute-max: how long the program, once held back by its
-        /// ceiling, then runs at a stretch, in ms (default 200; see
-        /// docs/compute-share.md).
-        #[arg(long)]
-        compute_burst_ms: Option<String>,
+        #[command(flatten)]
+        limits: limits::Limits,
         /// Run on these GPUs only (CUDA_VISIBLE_DEVICES), e.g. 0 or 0,1.
         #[arg(long)]
         gpu: Option<String>,
@@ -259,63 +247,8 @@ fn run_child(mut cmd: Command) -> Result<std::process::ExitStatus, String> {
         .map_err(|e| format!("cannot wait for the program: {e}"))
 }
 
-/// The limits given on the command line.
-struct Limits {
-    memory: Option<String>,
-    compute: Option<String>,
-    compute_max: Option<String>,
-    compute_burst_ms: Option<String>,
-}
-
-/// The top-level `compute_burst_ms` line of the private quota file.
-fn burst_toml(l: &Limits) -> Result<String, String> {
-    let Some(b) = &l.compute_burst_ms else {
-        return Ok(String::new());
-    };
-    let ms = config::parse_burst(b).map_err(|e| format!("--compute-burst-ms {b:?}: {e}"))?;
-    if l.compute_max.is_none() {
-        return Err(format!(
-            "--compute-burst-ms {b:?}: only applies with --compute-max (it shapes how a ceiling is enforced)"
-        ));
-    }
-    Ok(format!("compute_burst_ms = {ms}\n"))
-}
-
-/// The `[all]` table of the private quota file, validated.
-fn limits_toml(l: &Limits) -> Result<String, String> {
-    let mut t = String::new();
-    if let Some(m) = &l.memory {
-        let bytes = config::parse_size(m).map_err(|e| format!("--memory {m:?}: {e}"))?;
-        if !(config::MIN_MEMORY..=config::MAX_MEMORY).contains(&bytes) {
-            return Err(format!("--memory {m:?}: expected from 1MiB to 1PiB"));
-        }
-        t.push_str(&format!("memory = {bytes}\n"));
-    }
-    let pct = |flag: &str, v: &Option<String>| -> Result<Option<u8>, String> {
-        v.as_deref()
-            .map(|s| config::parse_percent(s).map_err(|e| format!("--{flag} {s:?}: {e}")))
-            .transpose()
-    };
-    let (c, m) = (
-        pct("compute", &l.compute)?,
-        pct("compute-max", &l.compute_max)?,
-    );
-    if let (Some(c), Some(m)) = (c, m)
-        && m < c
-    {
-        return Err(format!("--compute-max {m}% is below --compute {c}%"));
-    }
-    if let Some(c) = c {
-        t.push_str(&format!("compute = {c}\n"));
-    }
-    if let Some(m) = m {
-        t.push_str(&format!("compute_max = {m}\n"));
-    }
-    Ok(t)
-}
-
 fn run(
-    limits: Limits,
+    limits: limits::Limits,
     gpu: Option<String>,
     lib: Option<PathBuf>,
     argv: Vec<OsString>,
@@ -333,8 +266,7 @@ fn run(
         check_gpus(g)?;
         cmd.env("CUDA_VISIBLE_DEVICES", g);
     }
-    let all = limits_toml(&limits)?;
-    let burst = burst_toml(&limits)?;
+    let (burst, all) = limits::to_toml(&limits, &limits::FLAGS)?;
     if all.is_empty() {
         // No limits: the program simply runs under the shim.
         let err = cmd.exec();
@@ -385,24 +317,11 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }),
         Cmd::Run {
-            memory,
-            compute,
-            compute_max,
-            compute_burst_ms,
+            limits,
             gpu,
             lib,
             cmd,
-        } => run(
-            Limits {
-                memory,
-                compute,
-                compute_max,
-                compute_burst_ms,
-            },
-            gpu,
-            lib,
-            cmd,
-        ),
+        } => run(limits, gpu, lib, cmd),
         Cmd::Status { src, json } => {
             let snap = status::snapshot(&src.sources());
             if json {

@@ -101,49 +101,13 @@ pub fn quota_from_annotations(
         }
     }
     let get = |k: &str| ann.get(k).map(|v| v.trim().to_string());
-    let mut limits = String::new();
-    if let Some(v) = get("cuslice.io/memory") {
-        let b = config::parse_size(&v)
-            .map_err(|e| format!("annotation cuslice.io/memory={v:?}: {e}"))?;
-        if !(config::MIN_MEMORY..=config::MAX_MEMORY).contains(&b) {
-            return Err(format!(
-                "annotation cuslice.io/memory={v:?}: expected from 1MiB to 1PiB"
-            ));
-        }
-        limits.push_str(&format!("memory = {b}\n"));
-    }
-    let pct = |k: &str| -> Result<Option<u8>, String> {
-        get(k)
-            .map(|v| config::parse_percent(&v).map_err(|e| format!("annotation {k}={v:?}: {e}")))
-            .transpose()
+    let given = crate::limits::Limits {
+        memory: get("cuslice.io/memory"),
+        compute: get("cuslice.io/compute"),
+        compute_max: get("cuslice.io/compute-max"),
+        compute_burst_ms: get("cuslice.io/compute-burst-ms"),
     };
-    let (c, m) = (pct("cuslice.io/compute")?, pct("cuslice.io/compute-max")?);
-    if let (Some(c), Some(m)) = (c, m)
-        && m < c
-    {
-        return Err(format!(
-            "annotation cuslice.io/compute-max={m}: below cuslice.io/compute={c}"
-        ));
-    }
-    if let Some(c) = c {
-        limits.push_str(&format!("compute = {c}\n"));
-    }
-    if let Some(m) = m {
-        limits.push_str(&format!("compute_max = {m}\n"));
-    }
-    let burst = match get("cuslice.io/compute-burst-ms") {
-        None => String::new(),
-        Some(v) => {
-            let ms = config::parse_burst(&v)
-                .map_err(|e| format!("annotation cuslice.io/compute-burst-ms={v:?}: {e}"))?;
-            if m.is_none() {
-                return Err(format!(
-                    "annotation cuslice.io/compute-burst-ms={v:?}: only applies with cuslice.io/compute-max"
-                ));
-            }
-            format!("compute_burst_ms = {ms}\n")
-        }
-    };
+    let (burst, limits) = crate::limits::to_toml(&given, &crate::limits::ANNOTATIONS)?;
     let tenant = match get("cuslice.io/tenant") {
         Some(t) => t,
         None => format!("ctr-{}", &id[..id.len().min(24)]),

@@ -256,7 +256,10 @@ fn containers_cannot_reach_each_others_slice() {
         String::from_utf8_lossy(&held.stdout),
         String::from_utf8_lossy(&held.stderr)
     );
-    assert!(out.status.success(), "runc run A failed:\n{stdout}\n{stderr}");
+    assert!(
+        out.status.success(),
+        "runc run A failed:\n{stdout}\n{stderr}"
+    );
     let sections: Vec<&str> = stdout.split("--\n").collect();
     let listed = |i: usize| -> Vec<&str> {
         let mut v: Vec<&str> = sections[i].split_whitespace().collect();
@@ -321,7 +324,11 @@ fn per_container_files_are_private_on_the_host() {
     let out = runc_run(&b, &id);
     let modes = watcher.join().expect("watcher");
     let _ = std::fs::remove_dir_all(&shared);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let (d, s, q, g) = modes.expect("the container's files were never seen");
     assert_eq!(d, 0o700, "container directory mode {d:o}");
     assert_eq!(s, 0o700, "segment directory mode {s:o}");

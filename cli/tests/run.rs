@@ -96,11 +96,27 @@ fn bad_flags_are_refused_with_one_line() {
             "cuslice: --gpu \"zero\": expected GPU indices or UUIDs",
         ),
         (
-            vec!["run", "--compute-max", "30", "--compute-burst-ms", "0", "--", "true"],
+            vec![
+                "run",
+                "--compute-max",
+                "30",
+                "--compute-burst-ms",
+                "0",
+                "--",
+                "true",
+            ],
             "cuslice: --compute-burst-ms \"0\": expected whole milliseconds from 1 to 10000",
         ),
         (
-            vec!["run", "--compute", "30", "--compute-burst-ms", "100", "--", "true"],
+            vec![
+                "run",
+                "--compute",
+                "30",
+                "--compute-burst-ms",
+                "100",
+                "--",
+                "true",
+            ],
             "cuslice: --compute-burst-ms \"100\": only applies with --compute-max",
         ),
         (

@@ -27,7 +27,9 @@ fn fixture(name: &str) -> Fixture {
     let gpu = GpuSegment::open_or_create(&dir.join("gpu").join(format!("{gpu_uuid}.seg")))
         .expect("gpu seg");
     let now = cuslice_core::gpu::monotonic_ns();
-    let (a, _) = gpu.register_tenant("alpha", 30, 100, 0, now).expect("alpha");
+    let (a, _) = gpu
+        .register_tenant("alpha", 30, 100, 0, now)
+        .expect("alpha");
     gpu.register_tenant("beta", 20, 50, 0, now).expect("beta");
     let p = gpu.claim_proc(a, 4242).expect("proc");
     gpu.begin_wait(p, a, now);

@@ -1,0 +1,107 @@
+//! The limits a user gives on the command line (`cuslice run`) or as
+//! container annotations (`cuslice oci-hook`), validated once, the same way
+//! for both, and written as quota-file text.
+
+use cuslice_core::config;
+
+/// The limits as given: each an unparsed value.
+#[derive(Default, clap::Args)]
+pub struct Limits {
+    /// Memory quota per GPU: 4GiB, 4096MiB, 4g, 512m or bytes.
+    #[arg(long)]
+    pub memory: Option<String>,
+    /// Guaranteed share of GPU time, percent (30 or 30%); time other
+    /// tenants leave idle is lent to it.
+    #[arg(long)]
+    pub compute: Option<String>,
+    /// Ceiling on GPU time, percent, even when the GPU is otherwise idle.
+    #[arg(long)]
+    pub compute_max: Option<String>,
+    /// With --compute-max: how long the program, once held back by its
+    /// ceiling, then runs at a stretch, in ms (default 200; see
+    /// docs/compute-share.md).
+    #[arg(long)]
+    pub compute_burst_ms: Option<String>,
+}
+
+/// How errors name a field: `--memory "x"` or `annotation cuslice.io/memory="x"`.
+pub struct Names {
+    pub what: &'static str,
+    pub prefix: &'static str,
+    pub sep: char,
+}
+
+pub const FLAGS: Names = Names {
+    what: "",
+    prefix: "--",
+    sep: ' ',
+};
+
+pub const ANNOTATIONS: Names = Names {
+    what: "annotation ",
+    prefix: "cuslice.io/",
+    sep: '=',
+};
+
+impl Names {
+    fn name(&self, field: &str) -> String {
+        format!("{}{field}", self.prefix)
+    }
+
+    fn label(&self, field: &str, value: &str) -> String {
+        format!("{}{}{field}{}{value:?}", self.what, self.prefix, self.sep)
+    }
+}
+
+/// Validated quota-file text: (top-level lines, lines of a limits table).
+pub fn to_toml(l: &Limits, n: &Names) -> Result<(String, String), String> {
+    let mut table = String::new();
+    if let Some(m) = &l.memory {
+        let bytes = config::parse_size(m).map_err(|e| format!("{}: {e}", n.label("memory", m)))?;
+        if !(config::MIN_MEMORY..=config::MAX_MEMORY).contains(&bytes) {
+            return Err(format!(
+                "{}: expected from 1MiB to 1PiB",
+                n.label("memory", m)
+            ));
+        }
+        table.push_str(&format!("memory = {bytes}\n"));
+    }
+    let pct = |field: &str, v: &Option<String>| -> Result<Option<u8>, String> {
+        v.as_deref()
+            .map(|s| config::parse_percent(s).map_err(|e| format!("{}: {e}", n.label(field, s))))
+            .transpose()
+    };
+    let (c, m) = (
+        pct("compute", &l.compute)?,
+        pct("compute-max", &l.compute_max)?,
+    );
+    if let (Some(c), Some(m)) = (c, m)
+        && m < c
+    {
+        return Err(format!(
+            "{}: below {} {c}%",
+            n.label("compute-max", &format!("{m}%")),
+            n.name("compute")
+        ));
+    }
+    if let Some(c) = c {
+        table.push_str(&format!("compute = {c}\n"));
+    }
+    if let Some(m) = m {
+        table.push_str(&format!("compute_max = {m}\n"));
+    }
+    let mut top = String::new();
+    if let Some(b) = &l.compute_burst_ms {
+        let ms = config::parse_burst(b)
+            .map_err(|e| format!("{}: {e}", n.label("compute-burst-ms", b)))?;
+        if m.is_none() {
+            return Err(format!(
+                "{}: only applies with {} (it shapes how a ceiling is enforced)",
+                n.label("compute-burst-ms", b),
+                n.name("compute-max")
+            ));
+        }
+        top.push_str(&format!("compute_burst_ms = {ms}\n"));
+    }
+    Ok((top, table))
+}
