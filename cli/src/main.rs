@@ -10,6 +10,7 @@ use clap::{Args, Parser, Subcommand};
 use cuslice_core::config;
 
 mod exporter;
+mod inroot;
 mod limits;
 mod oci;
 mod status;
