@@ -19,17 +19,29 @@
 //! container's root is mounted at its bundle path and host paths are still
 //! reachable. `poststop` removes `<root>/containers/<id>`.
 //!
+//! That is also why the image cannot be trusted with names: the hook is
+//! host root and host paths are reachable, so a symlink in the image
+//! (`/etc -> /host/etc`, `/usr/lib/cuslice -> ../../../../x`) would lead its
+//! writes onto the host. Every path in the container is opened, and created
+//! where missing, through `inroot` without following any symlink, and
+//! mounted on through its descriptor. A symlink, a device, fifo or socket,
+//! or a directory where a file belongs (or the reverse) fails container
+//! creation with one line naming the path inside the container.
+//!
 //! A container without `cuslice.io/*` annotations is left alone. A bad
 //! annotation fails container creation with one line naming it, and nothing
 //! is left behind.
 
 use std::collections::BTreeMap;
 use std::ffi::CString;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use cuslice_core::config;
 use serde::Deserialize;
+
+use crate::inroot::{self, Kind};
 
 pub const DEFAULT_ROOT: &str = "/run/cuslice";
 pub const DEFAULT_LIB: &str = "/usr/lib/cuslice/libcuslice.so";
@@ -222,63 +234,187 @@ fn cstr(p: &Path) -> Result<CString, String> {
         .map_err(|_| format!("{}: path contains NUL", p.display()))
 }
 
-/// Bind-mounts (in the container's mount namespace) `src` onto `dst` under
-/// the container's root, creating the mount point; read-only when asked.
-fn bind(src: &Path, rootfs: &Path, dst: &str, dir: bool, ro: bool) -> Result<(), String> {
-    let target = rootfs.join(dst.trim_start_matches('/'));
-    if dir {
-        std::fs::create_dir_all(&target).map_err(|e| format!("{}: {e}", target.display()))?;
-    } else {
-        if let Some(parent) = target.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
-        }
-        if !target.exists() {
-            std::fs::write(&target, b"").map_err(|e| format!("{}: {e}", target.display()))?;
-        }
-    }
-    let (s, t) = (cstr(src)?, cstr(&target)?);
-    // SAFETY: mount(2) with NUL-terminated paths and no data.
+/// One bind mount the hook makes into the container.
+struct Bind {
+    /// On the host: the hook's own files under `--root`, or the library.
+    src: PathBuf,
+    /// Whether a symlink at `src` is followed. Only the library: an
+    /// administrator may install it as a link; the hook's own files never
+    /// are one.
+    follow_src: bool,
+    /// Inside the container.
+    dst: &'static str,
+    kind: Kind,
+    ro: bool,
+}
+
+fn binds(a: &HookArgs, dir: &Path) -> [Bind; 5] {
+    [
+        Bind {
+            src: dir.join("quota.toml"),
+            follow_src: false,
+            dst: "/etc/cuslice/quota.toml",
+            kind: Kind::File,
+            ro: true,
+        },
+        Bind {
+            src: dir.join("segment"),
+            follow_src: false,
+            dst: "/run/cuslice/segment",
+            kind: Kind::Dir,
+            ro: false,
+        },
+        Bind {
+            src: a.root.join("gpu"),
+            follow_src: false,
+            dst: "/run/cuslice/gpu",
+            kind: Kind::Dir,
+            ro: false,
+        },
+        Bind {
+            src: a.lib.clone(),
+            follow_src: true,
+            dst: "/usr/lib/cuslice/libcuslice.so",
+            kind: Kind::File,
+            ro: true,
+        },
+        Bind {
+            src: a.root.join("ld.so.preload"),
+            follow_src: false,
+            dst: "/etc/ld.so.preload",
+            kind: Kind::File,
+            ro: true,
+        },
+    ]
+}
+
+/// `/proc/self/fd/N`: the path mount(2) resolves to what descriptor N
+/// refers to (its mount and inode), whatever names lead there.
+fn fd_path(fd: BorrowedFd) -> CString {
+    // A decimal number never contains NUL.
+    CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd())).unwrap_or_default()
+}
+
+fn mount(src: Option<&CString>, target: &CString, flags: libc::c_ulong) -> std::io::Result<()> {
+    // SAFETY: mount(2) with NUL-terminated paths that outlive the call (or a
+    // null source, which MS_REMOUNT ignores), no file system type and no
+    // data.
     let r = unsafe {
         libc::mount(
-            s.as_ptr(),
-            t.as_ptr(),
+            src.map_or(std::ptr::null(), |s| s.as_ptr()),
+            target.as_ptr(),
             std::ptr::null(),
-            libc::MS_BIND,
+            flags,
             std::ptr::null(),
         )
     };
     if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// A host source, opened O_PATH (O_NOFOLLOW unless `follow_src`) and
+/// checked to be the kind its target is.
+fn open_source(b: &Bind) -> Result<(OwnedFd, libc::stat), String> {
+    let c = cstr(&b.src)?;
+    let nofollow = if b.follow_src { 0 } else { libc::O_NOFOLLOW };
+    // SAFETY: `c` is NUL-terminated and outlives the call.
+    let fd = unsafe { libc::open(c.as_ptr(), libc::O_PATH | libc::O_CLOEXEC | nofollow) };
+    if fd < 0 {
         return Err(format!(
-            "cannot mount {} on {}: {}",
-            src.display(),
-            dst,
+            "host path {}: {}",
+            b.src.display(),
             std::io::Error::last_os_error()
         ));
     }
-    if ro {
-        let flags =
-            libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV;
-        // SAFETY: as above.
-        let r = unsafe {
-            libc::mount(
-                std::ptr::null(),
-                t.as_ptr(),
-                std::ptr::null(),
-                flags,
-                std::ptr::null(),
+    // SAFETY: open just returned this descriptor; nothing else owns it.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let st =
+        inroot::fstat(fd.as_fd()).map_err(|e| format!("host path {}: {e}", b.src.display()))?;
+    if !b.kind.matches(st.st_mode) {
+        return Err(format!(
+            "host path {} is {}, expected {}",
+            b.src.display(),
+            inroot::type_name(st.st_mode),
+            b.kind.expected()
+        ));
+    }
+    Ok((fd, st))
+}
+
+/// Makes the mounts, in the container's mount namespace (run in the child
+/// after setns). Every path in the container is opened (and created where
+/// missing) through `inroot`, following no symlink, and every source and
+/// target is checked before anything is mounted: an image the hook refuses
+/// gets no mount at all, and nothing is created outside its root.
+fn mount_all(rootfs: &Path, binds: &[Bind]) -> Result<(), String> {
+    let root = inroot::open_root(rootfs)?;
+    let mut opened = Vec::with_capacity(binds.len());
+    for b in binds {
+        let (src, src_st) = open_source(b)?;
+        let dst = inroot::open(root.as_fd(), b.dst, b.kind, true)?;
+        opened.push((b, src, src_st, dst));
+    }
+    for (b, src, src_st, dst) in &opened {
+        // Mounted through the descriptors: the target is the inode the walk
+        // checked, not whatever the name leads to by now.
+        mount(
+            Some(&fd_path(src.as_fd())),
+            &fd_path(dst.as_fd()),
+            libc::MS_BIND,
+        )
+        .map_err(|e| {
+            format!(
+                "cannot mount {} on container path {}: {e}",
+                b.src.display(),
+                b.dst
             )
-        };
-        if r != 0 {
-            return Err(format!(
-                "cannot make {dst} read-only: {}",
-                std::io::Error::last_os_error()
-            ));
+        })?;
+        if b.ro {
+            remount_read_only(root.as_fd(), b, src_st)?;
         }
     }
     Ok(())
 }
 
+/// Makes the bind mount just made at `b.dst` read-only. The target's
+/// descriptor still refers to the covered inode, on the mount below (the
+/// root file system, possibly): remounting through it would make that one
+/// read-only. The path is walked again (no symlink followed) to the new
+/// mount's top, which must be the source's inode.
+fn remount_read_only(root: BorrowedFd, b: &Bind, src_st: &libc::stat) -> Result<(), String> {
+    let top = inroot::open(root, b.dst, b.kind, false)?;
+    let st = inroot::fstat(top.as_fd())
+        .map_err(|e| format!("container path {}: cannot stat it: {e}", b.dst))?;
+    if (st.st_dev, st.st_ino) != (src_st.st_dev, src_st.st_ino) {
+        return Err(format!(
+            "container path {} is not {} after mounting it there: refusing to remount it read-only",
+            b.dst,
+            b.src.display()
+        ));
+    }
+    let flags =
+        libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV;
+    mount(None, &fd_path(top.as_fd()), flags)
+        .map_err(|e| format!("cannot make container path {} read-only: {e}", b.dst))?;
+    // What the container will see through that name must now be read-only.
+    // SAFETY: an all-zero `statvfs` is a valid value of this plain C struct;
+    // fstatvfs only writes into it.
+    let mut vfs: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `top` is a live descriptor, `vfs` a writable statvfs.
+    let r = unsafe { libc::fstatvfs(top.as_raw_fd(), &mut vfs) };
+    if r != 0 || vfs.f_flag & libc::ST_RDONLY == 0 {
+        return Err(format!(
+            "container path {} is still writable after remounting it read-only",
+            b.dst
+        ));
+    }
+    Ok(())
+}
+
 fn mount_into(pid: i32, rootfs: &Path, a: &HookArgs, dir: &Path) -> Result<(), String> {
+    let binds = binds(a, dir);
     let ns = format!("/proc/{pid}/ns/mnt");
     let nsc = CString::new(ns.clone()).map_err(|_| "bad pid".to_string())?;
     // SAFETY: open a namespace file.
@@ -295,8 +431,9 @@ fn mount_into(pid: i32, rootfs: &Path, a: &HookArgs, dir: &Path) -> Result<(), S
         (p[0], p[1])
     };
     // setns(CLONE_NEWNS) needs a single-threaded process: do it in a child.
-    // SAFETY: fork; the child only calls async-signal-safe-enough code
-    // (setns, mount, file creation) and exits.
+    // SAFETY: fork; the hook has no other thread, so the child may
+    // allocate; it only opens, creates and mounts (mount_all), reports on
+    // the pipe and _exits, never returning into the caller.
     let child = unsafe { libc::fork() };
     if child < 0 {
         return Err(format!("fork: {}", std::io::Error::last_os_error()));
@@ -309,37 +446,7 @@ fn mount_into(pid: i32, rootfs: &Path, a: &HookArgs, dir: &Path) -> Result<(), S
                 std::io::Error::last_os_error()
             ))
         } else {
-            (|| {
-                bind(
-                    &dir.join("quota.toml"),
-                    rootfs,
-                    "/etc/cuslice/quota.toml",
-                    false,
-                    true,
-                )?;
-                bind(
-                    &dir.join("segment"),
-                    rootfs,
-                    "/run/cuslice/segment",
-                    true,
-                    false,
-                )?;
-                bind(&a.root.join("gpu"), rootfs, "/run/cuslice/gpu", true, false)?;
-                bind(
-                    &a.lib,
-                    rootfs,
-                    "/usr/lib/cuslice/libcuslice.so",
-                    false,
-                    true,
-                )?;
-                bind(
-                    &a.root.join("ld.so.preload"),
-                    rootfs,
-                    "/etc/ld.so.preload",
-                    false,
-                    true,
-                )
-            })()
+            mount_all(rootfs, &binds)
         };
         let msg = r.err().unwrap_or_default();
         // SAFETY: write to the pipe, then leave without running destructors.
