@@ -380,9 +380,9 @@ fn mount_all(rootfs: &Path, binds: &[Bind]) -> Result<(), String> {
 
 /// Makes the bind mount just made at `b.dst` read-only. The target's
 /// descriptor still refers to the covered inode, on the mount below (the
-/// root file system, possibly): remounting through it would make that one
-/// read-only. The path is walked again (no symlink followed) to the new
-/// mount's top, which must be the source's inode.
+/// container's root file system, say): a remount through it would act on
+/// that mount, not the new one. The path is walked again (no symlink
+/// followed) to the new mount's top, which must be the source's inode.
 fn remount_read_only(root: BorrowedFd, b: &Bind, src_st: &libc::stat) -> Result<(), String> {
     let top = inroot::open(root, b.dst, b.kind, false)?;
     let st = inroot::fstat(top.as_fd())
