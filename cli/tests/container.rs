@@ -3,7 +3,10 @@
 //! /etc/ld.so.preload, the quota file is read-only, and an allocation past
 //! the quota fails (fake driver inside the container). After the container
 //! is gone, so are its files. A bad annotation fails creation, leaving
-//! nothing behind. Needs root and runc (scripts/setup.sh installs runc).
+//! nothing behind. Hostile images (symlinks out of the root at every path
+//! the hook mounts on, directories where it mounts files) fail creation
+//! with one line, and leave the host's files as they were. Needs root and
+//! runc (scripts/setup.sh installs runc).
 
 #[path = "../../tests/common/mod.rs"]
 mod common;
@@ -114,6 +117,55 @@ fn bundle_in(
     Bundle { dir, root }
 }
 
+impl Bundle {
+    /// The container's root file system, to customise before the run.
+    fn rootfs(&self) -> PathBuf {
+        self.dir.join("bundle").join("rootfs")
+    }
+
+    /// Edits the bundle's config.json before the run.
+    fn edit_spec(&self, f: impl FnOnce(&mut serde_json::Value)) {
+        let path = self.dir.join("bundle").join("config.json");
+        let mut spec: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&path).expect("read")).expect("json");
+        f(&mut spec);
+        std::fs::write(&path, serde_json::to_vec_pretty(&spec).expect("encode")).expect("write");
+    }
+
+    /// Runs the create hook through `sh`, which keeps a copy of what the
+    /// hook writes on stderr in the returned file (runc folds it into its
+    /// own message).
+    fn capture_hook_stderr(&self) -> PathBuf {
+        let file = self.dir.join("hook.stderr");
+        self.edit_spec(|spec| {
+            let hook = &mut spec["hooks"]["createRuntime"][0];
+            let mut args = vec![
+                serde_json::json!("sh"),
+                serde_json::json!("-c"),
+                serde_json::json!(
+                    "\"$@\" 2>\"$HOOK_STDERR\"; rc=$?; cat \"$HOOK_STDERR\" >&2; exit $rc"
+                ),
+                serde_json::json!("sh"),
+                hook["path"].clone(),
+            ];
+            args.extend(
+                hook["args"]
+                    .as_array()
+                    .expect("hook args")
+                    .iter()
+                    .skip(1)
+                    .cloned(),
+            );
+            *hook = serde_json::json!({
+                "path": "/bin/sh",
+                "args": args,
+                "env": ["PATH=/usr/bin:/bin", format!("HOOK_STDERR={}", file.display())],
+            });
+        });
+        file
+    }
+}
+
 fn runc_run(b: &Bundle, id: &str) -> std::process::Output {
     Command::new("runc")
         .args(["run", "--bundle"])
@@ -127,6 +179,7 @@ fn runc_run(b: &Bundle, id: &str) -> std::process::Output {
 fn an_annotated_container_gets_its_slice() {
     let script = "cat /etc/ld.so.preload; \
         if (echo x > /etc/cuslice/quota.toml) 2>/dev/null; then echo QUOTA writable; else echo QUOTA read-only; fi; \
+        if (echo x > /etc/probe) 2>/dev/null; then echo ROOT writable; else echo ROOT read-only; fi; \
         cat /etc/cuslice/quota.toml; \
         memtest alloc 419430400; memtest alloc 209715200; ls /run/cuslice";
     let b = bundle(
@@ -146,6 +199,12 @@ fn an_annotated_container_gets_its_slice() {
     assert!(
         stdout.contains("QUOTA read-only"),
         "the quota file must be read-only:\n{stdout}"
+    );
+    // The read-only remounts hit the new mounts, not the root file
+    // system they cover.
+    assert!(
+        stdout.contains("ROOT writable"),
+        "the container's root must stay writable:\n{stdout}"
     );
     assert!(stdout.contains("memory = 1073741824"), "{stdout}");
     // 1 GiB quota less the 640 MiB context charge leaves 384 MiB: 400 MiB is
@@ -208,7 +267,7 @@ fn containers_cannot_reach_each_others_slice() {
         "memtest hold 314572800",
         Some(&shared),
     );
-    let mut holder = Command::new("runc")
+    let holder = Command::new("runc")
         .args(["run", "--bundle"])
         .arg(b.dir.join("bundle"))
         .arg(&id_b)
@@ -404,4 +463,267 @@ fn install_script_lays_out_a_host() {
     let again = install();
     assert!(again.status.success());
     let _ = std::fs::remove_dir_all(&dest);
+}
+
+/// Every file, directory and symlink under `dir` (itself included) but the
+/// `skip` subtrees: path, mode, and contents (a symlink's target), to show
+/// a tree was not touched.
+fn snapshot(dir: &Path, skip: &[PathBuf]) -> Vec<(PathBuf, u32, Vec<u8>)> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::MetadataExt;
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(p) = todo.pop() {
+        if skip.contains(&p) {
+            continue;
+        }
+        let m = std::fs::symlink_metadata(&p).expect("lstat");
+        let content = if m.file_type().is_symlink() {
+            std::fs::read_link(&p)
+                .expect("readlink")
+                .as_os_str()
+                .as_bytes()
+                .to_vec()
+        } else if m.is_dir() {
+            for e in std::fs::read_dir(&p).expect("read_dir") {
+                todo.push(e.expect("entry").path());
+            }
+            Vec::new()
+        } else {
+            std::fs::read(&p).expect("read")
+        };
+        out.push((p, m.mode(), content));
+    }
+    out.sort();
+    out
+}
+
+/// `to` as a path relative to the directory `from`: `../../x/y`.
+fn relative(from: &Path, to: &Path) -> PathBuf {
+    let (f, t): (Vec<_>, Vec<_>) = (from.components().collect(), to.components().collect());
+    let common = f.iter().zip(&t).take_while(|(a, b)| a == b).count();
+    let mut r = PathBuf::new();
+    for _ in common..f.len() {
+        r.push("..");
+    }
+    for c in &t[common..] {
+        r.push(c);
+    }
+    r
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Shape {
+    /// A symlink to the host path of a sentinel directory.
+    Absolute,
+    /// A symlink climbing out of the root with `../` to the sentinel.
+    Relative,
+    /// A symlink to a missing path next to the sentinel's files.
+    Dangling,
+    /// A directory where the hook mounts a file.
+    Dir,
+}
+
+/// An image whose `path` has `shape`: creation fails with one line naming
+/// `path`, the container's process never runs, the host's sentinel tree
+/// (what the symlinks point at) is unchanged byte for byte, and the
+/// container's directory under the hook's root is gone.
+fn hostile(name: &str, path: &str, shape: Shape) {
+    let b = bundle(
+        name,
+        serde_json::json!({"cuslice.io/memory": "1GiB"}),
+        "echo CONTAINER-RAN",
+    );
+    let id = format!("cuslice-h-{name}-{}", std::process::id());
+    // The host's files an escaping hook would write into.
+    let sentinel = b.dir.join("sentinel");
+    for d in ["etc", "lib", "run"] {
+        std::fs::create_dir_all(sentinel.join(d)).expect("mkdir");
+    }
+    std::fs::write(sentinel.join("etc/hostname"), "host\n").expect("write");
+    std::fs::write(sentinel.join("etc/ld.so.preload"), "/host/keep.so\n").expect("write");
+    std::fs::write(sentinel.join("lib/keep.so"), "keep").expect("write");
+    std::fs::write(sentinel.join("run/keep"), "keep").expect("write");
+    let before = snapshot(&sentinel, &[]);
+
+    let at = b.rootfs().join(path.trim_start_matches('/'));
+    let parent = at.parent().expect("parent");
+    std::fs::create_dir_all(parent).expect("mkdir");
+    if at.is_dir() {
+        std::fs::remove_dir(&at).expect("rmdir");
+    }
+    let target = match path {
+        "/etc" | "/etc/cuslice" => sentinel.join("etc"),
+        "/etc/ld.so.preload" => sentinel.join("etc/ld.so.preload"),
+        "/usr/lib/cuslice" => sentinel.join("lib"),
+        "/run/cuslice" => sentinel.join("run"),
+        _ => sentinel.clone(),
+    };
+    let want = match shape {
+        Shape::Absolute | Shape::Relative | Shape::Dangling => {
+            let link = match shape {
+                Shape::Absolute => target.clone(),
+                Shape::Relative => relative(parent, &target),
+                _ => sentinel.join(format!(
+                    "{}-missing",
+                    target.file_name().expect("name").to_string_lossy()
+                )),
+            };
+            std::os::unix::fs::symlink(&link, &at).expect("symlink");
+            if !matches!(shape, Shape::Dangling) {
+                assert_eq!(
+                    std::fs::canonicalize(&at).expect("resolves"),
+                    target,
+                    "{} must lead out of the root",
+                    link.display()
+                );
+            }
+            format!(
+                "container path {path} is a symlink (to {}): ",
+                link.display()
+            )
+        }
+        Shape::Dir => {
+            std::fs::create_dir_all(&at).expect("mkdir");
+            format!("container path {path} is a directory, expected a regular file")
+        }
+    };
+    let hook_stderr = b.capture_hook_stderr();
+    // Nor is anything else of the test's directory touched, but for the
+    // image (the hook may create its mount points there before it finds
+    // what it refuses), the hook's own root (checked below), and the hook's
+    // stderr.
+    let others = || snapshot(&b.dir, &[b.rootfs(), b.root.clone(), hook_stderr.clone()]);
+    let others_before = others();
+
+    let out = runc_run(&b, &id);
+    let _ = Command::new("runc")
+        .args(["delete", "--force", &id])
+        .output();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let hook = std::fs::read_to_string(&hook_stderr).unwrap_or_default();
+    assert!(
+        !out.status.success(),
+        "{shape:?} {path}: the container must not start:\n{stdout}\n{stderr}"
+    );
+    assert!(
+        !stdout.contains("CONTAINER-RAN"),
+        "{shape:?} {path}: the container's process ran:\n{stdout}"
+    );
+    assert_eq!(
+        hook.lines().count(),
+        1,
+        "{shape:?} {path}: one line from the hook:\n{hook}\nrunc:\n{stderr}"
+    );
+    assert!(
+        hook.starts_with(&format!("cuslice: oci-hook: {want}")),
+        "{shape:?} {path}: the hook names the container path, want {want:?}:\n{hook}"
+    );
+    assert!(
+        stderr.contains(&format!("container path {path} is a ")),
+        "{shape:?} {path}: runc reports the hook's line:\n{stderr}"
+    );
+    assert_eq!(
+        snapshot(&sentinel, &[]),
+        before,
+        "{shape:?} {path}: the host's files changed"
+    );
+    assert_eq!(
+        others(),
+        others_before,
+        "{shape:?} {path}: files outside the image changed"
+    );
+    assert!(
+        !b.root.join("containers").join(&id).exists(),
+        "{shape:?} {path}: per-container files left behind"
+    );
+    // What is left of the hook's root is what every container shares.
+    let mut left: Vec<String> = snapshot(&b.root, &[])
+        .into_iter()
+        .map(|(p, _, _)| {
+            p.strip_prefix(&b.root)
+                .expect("under")
+                .display()
+                .to_string()
+        })
+        .collect();
+    left.sort();
+    assert_eq!(
+        left,
+        ["", "containers", "gpu", "ld.so.preload"],
+        "{shape:?} {path}: the hook's root"
+    );
+}
+
+macro_rules! hostile_images {
+    ($($test:ident: $path:literal, $shape:ident;)*) => {$(
+        #[test]
+        fn $test() {
+            hostile(stringify!($test), $path, Shape::$shape);
+        }
+    )*};
+}
+
+hostile_images! {
+    refuses_etc_absolute_symlink: "/etc", Absolute;
+    refuses_etc_relative_symlink: "/etc", Relative;
+    refuses_etc_dangling_symlink: "/etc", Dangling;
+    refuses_etc_cuslice_absolute_symlink: "/etc/cuslice", Absolute;
+    refuses_etc_cuslice_relative_symlink: "/etc/cuslice", Relative;
+    refuses_etc_cuslice_dangling_symlink: "/etc/cuslice", Dangling;
+    refuses_ld_so_preload_absolute_symlink: "/etc/ld.so.preload", Absolute;
+    refuses_ld_so_preload_relative_symlink: "/etc/ld.so.preload", Relative;
+    refuses_ld_so_preload_dangling_symlink: "/etc/ld.so.preload", Dangling;
+    refuses_usr_lib_cuslice_absolute_symlink: "/usr/lib/cuslice", Absolute;
+    refuses_usr_lib_cuslice_relative_symlink: "/usr/lib/cuslice", Relative;
+    refuses_usr_lib_cuslice_dangling_symlink: "/usr/lib/cuslice", Dangling;
+    refuses_run_cuslice_absolute_symlink: "/run/cuslice", Absolute;
+    refuses_run_cuslice_relative_symlink: "/run/cuslice", Relative;
+    refuses_run_cuslice_dangling_symlink: "/run/cuslice", Dangling;
+    refuses_ld_so_preload_as_a_directory: "/etc/ld.so.preload", Dir;
+    refuses_quota_toml_as_a_directory: "/etc/cuslice/quota.toml", Dir;
+}
+
+#[test]
+fn a_runtime_mount_in_the_root_is_crossed() {
+    // A tmpfs the runtime mounts on /run is a mount point inside the root,
+    // not a way out: the hook creates /run/cuslice in it, not beneath it.
+    let b = bundle(
+        "tmpfs-run",
+        serde_json::json!({"cuslice.io/memory": "1GiB"}),
+        "cat /etc/ld.so.preload; ls /run/cuslice; cat /proc/mounts",
+    );
+    b.edit_spec(|spec| {
+        spec["mounts"]
+            .as_array_mut()
+            .expect("mounts")
+            .push(serde_json::json!({
+                "destination": "/run",
+                "type": "tmpfs",
+                "source": "tmpfs",
+                "options": ["nosuid", "nodev", "mode=755", "size=1m"],
+            }));
+    });
+    let id = format!("cuslice-tmpfs-{}", std::process::id());
+    let out = runc_run(&b, &id);
+    let _ = Command::new("runc")
+        .args(["delete", "--force", &id])
+        .output();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "runc run failed:\n{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("/usr/lib/cuslice/libcuslice.so"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("gpu") && stdout.contains("segment"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("tmpfs /run tmpfs"), "{stdout}");
+    assert!(
+        !b.rootfs().join("run/cuslice").exists(),
+        "created beneath the tmpfs, in the image"
+    );
 }
