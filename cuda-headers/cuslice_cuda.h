@@ -399,11 +399,18 @@ CUresult cuCtxSetCurrent(CUcontext ctx);
 /** @hook real */
 CUresult cuCtxGetDevice(CUdevice *device);
 
-/** @hook real */
+/* Synchronising calls: a process that launches freely has work in flight
+ * until they return (charged to its share), and a latency tenant's work in
+ * flight holds other tenants back until then (src/hooks/sync.rs). */
+
+/** @hook override sync */
 CUresult cuCtxSynchronize(void);
 
-/** @hook real */
+/** @hook override sync */
 CUresult cuStreamSynchronize(CUstream hStream);
+
+/** @hook override sync */
+CUresult cuStreamSynchronize_ptsz(CUstream hStream);
 
 /** @hook real */
 CUresult cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus);
@@ -417,7 +424,7 @@ CUresult cuEventRecord(CUevent hEvent, CUstream hStream);
 /** @hook real */
 CUresult cuEventQuery(CUevent hEvent);
 
-/** @hook real */
+/** @hook override sync */
 CUresult cuEventSynchronize(CUevent hEvent);
 
 /** @hook real */

@@ -1,55 +1,123 @@
 //! The compute share: every launch of a process whose tenant has a share or
-//! a ceiling goes through `gate`, which lets it through while the process
-//! holds the GPU's lease (see `cuslice_core::gpu` for the policy).
+//! a ceiling goes through `gate`. What may launch, and when, is decided by
+//! the policy in `cuslice_core::gpu::policy`; this module supplies the
+//! clock, the draining, the waiting and the events.
 //!
-//! Hot path (holding the lease, inside the slice): one fetch-sub, and a
-//! clock read every 16th launch. No lock, no syscall, no allocation.
+//! A process launches in **passes**: a pass lets a number of launches (its
+//! budget) through until its deadline, with one fetch-sub per launch (and a
+//! clock read every 16th) and no lock, syscall or allocation. At a pass's
+//! end (the slow path, under a process-local mutex):
+//! - a process that launched freely is charged the pass's wall time; one
+//!   that holds the lease renews it (charged the slice) or, when another
+//!   tenant waits or its ceiling is reached, drains its work
+//!   (`cuCtxSynchronize`), is charged the slice and releases the lease;
+//! - the queue is bounded with events: a lease holder keeps about one
+//!   slice queued; beside a latency tenant every standard process keeps
+//!   well under a millisecond queued (`SHALLOW_PASS_NS`; one kernel at a
+//!   time when kernels are longer), so that the latency tenant's kernels
+//!   find the GPU at the next kernel boundary;
+//! - a standard process holds back while a latency tenant has work in
+//!   flight;
+//! - a process without the lease asks the policy how to go on: freely (its
+//!   tenant's demand is under its share), through the lease (waiting on a
+//!   futex in the segment), or, a latency tenant out of ceiling tokens,
+//!   after a wait.
 //!
-//! At the end of a slice (its deadline passed, or it used its launch
-//! budget): if nobody else waits and the ceiling allows, the slice is
-//! renewed, and the queue is kept to about one slice of work by waiting for
-//! an event recorded at the previous renewal. Otherwise the process drains
-//! its work (`cuCtxSynchronize`), is charged the slice's wall time (it had
-//! the GPU to itself), releases the lease, and waits for it again on a
-//! futex in the shared segment.
+//! A latency tenant's process reads the clock at every launch and stamps
+//! its work in flight into the segment at each pass (short passes); the
+//! synchronising calls (`sync_begin` / `sync_end`, from `hooks::sync`)
+//! stamp it until they return.
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{
+    AtomicBool, AtomicI64, AtomicPtr, AtomicU8, AtomicU32, AtomicU64, Ordering,
+};
 
-use cuslice_core::config::{Config, format_uuid};
-use cuslice_core::gpu::{Acquire, GpuSegment};
+use cuslice_core::config::{
+    Config, DEFAULT_COMPUTE_BURST_MS, DEFAULT_COMPUTE_SLICE_MS, format_uuid,
+};
+use cuslice_core::gpu::{Acquire, GpuSegment, LATENCY_LINGER_NS, Route, TenantSpec};
 
 use crate::generated::real;
 use crate::sys::*;
 
-/// Slice length: long enough that a hand-over (drain + wake-up, tens of
-/// microseconds) costs well under 1 %, short enough for fair sharing.
-pub const DEFAULT_SLICE_NS: u64 = 20_000_000;
-
-/// Launches let through in the first slice, before any measurement. The
-/// budget then follows the measured GPU time per launch but at most doubles
-/// from one slice to the next (a slow start: a first estimate taken before
-/// the GPU queue filled would be far too optimistic for long kernels).
+/// Launches let through in the first slice under the lease, before any
+/// measurement. The budget then follows the measured GPU time per launch
+/// but at most doubles from one pass to the next (a slow start: a first
+/// estimate taken before the GPU queue filled would be far too optimistic
+/// for long kernels).
 const FIRST_BUDGET: u64 = 4;
+/// A free pass: how long a process that launches freely goes before it is
+/// charged and asked again how to go on.
+const FREE_PASS_NS: u64 = 2_000_000;
+/// Beside a latency tenant: the GPU work a standard process lets through
+/// per pass. With the queue bounded to about two passes, a latency tenant
+/// waits for well under a millisecond of others' work (kernels longer than
+/// this run one at a time). Measured on an H100 with 0.2 ms matmuls: two in
+/// flight cost the service nothing and the trainer nothing; with 1.6 ms
+/// matmuls, one at a time (docs/benchmarks/2026-11-23-h100-colocation-explore.md).
+const SHALLOW_PASS_NS: u64 = 250_000;
+/// A latency tenant's pass: its stamp is renewed at least this often while
+/// it launches.
+const LATENCY_PASS_NS: u64 = LATENCY_LINGER_NS / 2;
+/// A gap this long between a process's passes (or synchronising calls)
+/// ends its busy period.
+const BUSY_GAP_NS: u64 = 200_000;
+/// How often a standard process looks whether a latency tenant is live.
+const PRESENCE_CHECK_NS: u64 = 50_000_000;
+/// Longest single sleep while holding back for a latency tenant (it wakes
+/// us when its work is done; this bounds a missed wake-up).
+const HOLD_SLEEP_NS: u64 = 2_000_000;
+/// A budget that never ends a pass before its deadline.
+const UNBOUNDED: u64 = 1 << 40;
+
+const NONE: u8 = 0;
+const FREE: u8 = 1;
+const HOLDING: u8 = 2;
 
 pub struct Gpu {
     seg: GpuSegment,
     tenant: usize,
     slot: usize,
     slice_ns: u64,
-    holding: AtomicBool,
-    deadline: AtomicU64,
-    /// Launches left in this slice (the fast path's one atomic; 0 while the
-    /// lease is not held, so that the next launch takes the slow path).
+    latency: bool,
+    /// Launches left in this pass (the fast path's one atomic; 0 while no
+    /// pass is open, so that the next launch takes the slow path).
     credits: AtomicI64,
-    /// Launches allowed in this slice.
+    /// `credits & clock_mask == 0` launches read the clock: 15 (every
+    /// 16th), or 0 for a latency tenant (every launch).
+    clock_mask: AtomicI64,
+    /// End of the current pass.
+    deadline: AtomicU64,
+    /// NONE, FREE or HOLDING.
+    mode: AtomicU8,
+    /// End of the current slice of the lease (HOLDING).
+    lease_deadline: AtomicU64,
+    /// Launches allowed in this pass.
     budget: AtomicU64,
     /// Measured average GPU time per launch, ns (0: not yet known).
     per_launch_ns: AtomicU64,
-    slice_start: AtomicU64,
-    /// Event recorded at the last renewal (bounds the queue).
-    event: AtomicPtr<CUevent_st>,
-    /// Serialises slice ends and lease waits within the process.
+    pass_start: AtomicU64,
+    /// Two checkpoint events, recorded at pass ends in turn (bound the
+    /// queue); `checkpoint` counts the records.
+    events: [AtomicPtr<CUevent_st>; 2],
+    checkpoint: AtomicU64,
+    /// Busy period: work in flight since `busy_since`, last seen at
+    /// `busy_last` (ns).
+    busy_since: AtomicU64,
+    busy_last: AtomicU64,
+    /// Whether a latency tenant is live on this GPU, as of `shallow_at`.
+    shallow: AtomicBool,
+    shallow_at: AtomicU64,
+    /// Threads inside a synchronising call, since `sync_start`; whether
+    /// that wait is charged (the process was launching freely) and whether
+    /// it stamped a latency tenant's work in flight.
+    syncing: AtomicU32,
+    sync_start: AtomicU64,
+    sync_charged: AtomicBool,
+    sync_stamped: AtomicBool,
+    /// Serialises pass ends, lease waits and sync bookkeeping within the
+    /// process.
     slow: Mutex<()>,
 }
 
@@ -88,23 +156,16 @@ fn tenant_name(cfg: &Config) -> String {
 
 /// Builds the limiter (called once from `quota::init`).
 pub fn build(cfg: &Config, uuids: &[[u8; 16]]) -> Result<(), String> {
-    let slice_ns = match std::env::var("CUSLICE_SLICE_MS") {
-        Ok(v) => match v.parse::<u64>() {
-            Ok(ms) if (1..=cuslice_core::gpu::MAX_SLICE_NS / 1_000_000).contains(&ms) => {
-                ms * 1_000_000
-            }
-            _ => {
-                return Err(format!(
-                    "CUSLICE_SLICE_MS={v:?}: expected a whole number of milliseconds from 1 to 1000"
-                ));
-            }
-        },
-        Err(_) => DEFAULT_SLICE_NS,
+    let slice_ms = cfg.compute_slice_ms.unwrap_or(DEFAULT_COMPUTE_SLICE_MS);
+    let slice_ns = u64::from(slice_ms) * 1_000_000;
+    // A latency tenant never saves up a burst before it runs again: its
+    // bucket holds at most one slice unless configured otherwise.
+    let default_burst = if cfg.latency {
+        slice_ms
+    } else {
+        DEFAULT_COMPUTE_BURST_MS
     };
-    let burst_ns = u64::from(
-        cfg.compute_burst_ms
-            .unwrap_or(cuslice_core::config::DEFAULT_COMPUTE_BURST_MS),
-    ) * 1_000_000;
+    let burst_ns = u64::from(cfg.compute_burst_ms.unwrap_or(default_burst)) * 1_000_000;
     let name = tenant_name(cfg);
     let mut gpus = Vec::with_capacity(uuids.len());
     let mut any = false;
@@ -120,8 +181,14 @@ pub fn build(cfg: &Config, uuids: &[[u8; 16]]) -> Result<(), String> {
             .gpu_segment_dir
             .join(format!("{}.seg", format_uuid(uuid)));
         let seg = GpuSegment::open_or_create(&path).map_err(|e| e.to_string())?;
+        let spec = TenantSpec {
+            share,
+            max,
+            burst_ns,
+            latency: cfg.latency,
+        };
         let (tenant, old) = seg
-            .register_tenant(&name, share, max, burst_ns, now_ns())
+            .register(&name, spec, now_ns())
             .map_err(|e| e.to_string())?;
         if let Some((s, m)) = old {
             crate::info!(
@@ -133,12 +200,17 @@ pub fn build(cfg: &Config, uuids: &[[u8; 16]]) -> Result<(), String> {
             .claim_proc(tenant, unsafe { libc::getpid() } as u32)
             .map_err(|e| e.to_string())?;
         crate::info!(
-            "GPU {i} ({}): compute share {share}%, ceiling {}, tenant {name}",
+            "GPU {i} ({}): compute share {share}%, ceiling {}, {}, tenant {name}",
             format_uuid(uuid),
             if max >= 100 {
                 "none".to_string()
             } else {
                 format!("{max}%")
+            },
+            if cfg.latency {
+                "latency class"
+            } else {
+                "standard class"
             }
         );
         any = true;
@@ -147,13 +219,28 @@ pub fn build(cfg: &Config, uuids: &[[u8; 16]]) -> Result<(), String> {
             tenant,
             slot,
             slice_ns,
-            holding: AtomicBool::new(false),
-            deadline: AtomicU64::new(0),
+            latency: cfg.latency,
             credits: AtomicI64::new(0),
+            clock_mask: AtomicI64::new(15),
+            deadline: AtomicU64::new(0),
+            mode: AtomicU8::new(NONE),
+            lease_deadline: AtomicU64::new(0),
             budget: AtomicU64::new(0),
             per_launch_ns: AtomicU64::new(0),
-            slice_start: AtomicU64::new(0),
-            event: AtomicPtr::new(std::ptr::null_mut()),
+            pass_start: AtomicU64::new(0),
+            events: [
+                AtomicPtr::new(std::ptr::null_mut()),
+                AtomicPtr::new(std::ptr::null_mut()),
+            ],
+            checkpoint: AtomicU64::new(0),
+            busy_since: AtomicU64::new(0),
+            busy_last: AtomicU64::new(0),
+            shallow: AtomicBool::new(false),
+            shallow_at: AtomicU64::new(0),
+            syncing: AtomicU32::new(0),
+            sync_start: AtomicU64::new(0),
+            sync_charged: AtomicBool::new(false),
+            sync_stamped: AtomicBool::new(false),
             slow: Mutex::new(()),
         }));
     }
@@ -178,14 +265,18 @@ impl Limiter {
     }
 }
 
-/// Lets one launch on `stream` through, waiting for the lease if needed.
+/// Lets one launch on `stream` through, waiting if needed.
 #[inline]
 pub fn gate(stream: CUstream) -> Result<(), CUresult> {
     let Some(l) = get() else { return Ok(()) };
     let Some(g) = l.gpu() else { return Ok(()) };
-    // One atomic per launch; the clock is read every 16th.
+    // One atomic per launch; the clock is read every 16th (every launch for
+    // a latency tenant).
     let c = g.credits.fetch_sub(1, Ordering::AcqRel);
-    if c > 1 && (c & 15 != 0 || now_ns() < g.deadline.load(Ordering::Relaxed)) {
+    if c > 1
+        && (c & g.clock_mask.load(Ordering::Relaxed) != 0
+            || now_ns() < g.deadline.load(Ordering::Relaxed))
+    {
         return Ok(());
     }
     g.slow_path(stream);
@@ -239,63 +330,229 @@ impl Gpu {
     fn slow_path(&self, stream: CUstream) {
         let _g = self.slow.lock().unwrap_or_else(|e| e.into_inner());
         let now = now_ns();
-        if self.holding.load(Ordering::Acquire) {
-            let within = self.credits.load(Ordering::Acquire) > 0
-                && now < self.deadline.load(Ordering::Relaxed);
-            // Launches into a capturing stream are recorded, not run: they
-            // neither end a slice nor wait.
-            if within || capturing(stream) {
-                return;
-            }
-            if !self.end_slice(stream, now) {
-                return; // renewed
-            }
-        } else if capturing(stream) {
+        let mode = self.mode.load(Ordering::Acquire);
+        if mode != NONE
+            && self.credits.load(Ordering::Acquire) > 0
+            && now < self.deadline.load(Ordering::Relaxed)
+        {
+            return; // another thread opened a pass
+        }
+        // Launches into a capturing stream are recorded, not run: they
+        // neither end a pass nor wait.
+        if capturing(stream) {
             return;
         }
-        self.acquire();
+        if mode != NONE {
+            self.end_pass(stream, now, mode);
+        }
+        if self.mode.load(Ordering::Acquire) == NONE {
+            self.route();
+        }
+        self.hold_back();
+        self.start_pass(now_ns());
     }
 
-    /// Ends the current slice: renews it (returns false) or drains and
-    /// releases the lease (returns true).
-    fn end_slice(&self, stream: CUstream, now: u64) -> bool {
-        let left = self.credits.load(Ordering::Acquire);
+    /// Closes the pass that ended at `now`: charges a free one, renews or
+    /// releases the lease at a slice's end, bounds the queue.
+    fn end_pass(&self, stream: CUstream, now: u64, mode: u8) {
+        let left = self.credits.swap(0, Ordering::AcqRel);
         let launches = (self.budget.load(Ordering::Relaxed) as i64 - left).max(1) as u64;
-        if !self.seg.must_release(self.tenant, now, self.slice_ns) {
-            // Keep about one slice queued: wait for what the previous slice
-            // submitted before submitting more.
-            let ev = self.event();
-            if !ev.is_null() {
-                // SAFETY: real driver calls on our own event.
-                unsafe {
-                    real::cuEventSynchronize(ev);
-                    real::cuEventRecord(ev, stream);
+        self.measure(now, launches);
+        let shallow = self.shallow_now(now);
+        if mode == FREE {
+            self.close_free_pass(now);
+            if shallow {
+                self.bound_queue(stream, true);
+            }
+            return;
+        }
+        if now >= self.lease_deadline.load(Ordering::Relaxed) {
+            if self.seg.must_release(self.tenant, now, self.slice_ns) {
+                // SAFETY: real driver call; drains this context's work.
+                unsafe { real::cuCtxSynchronize() };
+                self.mode.store(NONE, Ordering::Release);
+                if self.seg.release(self.slot, self.tenant, now_ns()) {
+                    futex_wake_all(self.seg.generation_word());
+                }
+                return;
+            }
+            // Nobody else waits: keep about one slice queued (wait for what
+            // the previous pass submitted), then renew.
+            self.bound_queue(stream, shallow);
+            match self
+                .seg
+                .renew(self.slot, self.tenant, now_ns(), self.slice_ns)
+            {
+                Some(deadline) => self.lease_deadline.store(deadline, Ordering::Relaxed),
+                None => self.mode.store(NONE, Ordering::Release), // taken from us
+            }
+            return;
+        }
+        self.bound_queue(stream, shallow);
+    }
+
+    /// Charges a free pass (its wall time, up to its deadline: a pass that
+    /// ended long after it had nothing in flight is not charged the idle
+    /// time) and notes the busy period.
+    fn close_free_pass(&self, now: u64) {
+        let end = now.min(self.deadline.load(Ordering::Relaxed));
+        let start = self.pass_start.load(Ordering::Relaxed);
+        self.seg
+            .charge_free(self.tenant, end.saturating_sub(start), now);
+        self.busy_last.store(end, Ordering::Relaxed);
+        let busy = end.saturating_sub(self.busy_since.load(Ordering::Relaxed));
+        self.seg.note_busy(self.tenant, busy);
+        self.credits.store(0, Ordering::Release);
+        self.mode.store(NONE, Ordering::Release);
+    }
+
+    /// Without the lease: how to go on (waits while the policy says so).
+    fn route(&self) {
+        let begin = now_ns();
+        loop {
+            let now = now_ns();
+            match self.seg.route(self.tenant, now, self.slice_ns) {
+                Route::Free => {
+                    self.mode.store(FREE, Ordering::Release);
+                    break;
+                }
+                Route::Throttle { until } => {
+                    // A latency tenant out of ceiling tokens.
+                    let generation = self.seg.generation_word().load(Ordering::Acquire);
+                    let timeout = until.saturating_sub(now).clamp(50_000, 2_000_000);
+                    futex_wait(self.seg.generation_word(), generation, timeout);
+                }
+                Route::Lease => {
+                    self.acquire();
+                    self.mode.store(HOLDING, Ordering::Release);
+                    break;
                 }
             }
-            let t = now_ns();
-            self.measure(t, launches);
-            if let Some(deadline) = self.seg.renew(self.slot, self.tenant, t, self.slice_ns) {
-                self.start_slice(t, deadline);
-                return false;
-            }
-            self.credits.store(0, Ordering::Release);
-            self.holding.store(false, Ordering::Release);
-            return true; // the lease was taken from us
         }
-        // SAFETY: real driver call; drains this context's work.
-        unsafe { real::cuCtxSynchronize() };
-        let t = now_ns();
-        self.measure(t, launches);
-        self.credits.store(0, Ordering::Release);
-        self.holding.store(false, Ordering::Release);
-        if self.seg.release(self.slot, self.tenant, t) {
-            futex_wake_all(self.seg.generation_word());
+        let waited = now_ns().saturating_sub(begin);
+        if waited > 50_000 && self.mode.load(Ordering::Relaxed) == FREE {
+            self.seg.add_throttled(self.tenant, waited);
         }
-        true
     }
 
-    fn event(&self) -> CUevent {
-        let e = self.event.load(Ordering::Acquire);
+    /// A standard process waits while a latency tenant has work in flight
+    /// (it wakes us when that work is done).
+    fn hold_back(&self) {
+        if self.latency {
+            return;
+        }
+        let begin = now_ns();
+        let mut now = begin;
+        while let Some(until) = self.seg.latency_hold(now) {
+            let s = self.seg.sched();
+            let generation = s.lat_gen.load(Ordering::Acquire);
+            s.lat_waiters.fetch_add(1, Ordering::AcqRel);
+            let timeout = until.saturating_sub(now).clamp(20_000, HOLD_SLEEP_NS);
+            futex_wait(self.seg.latency_word(), generation, timeout);
+            let _ = s
+                .lat_waiters
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
+                    Some(v.saturating_sub(1))
+                });
+            now = now_ns();
+        }
+        if now > begin {
+            self.seg.add_throttled(self.tenant, now - begin);
+        }
+    }
+
+    /// Whether standard tenants should keep short queues now (a latency
+    /// tenant is live on this GPU); looked up every `PRESENCE_CHECK_NS`.
+    fn shallow_now(&self, now: u64) -> bool {
+        if self.latency {
+            return false;
+        }
+        if now.saturating_sub(self.shallow_at.load(Ordering::Relaxed)) >= PRESENCE_CHECK_NS {
+            self.shallow
+                .store(self.seg.latency_present(), Ordering::Relaxed);
+            self.shallow_at.store(now, Ordering::Relaxed);
+        }
+        self.shallow.load(Ordering::Relaxed)
+    }
+
+    /// Opens a pass at `now` for the current mode.
+    fn start_pass(&self, now: u64) {
+        let mode = self.mode.load(Ordering::Acquire);
+        let shallow = self.shallow_now(now);
+        let per = self.per_launch_ns.load(Ordering::Relaxed);
+        let prev = self.budget.load(Ordering::Relaxed);
+        let (horizon, budget) = if self.latency && mode == FREE {
+            self.seg
+                .latency_stamp(self.tenant, now.saturating_add(LATENCY_LINGER_NS));
+            (LATENCY_PASS_NS, UNBOUNDED)
+        } else if shallow {
+            let budget = match SHALLOW_PASS_NS.checked_div(per) {
+                Some(n) => n.max(1).min(prev.max(1).saturating_mul(2)),
+                None => 1,
+            };
+            (SHALLOW_PASS_NS, budget)
+        } else if mode == HOLDING {
+            let prev = prev.max(FIRST_BUDGET);
+            let budget = match self.slice_ns.checked_div(per) {
+                Some(n) => (n.max(1) + 1).min(prev.saturating_mul(2)),
+                None => FIRST_BUDGET,
+            };
+            (self.slice_ns, budget)
+        } else {
+            (FREE_PASS_NS, UNBOUNDED)
+        };
+        let mut deadline = now.saturating_add(horizon);
+        if mode == HOLDING {
+            deadline = deadline.min(self.lease_deadline.load(Ordering::Relaxed));
+        }
+        if mode == FREE && now.saturating_sub(self.busy_last.load(Ordering::Relaxed)) > BUSY_GAP_NS
+        {
+            self.busy_since.store(now, Ordering::Relaxed);
+        }
+        self.pass_start.store(now, Ordering::Relaxed);
+        self.budget.store(budget, Ordering::Relaxed);
+        self.deadline.store(deadline, Ordering::Relaxed);
+        self.clock_mask
+            .store(if self.latency { 0 } else { 15 }, Ordering::Relaxed);
+        // The launch that called us is the pass's first.
+        self.credits
+            .store(budget.min(i64::MAX as u64) as i64 - 1, Ordering::Release);
+    }
+
+    /// GPU time per launch over the pass that just ended.
+    fn measure(&self, now: u64, launches: u64) {
+        let start = self.pass_start.load(Ordering::Relaxed);
+        self.per_launch_ns.store(
+            now.saturating_sub(start) / launches.max(1),
+            Ordering::Relaxed,
+        );
+    }
+
+    /// Records a checkpoint on `stream` and waits for an earlier one: the
+    /// previous pass's (about one pass stays queued), or, in a short queue
+    /// with launches longer than a shallow pass, this one (one at a time).
+    fn bound_queue(&self, stream: CUstream, shallow: bool) {
+        let k = self.checkpoint.fetch_add(1, Ordering::Relaxed);
+        let (cur, prev) = (
+            self.event((k % 2) as usize),
+            self.event(((k + 1) % 2) as usize),
+        );
+        if cur.is_null() || prev.is_null() {
+            return;
+        }
+        let one_at_a_time =
+            shallow && self.per_launch_ns.load(Ordering::Relaxed) >= SHALLOW_PASS_NS;
+        // SAFETY: real driver calls on our own events (an event never
+        // recorded synchronises at once).
+        unsafe {
+            real::cuEventRecord(cur, stream);
+            real::cuEventSynchronize(if one_at_a_time { cur } else { prev });
+        }
+    }
+
+    fn event(&self, i: usize) -> CUevent {
+        let slot = &self.events[i];
+        let e = slot.load(Ordering::Acquire);
         if !e.is_null() {
             return e;
         }
@@ -306,32 +563,8 @@ impl Gpu {
         if r != CUresult::CUDA_SUCCESS {
             return std::ptr::null_mut();
         }
-        self.event.store(e, Ordering::Release);
+        slot.store(e, Ordering::Release);
         e
-    }
-
-    /// GPU time per launch over the slice that just ended.
-    fn measure(&self, now: u64, launches: u64) {
-        let start = self.slice_start.load(Ordering::Relaxed);
-        self.per_launch_ns.store(
-            now.saturating_sub(start) / launches.max(1),
-            Ordering::Relaxed,
-        );
-    }
-
-    fn start_slice(&self, now: u64, deadline: u64) {
-        let per = self.per_launch_ns.load(Ordering::Relaxed);
-        let prev = self.budget.load(Ordering::Relaxed).max(FIRST_BUDGET);
-        let budget = match self.slice_ns.checked_div(per) {
-            Some(n) => (n.max(1) + 1).min(prev.saturating_mul(2)),
-            None => FIRST_BUDGET,
-        };
-        self.slice_start.store(now, Ordering::Relaxed);
-        self.budget.store(budget, Ordering::Relaxed);
-        self.deadline.store(deadline, Ordering::Relaxed);
-        self.holding.store(true, Ordering::Release);
-        // The launch that called us is the slice's first.
-        self.credits.store(budget as i64 - 1, Ordering::Release);
     }
 
     /// Waits for the lease (futex on the segment's generation word).
@@ -346,7 +579,7 @@ impl Gpu {
                 Acquire::Granted { deadline } => {
                     seg.end_wait(self.slot, self.tenant);
                     seg.add_throttled(self.tenant, now.saturating_sub(begin));
-                    self.start_slice(now, deadline);
+                    self.lease_deadline.store(deadline, Ordering::Relaxed);
                     return;
                 }
                 Acquire::Wait { until } => {
@@ -356,6 +589,65 @@ impl Gpu {
             }
         }
     }
+
+    /// A thread enters a synchronising call.
+    fn sync_begin(&self) {
+        if self.syncing.fetch_add(1, Ordering::AcqRel) != 0 {
+            return;
+        }
+        let _g = self.slow.lock().unwrap_or_else(|e| e.into_inner());
+        let now = now_ns();
+        // A free pass ends here; the wait is charged as work in flight.
+        let free = self.mode.load(Ordering::Acquire) == FREE;
+        if free {
+            self.close_free_pass(now);
+        }
+        self.sync_charged.store(free, Ordering::Relaxed);
+        self.sync_start.store(now, Ordering::Relaxed);
+        let stamp = self.latency && self.seg.latency_privileged(self.tenant);
+        if stamp {
+            self.seg.latency_sync_begin(self.slot, self.tenant, now);
+        }
+        self.sync_stamped.store(stamp, Ordering::Relaxed);
+    }
+
+    /// The last thread inside a synchronising call returns from it.
+    fn sync_end(&self) {
+        if self.syncing.fetch_sub(1, Ordering::AcqRel) != 1 {
+            return;
+        }
+        let _g = self.slow.lock().unwrap_or_else(|e| e.into_inner());
+        let now = now_ns();
+        if self.sync_charged.swap(false, Ordering::Relaxed) {
+            let start = self.sync_start.load(Ordering::Relaxed);
+            self.seg
+                .charge_free(self.tenant, now.saturating_sub(start), now);
+            self.busy_last.store(now, Ordering::Relaxed);
+            let busy = now.saturating_sub(self.busy_since.load(Ordering::Relaxed));
+            self.seg.note_busy(self.tenant, busy);
+        }
+        if self.sync_stamped.swap(false, Ordering::Relaxed)
+            && self.seg.latency_sync_end(self.slot, self.tenant, now)
+        {
+            futex_wake_all(self.seg.latency_word());
+        }
+    }
+}
+
+/// Around a synchronising call (`cuStreamSynchronize`, `cuEventSynchronize`,
+/// `cuCtxSynchronize`): a process that launches freely is charged the wait
+/// (its work is in flight), and a latency tenant's work counts as in flight
+/// until the call returns.
+pub fn synchronized<R>(call: impl FnOnce() -> R) -> R {
+    let g = get().and_then(Limiter::gpu);
+    if let Some(g) = g {
+        g.sync_begin();
+    }
+    let r = call();
+    if let Some(g) = g {
+        g.sync_end();
+    }
+    r
 }
 
 /// A fork child: drop the inherited limiter (closing its segment fds, so
@@ -366,6 +658,8 @@ pub fn after_fork_child() {
         // SAFETY: the state is leaked; only its fds are closed.
         let l = unsafe { &*p };
         for g in l.gpus.iter().flatten() {
+            // SAFETY: closing an fd the (leaked) segment owns; nothing in
+            // the child uses it again.
             unsafe { libc::close(g.seg.raw_fd()) };
         }
     }

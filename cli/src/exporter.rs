@@ -98,6 +98,9 @@ pub fn render(s: &Snapshot) -> Result<String, std::fmt::Error> {
     let ceiling = Family::<TenantLabels, Gauge>::default();
     let procs = Family::<TenantLabels, Gauge>::default();
     let waiting = Family::<TenantLabels, Gauge>::default();
+    let latency = Family::<TenantLabels, Gauge>::default();
+    let heavy = Family::<TenantLabels, Gauge>::default();
+    let demand = Family::<TenantLabels, Gauge<f64, AtomicU64>>::default();
     for g in &s.gpus {
         for t in &g.tenants {
             let l = TenantLabels {
@@ -112,6 +115,11 @@ pub fn render(s: &Snapshot) -> Result<String, std::fmt::Error> {
                 .set(t.ceiling_percent.unwrap_or(100) as i64);
             procs.get_or_create(&l).set(t.processes as i64);
             waiting.get_or_create(&l).set(t.waiting as i64);
+            latency
+                .get_or_create(&l)
+                .set(i64::from(t.class == "latency"));
+            heavy.get_or_create(&l).set(i64::from(t.mode == "lease"));
+            demand.get_or_create(&l).set(t.demand_percent);
         }
     }
     reg.register("compute_used_seconds", "GPU time charged to a tenant", used);
@@ -139,6 +147,21 @@ pub fn render(s: &Snapshot) -> Result<String, std::fmt::Error> {
         "compute_waiting_processes",
         "Processes of a tenant waiting for the GPU",
         waiting,
+    );
+    reg.register(
+        "compute_latency_class",
+        "1 if the tenant is latency-sensitive (others hold back while its work is in flight)",
+        latency,
+    );
+    reg.register(
+        "compute_lease_mode",
+        "1 if the tenant competes for a saturated GPU through the lease, 0 if it launches freely",
+        heavy,
+    );
+    reg.register(
+        "compute_demand_percent",
+        "GPU time charged to the tenant per wall time over its last demand window",
+        demand,
     );
 
     let mut out = String::new();

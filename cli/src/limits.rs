@@ -22,6 +22,12 @@ pub struct Limits {
     /// docs/compute-share.md).
     #[arg(long)]
     pub compute_burst_ms: Option<String>,
+    /// Latency-sensitive (an inference service): while it has work in
+    /// flight, other tenants on the GPU hold back; its GPU time still
+    /// counts against --compute / --compute-max (see
+    /// docs/compute-share.md).
+    #[arg(long)]
+    pub latency: bool,
 }
 
 /// How errors name a field: `--memory "x"` or `annotation cuslice.io/memory="x"`.
@@ -102,6 +108,18 @@ pub fn to_toml(l: &Limits, n: &Names) -> Result<(String, String), String> {
             ));
         }
         top.push_str(&format!("compute_burst_ms = {ms}\n"));
+    }
+    if l.latency {
+        if c.is_none() && m.is_none() {
+            return Err(format!(
+                "{}{}: only applies with {} or {} (a latency tenant's GPU time counts against its share)",
+                n.what,
+                n.name("latency"),
+                n.name("compute"),
+                n.name("compute-max")
+            ));
+        }
+        top.push_str("latency = true\n");
     }
     Ok((top, table))
 }

@@ -89,11 +89,12 @@ pub fn quota_from_annotations(
     id: &str,
     ann: &BTreeMap<String, String>,
 ) -> Result<Option<String>, String> {
-    const KNOWN: [&str; 6] = [
+    const KNOWN: [&str; 7] = [
         "cuslice.io/memory",
         "cuslice.io/compute",
         "cuslice.io/compute-max",
         "cuslice.io/compute-burst-ms",
+        "cuslice.io/latency",
         "cuslice.io/gpus",
         "cuslice.io/tenant",
     ];
@@ -113,11 +114,17 @@ pub fn quota_from_annotations(
         }
     }
     let get = |k: &str| ann.get(k).map(|v| v.trim().to_string());
+    let latency = match get("cuslice.io/latency") {
+        None => false,
+        Some(v) => config::parse_switch(&v)
+            .map_err(|e| format!("annotation cuslice.io/latency={v:?}: {e}"))?,
+    };
     let given = crate::limits::Limits {
         memory: get("cuslice.io/memory"),
         compute: get("cuslice.io/compute"),
         compute_max: get("cuslice.io/compute-max"),
         compute_burst_ms: get("cuslice.io/compute-burst-ms"),
+        latency,
     };
     let (burst, limits) = crate::limits::to_toml(&given, &crate::limits::ANNOTATIONS)?;
     let tenant = match get("cuslice.io/tenant") {
@@ -549,6 +556,21 @@ mod tests {
         let c = config::parse_file(Path::new("q"), &q).expect("parses");
         assert_eq!(c.compute_burst_ms, Some(500));
         assert_eq!(c.all.compute_max, Some(40));
+        for (v, want) in [
+            ("true", true),
+            ("1", true),
+            ("false", false),
+            ("off", false),
+        ] {
+            let q = quota_from_annotations(
+                "x",
+                &ann(&[("cuslice.io/compute", "50"), ("cuslice.io/latency", v)]),
+            )
+            .expect("ok")
+            .expect("some");
+            let c = config::parse_file(Path::new("q"), &q).expect("parses");
+            assert_eq!(c.latency, want, "{v}");
+        }
     }
 
     #[test]
@@ -573,6 +595,14 @@ mod tests {
             (
                 ("cuslice.io/compute-burst-ms", "0"),
                 "annotation cuslice.io/compute-burst-ms=\"0\": expected whole milliseconds from 1 to 10000",
+            ),
+            (
+                ("cuslice.io/latency", "maybe"),
+                "annotation cuslice.io/latency=\"maybe\": expected 1, true, yes, on or 0, false, no, off",
+            ),
+            (
+                ("cuslice.io/latency", "true"),
+                "annotation cuslice.io/latency: only applies with cuslice.io/compute or cuslice.io/compute-max",
             ),
             (
                 ("cuslice.io/compute-burst-ms", "300"),

@@ -110,6 +110,13 @@ pub struct TenantView {
     pub processes: u32,
     pub waiting: u32,
     pub last_active_seconds_ago: f64,
+    /// "latency" or "standard".
+    pub class: &'static str,
+    /// "lease": competes for a saturated GPU through the lease; "free":
+    /// under its share, launches freely.
+    pub mode: &'static str,
+    /// GPU time charged per wall time over the last demand window, percent.
+    pub demand_percent: f64,
 }
 
 #[derive(Debug, Serialize)]
@@ -178,6 +185,9 @@ pub fn snapshot(src: &Sources) -> Snapshot {
                         processes: t.procs,
                         waiting: t.waiting,
                         last_active_seconds_ago: now.saturating_sub(t.last_active) as f64 / 1e9,
+                        class: if t.latency { "latency" } else { "standard" },
+                        mode: if t.heavy { "lease" } else { "free" },
+                        demand_percent: f64::from(t.demand_pm) / 10.0,
                     })
                     .collect(),
             }),
@@ -252,10 +262,12 @@ pub fn render(s: &Snapshot, prev: Option<(&Snapshot, f64)>) -> String {
     for g in &s.gpus {
         out.push_str(&format!("GPU {}  ({} hand-overs)\n", g.uuid, g.handovers));
         out.push_str(&format!(
-            "  {:<24} {:>6} {:>8} {:>12} {:>12} {:>6} {:>6} {:>10}{}\n",
+            "  {:<24} {:>6} {:>8} {:>8} {:>6} {:>12} {:>12} {:>6} {:>6} {:>10}{}\n",
             "tenant",
             "share",
             "ceiling",
+            "class",
+            "mode",
             "gpu time",
             "throttled",
             "procs",
@@ -275,12 +287,14 @@ pub fn render(s: &Snapshot, prev: Option<(&Snapshot, f64)>) -> String {
                 Some(100.0 * (t.gpu_time_seconds - before.gpu_time_seconds) / dt)
             });
             out.push_str(&format!(
-                "  {:<24} {:>5}% {:>8} {:>11.1}s {:>11.1}s {:>6} {:>6} {:>9.1}s{}\n",
+                "  {:<24} {:>5}% {:>8} {:>8} {:>6} {:>11.1}s {:>11.1}s {:>6} {:>6} {:>9.1}s{}\n",
                 t.name,
                 t.share_percent,
                 t.ceiling_percent
                     .map(|c| format!("{c}%"))
                     .unwrap_or_else(|| "-".into()),
+                t.class,
+                t.mode,
                 t.gpu_time_seconds,
                 t.throttled_seconds,
                 t.processes,

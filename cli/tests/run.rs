@@ -120,6 +120,10 @@ fn bad_flags_are_refused_with_one_line() {
             "cuslice: --compute-burst-ms \"100\": only applies with --compute-max",
         ),
         (
+            vec!["run", "--memory", "1GiB", "--latency", "--", "true"],
+            "cuslice: --latency: only applies with --compute or --compute-max",
+        ),
+        (
             vec!["run", "--lib", "/nonexistent.so", "--", "true"],
             "cuslice: --lib /nonexistent.so: no such file",
         ),
@@ -198,7 +202,15 @@ fn status_shows_a_running_program_live() {
         .env("XDG_RUNTIME_DIR", dir.join("run"))
         .env("FAKE_CUDA_STATE", dir.join("fake.state"))
         .env("CUSLICE_GPU_SEGMENT_DIR", dir.join("gpu"))
-        .args(["run", "--memory", "1GiB", "--compute", "30%", "--"])
+        .args([
+            "run",
+            "--memory",
+            "1GiB",
+            "--compute",
+            "30%",
+            "--latency",
+            "--",
+        ])
         .arg(e.apps.join("spin"))
         .args(["2", "1000000", "4"])
         .stdout(std::process::Stdio::null())
@@ -223,6 +235,7 @@ fn status_shows_a_running_program_live() {
         "{v}"
     );
     assert_eq!(tenant["share_percent"], 30, "{v}");
+    assert_eq!(tenant["class"], "latency", "{v}");
     assert_eq!(tenant["processes"], 1, "{v}");
     assert!(
         tenant["gpu_time_seconds"].as_f64().is_some_and(|t| t > 0.1),

@@ -12,7 +12,7 @@
 //!    and parse; a missing or unreadable file is an error naming the variable.
 //! 3. With a quota file, the file is authoritative: the limit variables,
 //!    `CUSLICE_TENANT`, `CUSLICE_SEGMENT_DIR`, `CUSLICE_CONTEXT_OVERHEAD`,
-//!    `CUSLICE_COMPUTE_BURST_MS` (and
+//!    `CUSLICE_COMPUTE_BURST_MS`, `CUSLICE_SLICE_MS`, `CUSLICE_LATENCY` (and
 //!    `CUSLICE_CONFIG` when the mounted file is used) are ignored (the runtime
 //!    mounts the file; the container's own environment must not be able to
 //!    raise it). Those that are set are listed in [`Config::ignored_env`] so
@@ -50,6 +50,8 @@
 //! | `gpu_segment_dir` | string, an absolute path: directory of the per-GPU scheduling segments shared by all tenants of the host; default `/dev/shm/cuslice/gpu` ([`DEFAULT_GPU_SEGMENT_DIR`]) |
 //! | `context_overhead` | device memory one CUDA context costs, charged to the memory quota once per GPU per process: a size from `0` to `16GiB`; default: the shim's measured value |
 //! | `compute_burst_ms` | how long a tenant held back by its ceiling (`compute_max`) then runs at a stretch: whole milliseconds `1`..=`10000` (an integer, or a string `"200"` / `"200ms"`); default 200 ([`DEFAULT_COMPUTE_BURST_MS`]). Longer: throughput closer to the ceiling for power-hungry kernels; shorter: shorter pauses |
+//! | `compute_slice_ms` | length of one slice of the GPU lease, in whole milliseconds `1`..=`1000` (an integer, or `"20"` / `"20ms"`); default 20. For experiments: shorter slices hand the GPU over more often, at a higher cost per hand-over |
+//! | `latency`     | `true` or `false` (default): the tenant is latency-sensitive (an inference service). While it has work in flight, other tenants on the GPU hold back, and it never waits for the lease while under its share; its GPU time still counts against its share and ceiling (docs/compute-share.md). Needs a `compute` or `compute_max` somewhere in the file |
 //! | `[all]`       | a limits table that applies to every GPU |
 //! | `[device.<k>]`| a limits table for one GPU; `<k>` is an index `0`..=`63` written in plain decimal (`0`, `7`, not `07`), or a GPU UUID |
 //!
@@ -116,6 +118,8 @@
 //! | `CUSLICE_SEGMENT_DIR`         | as `segment_dir` |
 //! | `CUSLICE_CONTEXT_OVERHEAD`    | as `context_overhead` |
 //! | `CUSLICE_COMPUTE_BURST_MS`    | as `compute_burst_ms` |
+//! | `CUSLICE_SLICE_MS`            | as `compute_slice_ms` |
+//! | `CUSLICE_LATENCY`             | as `latency`: `1`, `true`, `yes`, `on` or `0`, `false`, `no`, `off` |
 //! | `CUSLICE_GPU_SEGMENT_DIR`     | as `gpu_segment_dir` |
 //! | `CUDA_DEVICE_MEMORY_LIMIT`, `CUDA_DEVICE_MEMORY_LIMIT_<i>` | HAMi: memory, all GPUs / GPU `i` |
 //! | `CUDA_DEVICE_SM_LIMIT`, `CUDA_DEVICE_SM_LIMIT_<i>` | HAMi: a hard ceiling in percent (maps to `compute_max`); `0` means no limit |
@@ -199,6 +203,14 @@ const ENV_SEGMENT_DIR: &str = "CUSLICE_SEGMENT_DIR";
 const ENV_CONTEXT_OVERHEAD: &str = "CUSLICE_CONTEXT_OVERHEAD";
 const ENV_GPU_SEGMENT_DIR: &str = "CUSLICE_GPU_SEGMENT_DIR";
 const ENV_COMPUTE_BURST: &str = "CUSLICE_COMPUTE_BURST_MS";
+const ENV_SLICE: &str = "CUSLICE_SLICE_MS";
+const ENV_LATENCY: &str = "CUSLICE_LATENCY";
+/// Default `compute_slice_ms`: long enough that a hand-over (drain and
+/// wake-up, tens of microseconds) costs well under 1 %, short enough for
+/// fair sharing.
+pub const DEFAULT_COMPUTE_SLICE_MS: u32 = 20;
+/// Upper bound for `compute_slice_ms`.
+pub const MAX_COMPUTE_SLICE_MS: u32 = 1_000;
 /// Default `compute_burst_ms`: long enough that a power-hungry kernel loop
 /// held at its ceiling runs at the clocks of sustained load (measured on an
 /// H200: docs/benchmarks/2026-11-21-h200-burst.md).
@@ -259,6 +271,10 @@ pub struct Config {
     pub context_overhead: Option<u64>,
     /// Burst of the ceiling's token bucket, ms; None: the default.
     pub compute_burst_ms: Option<u32>,
+    /// Length of a lease slice, ms; None: the default.
+    pub compute_slice_ms: Option<u32>,
+    /// Latency class (see the module documentation).
+    pub latency: bool,
     pub all: Limits,
     pub by_index: BTreeMap<u32, Limits>,
     pub by_uuid: BTreeMap<[u8; 16], Limits>,
@@ -276,6 +292,8 @@ impl Config {
             gpu_segment_dir: PathBuf::from(DEFAULT_GPU_SEGMENT_DIR),
             context_overhead: None,
             compute_burst_ms: None,
+            compute_slice_ms: None,
+            latency: false,
             all: Limits::default(),
             by_index: BTreeMap::new(),
             by_uuid: BTreeMap::new(),
@@ -301,6 +319,12 @@ impl Config {
             l.compute = l.compute_max;
         }
         l
+    }
+
+    /// True when some GPU gets a compute share or ceiling.
+    pub fn has_compute(&self) -> bool {
+        let c = |l: &Limits| l.compute.is_some() || l.compute_max.is_some();
+        c(&self.all) || self.by_index.values().any(c) || self.by_uuid.values().any(c)
     }
 
     /// True when some limit is set anywhere.
@@ -428,6 +452,8 @@ fn env_var_names() -> Vec<String> {
     names.push(ENV_CONTEXT_OVERHEAD.to_string());
     names.push(ENV_GPU_SEGMENT_DIR.to_string());
     names.push(ENV_COMPUTE_BURST.to_string());
+    names.push(ENV_SLICE.to_string());
+    names.push(ENV_LATENCY.to_string());
     names
 }
 
@@ -472,6 +498,14 @@ struct Draft {
 }
 
 impl Draft {
+    /// Whether some entry gives a compute share or ceiling.
+    fn has_compute(&self) -> bool {
+        let c = |e: &Entry| e.compute.is_some() || e.compute_max.is_some();
+        c(&self.all)
+            || self.by_index.values().any(|(_, e)| c(e))
+            || self.by_uuid.values().any(|(_, e)| c(e))
+    }
+
     /// `compute_max >= compute` wherever the two meet on one GPU. Checks the
     /// simplest combination first so the message blames the narrowest entry.
     fn check_shares(&self) -> Result<(), String> {
@@ -659,6 +693,15 @@ fn parse_table(text: &str) -> Result<ParsedFile, String> {
                 out.compute_burst_ms =
                     Some(burst_from_value(value).map_err(|m| format!("compute_burst_ms: {m}"))?);
             }
+            "compute_slice_ms" => {
+                out.compute_slice_ms =
+                    Some(slice_from_value(value).map_err(|m| format!("compute_slice_ms: {m}"))?);
+            }
+            "latency" => {
+                out.latency = value.as_bool().ok_or_else(|| {
+                    format!("latency: expected true or false, got {}", describe(value))
+                })?;
+            }
             "all" => out.draft.all = entry_from_value("all", value)?,
             "device" => parse_devices(value, &mut out.draft)?,
             other => {
@@ -671,6 +714,8 @@ fn parse_table(text: &str) -> Result<ParsedFile, String> {
                         "gpu_segment_dir",
                         "context_overhead",
                         "compute_burst_ms",
+                        "compute_slice_ms",
+                        "latency",
                         "all",
                         "device",
                     ],
@@ -679,8 +724,15 @@ fn parse_table(text: &str) -> Result<ParsedFile, String> {
         }
     }
     out.draft.check_shares()?;
+    if out.latency && !out.draft.has_compute() {
+        return Err(LATENCY_NEEDS_COMPUTE.replace("{}", "latency"));
+    }
     Ok(out)
 }
+
+/// The error for a latency class without a share to charge it against;
+/// `{}` is where the setting was given.
+const LATENCY_NEEDS_COMPUTE: &str = "{}: expected a tenant with a compute share (compute or compute_max for some GPU): a latency tenant's GPU time counts against its share, got none";
 
 #[derive(Debug, Default)]
 struct ParsedFile {
@@ -689,6 +741,8 @@ struct ParsedFile {
     gpu_segment_dir: Option<PathBuf>,
     context_overhead: Option<u64>,
     compute_burst_ms: Option<u32>,
+    compute_slice_ms: Option<u32>,
+    latency: bool,
     draft: Draft,
 }
 
@@ -698,6 +752,8 @@ impl ParsedFile {
         cfg.tenant = self.tenant;
         cfg.context_overhead = self.context_overhead;
         cfg.compute_burst_ms = self.compute_burst_ms;
+        cfg.compute_slice_ms = self.compute_slice_ms;
+        cfg.latency = self.latency;
         if let Some(d) = self.gpu_segment_dir {
             cfg.gpu_segment_dir = d;
         }
@@ -871,6 +927,54 @@ pub fn parse_burst(s: &str) -> Result<u32, String> {
     check_burst(digits.parse::<i128>().unwrap_or(i128::MAX), &shown(s))
 }
 
+/// `compute_slice_ms`: an integer, or a string of digits with an optional
+/// `ms` suffix.
+fn slice_from_value(v: &toml::Value) -> Result<u32, String> {
+    match v {
+        toml::Value::Integer(i) => check_slice(*i as i128, &i.to_string()),
+        toml::Value::String(s) => parse_slice(s),
+        other => Err(format!(
+            "expected whole milliseconds from 1 to {MAX_COMPUTE_SLICE_MS}, got {}",
+            describe(other)
+        )),
+    }
+}
+
+/// "20", "20ms", " 20 ms " -> 20 (whole milliseconds, 1..=1000).
+pub fn parse_slice(s: &str) -> Result<u32, String> {
+    let t = s.trim();
+    let digits = t.strip_suffix("ms").unwrap_or(t).trim_end();
+    if digits.is_empty() || digits.len() > 12 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!(
+            "expected whole milliseconds from 1 to {MAX_COMPUTE_SLICE_MS} (like 20 or \"20ms\"), got {}",
+            shown(s)
+        ));
+    }
+    check_slice(digits.parse::<i128>().unwrap_or(i128::MAX), &shown(s))
+}
+
+fn check_slice(ms: i128, shown: &str) -> Result<u32, String> {
+    if (1..=MAX_COMPUTE_SLICE_MS as i128).contains(&ms) {
+        Ok(ms as u32)
+    } else {
+        Err(format!(
+            "expected whole milliseconds from 1 to {MAX_COMPUTE_SLICE_MS}, got {shown}"
+        ))
+    }
+}
+
+/// A yes/no setting: 1/true/yes/on, 0/false/no/off (case-insensitive).
+pub fn parse_switch(s: &str) -> Result<bool, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" => Ok(false),
+        _ => Err(format!(
+            "expected 1, true, yes, on or 0, false, no, off, got {}",
+            shown(s)
+        )),
+    }
+}
+
 fn check_burst(ms: i128, shown: &str) -> Result<u32, String> {
     if (1..=MAX_COMPUTE_BURST_MS as i128).contains(&ms) {
         Ok(ms as u32)
@@ -1002,10 +1106,25 @@ fn from_env(get: &dyn Fn(&str) -> Option<String>) -> Result<Config, ConfigError>
         );
     }
     if let Some(v) = get(ENV_COMPUTE_BURST) {
-        cfg.compute_burst_ms = Some(
-            parse_burst(&v)
-                .map_err(|e| ConfigError::new(format!("{ENV_COMPUTE_BURST}={}: {e}", shown(&v))))?,
+        cfg.compute_burst_ms =
+            Some(parse_burst(&v).map_err(|e| {
+                ConfigError::new(format!("{ENV_COMPUTE_BURST}={}: {e}", shown(&v)))
+            })?);
+    }
+    if let Some(v) = get(ENV_SLICE) {
+        cfg.compute_slice_ms = Some(
+            parse_slice(&v)
+                .map_err(|e| ConfigError::new(format!("{ENV_SLICE}={}: {e}", shown(&v))))?,
         );
+    }
+    if let Some(v) = get(ENV_LATENCY) {
+        let label = format!("{ENV_LATENCY}={}", shown(&v));
+        cfg.latency = parse_switch(&v).map_err(|e| ConfigError::new(format!("{label}: {e}")))?;
+        if cfg.latency && !cfg.has_compute() {
+            return Err(ConfigError::new(
+                LATENCY_NEEDS_COMPUTE.replace("{}", &label),
+            ));
+        }
     }
     Ok(cfg)
 }
@@ -1385,6 +1504,121 @@ mod tests {
     }
 
     #[test]
+    fn latency_class_file_and_env() {
+        let p = Path::new("/q.toml");
+        let c = parse_file(p, "latency = true\n[all]\ncompute = 40\n").expect("latency");
+        assert!(c.latency);
+        let c =
+            parse_file(p, "latency = true\n[device.1]\ncompute_max = 40\n").expect("per device");
+        assert!(c.latency);
+        assert!(!parse_file(p, "").expect("empty").latency);
+        for (text, msg) in [
+            (
+                "latency = \"yes\"\n[all]\ncompute = 40\n",
+                "latency: expected true or false, got \"yes\"",
+            ),
+            (
+                "latency = 1\n[all]\ncompute = 40\n",
+                "latency: expected true or false, got 1",
+            ),
+            (
+                "latency = true\n[all]\nmemory = \"1GiB\"\n",
+                "latency: expected a tenant with a compute share",
+            ),
+            ("latncy = true\n", "latncy: expected one of the keys"),
+        ] {
+            let e = parse_file(p, text).expect_err(text);
+            assert!(e.0.starts_with(&format!("/q.toml: {msg}")), "{text}: {e}");
+        }
+        let c = load_env(
+            &[("CUSLICE_LATENCY", "on"), ("CUSLICE_COMPUTE", "30")],
+            None,
+        )
+        .expect("env");
+        assert!(c.latency);
+        let c = load_env(&[("CUSLICE_LATENCY", "0"), ("CUSLICE_COMPUTE", "30")], None)
+            .expect("env off");
+        assert!(!c.latency);
+        let e = load_env(
+            &[("CUSLICE_LATENCY", "sure"), ("CUSLICE_COMPUTE", "30")],
+            None,
+        )
+        .expect_err("bad");
+        assert_eq!(
+            e.0,
+            "CUSLICE_LATENCY=\"sure\": expected 1, true, yes, on or 0, false, no, off, got \"sure\""
+        );
+        let e = load_env(&[("CUSLICE_LATENCY", "1")], None).expect_err("no share");
+        assert!(
+            e.0.starts_with("CUSLICE_LATENCY=\"1\": expected a tenant with a compute share"),
+            "{e}"
+        );
+        // A quota file is authoritative: the variable cannot make a tenant
+        // latency-sensitive (it would hold the others back).
+        let c = load_env(&[("CUSLICE_LATENCY", "1")], Some("[all]\ncompute = 30\n")).expect("file");
+        assert!(!c.latency);
+        assert!(
+            c.ignored_env.contains(&"CUSLICE_LATENCY".to_string()),
+            "{:?}",
+            c.ignored_env
+        );
+    }
+
+    #[test]
+    fn compute_slice_file_and_env() {
+        let p = Path::new("/q.toml");
+        assert_eq!(
+            parse_file(p, "compute_slice_ms = 5\n")
+                .expect("5")
+                .compute_slice_ms,
+            Some(5)
+        );
+        assert_eq!(
+            parse_file(p, "compute_slice_ms = \"1000ms\"\n")
+                .expect("1000")
+                .compute_slice_ms,
+            Some(1000)
+        );
+        for (text, msg) in [
+            (
+                "compute_slice_ms = 0\n",
+                "expected whole milliseconds from 1 to 1000, got 0",
+            ),
+            (
+                "compute_slice_ms = 1001\n",
+                "expected whole milliseconds from 1 to 1000, got 1001",
+            ),
+            (
+                "compute_slice_ms = \"fast\"\n",
+                "expected whole milliseconds from 1 to 1000 (like 20 or \"20ms\"), got \"fast\"",
+            ),
+        ] {
+            let e = parse_file(p, text).expect_err(text);
+            assert_eq!(e.0, format!("/q.toml: compute_slice_ms: {msg}"), "{text}");
+        }
+        let c = load_env(
+            &[("CUSLICE_SLICE_MS", "5"), ("CUSLICE_COMPUTE", "30")],
+            None,
+        )
+        .expect("env");
+        assert_eq!(c.compute_slice_ms, Some(5));
+        let e = load_env(&[("CUSLICE_SLICE_MS", "0")], None).expect_err("bad");
+        assert_eq!(
+            e.0,
+            "CUSLICE_SLICE_MS=\"0\": expected whole milliseconds from 1 to 1000, got \"0\""
+        );
+        // Before, the shim read this variable whatever the quota file said.
+        let c =
+            load_env(&[("CUSLICE_SLICE_MS", "1")], Some("[all]\ncompute = 30\n")).expect("file");
+        assert_eq!(c.compute_slice_ms, None);
+        assert!(
+            c.ignored_env.contains(&"CUSLICE_SLICE_MS".to_string()),
+            "{:?}",
+            c.ignored_env
+        );
+    }
+
+    #[test]
     fn compute_burst_file_and_env() {
         let p = Path::new("/q.toml");
         for (text, want) in [
@@ -1398,11 +1632,26 @@ mod tests {
         }
         assert_eq!(parse_file(p, "").expect("empty").compute_burst_ms, None);
         for (text, msg) in [
-            ("compute_burst_ms = 0\n", "expected whole milliseconds from 1 to 10000, got 0"),
-            ("compute_burst_ms = 10001\n", "expected whole milliseconds from 1 to 10000, got 10001"),
-            ("compute_burst_ms = -5\n", "expected whole milliseconds from 1 to 10000, got -5"),
-            ("compute_burst_ms = \"0.5s\"\n", "expected whole milliseconds from 1 to 10000 (like 200 or \"200ms\"), got \"0.5s\""),
-            ("compute_burst_ms = 1.5\n", "expected whole milliseconds from 1 to 10000, got 1.5"),
+            (
+                "compute_burst_ms = 0\n",
+                "expected whole milliseconds from 1 to 10000, got 0",
+            ),
+            (
+                "compute_burst_ms = 10001\n",
+                "expected whole milliseconds from 1 to 10000, got 10001",
+            ),
+            (
+                "compute_burst_ms = -5\n",
+                "expected whole milliseconds from 1 to 10000, got -5",
+            ),
+            (
+                "compute_burst_ms = \"0.5s\"\n",
+                "expected whole milliseconds from 1 to 10000 (like 200 or \"200ms\"), got \"0.5s\"",
+            ),
+            (
+                "compute_burst_ms = 1.5\n",
+                "expected whole milliseconds from 1 to 10000, got 1.5",
+            ),
         ] {
             let e = parse_file(p, text).expect_err(text);
             assert_eq!(e.0, format!("/q.toml: compute_burst_ms: {msg}"), "{text}");
@@ -1414,16 +1663,28 @@ mod tests {
         };
         let c = load_with(&env, Path::new("/nonexistent/quota.toml")).expect("env");
         assert_eq!(c.compute_burst_ms, Some(50));
-        let bad = |k: &str| (k == "CUSLICE_COMPUTE_BURST_MS").then(|| "99999999999999999999".to_string());
+        let bad =
+            |k: &str| (k == "CUSLICE_COMPUTE_BURST_MS").then(|| "99999999999999999999".to_string());
         let e = load_with(&bad, Path::new("/nonexistent/quota.toml")).expect_err("bad env");
         assert!(
-            e.0.starts_with("CUSLICE_COMPUTE_BURST_MS=\"99999999999999999999\": expected whole milliseconds"),
+            e.0.starts_with(
+                "CUSLICE_COMPUTE_BURST_MS=\"99999999999999999999\": expected whole milliseconds"
+            ),
             "{e}"
         );
         // A quota file is authoritative: the variable cannot change the burst.
-        let c = load_env(&[("CUSLICE_COMPUTE_BURST_MS", "5")], Some("compute_burst_ms = 300\n")).expect("file");
+        let c = load_env(
+            &[("CUSLICE_COMPUTE_BURST_MS", "5")],
+            Some("compute_burst_ms = 300\n"),
+        )
+        .expect("file");
         assert_eq!(c.compute_burst_ms, Some(300));
-        assert!(c.ignored_env.contains(&"CUSLICE_COMPUTE_BURST_MS".to_string()), "{:?}", c.ignored_env);
+        assert!(
+            c.ignored_env
+                .contains(&"CUSLICE_COMPUTE_BURST_MS".to_string()),
+            "{:?}",
+            c.ignored_env
+        );
     }
 
     #[test]
@@ -1439,7 +1700,7 @@ mod tests {
             (File("[all]\nmemory = 1\nmemory = 2\n"), format!("{P}: line 3: TOML syntax error: ")),
             // unknown keys
             (File("tenants = \"a\"\n"),
-             format!("{P}: tenants: expected one of the keys tenant, segment_dir, gpu_segment_dir, context_overhead, compute_burst_ms, all, device, got unknown key \"tenants\" (did you mean tenant?)")),
+             format!("{P}: tenants: expected one of the keys tenant, segment_dir, gpu_segment_dir, context_overhead, compute_burst_ms, compute_slice_ms, latency, all, device, got unknown key \"tenants\" (did you mean tenant?)")),
             (File("[all]\nswap = \"1GiB\"\n"),
              format!("{P}: all.swap: expected one of the keys memory, compute, compute_max, got unknown key \"swap\"")),
             (File("[device.0]\nmemroy = \"1GiB\"\n"),

@@ -64,23 +64,24 @@ pub mod id {
     pub const cuCtxGetDevice: usize = 59usize;
     pub const cuCtxSynchronize: usize = 60usize;
     pub const cuStreamSynchronize: usize = 61usize;
-    pub const cuStreamIsCapturing: usize = 62usize;
-    pub const cuEventCreate: usize = 63usize;
-    pub const cuEventRecord: usize = 64usize;
-    pub const cuEventQuery: usize = 65usize;
-    pub const cuEventSynchronize: usize = 66usize;
-    pub const cuEventElapsedTime: usize = 67usize;
-    pub const cuEventDestroy_v2: usize = 68usize;
-    pub const nvmlDeviceGetMemoryInfo: usize = 69usize;
-    pub const nvmlDeviceGetMemoryInfo_v2: usize = 70usize;
-    pub const nvmlInit_v2: usize = 71usize;
-    pub const nvmlShutdown: usize = 72usize;
-    pub const nvmlDeviceGetCount_v2: usize = 73usize;
-    pub const nvmlDeviceGetHandleByIndex_v2: usize = 74usize;
-    pub const nvmlDeviceGetUUID: usize = 75usize;
+    pub const cuStreamSynchronize_ptsz: usize = 62usize;
+    pub const cuStreamIsCapturing: usize = 63usize;
+    pub const cuEventCreate: usize = 64usize;
+    pub const cuEventRecord: usize = 65usize;
+    pub const cuEventQuery: usize = 66usize;
+    pub const cuEventSynchronize: usize = 67usize;
+    pub const cuEventElapsedTime: usize = 68usize;
+    pub const cuEventDestroy_v2: usize = 69usize;
+    pub const nvmlDeviceGetMemoryInfo: usize = 70usize;
+    pub const nvmlDeviceGetMemoryInfo_v2: usize = 71usize;
+    pub const nvmlInit_v2: usize = 72usize;
+    pub const nvmlShutdown: usize = 73usize;
+    pub const nvmlDeviceGetCount_v2: usize = 74usize;
+    pub const nvmlDeviceGetHandleByIndex_v2: usize = 75usize;
+    pub const nvmlDeviceGetUUID: usize = 76usize;
 }
 /// Number of declared functions.
-pub const COUNT: usize = 76usize;
+pub const COUNT: usize = 77usize;
 /// Each declared function's symbol name, by index.
 pub static NAMES: [&::core::ffi::CStr; COUNT] = [
     c"cuInit",
@@ -145,6 +146,7 @@ pub static NAMES: [&::core::ffi::CStr; COUNT] = [
     c"cuCtxGetDevice",
     c"cuCtxSynchronize",
     c"cuStreamSynchronize",
+    c"cuStreamSynchronize_ptsz",
     c"cuStreamIsCapturing",
     c"cuEventCreate",
     c"cuEventRecord",
@@ -231,6 +233,7 @@ pub static LIBS: [crate::real::Lib; COUNT] = [
     crate::real::Lib::Cuda,
     crate::real::Lib::Cuda,
     crate::real::Lib::Cuda,
+    crate::real::Lib::Cuda,
     crate::real::Lib::Nvml,
     crate::real::Lib::Nvml,
     crate::real::Lib::Nvml,
@@ -246,8 +249,8 @@ pub static EXPORTED: [bool; COUNT] = [
     true, true, true, true, true, true, true, true, true, true, true, true, true, true,
     false, false, true, true, true, true, true, true, true, true, true, true, true, true,
     true, true, true, true, true, true, true, true, true, true, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, true, true, false, false, false, false, false,
+    false, false, false, false, false, true, true, true, false, false, false, false,
+    true, false, false, true, true, false, false, false, false, false,
 ];
 /// Calls into the real driver, resolved lazily per symbol. A symbol
 /// the real library lacks yields the library's "not found" status.
@@ -1528,6 +1531,20 @@ pub mod real {
         }
     }
     #[inline]
+    pub unsafe fn cuStreamSynchronize_ptsz(hStream: CUstream) -> CUresult {
+        match crate::real::get(super::id::cuStreamSynchronize_ptsz) {
+            Some(__real_fn) => {
+                unsafe {
+                    ::core::mem::transmute::<
+                        *mut ::core::ffi::c_void,
+                        unsafe extern "C" fn(CUstream) -> CUresult,
+                    >(__real_fn)(hStream)
+                }
+            }
+            None => <CUresult as crate::ffi::Status>::NOT_FOUND,
+        }
+    }
+    #[inline]
     pub unsafe fn cuStreamIsCapturing(
         hStream: CUstream,
         captureStatus: *mut CUstreamCaptureStatus,
@@ -2633,6 +2650,38 @@ pub mod exports {
         unsafe { real::cuDevicePrimaryCtxReset_v2(dev) }
     }
     #[cfg_attr(not(test), unsafe(no_mangle))]
+    pub unsafe extern "C" fn cuCtxSynchronize() -> CUresult {
+        crate::ffi::hook(
+            id::cuCtxSynchronize,
+            || { unsafe { crate::hooks::sync::cuCtxSynchronize() } },
+            || unsafe { real::cuCtxSynchronize() },
+        )
+    }
+    #[cfg_attr(not(test), unsafe(no_mangle))]
+    pub unsafe extern "C" fn cuStreamSynchronize(hStream: CUstream) -> CUresult {
+        crate::ffi::hook(
+            id::cuStreamSynchronize,
+            || { unsafe { crate::hooks::sync::cuStreamSynchronize(hStream) } },
+            || unsafe { real::cuStreamSynchronize(hStream) },
+        )
+    }
+    #[cfg_attr(not(test), unsafe(no_mangle))]
+    pub unsafe extern "C" fn cuStreamSynchronize_ptsz(hStream: CUstream) -> CUresult {
+        crate::ffi::hook(
+            id::cuStreamSynchronize_ptsz,
+            || { unsafe { crate::hooks::sync::cuStreamSynchronize_ptsz(hStream) } },
+            || unsafe { real::cuStreamSynchronize_ptsz(hStream) },
+        )
+    }
+    #[cfg_attr(not(test), unsafe(no_mangle))]
+    pub unsafe extern "C" fn cuEventSynchronize(hEvent: CUevent) -> CUresult {
+        crate::ffi::hook(
+            id::cuEventSynchronize,
+            || { unsafe { crate::hooks::sync::cuEventSynchronize(hEvent) } },
+            || unsafe { real::cuEventSynchronize(hEvent) },
+        )
+    }
+    #[cfg_attr(not(test), unsafe(no_mangle))]
     pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(
         device: nvmlDevice_t,
         memory: *mut nvmlMemory_t,
@@ -2763,6 +2812,14 @@ pub fn hook_addr(i: usize) -> *mut ::core::ffi::c_void {
         id::cuDevicePrimaryCtxReset_v2 => {
             exports::cuDevicePrimaryCtxReset_v2 as *mut ::core::ffi::c_void
         }
+        id::cuCtxSynchronize => exports::cuCtxSynchronize as *mut ::core::ffi::c_void,
+        id::cuStreamSynchronize => {
+            exports::cuStreamSynchronize as *mut ::core::ffi::c_void
+        }
+        id::cuStreamSynchronize_ptsz => {
+            exports::cuStreamSynchronize_ptsz as *mut ::core::ffi::c_void
+        }
+        id::cuEventSynchronize => exports::cuEventSynchronize as *mut ::core::ffi::c_void,
         id::nvmlDeviceGetMemoryInfo => {
             exports::nvmlDeviceGetMemoryInfo as *mut ::core::ffi::c_void
         }

@@ -21,8 +21,8 @@ p = argparse.ArgumentParser()
 p.add_argument("--lib", required=True)
 p.add_argument("--work", default=None)
 p.add_argument("--quick", action="store_true", help="shorter runs (less precise)")
-p.add_argument("--sections", default="cap,matmul,graphs,split,conservation,overhead",
-               help="comma-separated subset of: cap,matmul,graphs,split,conservation,overhead")
+p.add_argument("--sections", default="cap,matmul,graphs,split,conservation,overhead,colocation",
+               help="comma-separated subset of: cap,matmul,graphs,split,conservation,overhead,colocation")
 args = p.parse_args()
 LIB = os.path.abspath(args.lib)
 WORK = args.work or tempfile.mkdtemp(prefix="cuslice-bench-")
@@ -54,19 +54,20 @@ def build():
 _tenants = 0
 
 
-def tenant(limits):
+def tenant(limits, top=""):
     """A quota file for a new tenant (its own container) on the shared GPU segment dir."""
     global _tenants
     _tenants += 1
     name = f"t{_tenants}"
     path = os.path.join(WORK, f"{name}.toml")
     with open(path, "w") as f:
-        f.write(f'tenant = "{name}"\nsegment_dir = "{WORK}/mem-{name}"\ngpu_segment_dir = "{GPUSEG}"\n[all]\n{limits}\n')
+        f.write(f'tenant = "{name}"\nsegment_dir = "{WORK}/mem-{name}"\ngpu_segment_dir = "{GPUSEG}"\n{top}\n[all]\n{limits}\n')
     return path
 
 
-def start(cmd, quota=None):
+def start(cmd, quota=None, extra_env=None):
     env = dict(os.environ)
+    env.update(extra_env or {})
     env.pop("LD_PRELOAD", None)
     if quota is not None:
         env["LD_PRELOAD"] = LIB
@@ -88,6 +89,8 @@ def wait(proc):
             prog.append((float(w[1]), float(w[2])))
         elif w[0] in ("RATE", "TFLOPS", "START", "CYCLES", "KERNELMS"):
             vals[w[0]] = float(w[1])
+        elif w[0] in ("LAT", "SERVED"):
+            vals[w[0]] = [float(x) for x in w[1:]]
     vals["progress"] = prog
     return vals
 
@@ -99,6 +102,18 @@ def spin(seconds, cycles, quota=None, progress=False):
 
 def mm(seconds, quota=None, graph=False):
     return start([sys.executable, os.path.join(SRC, "mm_loop.py"), str(seconds)] + (["graph"] if graph else []), quota)
+
+
+def service(start_at, seconds, quota=None):
+    """The inference probe: one request every 10 ms, waiting for each."""
+    return start([sys.executable, os.path.join(SRC, "infer_probe.py"), "--seconds", str(seconds),
+                  "--start-at", str(start_at)], quota)
+
+
+def trainer(start_at, seconds, quota=None):
+    """The bf16 8192² matmul loop, over the same window (and a little more)."""
+    return start([sys.executable, os.path.join(SRC, "mm_loop.py"), str(seconds)], quota,
+                 {"START_AT": str(start_at)})
 
 
 def near(x, want, tol=3.0):
@@ -239,6 +254,62 @@ if "overhead" in SECTIONS:
     tr = 100 * statistics.median(ts) / statistics.median(tn)
     report("overhead", f"PyTorch training step (examples/train.py), compute = 100 %: {statistics.median(ts):.0f} vs "
            f"{statistics.median(tn):.0f} TFLOP/s", f"{tr:.1f} % of native", ">= 98 %", tr >= 98)
+
+# ---- 7. co-location: inference services alone, in pairs, beside a trainer ----
+if "colocation" in SECTIONS:
+    W = 10 * T  # each scenario's measured window, s
+
+
+    def together(services, trainers=()):
+        """Starts services and trainers (each a quota or None), lined up on
+        one window; returns (service results, trainer results)."""
+        at = time.monotonic() + 15  # torch start-up and warm-up come first
+        sp = [service(at, W, q) for q in services]
+        tp = [trainer(at, W, q) for q in trainers]
+        return [wait(x) for x in sp], [wait(x) for x in tp]
+
+
+    def lat(r):
+        return f"p50 {r['LAT'][0]:.2f} / p99 {r['LAT'][1]:.2f} ms, {r['SERVED'][0]:.0f} of {r['SERVED'][1]:.0f} served"
+
+
+    def all_served(r):
+        return r["SERVED"][0] >= r["SERVED"][1]
+
+
+    (solo,), _ = together([None])
+    _, (t_solo,) = together([], [None])
+    pair, _ = together([None, None])
+    (nsvc,), (ntr,) = together([None], [None])
+    report("colocation", "service alone, native", lat(solo), "reference", True)
+    report("colocation", "trainer alone, native", f"{t_solo['TFLOPS']:.0f} TFLOP/s", "reference", True)
+    pair_p99 = max(r["LAT"][1] for r in pair)
+    report("colocation", "two services, native", "; ".join(lat(r) for r in pair), "reference", True)
+    report("colocation", "service + trainer, native", f"{lat(nsvc)}; trainer {ntr['TFLOPS']:.0f} TFLOP/s "
+           f"({100 * ntr['TFLOPS'] / t_solo['TFLOPS']:.1f} % of solo)", "reference", True)
+
+    both, _ = together([tenant("compute = 50"), tenant("compute = 50")])
+    for i, r in enumerate(both):
+        ok = r["LAT"][1] <= 1.2 * pair_p99 and all_served(r)
+        report("colocation", f"two services, compute 50 each: service {i + 1}",
+               f"{lat(r)} ({r['LAT'][1] / pair_p99:.2f}x the native pair's p99)", "p99 <= 1.2x native pair, all served", ok)
+
+    (lsvc,), (ltr,) = together([tenant("compute = 50", "latency = true")], [tenant("compute = 50")])
+    r = lsvc["LAT"][1] / solo["LAT"][1]
+    report("colocation", "latency service + trainer, compute 50 each: service",
+           f"{lat(lsvc)} ({r:.2f}x its solo p99)", "p99 <= 1.5x solo, all served", r <= 1.5 and all_served(lsvc))
+    tr = 100 * ltr["TFLOPS"] / t_solo["TFLOPS"]
+    report("colocation", "latency service + trainer, compute 50 each: trainer",
+           f"{ltr['TFLOPS']:.0f} TFLOP/s ({tr:.1f} % of solo)", ">= 85 % of solo", tr >= 85)
+
+    (ssvc,), (str_,) = together([tenant("compute = 50")], [tenant("compute = 50")])
+    r = ssvc["LAT"][1] / nsvc["LAT"][1]
+    report("colocation", "service + trainer, compute 50 each (standard class): service",
+           f"{lat(ssvc)} ({r:.2f}x the native pair's p99)", "p99 <= native pair, all served",
+           ssvc["LAT"][1] <= nsvc["LAT"][1] and all_served(ssvc))
+    tr = 100 * str_["TFLOPS"] / ntr["TFLOPS"]
+    report("colocation", "service + trainer, compute 50 each (standard class): trainer",
+           f"{str_['TFLOPS']:.0f} TFLOP/s ({tr:.1f} % of the native pair's)", ">= 95 % of native pair", tr >= 95)
 
 print(f"# Compute shares on {gpu}\n")
 print(f"Command: `python3 scripts/gpu/bench_compute.py --lib target/release/libcuslice.so{' --quick' if args.quick else ''}`; "

@@ -14,3 +14,4 @@ pub mod launch;
 pub mod memory;
 pub mod nvml;
 pub mod proc_address;
+pub mod sync;

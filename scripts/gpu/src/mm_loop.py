@@ -1,6 +1,7 @@
 # A realistic tenant: a PyTorch bf16 8192x8192 matmul loop, optionally as a
 # replayed CUDA graph. Prints "START <monotonic ms>" and "TFLOPS <held rate>".
-#   mm_loop.py SECONDS [graph]
+#   [START_AT=<monotonic s>] mm_loop.py SECONDS [graph]
+import os
 import sys
 import time
 
@@ -40,6 +41,10 @@ else:
 for _ in range(3):
     step()
 torch.cuda.synchronize()
+# START_AT (CLOCK_MONOTONIC seconds): line up with other processes.
+start_at = float(os.environ.get("START_AT", "0"))
+while time.monotonic() < start_at:
+    time.sleep(min(0.01, max(0.0, start_at - time.monotonic())))
 t0 = time.monotonic()
 print(f"START {t0 * 1e3:.3f}", flush=True)
 iters = 0

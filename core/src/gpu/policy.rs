@@ -1,46 +1,59 @@
-//! The per-GPU scheduling segment: one file per physical GPU (named by its
-//! UUID) in a host directory that every container using that GPU mounts.
-//! It holds each tenant's share, ceiling, accounting and demand, and the
-//! lease that gives one process at a time the GPU for a short slice.
+//! The scheduling policy over the per-GPU segment ([`super::layout`]):
+//! every decision a process takes about putting work on the GPU. Decided
+//! here, on plain integers, so it is unit-tested without a GPU; the shim
+//! (`src/limiter.rs`) supplies the clock, the draining and the waiting.
 //!
-//! Why a lease: without MPS, kernels of different processes never overlap;
-//! the GPU time-slices between contexts. A process that has the GPU to
-//! itself, and drains its work before handing it over, can measure its own
-//! GPU time exactly (slice start to drain), and the hand-over is fair by
-//! construction.
+//! Two ways to launch:
+//! - **Freely.** A tenant whose demand is under its share launches at once,
+//!   beside whoever else runs (the GPU time-slices between contexts, and a
+//!   light tenant waits at most about one time-slice, ~2 ms, measured on an
+//!   H100: docs/benchmarks/2026-11-23-h100-colocation-explore.md). It is
+//!   charged the wall time its work is in flight (`charge_free`), an upper
+//!   bound of its GPU time.
+//! - **Through the lease**, for tenants that compete for a saturated GPU
+//!   ("heavy"): one process at a time has the GPU for a slice, drains it
+//!   before handing it over, and so measures its own GPU time exactly.
+//!   Shares are weights: each tenant has a virtual time, advanced by the
+//!   GPU time it is charged divided by its share; a free lease goes to a
+//!   waiting process of the tenant with the smallest virtual time (stride
+//!   scheduling), so busy tenants split the GPU in proportion to their
+//!   shares.
 //!
-//! Policy (decided here, on plain integers, so it is unit-tested without a
-//! GPU; the shim supplies the clock and does the draining):
-//! - Shares are weights: each tenant has a virtual time, advanced by the GPU
-//!   time it is charged divided by its share. A free lease goes to a waiting
-//!   process of the tenant with the smallest virtual time (stride
-//!   scheduling), so busy tenants split the GPU in proportion to their shares.
+//! Which way ([`GpuSegment::route`]): a tenant is heavy once it is charged
+//! at least its share over a demand window (`DEMAND_WINDOW_NS`), or once
+//! one of its processes has had work in flight without a break for
+//! `HEAVY_BUSY_NS` (a saturating launcher); it is light again once a whole
+//! window shows it under `LIGHT_PERMILLE` of its share without having
+//! waited for the lease.
+//!
 //! - Work conservation: only tenants with waiting processes compete, so an
 //!   idle tenant's share goes to the others. A tenant that comes back has its
 //!   virtual time raised to the smallest among the active ones, so it gets
 //!   its share again at once but cannot claim back what it did not use.
 //! - Ceiling (`compute_max`): a token bucket refilled at the ceiling's rate;
-//!   a tenant with no tokens does not get the lease, even on an idle GPU.
-//!   Once its ceiling ends a hold, it waits until it has saved up a whole
-//!   burst (`compute_burst_ms`, default 200 ms), so that a ceiling-bound
-//!   tenant alternates long stretches on and off the GPU (see
-//!   `ceiling_wait` for why).
+//!   a tenant with no tokens launches neither freely nor through the lease,
+//!   even on an idle GPU. Once its ceiling ends a hold, a standard tenant
+//!   waits until it has saved up a whole burst (`compute_burst_ms`, default
+//!   200 ms), so that a ceiling-bound tenant alternates long stretches on
+//!   and off the GPU (see `ceiling_wait` for why). A latency tenant never
+//!   saves up: it runs again as soon as its bucket is above zero.
 //! - A holder renews its slice without draining when nobody else waits and
 //!   it has tokens; otherwise it drains and releases.
 //! - A holder that dies, or overstays its deadline by `GRACE_NS`, loses the
 //!   lease to the next waiter, which charges it up to its deadline.
+//! - **Latency class.** A latency tenant under its share always launches
+//!   freely, and stamps how long its work is in flight (`active_until`:
+//!   each launch for `LATENCY_LINGER_NS`, a synchronising call until it
+//!   returns). While such a stamp lies ahead, other tenants launch nothing
+//!   new ([`GpuSegment::latency_hold`]), and while a latency tenant is live
+//!   they keep their queues short (the shim's business), so its kernels
+//!   find the GPU at the next kernel boundary. A latency tenant over its
+//!   share is heavy like any other and loses both privileges.
 
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
-pub use crate::shm::SegmentError;
-use crate::shm::{Header, Layout, Shm};
+use super::layout::*;
 
-pub const MAGIC: [u8; 8] = *b"CUSLGPU\0";
-pub const VERSION: u32 = 1;
-pub const MAX_TENANTS: usize = 32;
-pub const MAX_PROCS: usize = 512;
-pub const NAME_BYTES: usize = 64;
 /// How long past its deadline a live holder keeps the lease before a waiter
 /// takes it (a holder that stopped launching never reaches its own slice
 /// end).
@@ -48,7 +61,7 @@ pub const GRACE_NS: u64 = 50_000_000;
 /// A tenant that has not held the lease for this long counts as having been
 /// idle: when it comes back its virtual time is raised to the active ones'.
 pub const IDLE_NS: u64 = 100_000_000;
-/// The longest slice a process may use (`CUSLICE_SLICE_MS` is at most
+/// The longest slice a process may use (`compute_slice_ms` is at most
 /// 1000). A lease deadline further ahead than this (plus `GRACE_NS`) was
 /// not written by a holder: it is treated as overstayed.
 pub const MAX_SLICE_NS: u64 = 1_000_000_000;
@@ -60,97 +73,24 @@ pub const MAX_SLICE_NS: u64 = 1_000_000_000;
 pub const MAX_TOKENS_NS: u64 = 3_600_000_000_000;
 /// The largest burst a configuration can give (`compute_burst_ms`).
 pub const MAX_BURST_NS: u64 = crate::config::MAX_COMPUTE_BURST_MS as u64 * 1_000_000;
-
-#[repr(C, align(64))]
-pub struct Sched {
-    /// 0: free; else the holder's process slot + 1.
-    pub lease: AtomicU32,
-    /// Futex word: bumped whenever the lease is released.
-    pub generation: AtomicU32,
-    pub slice_start: AtomicU64,
-    pub deadline: AtomicU64,
-    pub holder_tenant: AtomicU32,
-    /// Lease hand-overs (display and tests).
-    pub handovers: AtomicU64,
-    /// Last sweep for dead processes (rate limit).
-    pub swept_at: AtomicU64,
-}
-
 /// Dead processes are swept at most this often while the lease waits on a
 /// tenant that may have none left alive.
 const SWEEP_NS: u64 = 10_000_000;
-
-const EMPTY: u32 = 0;
-const READY: u32 = 2;
-
-#[repr(C, align(64))]
-pub struct Tenant {
-    pub state: AtomicU32,
-    /// Guaranteed share, percent 1..=100: the weight.
-    pub share: AtomicU32,
-    /// Ceiling, percent 1..=100 (100: none).
-    pub max: AtomicU32,
-    /// Processes of this tenant waiting for the lease.
-    pub waiting: AtomicU32,
-    /// Live processes registered on this GPU.
-    pub procs: AtomicU32,
-    pub name: [AtomicU64; NAME_BYTES / 8],
-    /// Virtual time: charged ns x 100 / share.
-    pub vtime: AtomicU64,
-    /// GPU time charged, ns.
-    pub used_ns: AtomicU64,
-    /// Time its processes spent waiting for the lease, ns.
-    pub throttled_ns: AtomicU64,
-    /// Ceiling bucket, ns (may go negative: debt).
-    pub tokens: AtomicI64,
-    pub tokens_at: AtomicU64,
-    /// Last time it held the lease (ns, CLOCK_MONOTONIC).
-    pub last_active: AtomicU64,
-    /// Ceiling bucket's burst, ns (0: one slice). With `recharging`, lives
-    /// in what was padding in the first layout: the size is unchanged, and
-    /// a library that does not know them leaves both at 0 (old behaviour).
-    pub burst_ns: AtomicU64,
-    /// 1 after the tenant's ceiling ended its hold: it takes the lease again
-    /// only once it has saved up a whole burst (long on/off periods).
-    pub recharging: AtomicU32,
-}
-
-// The layout is part of the segment's version: a field added to `Tenant`
-// must fit in its padding (or bump VERSION).
-const _: () = assert!(std::mem::size_of::<Tenant>() == 192);
-
-const PROC_FREE: u32 = 0;
-const PROC_LIVE: u32 = 1;
-
-#[repr(C, align(64))]
-pub struct Proc {
-    pub state: AtomicU32,
-    pub tenant: AtomicU32,
-    pub pid: AtomicU32,
-    pub waiting: AtomicU32,
-    /// When this process last tried for the lease while waiting (ns). A
-    /// waiting process polls at least every 2 ms; a `waiting` flag whose
-    /// poll is older than `WAITER_FRESH_NS` holds nobody back. (In what was
-    /// padding in the first layout.)
-    pub polled_at: AtomicU64,
-}
-
-const _: () = assert!(std::mem::size_of::<Proc>() == 64);
-
 /// How recent a waiter's last poll must be for others to defer to it.
 pub const WAITER_FRESH_NS: u64 = 250_000_000;
-
-/// CLOCK_MONOTONIC in ns: the clock every time in this segment uses (host
-/// wide, so comparable across containers).
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime (vDSO) into a valid timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
+/// The window over which a tenant's demand is measured.
+pub const DEMAND_WINDOW_NS: u64 = 100_000_000;
+/// A process whose work has been in flight without a break this long
+/// saturates the GPU: its tenant is heavy at once.
+pub const HEAVY_BUSY_NS: u64 = 50_000_000;
+/// A heavy tenant is light again below this fraction of its share (per
+/// mille), so that one held exactly at its share stays heavy.
+pub const LIGHT_PERMILLE: u64 = 800;
+/// A latency tenant's launch keeps it active this long: the gap between
+/// the launches of one request, and the time its last kernels take.
+pub const LATENCY_LINGER_NS: u64 = 500_000;
+/// The longest a synchronising call of a latency tenant holds others back.
+pub const LATENCY_SYNC_CAP_NS: u64 = 20_000_000;
 
 /// The ceiling bucket's burst of tenant `t`, ns. A burst beyond what a
 /// configuration can give is corrupt and counts as unset (one slice).
@@ -194,46 +134,20 @@ fn ceiling_wait(t: &Tenant, tokens: i64, slice: u64) -> Option<u64> {
         }
         return None;
     }
-    Some(need.saturating_sub(tokens).unsigned_abs().saturating_mul(100) / max.max(1) as u64)
+    Some(
+        need.saturating_sub(tokens)
+            .unsigned_abs()
+            .saturating_mul(100)
+            / max.max(1) as u64,
+    )
 }
 
-const HEADER: usize = std::mem::size_of::<Header>();
-const SCHED: usize = std::mem::size_of::<Sched>();
-pub const SIZE: usize = HEADER
-    + SCHED
-    + MAX_TENANTS * std::mem::size_of::<Tenant>()
-    + MAX_PROCS * std::mem::size_of::<Proc>();
+fn is_latency(t: &Tenant) -> bool {
+    t.class.load(Ordering::Relaxed) == CLASS_LATENCY
+}
 
-fn layout() -> Layout {
-    Layout {
-        what: "GPU segment",
-        header: Header {
-            magic: MAGIC,
-            version: VERSION,
-            header_size: HEADER as u32,
-            total_size: SIZE as u64,
-            params: [
-                MAX_TENANTS as u32,
-                MAX_PROCS as u32,
-                SCHED as u32,
-                std::mem::size_of::<Tenant>() as u32,
-                std::mem::size_of::<Proc>() as u32,
-                NAME_BYTES as u32,
-                0,
-                0,
-            ],
-        },
-        param_names: [
-            "tenant count",
-            "process count",
-            "scheduler size",
-            "tenant size",
-            "process size",
-            "name size",
-            "-",
-            "-",
-        ],
-    }
+fn is_heavy(t: &Tenant) -> bool {
+    t.heavy.load(Ordering::Relaxed) != 0
 }
 
 /// What `try_acquire` decided.
@@ -245,208 +159,20 @@ pub enum Acquire {
     Wait { until: u64 },
 }
 
-/// What a tenant looks like from outside (status, tests).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TenantView {
-    pub index: usize,
-    pub name: String,
-    pub share: u32,
-    pub max: u32,
-    pub used_ns: u64,
-    pub throttled_ns: u64,
-    pub waiting: u32,
-    pub procs: u32,
-    pub last_active: u64,
+/// How a process that does not hold the lease puts its next work on the
+/// GPU ([`GpuSegment::route`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// At once, without the lease (charged with `charge_free`).
+    Free,
+    /// Through the lease (`begin_wait` / `try_acquire`).
+    Lease,
+    /// A latency tenant out of ceiling tokens: freely, once `until` has
+    /// passed.
+    Throttle { until: u64 },
 }
-
-pub struct GpuSegment {
-    shm: Shm,
-    pub path: PathBuf,
-    /// When this process's current hold began (ns; process-local;
-    /// `NOT_HELD` if none). The holder charges itself from this, not from
-    /// the shared `slice_start` that any tenant can write.
-    held_since: AtomicU64,
-}
-
-const NOT_HELD: u64 = u64::MAX;
 
 impl GpuSegment {
-    /// Opens `<dir>/<uuid>.seg`, creating it if absent. The directory is
-    /// shared by every tenant of the host, so it is created world-usable
-    /// with the sticky bit; each file must belong to the opening user.
-    pub fn open_or_create(path: &Path) -> Result<GpuSegment, SegmentError> {
-        let shm = Shm::open_or_create(path, &layout(), 0o1777)?;
-        Ok(GpuSegment {
-            shm,
-            path: path.to_path_buf(),
-            held_since: AtomicU64::new(NOT_HELD),
-        })
-    }
-
-    pub fn open_read_only(path: &Path) -> Result<GpuSegment, SegmentError> {
-        let shm = Shm::open_read_only(path, &layout())?;
-        Ok(GpuSegment {
-            shm,
-            path: path.to_path_buf(),
-            held_since: AtomicU64::new(NOT_HELD),
-        })
-    }
-
-    pub fn sched(&self) -> &Sched {
-        // SAFETY: the Sched follows the header; aligned; atomics only.
-        unsafe { self.shm.at::<Sched>(HEADER) }
-    }
-
-    pub fn tenant(&self, i: usize) -> Option<&Tenant> {
-        if i >= MAX_TENANTS {
-            return None;
-        }
-        // SAFETY: in bounds (i < MAX_TENANTS), aligned, atomics only.
-        Some(unsafe {
-            self.shm
-                .at::<Tenant>(HEADER + SCHED + i * std::mem::size_of::<Tenant>())
-        })
-    }
-
-    pub fn proc_entry(&self, i: usize) -> Option<&Proc> {
-        if i >= MAX_PROCS {
-            return None;
-        }
-        let off = HEADER
-            + SCHED
-            + MAX_TENANTS * std::mem::size_of::<Tenant>()
-            + i * std::mem::size_of::<Proc>();
-        // SAFETY: as above.
-        Some(unsafe { self.shm.at::<Proc>(off) })
-    }
-
-    /// Finds the tenant `name`, creating it; sets its share and ceiling
-    /// (a share change takes effect at once). Returns (index, previous
-    /// (share, max) if it changed).
-    pub fn register_tenant(
-        &self,
-        name: &str,
-        share: u32,
-        max: u32,
-        burst_ns: u64,
-        now: u64,
-    ) -> Result<(usize, Option<(u32, u32)>), SegmentError> {
-        let share = share.clamp(1, 100);
-        let max = max.clamp(share, 100);
-        let encoded = encode_name(name);
-        self.shm.with_flock(|| {
-            let mut empty = None;
-            for i in 0..MAX_TENANTS {
-                let Some(t) = self.tenant(i) else { break };
-                match t.state.load(Ordering::Acquire) {
-                    READY if name_words(t) == encoded => {
-                        t.burst_ns.store(burst_ns, Ordering::Relaxed);
-                        let old = (
-                            t.share.swap(share, Ordering::AcqRel),
-                            t.max.swap(max, Ordering::AcqRel),
-                        );
-                        return Ok((i, (old != (share, max)).then_some(old)));
-                    }
-                    EMPTY if empty.is_none() => empty = Some(i),
-                    // A state no cuslice writes is corrupt: free as well.
-                    st if st != READY && empty.is_none() => empty = Some(i),
-                    _ => {}
-                }
-            }
-            let Some(i) = empty.or_else(|| self.reuse_idle_tenant()) else {
-                return Err(SegmentError(format!(
-                    "{}: all {MAX_TENANTS} tenant entries of this GPU are in use",
-                    self.path.display()
-                )));
-            };
-            let Some(t) = self.tenant(i) else {
-                unreachable!("i < MAX_TENANTS")
-            };
-            for (w, v) in t.name.iter().zip(encoded) {
-                w.store(v, Ordering::Relaxed);
-            }
-            t.share.store(share, Ordering::Relaxed);
-            t.max.store(max, Ordering::Relaxed);
-            t.burst_ns.store(burst_ns, Ordering::Relaxed);
-            t.recharging.store(0, Ordering::Relaxed);
-            t.waiting.store(0, Ordering::Relaxed);
-            t.procs.store(0, Ordering::Relaxed);
-            t.used_ns.store(0, Ordering::Relaxed);
-            t.throttled_ns.store(0, Ordering::Relaxed);
-            t.vtime
-                .store(self.min_active_vtime(None).unwrap_or(0), Ordering::Relaxed);
-            t.tokens.store(0, Ordering::Relaxed);
-            t.tokens_at.store(now, Ordering::Relaxed);
-            t.last_active.store(now, Ordering::Relaxed);
-            t.state.store(READY, Ordering::Release);
-            Ok((i, None))
-        })
-    }
-
-    /// A tenant entry with no live process can be reused (its history is
-    /// lost; a tenant that comes back starts afresh).
-    fn reuse_idle_tenant(&self) -> Option<usize> {
-        self.reclaim_dead();
-        (0..MAX_TENANTS).find(|&i| {
-            self.tenant(i)
-                .is_some_and(|t| t.procs.load(Ordering::Acquire) == 0)
-        })
-    }
-
-    /// Registers this process under `tenant`: takes the first process slot
-    /// whose lock is free, cleaning what a dead owner left.
-    pub fn claim_proc(&self, tenant: usize, pid: u32) -> Result<usize, SegmentError> {
-        let Some(t) = self.tenant(tenant) else {
-            return Err(SegmentError(format!(
-                "{}: no tenant {tenant}",
-                self.path.display()
-            )));
-        };
-        self.shm.claim_first(MAX_PROCS, "process slot", |i| {
-            let Some(p) = self.proc_entry(i) else { return };
-            self.clean_proc(i);
-            p.tenant.store(tenant as u32, Ordering::Relaxed);
-            p.pid.store(pid, Ordering::Relaxed);
-            p.waiting.store(0, Ordering::Relaxed);
-            p.state.store(PROC_LIVE, Ordering::Release);
-            t.procs.fetch_add(1, Ordering::AcqRel);
-        })
-    }
-
-    /// Gives our process slot back (normal exit).
-    pub fn release_proc(&self, slot: usize, now: u64) {
-        let s = self.sched();
-        if s.lease.load(Ordering::Acquire) == slot as u32 + 1 {
-            let t = s.holder_tenant.load(Ordering::Relaxed) as usize;
-            self.release(slot, t, now);
-        }
-        self.shm.release_own(slot, |i| self.clean_proc(i));
-    }
-
-    /// Undoes what process slot `i` contributed (the caller holds its lock).
-    fn clean_proc(&self, i: usize) {
-        let Some(p) = self.proc_entry(i) else { return };
-        if p.state.swap(PROC_FREE, Ordering::AcqRel) == PROC_FREE {
-            return;
-        }
-        if let Some(t) = self.tenant(p.tenant.load(Ordering::Relaxed) as usize) {
-            if p.waiting.swap(0, Ordering::AcqRel) != 0 {
-                dec(&t.waiting);
-            }
-            dec(&t.procs);
-        }
-    }
-
-    /// Cleans the slots of dead processes. Returns how many.
-    pub fn reclaim_dead(&self) -> usize {
-        let in_use = |i: usize| {
-            self.proc_entry(i)
-                .is_some_and(|p| p.state.load(Ordering::Acquire) != PROC_FREE)
-        };
-        self.shm
-            .sweep_dead(MAX_PROCS, in_use, |i| self.clean_proc(i))
-    }
-
     /// Marks process `slot` of `tenant` as waiting for the lease. A tenant
     /// that was idle comes back at the smallest active virtual time.
     pub fn begin_wait(&self, slot: usize, tenant: usize, now: u64) {
@@ -454,6 +180,8 @@ impl GpuSegment {
             return;
         };
         p.polled_at.store(now, Ordering::Relaxed);
+        // It wanted the GPU and had to wait: it competes (demand window).
+        t.win_waited.store(1, Ordering::Relaxed);
         if p.waiting.swap(1, Ordering::AcqRel) != 0 {
             return;
         }
@@ -481,7 +209,7 @@ impl GpuSegment {
 
     /// Smallest virtual time among tenants that are waiting or hold the
     /// lease, other than `except`.
-    fn min_active_vtime(&self, except: Option<usize>) -> Option<u64> {
+    pub(super) fn min_active_vtime(&self, except: Option<usize>) -> Option<u64> {
         let s = self.sched();
         let holder = (s.lease.load(Ordering::Acquire) != 0)
             .then(|| s.holder_tenant.load(Ordering::Relaxed) as usize);
@@ -586,7 +314,7 @@ impl GpuSegment {
                 // No slice is longer than MAX_SLICE_NS (a `start` far back
                 // is corrupt).
                 let ns = deadline.min(now).saturating_sub(start);
-                self.charge(ht, ns.min(MAX_SLICE_NS));
+                self.charge(ht, ns.min(MAX_SLICE_NS), now);
                 s.generation.fetch_add(1, Ordering::AcqRel);
                 if dead {
                     self.reclaim_dead();
@@ -623,7 +351,8 @@ impl GpuSegment {
             if o.state.load(Ordering::Acquire) != READY || o.waiting.load(Ordering::Acquire) == 0 {
                 continue;
             }
-            if key(o, i) < mine && ceiling_wait(o, self.refill(o, now, slice, true), slice).is_none()
+            if key(o, i) < mine
+                && ceiling_wait(o, self.refill(o, now, slice, true), slice).is_none()
             {
                 // That tenant's waiters may all be dead (killed while
                 // waiting): sweep now and then, so they cannot block us.
@@ -684,12 +413,23 @@ impl GpuSegment {
         })
     }
 
-    fn charge(&self, tenant: usize, ns: u64) {
+    /// Charges `ns` of GPU time measured under the lease to `tenant`: its
+    /// virtual time, and what every charge touches (`charge_usage`).
+    fn charge(&self, tenant: usize, ns: u64, now: u64) {
         let Some(t) = self.tenant(tenant) else { return };
         let share = t.share.load(Ordering::Relaxed).max(1) as u64;
-        t.used_ns.fetch_add(ns, Ordering::AcqRel);
         t.vtime
             .fetch_add(ns.saturating_mul(100) / share, Ordering::AcqRel);
+        self.charge_usage(t, ns, now);
+    }
+
+    /// What any charge touches: the accounting, the ceiling bucket and the
+    /// demand window. Not the virtual time: that orders tenants competing
+    /// through the lease, by GPU time measured exactly (a free tenant's
+    /// charge is an upper bound, and several light tenants' bounds overlap;
+    /// a tenant that turns heavy joins at the active ones' virtual time).
+    fn charge_usage(&self, t: &Tenant, ns: u64, now: u64) {
+        t.used_ns.fetch_add(ns, Ordering::AcqRel);
         if t.max.load(Ordering::Relaxed) < 100 {
             let ns = ns.min(i64::MAX as u64) as i64;
             let _ = t
@@ -698,6 +438,8 @@ impl GpuSegment {
                     Some(v.saturating_sub(ns))
                 });
         }
+        t.win_used.fetch_add(ns, Ordering::AcqRel);
+        self.roll_demand(t, now);
     }
 
     /// At the end of a slice: must the holder drain and release (someone
@@ -740,7 +482,7 @@ impl GpuSegment {
         }
         s.slice_start.store(now, Ordering::Release);
         let start = self.held_since.swap(now, Ordering::Relaxed);
-        self.charge(tenant, now.saturating_sub(start));
+        self.charge(tenant, now.saturating_sub(start), now);
         let deadline = now + slice;
         s.deadline.store(deadline, Ordering::Release);
         if let Some(t) = self.tenant(tenant) {
@@ -763,7 +505,7 @@ impl GpuSegment {
         // NOT_HELD: a lease naming our slot that we never took (written by
         // someone else): nothing to charge.
         if start != NOT_HELD {
-            self.charge(tenant, now.saturating_sub(start));
+            self.charge(tenant, now.saturating_sub(start), now);
         }
         if let Some(t) = self.tenant(tenant) {
             t.last_active.store(now, Ordering::Relaxed);
@@ -778,76 +520,193 @@ impl GpuSegment {
         }
     }
 
-    pub fn tenants(&self) -> Vec<TenantView> {
-        (0..MAX_TENANTS)
-            .filter_map(|i| self.tenant(i).map(|t| (i, t)))
-            .filter(|(_, t)| t.state.load(Ordering::Acquire) == READY)
-            .map(|(i, t)| TenantView {
-                index: i,
-                name: decode_name(t),
-                share: t.share.load(Ordering::Relaxed),
-                max: t.max.load(Ordering::Relaxed),
-                used_ns: t.used_ns.load(Ordering::Relaxed),
-                throttled_ns: t.throttled_ns.load(Ordering::Relaxed),
-                waiting: t.waiting.load(Ordering::Relaxed),
-                procs: t.procs.load(Ordering::Relaxed),
-                last_active: t.last_active.load(Ordering::Relaxed),
+    /// Rolls tenant `t`'s demand window if it is over, and decides whether
+    /// the tenant is heavy from it: charged at least its share (per mille
+    /// of the window's wall time), or heavy already and still at
+    /// `LIGHT_PERMILLE` of it, or waiting for the lease.
+    fn roll_demand(&self, t: &Tenant, now: u64) {
+        let start = t.win_start.load(Ordering::Acquire);
+        if start > now.saturating_add(GRACE_NS) {
+            // A window starting in the future is corrupt: restart it.
+            if t.win_start
+                .compare_exchange(start, now, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                t.win_used.store(0, Ordering::Relaxed);
+            }
+            return;
+        }
+        let span = now.saturating_sub(start);
+        if span < DEMAND_WINDOW_NS
+            || t.win_start
+                .compare_exchange(start, now, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+        {
+            return;
+        }
+        let used = t.win_used.swap(0, Ordering::AcqRel);
+        let pm = (used as u128 * 1000 / span as u128).min(u32::MAX as u128) as u64;
+        t.demand_pm.store(pm as u32, Ordering::Relaxed);
+        let waited =
+            t.win_waited.swap(0, Ordering::AcqRel) != 0 || t.waiting.load(Ordering::Acquire) > 0;
+        let share_pm = u64::from(t.share.load(Ordering::Relaxed).clamp(1, 100)) * 10;
+        let heavy =
+            pm >= share_pm || (is_heavy(t) && (pm * 1000 >= share_pm * LIGHT_PERMILLE || waited));
+        t.heavy.store(u32::from(heavy), Ordering::Release);
+    }
+
+    /// How a process of `tenant` that does not hold the lease launches
+    /// next: freely while the tenant's demand is under its share and its
+    /// ceiling has tokens, else through the lease. A latency tenant under
+    /// its share never takes the lease: out of tokens, it waits for them.
+    pub fn route(&self, tenant: usize, now: u64, slice: u64) -> Route {
+        let Some(t) = self.tenant(tenant) else {
+            return Route::Lease;
+        };
+        self.roll_demand(t, now);
+        if is_heavy(t) {
+            return Route::Lease;
+        }
+        let max = u64::from(t.max.load(Ordering::Relaxed));
+        if max >= 100 {
+            return Route::Free;
+        }
+        let tokens = self.refill(t, now, slice, true);
+        if is_latency(t) {
+            if tokens >= 1 {
+                return Route::Free;
+            }
+            let wait = (1 - tokens).unsigned_abs().saturating_mul(100) / max.max(1);
+            return Route::Throttle {
+                until: now.saturating_add(wait.max(100_000)),
+            };
+        }
+        match ceiling_wait(t, tokens, slice) {
+            None => Route::Free,
+            Some(_) => Route::Lease,
+        }
+    }
+
+    /// Charges `ns` of work in flight of a process that launched freely.
+    pub fn charge_free(&self, tenant: usize, ns: u64, now: u64) {
+        if let Some(t) = self.tenant(tenant) {
+            self.charge_usage(t, ns.min(MAX_SLICE_NS), now);
+        }
+    }
+
+    /// A process of `tenant` has had work in flight without a break for
+    /// `ns`: past `HEAVY_BUSY_NS` it saturates the GPU, and its tenant
+    /// competes through the lease from its next launch on (a latency
+    /// tenant only by its charged share: one long request is no reason to
+    /// lose its class).
+    pub fn note_busy(&self, tenant: usize, ns: u64) {
+        if let Some(t) = self.tenant(tenant)
+            && ns >= HEAVY_BUSY_NS
+            && !is_latency(t)
+        {
+            t.heavy.store(1, Ordering::Release);
+        }
+    }
+
+    /// Whether `tenant` is a latency tenant under its share (its
+    /// processes stamp their work in flight).
+    pub fn latency_privileged(&self, tenant: usize) -> bool {
+        self.tenant(tenant)
+            .is_some_and(|t| is_latency(t) && !is_heavy(t))
+    }
+
+    /// A latency tenant's work is in flight until `until`.
+    pub fn latency_stamp(&self, tenant: usize, until: u64) {
+        if let Some(t) = self.tenant(tenant) {
+            t.active_until.fetch_max(until, Ordering::AcqRel);
+            self.sched().lat_until.fetch_max(until, Ordering::AcqRel);
+        }
+    }
+
+    /// A thread of latency process `slot` enters a synchronising call: its
+    /// work is in flight until the call returns (at most
+    /// `LATENCY_SYNC_CAP_NS`).
+    pub fn latency_sync_begin(&self, slot: usize, tenant: usize, now: u64) {
+        let (Some(p), Some(t)) = (self.proc_entry(slot), self.tenant(tenant)) else {
+            return;
+        };
+        p.syncing.fetch_add(1, Ordering::AcqRel);
+        t.in_sync.fetch_add(1, Ordering::AcqRel);
+        self.latency_stamp(tenant, now.saturating_add(LATENCY_SYNC_CAP_NS));
+    }
+
+    /// The synchronising call returned. When no thread of the tenant is in
+    /// one any more, its stamp comes down to one linger from now and the
+    /// hint is recomputed. Returns whether tenants holding back may be
+    /// asleep on `latency_word` (the caller wakes them).
+    pub fn latency_sync_end(&self, slot: usize, tenant: usize, now: u64) -> bool {
+        let (Some(p), Some(t)) = (self.proc_entry(slot), self.tenant(tenant)) else {
+            return false;
+        };
+        dec(&p.syncing);
+        let before = t
+            .in_sync
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
+                Some(v.saturating_sub(1))
             })
-            .collect()
+            .unwrap_or(0);
+        if before > 1 {
+            return false;
+        }
+        t.active_until
+            .store(now.saturating_add(LATENCY_LINGER_NS), Ordering::Release);
+        let s = self.sched();
+        // The hint only ever grows with stamps: recompute it from the
+        // tenants, unless someone stamped meanwhile (then it stays).
+        let hint = s.lat_until.load(Ordering::Acquire);
+        let floor = self.latency_active_until(now).unwrap_or(0);
+        if hint > floor {
+            let _ = s
+                .lat_until
+                .compare_exchange(hint, floor, Ordering::AcqRel, Ordering::Acquire);
+        }
+        s.lat_gen.fetch_add(1, Ordering::AcqRel);
+        s.lat_waiters.load(Ordering::Acquire) != 0
     }
 
-    /// The futex word waiters sleep on.
-    pub fn generation_word(&self) -> &AtomicU32 {
-        &self.sched().generation
+    /// The latest time until which a privileged latency tenant with live
+    /// processes has work in flight, if any is after `now`. A stamp further
+    /// ahead than any call sets is corrupt and ignored.
+    fn latency_active_until(&self, now: u64) -> Option<u64> {
+        let bound = now.saturating_add(LATENCY_SYNC_CAP_NS + GRACE_NS);
+        self.ready_tenants()
+            .filter(|(_, t)| is_latency(t) && !is_heavy(t) && t.procs.load(Ordering::Acquire) > 0)
+            .map(|(_, t)| t.active_until.load(Ordering::Acquire))
+            .filter(|&a| a > now && a <= bound)
+            .max()
     }
 
-    pub fn raw_fd(&self) -> i32 {
-        self.shm.raw_fd()
+    /// For a standard tenant's process at the end of a pass: Some(until)
+    /// while a latency tenant has work in flight (launch nothing new before
+    /// then, or before a wake-up on `latency_word`). One load while none
+    /// has (the hint in `Sched`).
+    pub fn latency_hold(&self, now: u64) -> Option<u64> {
+        let s = self.sched();
+        let hint = s.lat_until.load(Ordering::Acquire);
+        if hint <= now {
+            return None;
+        }
+        let until = self.latency_active_until(now);
+        if until.is_none() {
+            // Stale or corrupt hint: nobody is active.
+            let _ = s
+                .lat_until
+                .compare_exchange(hint, 0, Ordering::AcqRel, Ordering::Acquire);
+        }
+        until
     }
 
-    /// Whether the process that owns process slot `i` is alive (another
-    /// open file description holds its lock; our own slot reads as alive).
-    /// Read-only, for observers (tests, status) that check the lease holder
-    /// and the waiters.
-    pub fn proc_alive(&self, i: usize) -> bool {
-        self.shm.slot_alive(i)
+    /// Whether a privileged latency tenant has live processes on this GPU
+    /// (standard tenants then keep their queues short).
+    pub fn latency_present(&self) -> bool {
+        self.ready_tenants()
+            .any(|(_, t)| is_latency(t) && !is_heavy(t) && t.procs.load(Ordering::Acquire) > 0)
     }
-}
-
-fn dec(a: &AtomicU32) {
-    let _ = a.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
-        Some(v.saturating_sub(1))
-    });
-}
-
-fn encode_name(name: &str) -> [u64; NAME_BYTES / 8] {
-    let mut bytes = [0u8; NAME_BYTES];
-    let n = name.len().min(NAME_BYTES);
-    bytes[..n].copy_from_slice(&name.as_bytes()[..n]);
-    let mut w = [0u64; NAME_BYTES / 8];
-    for (i, c) in bytes.chunks(8).enumerate() {
-        let mut b = [0u8; 8];
-        b.copy_from_slice(c);
-        w[i] = u64::from_le_bytes(b);
-    }
-    w
-}
-
-fn name_words(t: &Tenant) -> [u64; NAME_BYTES / 8] {
-    let mut w = [0u64; NAME_BYTES / 8];
-    for (i, a) in t.name.iter().enumerate() {
-        w[i] = a.load(Ordering::Relaxed);
-    }
-    w
-}
-
-fn decode_name(t: &Tenant) -> String {
-    let bytes: Vec<u8> = name_words(t)
-        .iter()
-        .flat_map(|w| w.to_le_bytes())
-        .take_while(|&b| b != 0)
-        .collect();
-    String::from_utf8_lossy(&bytes).into_owned()
 }
 
 #[cfg(test)]
@@ -974,7 +833,11 @@ mod tests {
     /// them: a holder runs slice after slice, renewing while
     /// `must_release` says it may. Returns each tenant's percent of the
     /// time and its holds as (start, end) ns.
-    fn simulate_holds(name: &str, tenants: &[(u32, u32, u64)], ms: u64) -> (Vec<f64>, Vec<Vec<(u64, u64)>>) {
+    fn simulate_holds(
+        name: &str,
+        tenants: &[(u32, u32, u64)],
+        ms: u64,
+    ) -> (Vec<f64>, Vec<Vec<(u64, u64)>>) {
         let g = seg(name);
         let procs: Vec<GpuSegment> = tenants
             .iter()
@@ -1023,7 +886,12 @@ mod tests {
             busy[k] += now - start;
             holds[k].push((start, now));
         }
-        (busy.iter().map(|&b| 100.0 * b as f64 / now as f64).collect(), holds)
+        (
+            busy.iter()
+                .map(|&b| 100.0 * b as f64 / now as f64)
+                .collect(),
+            holds,
+        )
     }
 
     #[test]
@@ -1044,7 +912,11 @@ mod tests {
         // A 10 % ceiling with the old one-slice burst (0): 20 ms holds.
         let (pct, holds) = simulate_holds("burst0", &[(10, 10, 0)], 20_000);
         assert!((pct[0] - 10.0).abs() < 0.5, "{pct:?}");
-        assert!(holds[0][1..].iter().all(|&(a, b)| b - a <= 2 * SLICE), "{:?}", &holds[0][..4]);
+        assert!(
+            holds[0][1..].iter().all(|&(a, b)| b - a <= 2 * SLICE),
+            "{:?}",
+            &holds[0][..4]
+        );
     }
 
     #[test]
@@ -1338,7 +1210,10 @@ mod tests {
         let q = b.claim_proc(u, 3).expect("q");
         b.begin_wait(q, u, 1_000_000_000);
         g.tenant(u).expect("u").vtime.store(0, Ordering::Relaxed);
-        g.tenant(t).expect("t").vtime.store(1 << 40, Ordering::Relaxed);
+        g.tenant(t)
+            .expect("t")
+            .vtime
+            .store(1 << 40, Ordering::Relaxed);
         assert!(matches!(
             a.try_acquire(p, t, 1_000_000_000, SLICE),
             Acquire::Wait { .. }
@@ -1359,8 +1234,14 @@ mod tests {
         let (u, _) = g.register_tenant("u", 50, 100, 0, 0).expect("u");
         g.tenant(u).expect("u").vtime.store(0, Ordering::Relaxed);
         g.tenant(u).expect("u").waiting.store(1, Ordering::Relaxed);
-        g.tenant(t).expect("t").vtime.store(1 << 40, Ordering::Relaxed);
-        g.proc_entry(p).expect("p").tenant.store(u as u32, Ordering::Relaxed);
+        g.tenant(t)
+            .expect("t")
+            .vtime
+            .store(1 << 40, Ordering::Relaxed);
+        g.proc_entry(p)
+            .expect("p")
+            .tenant
+            .store(u as u32, Ordering::Relaxed);
         assert!(granted_at(&a, p, t, 1_000_000_000, 10_000_000).is_some());
     }
 
@@ -1485,14 +1366,6 @@ mod tests {
         );
     }
 
-    /// Every 8 bytes after the header.
-    fn words(g: &GpuSegment) -> impl Iterator<Item = &AtomicU64> {
-        (HEADER..SIZE)
-            .step_by(8)
-            // SAFETY: in bounds and 8-byte aligned; atomics only.
-            .map(|off| unsafe { g.shm.at::<AtomicU64>(off) })
-    }
-
     #[test]
     fn garbage_anywhere_never_panics() {
         // Random bytes over the whole body, or every word set to one
@@ -1516,7 +1389,7 @@ mod tests {
         ];
         for round in 0..60 {
             let fill = fills[round % fills.len()];
-            for w in words(&g) {
+            for w in g.words() {
                 w.store(fill.unwrap_or_else(&mut rnd), Ordering::Relaxed);
             }
             let now = [0, 1, GRACE_NS, 1 << 40, u64::MAX / 2][round % 5];
@@ -1529,7 +1402,7 @@ mod tests {
                 Err(e) => panic!("{e}"),
             };
             // Our own entries are garbage too from here on.
-            for w in words(&g) {
+            for w in g.words() {
                 w.store(fill.unwrap_or_else(&mut rnd), Ordering::Relaxed);
             }
             for k in 0..20u64 {
@@ -1544,14 +1417,249 @@ mod tests {
                 }
                 a.add_throttled(t, rnd());
                 if k % 7 == 0 {
-                    for w in words(&g).skip((rnd() % 4000) as usize).take(64) {
+                    for w in g.words().skip((rnd() % 4000) as usize).take(64) {
                         w.store(rnd(), Ordering::Relaxed);
                     }
                 }
             }
             let _ = a.tenants();
             a.reclaim_dead();
+            // The free path and the latency class on the same garbage.
+            let _ = a.route(t, now, SLICE);
+            a.charge_free(t, rnd(), now);
+            a.note_busy(t, rnd());
+            a.latency_stamp(t, rnd());
+            a.latency_sync_begin(p, t, now);
+            let _ = a.latency_hold(now);
+            let _ = a.latency_present();
+            a.latency_sync_end(p, t, now + 1);
             a.release_proc(p, now + 100 * SLICE);
         }
+    }
+
+    // ---- free launches, demand and the latency class ---------------------
+
+    const MS: u64 = 1_000_000;
+
+    /// A segment with tenant "t" (`share`, `max`, latency or not) and one
+    /// live process of it: (observer, the process's open, t, p).
+    fn tenant_with(
+        name: &str,
+        share: u32,
+        max: u32,
+        latency: bool,
+    ) -> (GpuSegment, GpuSegment, usize, usize) {
+        let g = seg(&format!("free-{name}"));
+        let spec = TenantSpec {
+            share,
+            max,
+            burst_ns: 0,
+            latency,
+        };
+        let (t, _) = g.register("t", spec, 0).expect("t");
+        let a = GpuSegment::open_or_create(&g.path).expect("a");
+        let p = a.claim_proc(t, 1).expect("p");
+        (g, a, t, p)
+    }
+
+    /// Charges `pct` % of each demand window for `windows` windows from
+    /// `from`; returns the time after.
+    fn load(a: &GpuSegment, t: usize, pct: u64, from: u64, windows: u64) -> u64 {
+        let mut now = from;
+        for _ in 0..windows {
+            for _ in 0..10 {
+                now += DEMAND_WINDOW_NS / 10;
+                a.charge_free(t, DEMAND_WINDOW_NS / 10 * pct / 100, now);
+            }
+        }
+        now
+    }
+
+    #[test]
+    fn a_tenant_under_its_share_launches_freely_and_one_over_it_through_the_lease() {
+        let (g, a, t, _) = tenant_with("share", 50, 100, false);
+        assert_eq!(
+            a.route(t, 0, SLICE),
+            Route::Free,
+            "a new tenant starts free"
+        );
+        let now = load(&a, t, 30, 0, 3);
+        assert_eq!(a.route(t, now, SLICE), Route::Free, "30 % of a 50 % share");
+        assert_eq!(g.tenants()[0].demand_pm, 300);
+        let now = load(&a, t, 60, now, 2);
+        assert_eq!(
+            a.route(t, now, SLICE),
+            Route::Lease,
+            "60 % is over its share"
+        );
+        assert!(g.tenants()[0].heavy);
+    }
+
+    #[test]
+    fn a_tenant_held_at_its_share_stays_heavy_and_one_well_under_it_is_light_again() {
+        let (g, a, t, p) = tenant_with("hyst", 30, 100, false);
+        let e = g.tenant(t).expect("t");
+        e.heavy.store(1, Ordering::Relaxed);
+        // Held at its share by the lease: stays heavy (no flapping).
+        let now = load(&a, t, 30, 0, 5);
+        assert_eq!(a.route(t, now, SLICE), Route::Lease);
+        // Under 80 % of its share but it waited for the lease: still heavy.
+        a.begin_wait(p, t, now);
+        let now = load(&a, t, 20, now, 1);
+        assert_eq!(a.route(t, now, SLICE), Route::Lease);
+        a.end_wait(p, t);
+        // Under 80 % of its share, not waiting: light.
+        let now = load(&a, t, 20, now, 2);
+        assert_eq!(a.route(t, now, SLICE), Route::Free);
+        // Heavy, then idle for a while: light again at its next launch.
+        e.heavy.store(1, Ordering::Relaxed);
+        assert_eq!(a.route(t, now + 5 * DEMAND_WINDOW_NS, SLICE), Route::Free);
+    }
+
+    #[test]
+    fn work_in_flight_without_a_break_makes_a_standard_tenant_heavy_at_once() {
+        let (_, a, t, _) = tenant_with("busy", 50, 100, false);
+        a.note_busy(t, HEAVY_BUSY_NS - 1);
+        assert_eq!(a.route(t, MS, SLICE), Route::Free);
+        a.note_busy(t, HEAVY_BUSY_NS);
+        assert_eq!(a.route(t, 2 * MS, SLICE), Route::Lease);
+        // A latency tenant's long request is no reason to lose its class.
+        let (_, b, u, _) = tenant_with("busy-lat", 50, 100, true);
+        b.note_busy(u, 10 * HEAVY_BUSY_NS);
+        assert_eq!(b.route(u, MS, SLICE), Route::Free);
+    }
+
+    #[test]
+    fn a_ceiling_applies_to_free_launches() {
+        // Standard tenant, 20 % ceiling: free while it has tokens, through
+        // the lease (which waits for tokens) without.
+        let (g, a, t, _) = tenant_with("ceil", 20, 20, false);
+        assert_eq!(
+            a.route(t, 0, SLICE),
+            Route::Lease,
+            "the bucket starts empty"
+        );
+        assert_eq!(a.route(t, 10 * MS, SLICE), Route::Free);
+        a.charge_free(t, 5 * MS, 10 * MS);
+        assert_eq!(a.route(t, 10 * MS, SLICE), Route::Lease);
+        assert!(g.tenant(t).expect("t").tokens.load(Ordering::Relaxed) < 0);
+        // A latency tenant out of tokens is throttled until it has one, not
+        // sent to the lease (where it would wait for others' slices).
+        let (_, b, u, _) = tenant_with("ceil-lat", 20, 20, true);
+        match b.route(u, 0, SLICE) {
+            Route::Throttle { until } => assert!(until >= 100_000 && until <= MS, "{until}"),
+            r => panic!("{r:?}"),
+        }
+        assert_eq!(b.route(u, 10 * MS, SLICE), Route::Free);
+        b.charge_free(u, 5 * MS, 10 * MS);
+        match b.route(u, 10 * MS, SLICE) {
+            // 2 ms saved by then, 5 ms charged: 3 ms of debt (and one
+            // token to earn) at 20 %, 15 ms.
+            Route::Throttle { until } => assert_eq!(until, 10 * MS + 15 * MS + 5),
+            r => panic!("{r:?}"),
+        }
+    }
+
+    #[test]
+    fn others_hold_back_while_a_latency_tenant_has_work_in_flight() {
+        let (g, a, l, p) = tenant_with("hold", 50, 100, true);
+        let (s, _) = g.register_tenant("std", 50, 100, 0, 0).expect("std");
+        let b = GpuSegment::open_or_create(&g.path).expect("b");
+        b.claim_proc(s, 2).expect("q");
+        assert!(b.latency_present());
+        assert_eq!(b.latency_hold(MS), None, "nothing in flight yet");
+        // A launch: in flight for one linger.
+        a.latency_stamp(l, MS + LATENCY_LINGER_NS);
+        assert_eq!(b.latency_hold(MS), Some(MS + LATENCY_LINGER_NS));
+        assert_eq!(b.latency_hold(MS + LATENCY_LINGER_NS), None);
+        // A synchronising call: until it returns (however long, up to the
+        // cap), then one linger.
+        a.latency_sync_begin(p, l, 2 * MS);
+        assert!(b.latency_hold(2 * MS + 5 * MS).is_some());
+        let sleeper = g.sched().lat_waiters.fetch_add(1, Ordering::Relaxed);
+        assert!(a.latency_sync_end(p, l, 8 * MS), "sleepers are woken");
+        g.sched().lat_waiters.store(sleeper, Ordering::Relaxed);
+        assert_eq!(b.latency_hold(8 * MS), Some(8 * MS + LATENCY_LINGER_NS));
+        assert_eq!(b.latency_hold(9 * MS), None);
+        // Two threads in calls: the first to return does not end it.
+        a.latency_sync_begin(p, l, 10 * MS);
+        a.latency_sync_begin(p, l, 10 * MS);
+        a.latency_sync_end(p, l, 11 * MS);
+        assert!(b.latency_hold(12 * MS).is_some());
+        a.latency_sync_end(p, l, 12 * MS);
+        assert_eq!(b.latency_hold(13 * MS), None);
+        // Never past the cap, even if the call does not return.
+        a.latency_sync_begin(p, l, 20 * MS);
+        assert!(b.latency_hold(20 * MS + LATENCY_SYNC_CAP_NS - 1).is_some());
+        assert_eq!(b.latency_hold(20 * MS + LATENCY_SYNC_CAP_NS), None);
+    }
+
+    #[test]
+    fn a_latency_tenant_over_its_share_holds_nobody_back() {
+        let (g, a, l, _) = tenant_with("over", 20, 100, true);
+        let now = load(&a, l, 50, 0, 2);
+        assert!(g.tenants()[0].heavy, "50 % of GPU time on a 20 % share");
+        assert!(!a.latency_privileged(l));
+        assert!(!a.latency_present());
+        a.latency_stamp(l, now + LATENCY_LINGER_NS);
+        assert_eq!(a.latency_hold(now), None);
+        assert_eq!(a.route(l, now, SLICE), Route::Lease);
+    }
+
+    #[test]
+    fn a_latency_process_that_dies_in_a_synchronising_call_holds_nobody_back() {
+        let (g, _live, l, _) = tenant_with("died", 50, 100, true);
+        {
+            let d = GpuSegment::open_or_create(&g.path).expect("d");
+            let q = d.claim_proc(l, 9).expect("q");
+            d.latency_sync_begin(q, l, MS);
+        } // dies inside the call (its slot lock goes with its descriptor)
+        let obs = GpuSegment::open_or_create(&g.path).expect("obs");
+        assert!(obs.latency_hold(2 * MS).is_some(), "in flight until swept");
+        assert_eq!(obs.reclaim_dead(), 1);
+        assert_eq!(g.tenant(l).expect("l").in_sync.load(Ordering::Relaxed), 0);
+        // Its stamp (the call's cap) still lies ahead, but nothing renews
+        // it and the live process of the tenant is not in a call: the
+        // tenant's next call ends it.
+        assert!(obs.latency_present(), "the tenant's other process lives");
+        assert!(obs.latency_hold(3 * MS).is_some());
+        assert_eq!(
+            obs.latency_hold(MS + LATENCY_SYNC_CAP_NS),
+            None,
+            "bounded by the cap"
+        );
+        drop(_live);
+        obs.reclaim_dead();
+        assert!(!obs.latency_present(), "no live latency process");
+        assert_eq!(obs.latency_hold(3 * MS), None);
+    }
+
+    #[test]
+    fn latency_values_nobody_writes_hold_nobody_back() {
+        let (g, a, l, _) = tenant_with("corrupt", 50, 100, true);
+        let s = g.sched();
+        // A stamp or a hint an hour ahead: no call sets that.
+        g.tenant(l)
+            .expect("l")
+            .active_until
+            .store(u64::MAX, Ordering::Relaxed);
+        s.lat_until.store(u64::MAX, Ordering::Relaxed);
+        assert_eq!(a.latency_hold(MS), None);
+        assert_eq!(
+            s.lat_until.load(Ordering::Relaxed),
+            0,
+            "the stale hint is cleared"
+        );
+        // A class no cuslice writes is a standard tenant.
+        g.tenant(l).expect("l").class.store(7, Ordering::Relaxed);
+        assert!(!a.latency_present());
+        // A demand window starting in the future restarts.
+        let e = g.tenant(l).expect("l");
+        e.win_start.store(u64::MAX, Ordering::Relaxed);
+        e.win_used.store(u64::MAX, Ordering::Relaxed);
+        assert_eq!(a.route(l, MS, SLICE), Route::Free);
+        assert_eq!(e.win_start.load(Ordering::Relaxed), MS);
+        let now = load(&a, l, 10, MS, 2);
+        assert_eq!(a.route(l, now, SLICE), Route::Free);
     }
 }

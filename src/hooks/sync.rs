@@ -1,0 +1,29 @@
+//! Synchronising calls: the caller waits for its work on the GPU. Around
+//! them the compute share learns when that work is in flight (see
+//! `limiter::synchronized`); the call itself is the driver's.
+
+#![allow(non_snake_case)]
+
+use crate::generated::real;
+use crate::limiter::synchronized;
+use crate::sys::*;
+
+pub unsafe fn cuCtxSynchronize() -> CUresult {
+    // SAFETY: the caller's call, unchanged.
+    synchronized(|| unsafe { real::cuCtxSynchronize() })
+}
+
+pub unsafe fn cuStreamSynchronize(stream: CUstream) -> CUresult {
+    // SAFETY: the caller's call, unchanged.
+    synchronized(|| unsafe { real::cuStreamSynchronize(stream) })
+}
+
+pub unsafe fn cuStreamSynchronize_ptsz(stream: CUstream) -> CUresult {
+    // SAFETY: the caller's call, unchanged.
+    synchronized(|| unsafe { real::cuStreamSynchronize_ptsz(stream) })
+}
+
+pub unsafe fn cuEventSynchronize(event: CUevent) -> CUresult {
+    // SAFETY: the caller's call, unchanged.
+    synchronized(|| unsafe { real::cuEventSynchronize(event) })
+}
