@@ -116,8 +116,7 @@ pub struct Gpu {
     sync_start: AtomicU64,
     sync_charged: AtomicBool,
     sync_stamped: AtomicBool,
-    /// Serialises pass ends, lease waits and sync bookkeeping within the
-    /// process.
+    /// Serialises pass ends and lease waits within the process.
     slow: Mutex<()>,
 }
 
@@ -590,18 +589,23 @@ impl Gpu {
         }
     }
 
-    /// A thread enters a synchronising call.
+    /// A thread enters a synchronising call. Never blocks: a thread that
+    /// waits for the lease (holding `slow`) must not delay another's
+    /// synchronisation, which did not wait for cuslice before.
     fn sync_begin(&self) {
         if self.syncing.fetch_add(1, Ordering::AcqRel) != 0 {
             return;
         }
-        let _g = self.slow.lock().unwrap_or_else(|e| e.into_inner());
         let now = now_ns();
         // A free pass ends here; the wait is charged as work in flight.
-        let free = self.mode.load(Ordering::Acquire) == FREE;
-        if free {
-            self.close_free_pass(now);
-        }
+        // (If another thread is in the slow path, it closes the pass.)
+        let free = match self.slow.try_lock() {
+            Ok(_g) if self.mode.load(Ordering::Acquire) == FREE => {
+                self.close_free_pass(now);
+                true
+            }
+            _ => false,
+        };
         self.sync_charged.store(free, Ordering::Relaxed);
         self.sync_start.store(now, Ordering::Relaxed);
         let stamp = self.latency && self.seg.latency_privileged(self.tenant);
@@ -616,7 +620,6 @@ impl Gpu {
         if self.syncing.fetch_sub(1, Ordering::AcqRel) != 1 {
             return;
         }
-        let _g = self.slow.lock().unwrap_or_else(|e| e.into_inner());
         let now = now_ns();
         if self.sync_charged.swap(false, Ordering::Relaxed) {
             let start = self.sync_start.load(Ordering::Relaxed);

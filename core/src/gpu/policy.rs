@@ -44,7 +44,7 @@
 //! - **Latency class.** A latency tenant under its share always launches
 //!   freely, and stamps how long its work is in flight (`active_until`:
 //!   each launch for `LATENCY_LINGER_NS`, a synchronising call until it
-//!   returns). While such a stamp lies ahead, other tenants launch nothing
+//!   returns, then `LATENCY_SYNC_TAIL_NS`). While such a stamp lies ahead, other tenants launch nothing
 //!   new ([`GpuSegment::latency_hold`]), and while a latency tenant is live
 //!   they keep their queues short (the shim's business), so its kernels
 //!   find the GPU at the next kernel boundary. A latency tenant over its
@@ -91,6 +91,10 @@ pub const LIGHT_PERMILLE: u64 = 800;
 pub const LATENCY_LINGER_NS: u64 = 500_000;
 /// The longest a synchronising call of a latency tenant holds others back.
 pub const LATENCY_SYNC_CAP_NS: u64 = 20_000_000;
+/// After a latency tenant's synchronising call returns, nothing of it is
+/// in flight; this covers only the gap to its next launch, if the request
+/// goes on (a few tens of microseconds of host code).
+pub const LATENCY_SYNC_TAIL_NS: u64 = 100_000;
 
 /// The ceiling bucket's burst of tenant `t`, ns. A burst beyond what a
 /// configuration can give is corrupt and counts as unset (one slice).
@@ -636,8 +640,8 @@ impl GpuSegment {
     }
 
     /// The synchronising call returned. When no thread of the tenant is in
-    /// one any more, its stamp comes down to one linger from now and the
-    /// hint is recomputed. Returns whether tenants holding back may be
+    /// one any more, its stamp comes down to `LATENCY_SYNC_TAIL_NS` from now
+    /// and the hint is recomputed. Returns whether tenants holding back may be
     /// asleep on `latency_word` (the caller wakes them).
     pub fn latency_sync_end(&self, slot: usize, tenant: usize, now: u64) -> bool {
         let (Some(p), Some(t)) = (self.proc_entry(slot), self.tenant(tenant)) else {
@@ -654,7 +658,7 @@ impl GpuSegment {
             return false;
         }
         t.active_until
-            .store(now.saturating_add(LATENCY_LINGER_NS), Ordering::Release);
+            .store(now.saturating_add(LATENCY_SYNC_TAIL_NS), Ordering::Release);
         let s = self.sched();
         // The hint only ever grows with stamps: recompute it from the
         // tenants, unless someone stamped meanwhile (then it stays).
@@ -1579,7 +1583,7 @@ mod tests {
         let sleeper = g.sched().lat_waiters.fetch_add(1, Ordering::Relaxed);
         assert!(a.latency_sync_end(p, l, 8 * MS), "sleepers are woken");
         g.sched().lat_waiters.store(sleeper, Ordering::Relaxed);
-        assert_eq!(b.latency_hold(8 * MS), Some(8 * MS + LATENCY_LINGER_NS));
+        assert_eq!(b.latency_hold(8 * MS), Some(8 * MS + LATENCY_SYNC_TAIL_NS));
         assert_eq!(b.latency_hold(9 * MS), None);
         // Two threads in calls: the first to return does not end it.
         a.latency_sync_begin(p, l, 10 * MS);
