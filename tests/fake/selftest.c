@@ -23,8 +23,8 @@
  *       "L <count> <p50_us> <max_us>" (launch call to synchronize return).
  *   --queue-child MS KERNEL_US   queue MS ms of KERNEL_US kernels, print
  *       "Q", wait to be killed.
- *   --hammer-child THREADS   launch/record/sync from THREADS threads without
- *       pause, print "H", wait to be killed.
+ *   --hammer-child THREADS   zero-length launches, records and queries from
+ *       THREADS threads without pause, print "H", wait to be killed.
  *   --private-child   run with FAKE_CUDA_STATE unset and FAKE_CUDA_MEM=8GiB:
  *       legacy 32-bit clamping, and NVML seeing libcuda's private state.
  *   --nodev-child     run with FAKE_CUDA_DEVICES=0: cuInit fails.
@@ -256,22 +256,36 @@ static int queue_child(unsigned ms, unsigned kus)
     return 1;
 }
 
+/* Runs in several threads at once: no CK (g_pass is not atomic). */
+#define HCK(call)                                                                                                  \
+    do {                                                                                                           \
+        if ((call) != CUDA_SUCCESS) {                                                                              \
+            printf("FAIL selftest.c:%d: %s\n", __LINE__, #call);                                                   \
+            _exit(1);                                                                                              \
+        }                                                                                                          \
+    } while (0)
+
 static void *hammer_thread(void *arg)
 {
     CUfunction *f = arg;
     CUcontext c;
     CUstream s;
     CUevent e;
-    CK(cuDevicePrimaryCtxRetain(&c, 0), CUDA_SUCCESS);
-    CK(cuCtxSetCurrent(c), CUDA_SUCCESS);
-    CK(cuStreamCreate(&s, 0), CUDA_SUCCESS);
-    CK(cuEventCreate(&e, 0), CUDA_SUCCESS);
+    HCK(cuDevicePrimaryCtxRetain(&c, 0));
+    HCK(cuCtxSetCurrent(c));
+    HCK(cuStreamCreate(&s, 0));
+    HCK(cuEventCreate(&e, 0));
+    /* Mostly zero-length launches and queries (no sleeping), now and then
+     * a short kernel and a synchronize. */
     for (unsigned i = 0;; i++) {
-        launch_sleep(f[0], s, i % 3 == 0 ? 20000 : 0);
-        CK(cuEventRecord(e, s), CUDA_SUCCESS);
+        unsigned long long ns = i % 64 == 0 ? 2000 : 0;
+        void *params[] = {&ns};
+        HCK(cuLaunchKernel(f[0], 1, 1, 1, 1, 1, 1, 0, s, params, NULL));
+        HCK(cuEventRecord(e, s));
+        cuEventQuery(e);
         cuStreamQuery(s);
-        if (i % 8 == 7)
-            CK(cuStreamSynchronize(s), CUDA_SUCCESS);
+        if (i % 256 == 255)
+            HCK(cuStreamSynchronize(s));
     }
     return NULL;
 }
