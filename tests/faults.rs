@@ -1015,11 +1015,14 @@ fn frozen(h: &Host, tenant: &str, pids: &[u32]) -> (u64, u64, u64, u64, usize) {
 
 /// What the fake driver's live processes hold on device 0, read straight
 /// from its state file without taking any lock. The layout is
-/// tests/fake/fake_common.h's: 128 slots of 136 bytes from byte 1088, each
-/// a pid (i32), padding and 16 u64 of usage; the process of slot i is alive
-/// while it holds an OFD lock on byte (1 << 20) + i.
+/// tests/fake/fake_common.h's (version 2, 2123376 bytes): 128 slots of 136
+/// bytes from byte 1088, each a pid (i32), a generation (u32) and 16 u64 of
+/// usage, then the timeline; the process of slot i is alive while it holds
+/// an OFD lock on byte (1 << 20) + i.
 fn fake_held(h: &Host) -> u64 {
     use std::os::fd::AsRawFd;
+    const VERSION: u32 = 2;
+    const SIZE: usize = 2_123_376;
     const SLOTS: usize = 128;
     const SLOT_OFF: usize = 1088;
     const SLOT_SIZE: usize = 136;
@@ -1031,9 +1034,9 @@ fn fake_held(h: &Host) -> u64 {
         .expect("fake state");
     let bytes = std::fs::read(&path).expect("fake state");
     assert!(
-        bytes.len() >= SLOT_OFF + SLOTS * SLOT_SIZE
-            && u32::from_le_bytes(bytes[12..16].try_into().expect("4 bytes")) as usize
-                == SLOT_OFF + SLOTS * SLOT_SIZE,
+        bytes.len() >= SIZE
+            && u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes")) == VERSION
+            && u32::from_le_bytes(bytes[12..16].try_into().expect("4 bytes")) as usize == SIZE,
         "the fake's state layout changed (tests/fake/fake_common.h)"
     );
     let alive = |i: usize| {

@@ -316,11 +316,13 @@ fn plan(rng: &mut Rng, c: &Container) -> Plan {
 
 // ---- the fake GPU's state, read directly ----------------------------------
 
-/// `struct fake_state` of tests/fake/fake_common.h: a 64-byte header, 16
-/// device entries of 64 bytes, then 128 process slots of 136 bytes
-/// (`int32 pid; u32 pad; u64 used[16]`). The OFD lock on byte
-/// `FAKE_LOCK_BASE + slot` proves a slot's process alive.
-const FAKE_SIZE: usize = 18_496;
+/// `struct fake_state` of tests/fake/fake_common.h (version 2): a 64-byte
+/// header, 16 device entries of 64 bytes, 128 process slots of 136 bytes
+/// (`int32 pid; u32 gen; u64 used[16]`), then the timeline (from byte
+/// 18496, not read here). The OFD lock on byte `FAKE_LOCK_BASE + slot`
+/// proves a slot's process alive.
+const FAKE_SIZE: usize = 2_123_376;
+const FAKE_VERSION: u32 = 2;
 const FAKE_SLOTS: usize = 128;
 const FAKE_SLOT_OFF: usize = 1088;
 const FAKE_SLOT_SIZE: usize = 136;
@@ -330,15 +332,19 @@ const FAKE_MAGIC: u64 = 0x3155_5047_454B_4146; // "FAKEGPU1"
 struct Fake {
     file: File,
     base: *mut u8,
+    /// The header was valid once: from then on it must stay valid.
+    seen: std::cell::Cell<bool>,
 }
 
 // SAFETY: a shared mapping read only through atomics.
 unsafe impl Send for Fake {}
 
 impl Fake {
-    /// Opens the state file; with `init`, creates and initialises it the
-    /// way the fake driver does (so that the checker can watch it from the
-    /// start), else it must be valid.
+    /// Opens the state file; with `init`, creates it (sized, all zero: the
+    /// counters and slots read as empty until the first fake process
+    /// initialises it, timeline mutex included, which only the fake can do),
+    /// so that the checker can watch it from the start; else it must be
+    /// valid.
     fn open(path: &Path, init: bool) -> Fake {
         let file = std::fs::OpenOptions::new()
             .read(true)
@@ -367,13 +373,10 @@ impl Fake {
             let f = Fake {
                 file,
                 base: p.cast(),
+                seen: std::cell::Cell::new(false),
             };
             if let Err(e) = f.header() {
                 assert!(init, "{}: {e}", path.display());
-                std::ptr::write_bytes(f.base, 0, FAKE_SIZE);
-                f.base.add(8).cast::<u32>().write(1);
-                f.base.add(12).cast::<u32>().write(FAKE_SIZE as u32);
-                f.u64_at(0).store(FAKE_MAGIC, Ordering::SeqCst);
             }
             libc::flock(fd, libc::LOCK_UN);
             f
@@ -390,7 +393,13 @@ impl Fake {
         let magic = self.u64_at(0).load(Ordering::Acquire);
         let word = self.u64_at(8).load(Ordering::Acquire);
         let (version, size) = (word as u32, (word >> 32) as u32);
-        if magic != FAKE_MAGIC || version != 1 || size as usize != FAKE_SIZE {
+        if magic == 0 && !self.seen.get() {
+            // Created by us; no fake process has initialised it yet (the
+            // fake writes the magic last).
+            return Ok(());
+        }
+        self.seen.set(true);
+        if magic != FAKE_MAGIC || version != FAKE_VERSION || size as usize != FAKE_SIZE {
             return Err(format!(
                 "fake GPU state header: magic {magic:#x} version {version} size {size}"
             ));

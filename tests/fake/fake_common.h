@@ -19,6 +19,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -37,7 +38,7 @@
 #define FAKE_MAX_SLOTS 128
 /* "FAKEGPU1" read as a little-endian u64. */
 #define FAKE_STATE_MAGIC 0x31555047454B4146ULL
-#define FAKE_STATE_VERSION 1u
+#define FAKE_STATE_VERSION 2u
 /* OFD lock on byte FAKE_SLOT_LOCK_BASE + i of the state file proves that the
  * process owning slot i is alive (the kernel drops the lock when it dies).
  * Locks beyond end of file are fine. */
@@ -52,7 +53,7 @@ _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "64-bit atomics must be lock-free to
  * same state file adds to the same counters, like a real GPU. */
 struct fake_dev_state {
     _Atomic uint64_t used_bytes;     /* device memory in use, all processes */
-    _Atomic uint64_t busy_until_ns;  /* CLOCK_MONOTONIC end of the last queued work */
+    _Atomic uint64_t busy_until_ns;  /* CLOCK_MONOTONIC end of all queued work if nothing more is submitted */
     _Atomic uint64_t kernels_run;    /* kernels put on the timeline (a graph adds its kernel count) */
     _Atomic uint64_t busy_ns_total;  /* sum of the durations put on the timeline */
     _Atomic uint64_t launches;       /* launch calls that reached the timeline (kernel or graph) */
@@ -64,9 +65,58 @@ struct fake_dev_state {
  * that process added to dev[].used_bytes, so that the next process to look
  * can give a dead process's memory back (a real GPU frees it at exit). */
 struct fake_slot {
-    _Atomic int32_t pid; /* 0: free; informational otherwise (PID namespaces) */
-    uint32_t pad_;
+    _Atomic int32_t pid;  /* 0: free; informational otherwise (PID namespaces) */
+    _Atomic uint32_t gen; /* bumped each time the slot is claimed: tells its owners apart */
     _Atomic uint64_t used[FAKE_MAX_DEVICES];
+};
+
+/* ---- the GPU timeline (fake_cuda.c, "==== timeline", runs it) ---------- *
+ *
+ * Each context that has launched work owns one queue from a pool: a ring
+ * of work items in submission order (all its streams together). Per
+ * device, one queue at a time holds the device ("running"); the simulation
+ * is advanced lazily, under `mu`, by whichever process calls in. Positions
+ * in a queue are counts: item n (0-based) is ring[n % FAKE_TL_RING]; a
+ * "mark" m means "the first m items", done once head >= m. */
+#define FAKE_TL_QUEUES 128
+#define FAKE_TL_RING 1024
+#define FAKE_TIMESLICE_NS_DEFAULT 2000000ull
+
+struct fake_tl_item {
+    uint64_t ns; /* duration */
+    uint64_t t;  /* pending: submission time (never starts before it); retired: end time */
+};
+
+struct fake_tl_queue {
+    int32_t dev;        /* -1: free */
+    int32_t owner;      /* slot of the owning process; -1: none (never reclaimed) */
+    uint32_t owner_gen; /* slot[owner].gen when the queue was taken */
+    uint32_t pad_;
+    uint64_t epoch;      /* bumped when the queue is taken and when it is dropped */
+    uint64_t head;       /* items retired */
+    uint64_t tail;       /* items submitted; tail - head <= FAKE_TL_RING are pending */
+    uint64_t started_ns; /* start of item `head` while this queue holds its device */
+    uint64_t checked_ns; /* when the owner was last found alive */
+    struct fake_tl_item ring[FAKE_TL_RING];
+};
+
+struct fake_tl_dev {
+    int32_t running;   /* queue holding the device, -1: idle */
+    int32_t last;      /* queue that held it last: round robin resumes after it */
+    uint32_t npending; /* queues of this device with pending work */
+    uint32_t pad_;
+    uint64_t clock_ns;       /* simulated up to here (CLOCK_MONOTONIC) */
+    uint64_t slice_start_ns; /* when `running` got the device */
+};
+
+struct fake_timeline {
+    /* Process-shared, robust: guards everything below. A process killed
+     * while holding it leaves EOWNERDEAD to the next locker, which repairs
+     * the counts and carries on. */
+    pthread_mutex_t mu;
+    uint64_t repairs; /* times a locker found the owner dead (EOWNERDEAD) */
+    struct fake_tl_dev dev[FAKE_MAX_DEVICES];
+    struct fake_tl_queue q[FAKE_TL_QUEUES];
 };
 
 struct fake_state {
@@ -76,6 +126,7 @@ struct fake_state {
     uint64_t reserved_[6];
     struct fake_dev_state dev[FAKE_MAX_DEVICES];
     struct fake_slot slot[FAKE_MAX_SLOTS];
+    struct fake_timeline tl;
 };
 
 /* ---- time ------------------------------------------------------------ */
@@ -139,6 +190,7 @@ struct fake_config {
     uint64_t mem_total;    /* FAKE_CUDA_MEM, default 16 GiB */
     uint64_t ctx_overhead; /* FAKE_CUDA_CTX_OVERHEAD, default 0 */
     uint64_t kernel_ns;    /* FAKE_CUDA_KERNEL_NS, default 0 */
+    uint64_t timeslice_ns; /* FAKE_CUDA_TIMESLICE_NS, default 2 ms */
     int driver_version;    /* FAKE_CUDA_VERSION, default 13000 */
     int log_fd;            /* FAKE_CUDA_LOG opened O_APPEND, or -1 */
     const char *state_path;/* FAKE_CUDA_STATE, or NULL */
@@ -180,6 +232,12 @@ static inline void fake_config_load(struct fake_config *c, const char *who)
         if (fake_parse_size(v, &n) != 0 || strspn(v, "0123456789") != strlen(v))
             fake_die_env(who, "FAKE_CUDA_KERNEL_NS", v, "an integer number of nanoseconds");
         c->kernel_ns = n;
+    }
+    c->timeslice_ns = FAKE_TIMESLICE_NS_DEFAULT;
+    if ((v = getenv("FAKE_CUDA_TIMESLICE_NS")) != NULL && *v) {
+        if (fake_parse_size(v, &n) != 0 || strspn(v, "0123456789") != strlen(v))
+            fake_die_env(who, "FAKE_CUDA_TIMESLICE_NS", v, "an integer number of nanoseconds");
+        c->timeslice_ns = n;
     }
     c->driver_version = 13000;
     if ((v = getenv("FAKE_CUDA_VERSION")) != NULL && *v) {
@@ -279,7 +337,24 @@ static inline struct fake_state *fake_state_map_fd(int fd)
     s = p;
     if (atomic_load(&s->magic) != FAKE_STATE_MAGIC || s->version != FAKE_STATE_VERSION ||
         s->size != sizeof(struct fake_state)) {
-        memset((void *)s, 0, sizeof *s);
+        /* ftruncate zero-filled what lies beyond the old size: clear only
+         * the old part, so that a fresh file stays sparse. */
+        size_t dirty = (uint64_t)st.st_size < sizeof *s ? (size_t)st.st_size : sizeof *s;
+        memset((void *)s, 0, dirty);
+        pthread_mutexattr_t a;
+        if (pthread_mutexattr_init(&a) != 0 || pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED) != 0 ||
+            pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST) != 0 || pthread_mutex_init(&s->tl.mu, &a) != 0) {
+            munmap(p, sizeof(struct fake_state));
+            s = NULL;
+            goto out;
+        }
+        pthread_mutexattr_destroy(&a);
+        for (int d = 0; d < FAKE_MAX_DEVICES; d++) {
+            s->tl.dev[d].running = -1;
+            s->tl.dev[d].last = -1;
+        }
+        for (int i = 0; i < FAKE_TL_QUEUES; i++)
+            s->tl.q[i].dev = -1;
         s->version = FAKE_STATE_VERSION;
         s->size = sizeof(struct fake_state);
         atomic_store(&s->magic, FAKE_STATE_MAGIC);
@@ -344,6 +419,22 @@ static inline void fake_state_reclaim_dead(struct fake_state *s, int fd, int own
     }
 }
 
+/* Does a live process hold slot i's lock? (F_OFD_GETLK: takes nothing.) `fd`
+ * must not be the description that holds the lock (a lock never conflicts
+ * with its own description), so never ask about your own slot. */
+static inline int fake_slot_locked(int fd, int slot)
+{
+    struct flock fl;
+    memset(&fl, 0, sizeof fl);
+    fl.l_type = F_WRLCK;
+    fl.l_whence = SEEK_SET;
+    fl.l_start = (off_t)FAKE_SLOT_LOCK_BASE + slot;
+    fl.l_len = 1;
+    if (fcntl(fd, F_OFD_GETLK, &fl) != 0)
+        return 1; /* cannot tell: assume alive */
+    return fl.l_type != F_UNLCK;
+}
+
 /* Claims a free (or dead) slot for this process and keeps its lock on `fd`.
  * Returns the slot index or -1 when all are taken. */
 static inline int fake_state_claim_slot(struct fake_state *s, int fd)
@@ -356,6 +447,7 @@ static inline int fake_state_claim_slot(struct fake_state *s, int fd)
             if (v != 0)
                 atomic_fetch_sub(&s->dev[d].used_bytes, v);
         }
+        atomic_fetch_add(&s->slot[i].gen, 1);
         atomic_store(&s->slot[i].pid, (int32_t)getpid());
         return i;
     }

@@ -16,7 +16,8 @@
  *   functions: the same addresses dlsym(handle, name) returns, and never the
  *   preloaded shim's.
  * - One process-wide mutex guards the process-local tables. It is never
- *   held while sleeping.
+ *   held while sleeping. The simulated timeline, shared by all processes,
+ *   has its own process-shared robust mutex in the state, taken after it.
  */
 #define _GNU_SOURCE
 #include "fake_common.h"
@@ -60,13 +61,23 @@ struct CUgraphExec_st {
 };
 
 struct CUctx_st;
+struct CUevent_st;
+
+/* A position in a context's timeline queue (see "==== timeline"): done once
+ * queue `q` has retired its first `mark` items, or was dropped (its epoch
+ * moved on). mark 0: nothing to wait for. */
+struct tl_pos {
+    int q;
+    uint64_t epoch;
+    uint64_t mark;
+};
 
 struct CUstream_st {
     uint32_t magic;
     struct CUctx_st *ctx;
     uint64_t gen; /* ctx->gen at creation: a reset context invalidates its streams */
     unsigned flags;
-    uint64_t tail; /* CLOCK_MONOTONIC end of the last work queued on this stream */
+    struct tl_pos pos; /* after the last work queued on this stream */
     int capturing;
     struct CUgraph_st *capture;
 };
@@ -78,7 +89,9 @@ struct CUctx_st {
     int active;        /* holds FAKE_CUDA_CTX_OVERHEAD of device memory */
     unsigned refcount; /* primary contexts only */
     uint64_t gen;      /* bumped each time the context is torn down */
-    uint64_t tail_max; /* latest end of any work queued in this context */
+    int q;             /* its timeline queue (all its streams share it), -1: none yet */
+    uint64_t qepoch;   /* that queue's epoch when this context took it */
+    struct CUevent_st *tev; /* timing events recorded here whose time is not known yet */
     struct CUstream_st dstream; /* NULL / CU_STREAM_LEGACY / CU_STREAM_PER_THREAD */
     struct CUctx_st *next_created;
 };
@@ -86,9 +99,15 @@ struct CUctx_st {
 struct CUevent_st {
     uint32_t magic;
     unsigned flags;
-    struct CUctx_st *ctx;
+    struct CUctx_st *ctx; /* where it was created */
     int recorded;
-    uint64_t time; /* completes when CLOCK_MONOTONIC reaches it */
+    int resolved;         /* complete, and `time` is known */
+    int dev;              /* device of the stream it was recorded on */
+    struct CUctx_st *rctx;/* context it was last recorded in */
+    struct tl_pos pos;    /* the recording stream's position at record time */
+    uint64_t rec_ns;      /* when it was recorded */
+    uint64_t time;        /* once resolved: when it completed */
+    struct CUevent_st *tprev, *tnext; /* in rctx->tev while unresolved (timing events only) */
 };
 
 enum { FK_DEFAULT, FK_SLEEP, FK_EMPTY };
@@ -708,6 +727,8 @@ static void mipmap_drop(struct CUmipmappedArray_st *m)
 
 /* ==== contexts ========================================================= */
 
+static void tl_ctx_teardown(struct CUctx_st *c);
+
 /* Caller holds g_mu. Takes the context's overhead and readies its default
  * stream. */
 static CUresult ctx_activate(struct CUctx_st *c)
@@ -715,7 +736,8 @@ static CUresult ctx_activate(struct CUctx_st *c)
     if (acct_reserve(c->dev, g_cfg.ctx_overhead) != 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
     c->active = 1;
-    c->tail_max = 0;
+    c->q = -1;
+    c->tev = NULL;
     memset(&c->dstream, 0, sizeof c->dstream);
     c->dstream.magic = MAGIC_STREAM;
     c->dstream.ctx = c;
@@ -751,6 +773,7 @@ static void ctx_teardown(struct CUctx_st *c)
     if (c->dstream.capture)
         free(c->dstream.capture);
     c->dstream.magic = MAGIC_DEAD;
+    tl_ctx_teardown(c);
     acct_release(c->dev, g_cfg.ctx_overhead);
     c->active = 0;
     c->gen++;
@@ -871,37 +894,468 @@ static CUresult ctx_pop(CUcontext *pctx)
     return CUDA_SUCCESS;
 }
 
-/* ==== timeline ========================================================= */
+/* ==== timeline ========================================================= *
+ *
+ * The model, as measured on an H100 without MPS: a device runs one context
+ * at a time, each context's work in submission order (all its streams share
+ * one FIFO), and time-slices between contexts that have work: the running
+ * context keeps the device while it has work, but once it has had it for
+ * FAKE_CUDA_TIMESLICE_NS and another context has pending work, the device
+ * goes to the next context with work (round robin) at the next kernel
+ * boundary. Kernels are never preempted mid-way (a real GPU can preempt
+ * them; the fake keeps kernels whole so that durations stay exact). A
+ * context whose queue empties gives the device up at once.
+ *
+ * The queues live in the shared state (struct fake_timeline), so contexts
+ * of all processes compete. Completion times depend on what other contexts
+ * submit later, so nothing is fixed at submit time: every call that
+ * launches or looks (sync, query, events) first advances the device's
+ * simulation to "now" (read under the mutex, so it never goes back), and
+ * a waiter sleeps until its target would complete if nothing else were
+ * submitted, then checks again (new work elsewhere can only delay it).
+ *
+ * Lock order: g_mu, then TL->mu. TL->mu is never held while sleeping. */
 
-/* Caller holds g_mu. Puts `d` ns of work on stream `s`: it starts when the
- * stream's previous work and every earlier launch on the device (any
- * process) have finished, so one thing runs at a time per device. A
- * capturing stream records instead. */
-static void submit_locked(struct CUstream_st *s, uint64_t d, uint64_t kernels, bool graph)
+#define TL (&S->tl)
+#define RING FAKE_TL_RING
+#define NQ FAKE_TL_QUEUES
+/* A queue of another process is probed (one fcntl) at most this often. */
+#define TL_PROBE_NS 1000000ull
+
+_Static_assert(sizeof(struct fake_tl_queue) % sizeof(uint64_t) == 0, "queue stride in u64 units");
+#define QSTRIDE (sizeof(struct fake_tl_queue) / sizeof(uint64_t))
+
+static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
+static uint64_t add_sat(uint64_t a, uint64_t b) { return a + b < a ? UINT64_MAX : a + b; }
+
+/* Caller holds TL->mu after EOWNERDEAD: a process died inside the lock.
+ * Every single store leaves the state usable; only the per-device counts
+ * and the running queue can disagree with the queues, so recompute them. */
+static void tl_repair(void)
+{
+    for (int d = 0; d < FAKE_MAX_DEVICES; d++)
+        TL->dev[d].npending = 0;
+    for (int i = 0; i < NQ; i++) {
+        struct fake_tl_queue *q = &TL->q[i];
+        if (q->dev < 0 || q->dev >= FAKE_MAX_DEVICES) {
+            q->dev = -1;
+            continue;
+        }
+        if (q->head > q->tail || q->tail - q->head > RING)
+            q->head = q->tail;
+        if (q->head < q->tail)
+            TL->dev[q->dev].npending++;
+    }
+    for (int d = 0; d < FAKE_MAX_DEVICES; d++) {
+        struct fake_tl_dev *D = &TL->dev[d];
+        int r = D->running;
+        if (r >= NQ || (r >= 0 && (TL->q[r].dev != d || TL->q[r].head == TL->q[r].tail)))
+            D->running = -1;
+        if (D->last >= NQ || D->last < -1)
+            D->last = -1;
+    }
+}
+
+static void tl_lock(void)
+{
+    int r = pthread_mutex_lock(&TL->mu);
+    if (r == EOWNERDEAD) {
+        TL->repairs++;
+        tl_repair();
+        pthread_mutex_consistent(&TL->mu);
+    } else if (r != 0) {
+        fprintf(stderr, "%s: timeline mutex: %s\n", WHO, strerror(r));
+        abort();
+    }
+}
+
+static void tl_unlock(void) { pthread_mutex_unlock(&TL->mu); }
+
+/* The simulation state a run advances: the shared one (commit: for good),
+ * or a copy that a waiter runs forward to see when its target completes. */
+struct tl_view {
+    struct fake_tl_dev *D;
+    uint64_t *head, *started; /* queue i's at [i * stride] */
+    size_t stride;
+    bool commit;
+    uint64_t now; /* the real time of this call (for probes) */
+};
+
+#define VH(v, i) ((v)->head[(size_t)(i) * (v)->stride])
+#define VS(v, i) ((v)->started[(size_t)(i) * (v)->stride])
+
+/* Caller holds TL->mu. Is the process owning queue i alive? Our own queues
+ * are; a freed or re-claimed slot is dead; otherwise the slot's OFD lock
+ * tells, probed at most every TL_PROBE_NS unless `force`. */
+static bool tl_alive(int i, uint64_t now, bool force)
+{
+    struct fake_tl_queue *q = &TL->q[i];
+    if (q->owner < 0 || q->owner >= FAKE_MAX_SLOTS)
+        return true;
+    struct fake_slot *sl = &S->slot[q->owner];
+    if (atomic_load(&sl->pid) == 0 || atomic_load(&sl->gen) != q->owner_gen)
+        return false;
+    if (q->owner == g_slot)
+        return true;
+    if (!force && now < q->checked_ns + TL_PROBE_NS)
+        return true;
+    q->checked_ns = now;
+    return g_state_fd < 0 || fake_slot_locked(g_state_fd, q->owner);
+}
+
+/* Caller holds TL->mu. Discards queue i's pending work at time t (its
+ * context is gone: a real GPU kills the work of a destroyed context, even
+ * a kernel mid-way) and frees the queue. */
+static void tl_drop(int i, uint64_t t)
+{
+    struct fake_tl_queue *q = &TL->q[i];
+    int dev = q->dev;
+    if (dev < 0)
+        return;
+    struct fake_tl_dev *D = &TL->dev[dev];
+    uint64_t left = 0;
+    for (uint64_t p = q->head; p < q->tail; p++)
+        left = add_sat(left, q->ring[p % RING].ns);
+    if (D->running == i) {
+        uint64_t ran = t > q->started_ns ? t - q->started_ns : 0;
+        left -= ran < left ? ran : left;
+        D->running = -1;
+        D->last = i;
+    }
+    if (q->head < q->tail && D->npending > 0)
+        D->npending--;
+    q->head = q->tail;
+    q->epoch++;
+    q->dev = -1;
+    /* busy_until_ns is only written under TL->mu */
+    uint64_t bu = atomic_load(&S->dev[dev].busy_until_ns);
+    atomic_store(&S->dev[dev].busy_until_ns, bu > left ? bu - left : 0);
+}
+
+/* Caller holds TL->mu. The next queue of `dev` with pending work after the
+ * one that ran last (round robin). Dead owners' queues are skipped: a
+ * commit run drops them, a projection assumes the commit run will (so that
+ * a waiter does not sleep through a dead process's slice). -1: none. */
+static int tl_pick(struct tl_view *v, int dev, uint64_t t)
+{
+    int last = v->D->last;
+    for (int k = 1; k <= NQ; k++) {
+        int i = (last + k) % NQ;
+        struct fake_tl_queue *q = &TL->q[i];
+        if (q->dev != dev || VH(v, i) >= q->tail)
+            continue;
+        if (!tl_alive(i, v->now, false)) {
+            if (v->commit)
+                tl_drop(i, t);
+            continue;
+        }
+        return i;
+    }
+    return -1;
+}
+
+/* Caller holds TL->mu. Runs device `dev` forward from its clock. A commit
+ * view runs up to `until` and stores the result (retired items get their end
+ * times). A projection runs until queue `tq` has retired its first `tmark`
+ * items and returns when that happens (0: it never does, as nothing more is
+ * pending). */
+static uint64_t tl_run(struct tl_view *v, int dev, uint64_t until, int tq, uint64_t tmark)
+{
+    struct fake_tl_dev *D = v->D;
+    uint64_t t = D->clock_ns;
+    for (;;) {
+        if (tq >= 0 && VH(v, tq) >= tmark)
+            return t;
+        int r = D->running;
+        if (r < 0) {
+            if (D->npending == 0)
+                break;
+            r = tl_pick(v, dev, t);
+            if (r < 0)
+                break;
+            /* Work never starts before it was submitted (the device was
+             * idle when it came). */
+            uint64_t st = max_u64(t, TL->q[r].ring[VH(v, r) % RING].t);
+            if (st > until)
+                break;
+            t = st;
+            VS(v, r) = t;
+            D->running = r;
+            D->slice_start_ns = t;
+        }
+        struct fake_tl_queue *q = &TL->q[r];
+        struct fake_tl_item *it = &q->ring[VH(v, r) % RING];
+        uint64_t end = add_sat(VS(v, r), it->ns);
+        if (end > until)
+            break;
+        t = end;
+        if (v->commit)
+            it->t = end;
+        VH(v, r)++;
+        if (VH(v, r) == q->tail) { /* empty: gives the device up at once */
+            D->npending--;
+            D->running = -1;
+            D->last = r;
+        } else if (t - D->slice_start_ns >= g_cfg.timeslice_ns && D->npending > 1) {
+            D->running = -1; /* slice used and others wait: next kernel boundary is now */
+            D->last = r;
+        } else {
+            VS(v, r) = max_u64(t, q->ring[VH(v, r) % RING].t);
+        }
+    }
+    if (v->commit && until != UINT64_MAX && until > D->clock_ns)
+        D->clock_ns = until;
+    return 0;
+}
+
+/* Caller holds TL->mu. Advances device `dev` to `now` for good; a dead
+ * process's work holding the device is dropped. */
+static void tl_advance(int dev, uint64_t now)
+{
+    struct tl_view v = {&TL->dev[dev], &TL->q[0].head, &TL->q[0].started_ns, QSTRIDE, true, now};
+    tl_run(&v, dev, now, -1, 0);
+    int r = TL->dev[dev].running;
+    if (r >= 0 && !tl_alive(r, now, false))
+        tl_drop(r, now);
+}
+
+/* Caller holds TL->mu, device advanced to `now`. When queue qi would have
+ * retired its first `mark` items if nothing more were submitted (0: never;
+ * cannot happen for a live queue). */
+static uint64_t tl_project(int dev, int qi, uint64_t mark, uint64_t now)
+{
+    struct fake_tl_dev d = TL->dev[dev];
+    uint64_t head[NQ], started[NQ];
+    for (int i = 0; i < NQ; i++) {
+        head[i] = TL->q[i].head;
+        started[i] = TL->q[i].started_ns;
+    }
+    struct tl_view v = {&d, head, started, 1, false, now};
+    return tl_run(&v, dev, UINT64_MAX, qi, mark);
+}
+
+/* Caller holds TL->mu. */
+static bool tl_pos_done(const struct tl_pos *p)
+{
+    if (p->mark == 0 || p->q < 0 || p->q >= NQ)
+        return true;
+    const struct fake_tl_queue *q = &TL->q[p->q];
+    return q->epoch != p->epoch || q->head >= p->mark;
+}
+
+/* Sleeps until `p` (a position in a queue of device `dev`) is done. Called
+ * without g_mu: `p` is a copy, and a dropped queue counts as done. */
+static void tl_wait(int dev, struct tl_pos p)
+{
+    if (p.mark == 0)
+        return;
+    for (;;) {
+        tl_lock();
+        uint64_t now = fake_now_ns();
+        tl_advance(dev, now);
+        bool done = tl_pos_done(&p);
+        uint64_t until = done ? 0 : tl_project(dev, p.q, p.mark, now);
+        tl_unlock();
+        if (done)
+            return;
+        fake_sleep_until_ns(until > now ? until : now + 1000000);
+    }
+}
+
+/* Caller holds g_mu and TL->mu. The context's queue, or NULL (none yet, or
+ * dropped, which happens only if we were taken for dead). */
+static struct fake_tl_queue *ctx_queue(struct CUctx_st *c)
+{
+    if (c->q < 0)
+        return NULL;
+    struct fake_tl_queue *q = &TL->q[c->q];
+    if (q->epoch != c->qepoch || q->dev != c->dev) {
+        c->q = -1;
+        return NULL;
+    }
+    return q;
+}
+
+/* Caller holds g_mu and TL->mu. The position after everything the context
+ * has submitted. */
+static struct tl_pos ctx_pos(struct CUctx_st *c)
+{
+    struct tl_pos p = {-1, 0, 0};
+    struct fake_tl_queue *q = ctx_queue(c);
+    if (q != NULL) {
+        p.q = c->q;
+        p.epoch = q->epoch;
+        p.mark = q->tail;
+    }
+    return p;
+}
+
+/* Caller holds TL->mu. Takes a free queue for the calling process (a dead
+ * process's queue if none is free). -1: all taken. */
+static int tl_queue_take(int dev, uint64_t now)
+{
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < NQ; i++) {
+            struct fake_tl_queue *q = &TL->q[i];
+            if (q->dev >= 0) {
+                if (pass == 0 || tl_alive(i, now, true))
+                    continue;
+                tl_drop(i, now);
+            }
+            q->owner = g_slot >= 0 ? g_slot : -1;
+            q->owner_gen = g_slot >= 0 ? atomic_load(&S->slot[g_slot].gen) : 0;
+            q->head = q->tail = 0;
+            q->started_ns = 0;
+            q->checked_ns = 0; /* first probe by another process: at once */
+            q->epoch++;
+            q->dev = dev; /* last: a process killed before this leaves the queue free */
+            return i;
+        }
+    }
+    return -1;
+}
+
+/* ---- events' times ---- */
+
+/* Caller holds g_mu. */
+static void ev_unlink(struct CUevent_st *e)
+{
+    if (e->rctx == NULL)
+        return;
+    if (e->tprev != NULL)
+        e->tprev->tnext = e->tnext;
+    else if (e->rctx->tev == e)
+        e->rctx->tev = e->tnext;
+    if (e->tnext != NULL)
+        e->tnext->tprev = e->tprev;
+    e->tprev = e->tnext = NULL;
+}
+
+static void ev_resolve(struct CUevent_st *e, uint64_t t)
+{
+    e->time = max_u64(e->rec_ns, t);
+    e->resolved = 1;
+    ev_unlink(e);
+}
+
+/* Caller holds g_mu and TL->mu, e's device advanced to `now`. Is e
+ * complete? Resolves its time when it is: the end of the stream's last item
+ * at record time (still in the ring: see ev_before_overwrite), or the record
+ * time if that was already done. */
+static bool ev_complete(struct CUevent_st *e, uint64_t now)
+{
+    if (!e->recorded || e->resolved)
+        return true;
+    if (e->pos.mark == 0 || e->pos.q < 0 || e->pos.q >= NQ) {
+        ev_resolve(e, e->rec_ns);
+        return true;
+    }
+    const struct fake_tl_queue *q = &TL->q[e->pos.q];
+    if (q->epoch != e->pos.epoch) { /* its context is gone */
+        ev_resolve(e, now);
+        return true;
+    }
+    if (q->head < e->pos.mark)
+        return false;
+    ev_resolve(e, q->ring[(e->pos.mark - 1) % RING].t);
+    return true;
+}
+
+/* Caller holds g_mu and TL->mu. Item `p` of c's queue (retired) is about to
+ * be overwritten: timing events ending there take their time now. */
+static void ev_before_overwrite(struct CUctx_st *c, const struct fake_tl_queue *q, uint64_t p)
+{
+    for (struct CUevent_st *e = c->tev, *n; e != NULL; e = n) {
+        n = e->tnext;
+        if (e->pos.q == c->q && e->pos.epoch == q->epoch && e->pos.mark <= p + 1)
+            ev_resolve(e, e->pos.mark == p + 1 ? q->ring[p % RING].t : e->rec_ns);
+    }
+}
+
+/* Caller holds g_mu. The context is torn down: resolve its events, drop its
+ * queue (its pending work is discarded, as the real driver kills the work
+ * of a destroyed context). */
+static void tl_ctx_teardown(struct CUctx_st *c)
+{
+    if (c->q < 0 && c->tev == NULL)
+        return;
+    tl_lock();
+    uint64_t now = fake_now_ns();
+    tl_advance(c->dev, now);
+    while (c->tev != NULL)
+        if (!ev_complete(c->tev, now))
+            ev_resolve(c->tev, now);
+    if (ctx_queue(c) != NULL)
+        tl_drop(c->q, now);
+    tl_unlock();
+    c->q = -1;
+}
+
+/* Caller holds g_mu. Puts `d` ns of work on stream `s` (a capturing stream
+ * records instead). CUDA_ERROR_NOT_READY: the context's ring is full; retry
+ * at *retry, without g_mu held meanwhile (a real push buffer blocks too).
+ * CUDA_ERROR_OUT_OF_MEMORY: no queue is left in the shared pool. */
+static CUresult submit_locked(struct CUstream_st *s, uint64_t d, uint64_t kernels, bool graph, uint64_t *retry)
 {
     if (s->capturing) {
         s->capture->total_ns += d;
         s->capture->kernels += kernels;
-        return;
+        return CUDA_SUCCESS;
     }
     struct CUctx_st *c = s->ctx;
-    struct fake_dev_state *D = &S->dev[c->dev];
+    int dev = c->dev;
+    struct fake_dev_state *DS = &S->dev[dev];
+    tl_lock();
     uint64_t now = fake_now_ns();
-    uint64_t cur = atomic_load(&D->busy_until_ns), start, end;
-    do {
-        start = now > s->tail ? now : s->tail;
-        if (cur > start)
-            start = cur;
-        end = start + d;
-    } while (!atomic_compare_exchange_weak(&D->busy_until_ns, &cur, end));
-    s->tail = end;
-    if (end > c->tail_max)
-        c->tail_max = end;
-    atomic_fetch_add(&D->busy_ns_total, d);
-    atomic_fetch_add(&D->kernels_run, kernels);
-    atomic_fetch_add(&D->launches, 1);
+    tl_advance(dev, now);
+    struct fake_tl_dev *D = &TL->dev[dev];
+    struct fake_tl_queue *q = ctx_queue(c);
+    if (d == 0 && ((q != NULL && q->head < q->tail) || D->npending == 0)) {
+        /* Zero-length work completes with the item before it, or at once
+         * on an idle device: nothing to queue (keeps empty launches cheap). */
+        s->pos = ctx_pos(c);
+        goto counted;
+    }
+    if (q == NULL) {
+        int i = tl_queue_take(dev, now);
+        if (i < 0) {
+            tl_unlock();
+            static atomic_int told;
+            if (!atomic_exchange(&told, 1))
+                fprintf(stderr, "%s: all %d timeline queues are taken by live contexts; launch refused\n", WHO,
+                        NQ);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        c->q = i;
+        c->qepoch = TL->q[i].epoch;
+        q = &TL->q[i];
+    }
+    if (q->tail - q->head >= RING) {
+        *retry = tl_project(dev, c->q, q->head + 1, now);
+        tl_unlock();
+        if (*retry <= now)
+            *retry = now + 1000000;
+        return CUDA_ERROR_NOT_READY;
+    }
+    if (q->tail >= RING && c->tev != NULL)
+        ev_before_overwrite(c, q, q->tail - RING);
+    struct fake_tl_item *it = &q->ring[q->tail % RING];
+    it->ns = d;
+    it->t = now;
+    if (q->head == q->tail)
+        D->npending++;
+    q->tail++;
+    s->pos = ctx_pos(c);
+    uint64_t bu = atomic_load(&DS->busy_until_ns);
+    atomic_store(&DS->busy_until_ns, add_sat(max_u64(bu, now), d));
+counted:
+    tl_unlock();
+    atomic_fetch_add(&DS->busy_ns_total, d);
+    atomic_fetch_add(&DS->kernels_run, kernels);
+    atomic_fetch_add(&DS->launches, 1);
     if (graph)
-        atomic_fetch_add(&D->graph_launches, 1);
+        atomic_fetch_add(&DS->graph_launches, 1);
+    return CUDA_SUCCESS;
 }
 
 static bool func_ok(CUfunction f) { return f != NULL && f->magic == MAGIC_FUNC; }
@@ -948,8 +1402,9 @@ struct launch_info {
     uint64_t ns;
 };
 
-static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
-                       CUstream hs, void **params, void **extra, struct launch_info *li)
+static CUresult launch_once(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                            unsigned bz, CUstream hs, void **params, void **extra, struct launch_info *li,
+                            uint64_t *retry)
 {
     li->name = "?";
     li->ns = 0;
@@ -975,13 +1430,27 @@ static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
     r = kernel_ns(f, params, extra, &li->ns);
     if (r != CUDA_SUCCESS)
         goto out;
-    submit_locked(s, li->ns, 1, false);
+    r = submit_locked(s, li->ns, 1, false, retry);
 out:
     pthread_mutex_unlock(&g_mu);
     return r;
 }
 
-static CUresult graph_launch(CUgraphExec g, CUstream hs, uint64_t *ns)
+/* A full queue makes the launch wait for room, with no lock held, then try
+ * again from the start (the stream may have gone meanwhile). */
+static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                       CUstream hs, void **params, void **extra, struct launch_info *li)
+{
+    for (;;) {
+        uint64_t retry = 0;
+        CUresult r = launch_once(f, gx, gy, gz, bx, by, bz, hs, params, extra, li, &retry);
+        if (r != CUDA_ERROR_NOT_READY)
+            return r;
+        fake_sleep_until_ns(retry);
+    }
+}
+
+static CUresult graph_launch_once(CUgraphExec g, CUstream hs, uint64_t *ns, uint64_t *retry)
 {
     *ns = 0;
     NEED_INIT();
@@ -995,10 +1464,21 @@ static CUresult graph_launch(CUgraphExec g, CUstream hs, uint64_t *ns)
         r = resolve_stream(c, hs, &s);
     if (r == CUDA_SUCCESS) {
         *ns = g->total_ns;
-        submit_locked(s, g->total_ns, g->kernels, true);
+        r = submit_locked(s, g->total_ns, g->kernels, true, retry);
     }
     pthread_mutex_unlock(&g_mu);
     return r;
+}
+
+static CUresult graph_launch(CUgraphExec g, CUstream hs, uint64_t *ns)
+{
+    for (;;) {
+        uint64_t retry = 0;
+        CUresult r = graph_launch_once(g, hs, ns, &retry);
+        if (r != CUDA_ERROR_NOT_READY)
+            return r;
+        fake_sleep_until_ns(retry);
+    }
 }
 
 /* ==== synchronisation ================================================== */
@@ -1014,11 +1494,15 @@ static CUresult stream_sync(CUstream hs)
         r = resolve_stream(c, hs, &s);
     if (r == CUDA_SUCCESS && s->capturing)
         r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-    uint64_t until = r == CUDA_SUCCESS ? s->tail : 0;
-    int dev = r == CUDA_SUCCESS ? s->ctx->dev : -1;
+    struct tl_pos until = {-1, 0, 0};
+    int dev = -1;
+    if (r == CUDA_SUCCESS) {
+        until = s->pos;
+        dev = s->ctx->dev;
+    }
     pthread_mutex_unlock(&g_mu);
     if (r == CUDA_SUCCESS) {
-        fake_sleep_until_ns(until);
+        tl_wait(dev, until);
         sync_trim(dev);
     }
     return r;
@@ -1035,10 +1519,26 @@ static CUresult stream_query(CUstream hs)
         r = resolve_stream(c, hs, &s);
     if (r == CUDA_SUCCESS && s->capturing)
         r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-    if (r == CUDA_SUCCESS && fake_now_ns() < s->tail)
-        r = CUDA_ERROR_NOT_READY;
+    if (r == CUDA_SUCCESS && s->pos.mark != 0) {
+        tl_lock();
+        tl_advance(s->ctx->dev, fake_now_ns());
+        if (!tl_pos_done(&s->pos))
+            r = CUDA_ERROR_NOT_READY;
+        tl_unlock();
+    }
     pthread_mutex_unlock(&g_mu);
     return r;
+}
+
+/* Caller holds g_mu. Everything c has submitted so far. */
+static struct tl_pos ctx_all(struct CUctx_st *c)
+{
+    if (c->q < 0)
+        return (struct tl_pos){-1, 0, 0};
+    tl_lock();
+    struct tl_pos p = ctx_pos(c);
+    tl_unlock();
+    return p;
 }
 
 /* Synchronous copies wait for the context's queued work first, like the
@@ -1051,11 +1551,16 @@ static CUresult sync_copy(void *dst, const void *src, size_t n, uintptr_t devp, 
     CUresult r = need_ctx(&c);
     if (r == CUDA_SUCCESS && (!range_ok(devp, n) || (value < 0 && (dst == NULL || src == NULL) && n)))
         r = CUDA_ERROR_INVALID_VALUE;
-    uint64_t until = r == CUDA_SUCCESS ? c->tail_max : 0;
+    struct tl_pos until = {-1, 0, 0};
+    int dev = -1;
+    if (r == CUDA_SUCCESS) {
+        until = ctx_all(c);
+        dev = c->dev;
+    }
     pthread_mutex_unlock(&g_mu);
     if (r != CUDA_SUCCESS)
         return r;
-    fake_sleep_until_ns(until);
+    tl_wait(dev, until);
     if (n == 0)
         return CUDA_SUCCESS;
     if (value >= 0)
@@ -1083,12 +1588,43 @@ static CUresult event_record(CUevent e, CUstream hs, unsigned flags)
     if (r == CUDA_SUCCESS)
         r = resolve_stream(c, hs, &s);
     if (r == CUDA_SUCCESS && !s->capturing) {
+        ev_unlink(e);
+        tl_lock();
         uint64_t now = fake_now_ns();
-        e->time = now > s->tail ? now : s->tail;
+        tl_advance(s->ctx->dev, now);
         e->recorded = 1;
+        e->resolved = 0;
+        e->dev = s->ctx->dev;
+        e->rctx = s->ctx;
+        e->pos = s->pos;
+        e->rec_ns = now;
+        e->time = now;
+        if (tl_pos_done(&e->pos)) {
+            e->resolved = 1; /* the stream was idle: completes at record time */
+        } else if (!(e->flags & CU_EVENT_DISABLE_TIMING)) {
+            e->tprev = NULL; /* its time is needed later: see ev_before_overwrite */
+            e->tnext = s->ctx->tev;
+            if (e->tnext != NULL)
+                e->tnext->tprev = e;
+            s->ctx->tev = e;
+        }
+        tl_unlock();
     }
     pthread_mutex_unlock(&g_mu);
     return r;
+}
+
+/* Caller holds g_mu. Advances e's device and tells whether e is complete. */
+static bool event_done_locked(struct CUevent_st *e)
+{
+    if (!e->recorded || e->resolved)
+        return true;
+    tl_lock();
+    uint64_t now = fake_now_ns();
+    tl_advance(e->dev, now);
+    bool done = ev_complete(e, now);
+    tl_unlock();
+    return done;
 }
 
 static CUresult elapsed(float *ms, CUevent a, CUevent b)
@@ -1104,13 +1640,10 @@ static CUresult elapsed(float *ms, CUevent a, CUevent b)
         r = CUDA_ERROR_INVALID_HANDLE;
     else if (!a->recorded || !b->recorded)
         r = CUDA_ERROR_INVALID_HANDLE;
-    else {
-        uint64_t now = fake_now_ns();
-        if (now < a->time || now < b->time)
-            r = CUDA_ERROR_NOT_READY;
-        else
-            *ms = (float)((double)((int64_t)(b->time - a->time)) / 1e6);
-    }
+    else if (!event_done_locked(a) || !event_done_locked(b))
+        r = CUDA_ERROR_NOT_READY;
+    else
+        *ms = (float)((double)((int64_t)(b->time - a->time)) / 1e6);
     pthread_mutex_unlock(&g_mu);
     return r;
 }
@@ -1123,6 +1656,7 @@ static CUresult event_destroy(CUevent e)
     if (!event_ok(e))
         r = CUDA_ERROR_INVALID_HANDLE;
     else {
+        ev_unlink(e);
         e->magic = MAGIC_DEAD;
         free(e);
     }
@@ -1227,9 +1761,24 @@ static CUresult stream_wait_event(CUstream hs, CUevent e, unsigned flags)
         r = CUDA_ERROR_INVALID_HANDLE;
     if (r == CUDA_SUCCESS)
         r = resolve_stream(c, hs, &s);
-    if (r == CUDA_SUCCESS && !s->capturing && e->recorded && e->time > s->tail)
-        s->tail = e->time;
+    /* Work queued on s after this waits for e. Within one context the
+     * FIFO already orders it; s's position moves to e's so that syncing s
+     * also waits for e. The fake has no dependencies between queues: an
+     * event of another context is waited for here, by the caller. */
+    struct tl_pos other = {-1, 0, 0};
+    int other_dev = -1;
+    if (r == CUDA_SUCCESS && !s->capturing && e->recorded && !e->resolved) {
+        if (e->rctx == s->ctx) {
+            if (s->pos.mark == 0 || s->pos.q != e->pos.q || s->pos.epoch != e->pos.epoch || e->pos.mark > s->pos.mark)
+                s->pos = e->pos;
+        } else {
+            other = e->pos;
+            other_dev = e->dev;
+        }
+    }
     pthread_mutex_unlock(&g_mu);
+    if (other.mark != 0)
+        tl_wait(other_dev, other);
     return r;
 }
 
@@ -1249,9 +1798,15 @@ static void fork_child(void)
         g_primary[d].refcount = 0;
         g_primary[d].gen++;
         g_primary[d].dstream.magic = MAGIC_DEAD;
+        g_primary[d].q = -1; /* the timeline queues stay the parent's */
+        g_primary[d].tev = NULL;
     }
-    for (struct CUctx_st *c = g_created; c; c = c->next_created)
+    for (struct CUctx_st *c = g_created; c; c = c->next_created) {
         c->magic = MAGIC_DEAD;
+        c->gen++;
+        c->q = -1;
+        c->tev = NULL;
+    }
     pools_reset();
     for (size_t b = 0; b < NBUCKET; b++) {
         for (struct alloc *a = g_alloc[b], *n; a; a = n) {
@@ -1739,11 +2294,11 @@ static CUresult ctx_sync(void)
     pthread_mutex_lock(&g_mu);
     struct CUctx_st *c;
     CUresult r = need_ctx(&c);
-    uint64_t until = r == CUDA_SUCCESS ? c->tail_max : 0;
+    struct tl_pos until = r == CUDA_SUCCESS ? ctx_all(c) : (struct tl_pos){-1, 0, 0};
     int dev = r == CUDA_SUCCESS ? c->dev : -1;
     pthread_mutex_unlock(&g_mu);
     if (r == CUDA_SUCCESS) {
-        fake_sleep_until_ns(until);
+        tl_wait(dev, until);
         sync_trim(dev);
     }
     return r;
@@ -3174,7 +3729,7 @@ static CUresult event_query(CUevent e)
     CUresult r = CUDA_SUCCESS;
     if (!event_ok(e))
         r = CUDA_ERROR_INVALID_HANDLE;
-    else if (e->recorded && fake_now_ns() < e->time)
+    else if (!event_done_locked(e))
         r = CUDA_ERROR_NOT_READY;
     pthread_mutex_unlock(&g_mu);
     return r;
@@ -3193,18 +3748,21 @@ static CUresult event_sync(CUevent e)
     NEED_INIT();
     pthread_mutex_lock(&g_mu);
     CUresult r = CUDA_SUCCESS;
-    uint64_t until = 0;
+    struct tl_pos until = {-1, 0, 0};
     int dev = -1;
     if (!event_ok(e)) {
         r = CUDA_ERROR_INVALID_HANDLE;
     } else {
-        until = e->recorded ? e->time : 0;
-        if (e->ctx != NULL && e->ctx->magic == MAGIC_CTX)
+        if (e->recorded && !e->resolved)
+            until = e->pos;
+        if (e->recorded)
+            dev = e->dev;
+        else if (e->ctx != NULL && e->ctx->magic == MAGIC_CTX)
             dev = e->ctx->dev;
     }
     pthread_mutex_unlock(&g_mu);
     if (r == CUDA_SUCCESS) {
-        fake_sleep_until_ns(until);
+        tl_wait(dev, until);
         sync_trim(dev);
     }
     return r;

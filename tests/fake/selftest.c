@@ -16,6 +16,15 @@
  *       device 0, synchronise, and print "<launch_ns> <done_ns>"
  *       (CLOCK_MONOTONIC). Run several at once with the same
  *       FAKE_CUDA_STATE to see them serialise (see README.md).
+ *   --saturate-child MS KERNEL_US DEPTH START_NS  from START_NS, for MS ms,
+ *       keep DEPTH kernels of KERNEL_US queued; print "S <launches>".
+ *   --light-child MS PERIOD_US KERNEL_US START_NS  from START_NS, for MS ms,
+ *       every PERIOD_US launch a KERNEL_US kernel and wait for it; print
+ *       "L <count> <p50_us> <max_us>" (launch call to synchronize return).
+ *   --queue-child MS KERNEL_US   queue MS ms of KERNEL_US kernels, print
+ *       "Q", wait to be killed.
+ *   --hammer-child THREADS   zero-length launches, records and queries from
+ *       THREADS threads without pause, print "H", wait to be killed.
  *   --private-child   run with FAKE_CUDA_STATE unset and FAKE_CUDA_MEM=8GiB:
  *       legacy 32-bit clamping, and NVML seeing libcuda's private state.
  *   --nodev-child     run with FAKE_CUDA_DEVICES=0: cuInit fails.
@@ -29,6 +38,7 @@
 #include <dlfcn.h>
 #include <limits.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sys/wait.h>
 
 static int g_pass;
@@ -161,6 +171,138 @@ static int timeline_child(unsigned ms, uint64_t deadline)
     uint64_t t1 = fake_now_ns();
     printf("%llu %llu\n", (unsigned long long)t0, (unsigned long long)t1);
     return 0;
+}
+
+/* The timeline children below: device 0's primary context current, and
+ * its "sleep" kernel. */
+static CUfunction child_setup(void)
+{
+    CUcontext c;
+    CUmodule m;
+    CUfunction f;
+    CK(cuInit(0), CUDA_SUCCESS);
+    CK(cuDevicePrimaryCtxRetain(&c, 0), CUDA_SUCCESS);
+    CK(cuCtxSetCurrent(c), CUDA_SUCCESS);
+    CK(cuModuleLoadData(&m, "fake"), CUDA_SUCCESS);
+    CK(cuModuleGetFunction(&f, m, "sleep_kernel"), CUDA_SUCCESS);
+    return f;
+}
+
+/* From START_NS, for MS ms, keep DEPTH kernels of KERNEL_US queued: before
+ * each launch, wait for the kernel DEPTH launches back (as a real program
+ * bounds its queue). Prints "S <launches>". */
+static int saturate_child(unsigned ms, unsigned kus, unsigned depth, uint64_t start)
+{
+    CUfunction f = child_setup();
+    CUstream s;
+    CUevent ev[64];
+    CHECK(depth >= 1 && depth <= 64, "depth %u", depth);
+    CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    for (unsigned i = 0; i < depth; i++)
+        CK(cuEventCreate(&ev[i], CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
+    fake_sleep_until_ns(start);
+    uint64_t end = start + ms * 1000000ull;
+    unsigned long n = 0;
+    while (fake_now_ns() < end) {
+        if (n >= depth)
+            CK(cuEventSynchronize(ev[n % depth]), CUDA_SUCCESS);
+        launch_sleep(f, s, kus * 1000ull);
+        CK(cuEventRecord(ev[n % depth], s), CUDA_SUCCESS);
+        n++;
+    }
+    CK(cuStreamSynchronize(s), CUDA_SUCCESS);
+    printf("S %lu\n", n);
+    return 0;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* From START_NS, for MS ms, every PERIOD_US (a fixed schedule) launch one
+ * KERNEL_US kernel on an own stream and wait for it. Prints
+ * "L <count> <p50_us> <max_us>": latency from the launch call to the
+ * synchronize's return. */
+static int light_child(unsigned ms, unsigned period_us, unsigned kus, uint64_t start)
+{
+    CUfunction f = child_setup();
+    CUstream s;
+    CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    static uint64_t lat[8192];
+    unsigned n = 0;
+    for (uint64_t due = start; due < start + ms * 1000000ull && n < 8192; due += period_us * 1000ull) {
+        fake_sleep_until_ns(due);
+        uint64_t t0 = fake_now_ns();
+        launch_sleep(f, s, kus * 1000ull);
+        CK(cuStreamSynchronize(s), CUDA_SUCCESS);
+        lat[n++] = fake_now_ns() - t0;
+    }
+    CHECK(n > 0, "no request");
+    qsort(lat, n, sizeof lat[0], cmp_u64);
+    printf("L %u %llu %llu\n", n, (unsigned long long)lat[n / 2] / 1000, (unsigned long long)lat[n - 1] / 1000);
+    return 0;
+}
+
+/* Queue MS ms of KERNEL_US kernels, print "Q", and wait to be killed. */
+static int queue_child(unsigned ms, unsigned kus)
+{
+    CUfunction f = child_setup();
+    for (unsigned t = 0; t < ms * 1000u; t += kus)
+        launch_sleep(f, NULL, kus * 1000ull);
+    printf("Q\n");
+    sleep(30);
+    return 1;
+}
+
+/* Runs in several threads at once: no CK (g_pass is not atomic). */
+#define HCK(call)                                                                                                  \
+    do {                                                                                                           \
+        if ((call) != CUDA_SUCCESS) {                                                                              \
+            printf("FAIL selftest.c:%d: %s\n", __LINE__, #call);                                                   \
+            _exit(1);                                                                                              \
+        }                                                                                                          \
+    } while (0)
+
+static void *hammer_thread(void *arg)
+{
+    CUfunction *f = arg;
+    CUcontext c;
+    CUstream s;
+    CUevent e;
+    HCK(cuDevicePrimaryCtxRetain(&c, 0));
+    HCK(cuCtxSetCurrent(c));
+    HCK(cuStreamCreate(&s, 0));
+    HCK(cuEventCreate(&e, 0));
+    /* Mostly zero-length launches and queries (no sleeping), now and then
+     * a short kernel and a synchronize. */
+    for (unsigned i = 0;; i++) {
+        unsigned long long ns = i % 64 == 0 ? 2000 : 0;
+        void *params[] = {&ns};
+        HCK(cuLaunchKernel(f[0], 1, 1, 1, 1, 1, 1, 0, s, params, NULL));
+        HCK(cuEventRecord(e, s));
+        cuEventQuery(e);
+        cuStreamQuery(s);
+        if (i % 256 == 255)
+            HCK(cuStreamSynchronize(s));
+    }
+    return NULL;
+}
+
+/* THREADS threads launching, recording and synchronising without a pause:
+ * the timeline mutex is held much of the time, so that a SIGKILL often
+ * lands inside it. Never returns by itself (30 s at most). */
+static int hammer_child(unsigned threads)
+{
+    static CUfunction f;
+    f = child_setup();
+    pthread_t t;
+    for (unsigned i = 0; i < threads; i++)
+        CHECK(pthread_create(&t, NULL, hammer_thread, &f) == 0, "pthread_create");
+    printf("H\n");
+    sleep(30);
+    return 1;
 }
 
 static int private_child(void)
@@ -1050,47 +1192,259 @@ static void test_dead_process(nvmlDevice_t nd)
     CK(cuMemFree_v2(keep), CUDA_SUCCESS);
 }
 
+/* Reads an asynchronous child's output and checks that it exited 0. */
+static void collect(pid_t pid, int fd, char *buf, size_t cap)
+{
+    size_t n = 0;
+    ssize_t k;
+    while (n < cap - 1 && (k = read(fd, buf + n, cap - 1 - n)) > 0)
+        n += (size_t)k;
+    buf[n] = '\0';
+    close(fd);
+    int st;
+    waitpid(pid, &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child failed (status 0x%x): %s", st, buf);
+}
+
 static void test_cross_process_timeline(nvmlDevice_t nd)
 {
+    /* Kernels are not preempted: three 100 ms kernels in three processes
+     * run one after the other. */
     uint64_t k0 = kernels(0), b0 = busy(0), u0 = used(0);
     char deadline[32];
     snprintf(deadline, sizeof deadline, "%llu", (unsigned long long)(fake_now_ns() + 300000000ull));
     char *args[] = {"selftest", "--timeline-child", "100", deadline, NULL};
-    pid_t pid[2];
-    int fd[2];
-    for (int i = 0; i < 2; i++)
+    pid_t pid[3];
+    int fd[3];
+    for (int i = 0; i < 3; i++)
         run_self(args, NULL, &pid[i], &fd[i]);
-    unsigned long long launch[2], done[2];
-    for (int i = 0; i < 2; i++) {
-        char buf[256] = {0};
-        size_t n = 0;
-        ssize_t k;
-        while ((k = read(fd[i], buf + n, sizeof buf - 1 - n)) > 0)
-            n += (size_t)k;
-        close(fd[i]);
-        int st;
-        waitpid(pid[i], &st, 0);
-        CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "timeline child failed: %s", buf);
+    unsigned long long launch[3], done[3], first = ULLONG_MAX, lastl = 0, last = 0;
+    for (int i = 0; i < 3; i++) {
+        char buf[256];
+        collect(pid[i], fd[i], buf, sizeof buf);
         CHECK(sscanf(buf, "%llu %llu", &launch[i], &done[i]) == 2, "timeline child output: %s", buf);
+        first = launch[i] < first ? launch[i] : first;
+        lastl = launch[i] > lastl ? launch[i] : lastl;
+        last = done[i] > last ? done[i] : last;
     }
-    int first = launch[0] <= launch[1] ? 0 : 1, second = 1 - first;
-    CHECK(launch[second] < done[first],
-          "the two processes' launches did not overlap (system too slow?): launches %.3f ms apart",
-          (launch[second] - launch[first]) / 1e6);
-    unsigned long long last = done[0] > done[1] ? done[0] : done[1];
-    CHECK(last - launch[first] >= 200000000ull,
-          "two 100 ms kernels in two processes ended %.3f ms after the first launch (want >= 200)",
-          (last - launch[first]) / 1e6);
-    EQ(kernels(0), k0 + 2);
-    EQ(busy(0), b0 + 200000000ull);
+    CHECK(lastl - first < 100000000ull,
+          "the three processes' launches did not overlap (system too slow?): launches %.3f ms apart",
+          (lastl - first) / 1e6);
+    CHECK(last - first >= 300000000ull,
+          "three 100 ms kernels in three processes ended %.3f ms after the first launch (want >= 300)",
+          (last - first) / 1e6);
+    EQ(kernels(0), k0 + 3);
+    EQ(busy(0), b0 + 300000000ull);
     /* The children exited holding their primary contexts: counted until
      * somebody looks (NVML, cuMemGetInfo, or an allocation that would
      * otherwise fail). */
-    EQ(used(0), u0 + 2 * OVERHEAD);
+    EQ(used(0), u0 + 3 * OVERHEAD);
     nvmlMemory_t m;
     CK(nvmlDeviceGetMemoryInfo(nd, &m), NVML_SUCCESS);
     EQ(m.used, u0);
     EQ(used(0), u0);
+}
+
+/* Margin for scheduling noise on a loaded CI machine (2 cores). */
+#define SLACK_US 5000ull
+
+/* A context's queue holds FAKE_TL_RING items: the launch after that waits
+ * for room, as a real push buffer makes it. Timing events keep their times
+ * although their items' ring entries are reused. */
+static void test_ring_full(CUfunction fsleep)
+{
+    CUstream s;
+    CUevent e0, emid, e1;
+    float ms = 0;
+    CK(cuStreamCreate(&s, 0), CUDA_SUCCESS);
+    CK(cuEventCreate(&e0, 0), CUDA_SUCCESS);
+    CK(cuEventCreate(&emid, 0), CUDA_SUCCESS);
+    CK(cuEventCreate(&e1, 0), CUDA_SUCCESS);
+    CK(cuCtxSynchronize(), CUDA_SUCCESS);
+    const unsigned n = 2 * FAKE_TL_RING;
+    uint64_t t0 = fake_now_ns();
+    CK(cuEventRecord(e0, s), CUDA_SUCCESS);
+    for (unsigned i = 0; i < n; i++) {
+        launch_sleep(fsleep, s, 20000);
+        if (i == 9)
+            CK(cuEventRecord(emid, s), CUDA_SUCCESS);
+    }
+    CK(cuEventRecord(e1, s), CUDA_SUCCESS);
+    uint64_t t1 = fake_now_ns();
+    CK(cuStreamSynchronize(s), CUDA_SUCCESS);
+    uint64_t t2 = fake_now_ns();
+    /* FAKE_TL_RING launches had to wait for as many 20 us kernels. */
+    CHECK(t1 - t0 >= (n - FAKE_TL_RING) * 20000ull * 95 / 100, "%u launches returned after %.3f ms", n,
+          (t1 - t0) / 1e6);
+    CHECK(t2 - t1 <= FAKE_TL_RING * 20000ull + SLACK_US * 1000, "after the launches %.3f ms were left", (t2 - t1) / 1e6);
+    CK(cuEventElapsedTime(&ms, e0, emid), CUDA_SUCCESS);
+    /* (+ the gaps between launches while the queue was still short) */
+    CHECK(ms >= 0.1999f && ms <= 0.2f + SLACK_US / 1e3f, "10 x 20 us: %.4f ms", ms);
+    CK(cuEventElapsedTime(&ms, e0, e1), CUDA_SUCCESS);
+    CHECK(ms >= n * 0.02f * 0.9999f && ms <= n * 0.02f + SLACK_US / 1e3f, "%u x 20 us: %.4f ms", n, ms);
+    CK(cuEventDestroy_v2(e0), CUDA_SUCCESS);
+    CK(cuEventDestroy_v2(emid), CUDA_SUCCESS);
+    CK(cuEventDestroy_v2(e1), CUDA_SUCCESS);
+    CK(cuStreamDestroy_v2(s), CUDA_SUCCESS);
+}
+
+
+static void light_stats(const char *out, unsigned *n, unsigned long long *p50, unsigned long long *max)
+{
+    CHECK(sscanf(out, "L %u %llu %llu", n, p50, max) == 3, "light child output: %s", out);
+}
+
+/* Time-slicing between processes (the fake's model of a GPU without MPS,
+ * see README.md): a light process beside one that keeps 50 ms queued waits
+ * at most about one of the other's kernels plus a time slice, not for the
+ * other's queue; two light processes barely delay each other. */
+static void test_timeslice(void)
+{
+    /* 5 ms kernels, 10 queued (50 ms), for 1.2 s; a 0.1 ms kernel every 10 ms beside it. */
+    uint64_t t0 = fake_now_ns() + 300000000ull;
+    char st[32], lt[32];
+    snprintf(st, sizeof st, "%llu", (unsigned long long)t0);
+    snprintf(lt, sizeof lt, "%llu", (unsigned long long)(t0 + 150000000ull));
+    char *sargs[] = {"selftest", "--saturate-child", "1200", "5000", "10", st, NULL};
+    char *largs[] = {"selftest", "--light-child", "900", "10000", "100", lt, NULL};
+    pid_t sp, lp;
+    int sfd, lfd;
+    run_self(sargs, NULL, &sp, &sfd);
+    run_self(largs, NULL, &lp, &lfd);
+    char sout[256], lout[256];
+    collect(lp, lfd, lout, sizeof lout);
+    collect(sp, sfd, sout, sizeof sout);
+    unsigned n = 0;
+    unsigned long sn = 0;
+    unsigned long long p50, max;
+    light_stats(lout, &n, &p50, &max);
+    CHECK(sscanf(sout, "S %lu", &sn) == 1, "saturating child output: %s", sout);
+    printf("timeline: 0.1 ms kernel beside 10 x 5 ms queued: %u requests, p50 %llu us, max %llu us; "
+           "the saturating process ran %lu kernels\n", n, p50, max, sn);
+    CHECK(n >= 80, "light child served %u requests", n);
+    /* It kept the GPU busy (1.2 s / 5 ms = 240 kernels, less the light one's share). */
+    CHECK(sn >= 200, "saturating child ran only %lu kernels in 1.2 s", sn);
+    /* One of the other's kernels (5 ms) + one slice (2 ms) + our kernel + slack;
+     * a FIFO across processes would give ~50 ms. */
+    CHECK(max <= 5000 + 2000 + 100 + SLACK_US, "light latency beside a saturating process: max %llu us", max);
+    CHECK(p50 <= 5000, "light latency beside a saturating process: p50 %llu us", p50);
+
+    /* Two light processes: each sees about its own kernel. */
+    uint64_t t1 = fake_now_ns() + 300000000ull;
+    snprintf(lt, sizeof lt, "%llu", (unsigned long long)t1);
+    char *l2args[] = {"selftest", "--light-child", "500", "10000", "100", lt, NULL};
+    pid_t p[2];
+    int fd[2];
+    for (int i = 0; i < 2; i++)
+        run_self(l2args, NULL, &p[i], &fd[i]);
+    for (int i = 0; i < 2; i++) {
+        collect(p[i], fd[i], lout, sizeof lout);
+        light_stats(lout, &n, &p50, &max);
+        printf("timeline: 0.1 ms kernel beside another light process: %u requests, p50 %llu us, max %llu us\n", n,
+               p50, max);
+        CHECK(n >= 40, "light child served %u requests", n);
+        CHECK(p50 <= 100 + 1000, "two light processes: p50 %llu us", p50);
+        CHECK(max <= 100 + 100 + SLACK_US, "two light processes: max %llu us", max);
+    }
+}
+
+/* A process killed with 200 ms queued: its work is dropped (a real GPU
+ * destroys the dead process's context), so it does not hold the device. */
+static void test_killed_queue(nvmlDevice_t nd, CUfunction fsleep)
+{
+    nvmlMemory_t m;
+    CK(nvmlDeviceGetMemoryInfo(nd, &m), NVML_SUCCESS);
+    uint64_t before = m.used;
+    char *args[] = {"selftest", "--queue-child", "200", "5000", NULL};
+    pid_t pid;
+    int fd;
+    run_self(args, NULL, &pid, &fd);
+    char buf[8] = {0};
+    CHECK(read(fd, buf, 2) == 2 && buf[0] == 'Q', "queue child: \"%s\"", buf);
+    kill(pid, SIGKILL);
+    int stt;
+    waitpid(pid, &stt, 0);
+    close(fd);
+    CK(cuCtxSynchronize(), CUDA_SUCCESS);
+    uint64_t t = fake_now_ns();
+    launch_sleep(fsleep, NULL, 1000000);
+    CK(cuCtxSynchronize(), CUDA_SUCCESS);
+    uint64_t one = fake_now_ns() - t;
+    t = fake_now_ns();
+    for (int i = 0; i < 20; i++)
+        launch_sleep(fsleep, NULL, 1000000);
+    CK(cuCtxSynchronize(), CUDA_SUCCESS);
+    uint64_t twenty = fake_now_ns() - t;
+    printf("timeline: after killing a process with 200 ms queued: 1 ms kernel took %.3f ms, 20 x 1 ms took "
+           "%.3f ms\n", one / 1e6, twenty / 1e6);
+    /* Its running kernel (5 ms) + a slice at most, then nothing of it. */
+    CHECK(one <= (1000 + 5000 + 2000 + SLACK_US) * 1000ull, "1 ms kernel after the kill took %.3f ms", one / 1e6);
+    CHECK(twenty <= (20000 + SLACK_US) * 1000ull, "20 x 1 ms after the kill took %.3f ms", twenty / 1e6);
+    CK(nvmlDeviceGetMemoryInfo(nd, &m), NVML_SUCCESS);
+    EQ(m.used, before);
+}
+
+/* Processes SIGKILLed while hammering the timeline (often inside its
+ * process-shared mutex) must not wedge it: the next locker gets EOWNERDEAD
+ * and repairs. */
+static void test_kill_in_lock(nvmlDevice_t nd, CUfunction fsleep)
+{
+    char *args[] = {"selftest", "--hammer-child", "4", NULL};
+    /* No call log: a process killed inside write(2) may leave half a line. */
+    const char *const env[][2] = {{"FAKE_CUDA_LOG", NULL}, {NULL, NULL}};
+    uint64_t r0 = S->tl.repairs;
+    alarm(60); /* a wedged timeline fails the test instead of hanging it */
+    for (int i = 0; i < 12; i++) {
+        pid_t pid;
+        int fd;
+        run_self(args, env, &pid, &fd);
+        char buf[8] = {0};
+        CHECK(read(fd, buf, 2) == 2 && buf[0] == 'H', "hammer child: \"%s\"", buf);
+        usleep(5000 + 3000 * (unsigned)i);
+        kill(pid, SIGKILL);
+        int st;
+        waitpid(pid, &st, 0);
+        close(fd);
+    }
+    uint64_t t = fake_now_ns();
+    launch_sleep(fsleep, NULL, 1000000);
+    CK(cuCtxSynchronize(), CUDA_SUCCESS);
+    uint64_t took = fake_now_ns() - t;
+    alarm(0);
+    printf("timeline: 12 processes killed mid-launch: %llu found the mutex's owner dead; then 1 ms took %.3f ms\n",
+           (unsigned long long)(S->tl.repairs - r0), took / 1e6);
+    CHECK(took <= (1000 + 5000 + SLACK_US) * 1000ull, "1 ms kernel after the kills took %.3f ms", took / 1e6);
+
+    /* The same, for certain: a child dies holding the mutex, having left
+     * the counts inconsistent (a device "running" a free queue, pending
+     * work that is not there), as a kill in mid-update may. */
+    uint64_t r1 = S->tl.repairs;
+    pid_t pid = fork();
+    CHECK(pid >= 0, "fork");
+    if (pid == 0) {
+        pthread_mutex_lock(&S->tl.mu);
+        int freeq = 0;
+        while (freeq < FAKE_TL_QUEUES - 1 && S->tl.q[freeq].dev >= 0)
+            freeq++;
+        S->tl.dev[0].running = freeq;
+        S->tl.dev[0].npending += 5;
+        kill(getpid(), SIGKILL);
+        _exit(1);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    CHECK(WIFSIGNALED(st), "child died holding the mutex (status 0x%x)", st);
+    alarm(60);
+    t = fake_now_ns();
+    launch_sleep(fsleep, NULL, 1000000);
+    CK(cuCtxSynchronize(), CUDA_SUCCESS);
+    took = fake_now_ns() - t;
+    alarm(0);
+    EQ(S->tl.repairs, r1 + 1);
+    EQ(S->tl.dev[0].running, -1);
+    CHECK(took <= (1000 + SLACK_US) * 1000ull, "1 ms kernel after a death in the lock took %.3f ms", took / 1e6);
+    nvmlMemory_t m;
+    CK(nvmlDeviceGetMemoryInfo(nd, &m), NVML_SUCCESS); /* gives their memory back */
 }
 
 static void test_log(pid_t me, size_t oom_size)
@@ -1150,12 +1504,26 @@ int main(int argc, char **argv)
     setvbuf(stdout, NULL, _IOLBF, 0);
     if ((argc == 3 || argc == 4) && strcmp(argv[1], "--timeline-child") == 0)
         return timeline_child((unsigned)strtoul(argv[2], NULL, 10), argc == 4 ? strtoull(argv[3], NULL, 10) : 0);
+    if (argc == 6 && strcmp(argv[1], "--saturate-child") == 0)
+        return saturate_child((unsigned)atoi(argv[2]), (unsigned)atoi(argv[3]), (unsigned)atoi(argv[4]),
+                              strtoull(argv[5], NULL, 10));
+    if (argc == 6 && strcmp(argv[1], "--light-child") == 0)
+        return light_child((unsigned)atoi(argv[2]), (unsigned)atoi(argv[3]), (unsigned)atoi(argv[4]),
+                           strtoull(argv[5], NULL, 10));
+    if (argc == 4 && strcmp(argv[1], "--queue-child") == 0)
+        return queue_child((unsigned)atoi(argv[2]), (unsigned)atoi(argv[3]));
+    if (argc == 3 && strcmp(argv[1], "--hammer-child") == 0)
+        return hammer_child((unsigned)atoi(argv[2]));
     if (argc == 2 && strcmp(argv[1], "--private-child") == 0)
         return private_child();
     if (argc == 2 && strcmp(argv[1], "--nodev-child") == 0)
         return nodev_child();
     if (argc != 1) {
-        fprintf(stderr, "usage: %s [--timeline-child MS [DEADLINE_NS] | --private-child | --nodev-child]\n", argv[0]);
+        fprintf(stderr,
+                "usage: %s [--timeline-child MS [DEADLINE_NS] | --saturate-child MS KERNEL_US DEPTH START_NS |\n"
+                "    --light-child MS PERIOD_US KERNEL_US START_NS | --queue-child MS KERNEL_US |\n"
+                "    --hammer-child THREADS | --private-child | --nodev-child]\n",
+                argv[0]);
         return 2;
     }
 
@@ -1202,6 +1570,10 @@ int main(int argc, char **argv)
     test_nvml();
     test_dead_process(nd);
     test_cross_process_timeline(nd);
+    test_ring_full(fsleep);
+    test_timeslice();
+    test_killed_queue(nd, fsleep);
+    test_kill_in_lock(nd, fsleep);
 
     const char *const priv_env[][2] = {{"FAKE_CUDA_STATE", NULL},
                                        {"FAKE_CUDA_MEM", "8GiB"},
