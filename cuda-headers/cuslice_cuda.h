@@ -407,6 +407,9 @@ CUresult cuCtxGetDevice(CUdevice *device);
 CUresult cuCtxSynchronize(void);
 
 /** @hook override sync */
+CUresult cuCtxSynchronize_v2(CUcontext ctx);
+
+/** @hook override sync */
 CUresult cuStreamSynchronize(CUstream hStream);
 
 /** @hook override sync */

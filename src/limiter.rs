@@ -93,8 +93,9 @@ pub struct Gpu {
     mode: AtomicU8,
     /// End of the current slice of the lease (HOLDING).
     lease_deadline: AtomicU64,
-    /// Launches allowed in this pass.
+    /// Launches allowed in this pass, and in the last pass with a bound.
     budget: AtomicU64,
+    bounded_budget: AtomicU64,
     /// Measured average GPU time per launch, ns (0: not yet known).
     per_launch_ns: AtomicU64,
     pass_start: AtomicU64,
@@ -225,6 +226,7 @@ pub fn build(cfg: &Config, uuids: &[[u8; 16]]) -> Result<(), String> {
             mode: AtomicU8::new(NONE),
             lease_deadline: AtomicU64::new(0),
             budget: AtomicU64::new(0),
+            bounded_budget: AtomicU64::new(0),
             per_launch_ns: AtomicU64::new(0),
             pass_start: AtomicU64::new(0),
             events: [
@@ -356,12 +358,19 @@ impl Gpu {
     fn end_pass(&self, stream: CUstream, now: u64, mode: u8) {
         let left = self.credits.swap(0, Ordering::AcqRel);
         let launches = (self.budget.load(Ordering::Relaxed) as i64 - left).max(1) as u64;
-        self.measure(now, launches);
         let shallow = self.shallow_now(now);
         if mode == FREE {
+            // A free pass that used up its budget before its deadline
+            // launches more than it runs: bound its queue like a holder's
+            // (and learn its GPU time per launch). One that ran into its
+            // deadline is light and pays nothing more.
+            let by_budget = left <= 0 && now < self.deadline.load(Ordering::Relaxed);
             self.close_free_pass(now);
-            if shallow {
-                self.bound_queue(stream, true);
+            if !self.latency && (by_budget || shallow) {
+                self.bound_queue(stream, shallow);
+                if by_budget {
+                    self.measure(now_ns(), launches);
+                }
             }
             return;
         }
@@ -369,8 +378,10 @@ impl Gpu {
             if self.seg.must_release(self.tenant, now, self.slice_ns) {
                 // SAFETY: real driver call; drains this context's work.
                 unsafe { real::cuCtxSynchronize() };
+                let t = now_ns();
+                self.measure(t, launches);
                 self.mode.store(NONE, Ordering::Release);
-                if self.seg.release(self.slot, self.tenant, now_ns()) {
+                if self.seg.release(self.slot, self.tenant, t) {
                     futex_wake_all(self.seg.generation_word());
                 }
                 return;
@@ -378,16 +389,16 @@ impl Gpu {
             // Nobody else waits: keep about one slice queued (wait for what
             // the previous pass submitted), then renew.
             self.bound_queue(stream, shallow);
-            match self
-                .seg
-                .renew(self.slot, self.tenant, now_ns(), self.slice_ns)
-            {
+            let t = now_ns();
+            self.measure(t, launches);
+            match self.seg.renew(self.slot, self.tenant, t, self.slice_ns) {
                 Some(deadline) => self.lease_deadline.store(deadline, Ordering::Relaxed),
                 None => self.mode.store(NONE, Ordering::Release), // taken from us
             }
             return;
         }
         self.bound_queue(stream, shallow);
+        self.measure(now_ns(), launches);
     }
 
     /// Charges a free pass (its wall time, up to its deadline: a pass that
@@ -479,27 +490,28 @@ impl Gpu {
         let mode = self.mode.load(Ordering::Acquire);
         let shallow = self.shallow_now(now);
         let per = self.per_launch_ns.load(Ordering::Relaxed);
-        let prev = self.budget.load(Ordering::Relaxed);
+        // Slow start: a budget at most doubles from one bounded pass to the
+        // next (an estimate taken before the GPU queue filled would be far
+        // too optimistic for long kernels).
+        let prev = self.bounded_budget.load(Ordering::Relaxed);
+        let bounded = |horizon: u64, first: u64, extra: u64| match horizon.checked_div(per) {
+            Some(n) => (n.max(1) + extra).min(prev.max(first).saturating_mul(2)),
+            None => first,
+        };
         let (horizon, budget) = if self.latency && mode == FREE {
             self.seg
                 .latency_stamp(self.tenant, now.saturating_add(LATENCY_LINGER_NS));
             (LATENCY_PASS_NS, UNBOUNDED)
         } else if shallow {
-            let budget = match SHALLOW_PASS_NS.checked_div(per) {
-                Some(n) => n.max(1).min(prev.max(1).saturating_mul(2)),
-                None => 1,
-            };
-            (SHALLOW_PASS_NS, budget)
+            (SHALLOW_PASS_NS, bounded(SHALLOW_PASS_NS, 1, 0))
         } else if mode == HOLDING {
-            let prev = prev.max(FIRST_BUDGET);
-            let budget = match self.slice_ns.checked_div(per) {
-                Some(n) => (n.max(1) + 1).min(prev.saturating_mul(2)),
-                None => FIRST_BUDGET,
-            };
-            (self.slice_ns, budget)
+            (self.slice_ns, bounded(self.slice_ns, FIRST_BUDGET, 1))
         } else {
-            (FREE_PASS_NS, UNBOUNDED)
+            (FREE_PASS_NS, bounded(FREE_PASS_NS, FIRST_BUDGET, 1))
         };
+        if budget != UNBOUNDED {
+            self.bounded_budget.store(budget, Ordering::Relaxed);
+        }
         let mut deadline = now.saturating_add(horizon);
         if mode == HOLDING {
             deadline = deadline.min(self.lease_deadline.load(Ordering::Relaxed));
@@ -518,7 +530,8 @@ impl Gpu {
             .store(budget.min(i64::MAX as u64) as i64 - 1, Ordering::Release);
     }
 
-    /// GPU time per launch over the pass that just ended.
+    /// GPU time per launch over the pass that just ended, its queue bound
+    /// included (what the GPU took to run it, once the queue is full).
     fn measure(&self, now: u64, launches: u64) {
         let start = self.pass_start.load(Ordering::Relaxed);
         self.per_launch_ns.store(

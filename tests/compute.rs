@@ -1,7 +1,8 @@
-//! Compute shares on the fake driver's simulated GPU (one kernel at a time
-//! across all processes sharing it): caps on an idle GPU, splits between
-//! tenants, work conservation, a tenant killed mid-slice, 8 tenants, a
-//! share change while running, and CUDA graph launches.
+//! Compute shares on the fake driver's simulated GPU (one context at a time,
+//! time-sliced between contexts with work, like a GPU without MPS): caps on
+//! an idle GPU, splits between tenants, work conservation, a tenant killed
+//! mid-slice, 8 tenants, a share change while running, CUDA graph
+//! launches, and co-location (light tenants and the latency class).
 
 mod common;
 
@@ -42,6 +43,18 @@ impl Host {
     }
 
     fn spawn(&self, quota: Option<&PathBuf>, args: &[&str]) -> Child {
+        self.spawn_app("spin", quota, args, &[])
+    }
+
+    /// Starts test program `app` on this host's fake GPU, under `quota`
+    /// (None: without the shim's limits), with extra environment.
+    fn spawn_app(
+        &self,
+        app: &str,
+        quota: Option<&PathBuf>,
+        args: &[&str],
+        extra: &[(&'static str, &str)],
+    ) -> Child {
         let mut env = vec![
             (
                 "FAKE_CUDA_STATE",
@@ -52,12 +65,13 @@ impl Host {
         if let Some(q) = quota {
             env.push(("CUSLICE_CONFIG", q.display().to_string()));
         }
+        env.extend(extra.iter().map(|(k, v)| (*k, v.to_string())));
         let opts = Opts {
             args: args.iter().map(|a| a.to_string()).collect(),
             env,
             ..Opts::default()
         };
-        common::spawn("spin", &opts)
+        common::spawn(app, &opts)
     }
 }
 
@@ -343,10 +357,168 @@ fn a_ceiling_bound_tenant_runs_in_long_stretches() {
     };
     let (frac, pause, best) = shape("", "long");
     assert!(pause >= 300.0, "default burst: longest pause {pause:.0} ms");
-    assert!(best >= 85.0, "default burst: best 300 ms window {best:.1} %");
-    assert!((frac - 50.0).abs() <= 8.0, "default burst: {frac:.1} % overall");
+    assert!(
+        best >= 85.0,
+        "default burst: best 300 ms window {best:.1} %"
+    );
+    assert!(
+        (frac - 50.0).abs() <= 8.0,
+        "default burst: {frac:.1} % overall"
+    );
     let (frac, pause, best) = shape("compute_burst_ms = 20", "short");
     assert!(pause < 250.0, "20 ms burst: longest pause {pause:.0} ms");
     assert!(best < 75.0, "20 ms burst: best 300 ms window {best:.1} %");
     assert_near("20 ms burst overall", frac, 50.0);
+}
+
+// ---- co-location ----------------------------------------------------------
+
+/// A finished ping run (tests/apps/ping.c): latency from each request's due
+/// time, in ms.
+#[derive(Debug)]
+struct Ping {
+    p50: f64,
+    p99: f64,
+    max: f64,
+    served: u32,
+    due: u32,
+}
+
+fn finish_ping(c: Child) -> Ping {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let mut c = c;
+    while c.try_wait().expect("try_wait").is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = c.kill();
+            panic!("ping did not finish within 60 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let out = c.wait_with_output().expect("wait");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let l = stdout
+        .lines()
+        .find(|l| l.starts_with("L "))
+        .unwrap_or_else(|| panic!("no result line: {stdout}"));
+    let v: Vec<f64> = l[2..]
+        .split_whitespace()
+        .map(|x| x.parse().expect("number"))
+        .collect();
+    Ping {
+        p50: v[0] / 1e3,
+        p99: v[1] / 1e3,
+        max: v[2] / 1e3,
+        served: v[3] as u32,
+        due: v[4] as u32,
+    }
+}
+
+/// Requests of 0.5 ms on the GPU every 10 ms for `secs`.
+const PING: [&str; 3] = ["3", "10000", "500000"];
+
+#[test]
+fn two_light_tenants_are_not_delayed() {
+    // Two services at 50/50, each far under its share: both launch freely,
+    // as without cuslice (before: each waited for the other's 20 ms slice).
+    let h = Host::new("two-light");
+    let qa = h.tenant("a", "compute = 50");
+    let qb = h.tenant("b", "compute = 50");
+    let a = h.spawn_app("ping", Some(&qa), &PING, &[]);
+    let b = h.spawn_app("ping", Some(&qb), &PING, &[]);
+    for (name, p) in [("a", finish_ping(a)), ("b", finish_ping(b))] {
+        assert_eq!(p.served, p.due, "{name}: every request served: {p:?}");
+        // Its own 0.5 ms kernel, the other's when they collide, and
+        // scheduling noise on a loaded 2-core machine.
+        assert!(p.p99 <= 3.0, "{name}: {p:?}");
+    }
+}
+
+#[test]
+fn a_light_tenant_beside_a_saturating_one_waits_at_most_a_kernel_and_a_time_slice() {
+    // The fake's time-slice is 2 ms; the trainer's kernels 5 ms. A light
+    // tenant (standard class) launches at once and waits only for the
+    // driver's time-slicing, as without cuslice (before: for the
+    // trainer's 20 ms slice and its drain).
+    let h = Host::new("light-heavy");
+    let qt = h.tenant("trainer", "compute = 50");
+    let qs = h.tenant("service", "compute = 50");
+    let t = h.spawn(Some(&qt), &["3.5", "5000000", "10"]);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let p = finish_ping(h.spawn_app("ping", Some(&qs), &PING, &[]));
+    let st = finish(t);
+    assert_eq!(p.served, p.due, "{p:?}");
+    assert!(
+        p.max <= 5.0 + 2.0 + 0.5 + 3.0,
+        "one kernel + a time-slice: {p:?}"
+    );
+    assert!(
+        st.fraction() >= 80.0,
+        "the trainer keeps the GPU: {:.1} %",
+        st.fraction()
+    );
+}
+
+#[test]
+fn a_latency_tenant_waits_only_for_the_kernel_that_is_running() {
+    // A 50 ms time-slice (all processes of the fake GPU), 2 ms trainer
+    // kernels. A standard light tenant may wait for the trainer's whole
+    // time-slice; a latency tenant only for the kernel running when its
+    // request arrives: the trainer keeps one kernel queued at a time while
+    // a latency tenant is live, and holds back while its work is in flight.
+    let h = Host::new("latency");
+    let slice: [(&'static str, &str); 1] = [("FAKE_CUDA_TIMESLICE_NS", "50000000")];
+    let qt = h.tenant("trainer", "compute = 50");
+    let ql = h.tenant_top("svc", "latency = true", "compute = 50");
+    let qs = h.tenant("std-svc", "compute = 50");
+    let solo = finish(h.spawn_app("spin", None, &["1", "2000000", "8"], &slice));
+
+    let t = h.spawn_app("spin", Some(&qt), &["3.5", "2000000", "8"], &slice);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let lat = finish_ping(h.spawn_app("ping", Some(&ql), &PING, &slice));
+    let st = finish(t);
+    assert_eq!(lat.served, lat.due, "{lat:?}");
+    assert!(
+        lat.p99 <= 2.0 + 0.5 + 2.0,
+        "the running kernel + its own: {lat:?}"
+    );
+    let kept = 100.0 * st.fraction() / solo.fraction();
+    assert!(
+        kept >= 70.0,
+        "the trainer keeps most of its throughput: {kept:.1} %"
+    );
+
+    // The same service in the standard class waits for the time-slice.
+    let t = h.spawn_app("spin", Some(&qt), &["3.5", "2000000", "8"], &slice);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let std_ = finish_ping(h.spawn_app("ping", Some(&qs), &PING, &slice));
+    let _ = finish(t);
+    assert!(
+        std_.p99 >= 10.0 && std_.p99 > 2.0 * lat.p99,
+        "standard {std_:?} vs latency {lat:?}"
+    );
+}
+
+#[test]
+fn a_latency_tenant_over_its_share_holds_nobody_back() {
+    // A "latency" tenant that saturates the GPU (a 2 ms request every 2 ms)
+    // on a 10 % share beside a trainer on 90 %: it is charged like anyone,
+    // turns heavy, and the split follows the shares.
+    let h = Host::new("latency-greedy");
+    let qt = h.tenant("trainer", "compute = 90");
+    let ql = h.tenant_top("greedy", "latency = true", "compute = 10");
+    let t = h.spawn(Some(&qt), &["3", "1000000", "4"]);
+    let g = h.spawn_app("ping", Some(&ql), &["3", "2000", "2000000"], &[]);
+    let st = finish(t);
+    let _ = finish_ping(g);
+    let after = st.fraction_between(1000.0, 2900.0);
+    assert!(
+        after >= 80.0,
+        "trainer at 90 %: {after:.1} %\n{}",
+        st.stdout
+    );
 }

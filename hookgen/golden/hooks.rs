@@ -63,25 +63,26 @@ pub mod id {
     pub const cuCtxSetCurrent: usize = 58usize;
     pub const cuCtxGetDevice: usize = 59usize;
     pub const cuCtxSynchronize: usize = 60usize;
-    pub const cuStreamSynchronize: usize = 61usize;
-    pub const cuStreamSynchronize_ptsz: usize = 62usize;
-    pub const cuStreamIsCapturing: usize = 63usize;
-    pub const cuEventCreate: usize = 64usize;
-    pub const cuEventRecord: usize = 65usize;
-    pub const cuEventQuery: usize = 66usize;
-    pub const cuEventSynchronize: usize = 67usize;
-    pub const cuEventElapsedTime: usize = 68usize;
-    pub const cuEventDestroy_v2: usize = 69usize;
-    pub const nvmlDeviceGetMemoryInfo: usize = 70usize;
-    pub const nvmlDeviceGetMemoryInfo_v2: usize = 71usize;
-    pub const nvmlInit_v2: usize = 72usize;
-    pub const nvmlShutdown: usize = 73usize;
-    pub const nvmlDeviceGetCount_v2: usize = 74usize;
-    pub const nvmlDeviceGetHandleByIndex_v2: usize = 75usize;
-    pub const nvmlDeviceGetUUID: usize = 76usize;
+    pub const cuCtxSynchronize_v2: usize = 61usize;
+    pub const cuStreamSynchronize: usize = 62usize;
+    pub const cuStreamSynchronize_ptsz: usize = 63usize;
+    pub const cuStreamIsCapturing: usize = 64usize;
+    pub const cuEventCreate: usize = 65usize;
+    pub const cuEventRecord: usize = 66usize;
+    pub const cuEventQuery: usize = 67usize;
+    pub const cuEventSynchronize: usize = 68usize;
+    pub const cuEventElapsedTime: usize = 69usize;
+    pub const cuEventDestroy_v2: usize = 70usize;
+    pub const nvmlDeviceGetMemoryInfo: usize = 71usize;
+    pub const nvmlDeviceGetMemoryInfo_v2: usize = 72usize;
+    pub const nvmlInit_v2: usize = 73usize;
+    pub const nvmlShutdown: usize = 74usize;
+    pub const nvmlDeviceGetCount_v2: usize = 75usize;
+    pub const nvmlDeviceGetHandleByIndex_v2: usize = 76usize;
+    pub const nvmlDeviceGetUUID: usize = 77usize;
 }
 /// Number of declared functions.
-pub const COUNT: usize = 77usize;
+pub const COUNT: usize = 78usize;
 /// Each declared function's symbol name, by index.
 pub static NAMES: [&::core::ffi::CStr; COUNT] = [
     c"cuInit",
@@ -145,6 +146,7 @@ pub static NAMES: [&::core::ffi::CStr; COUNT] = [
     c"cuCtxSetCurrent",
     c"cuCtxGetDevice",
     c"cuCtxSynchronize",
+    c"cuCtxSynchronize_v2",
     c"cuStreamSynchronize",
     c"cuStreamSynchronize_ptsz",
     c"cuStreamIsCapturing",
@@ -234,6 +236,7 @@ pub static LIBS: [crate::real::Lib; COUNT] = [
     crate::real::Lib::Cuda,
     crate::real::Lib::Cuda,
     crate::real::Lib::Cuda,
+    crate::real::Lib::Cuda,
     crate::real::Lib::Nvml,
     crate::real::Lib::Nvml,
     crate::real::Lib::Nvml,
@@ -249,8 +252,8 @@ pub static EXPORTED: [bool; COUNT] = [
     true, true, true, true, true, true, true, true, true, true, true, true, true, true,
     false, false, true, true, true, true, true, true, true, true, true, true, true, true,
     true, true, true, true, true, true, true, true, true, true, false, false, false,
-    false, false, false, false, false, true, true, true, false, false, false, false,
-    true, false, false, true, true, false, false, false, false, false,
+    false, false, false, false, false, true, true, true, true, false, false, false,
+    false, true, false, false, true, true, false, false, false, false, false,
 ];
 /// Calls into the real driver, resolved lazily per symbol. A symbol
 /// the real library lacks yields the library's "not found" status.
@@ -1517,6 +1520,20 @@ pub mod real {
         }
     }
     #[inline]
+    pub unsafe fn cuCtxSynchronize_v2(ctx: CUcontext) -> CUresult {
+        match crate::real::get(super::id::cuCtxSynchronize_v2) {
+            Some(__real_fn) => {
+                unsafe {
+                    ::core::mem::transmute::<
+                        *mut ::core::ffi::c_void,
+                        unsafe extern "C" fn(CUcontext) -> CUresult,
+                    >(__real_fn)(ctx)
+                }
+            }
+            None => <CUresult as crate::ffi::Status>::NOT_FOUND,
+        }
+    }
+    #[inline]
     pub unsafe fn cuStreamSynchronize(hStream: CUstream) -> CUresult {
         match crate::real::get(super::id::cuStreamSynchronize) {
             Some(__real_fn) => {
@@ -2658,6 +2675,14 @@ pub mod exports {
         )
     }
     #[cfg_attr(not(test), unsafe(no_mangle))]
+    pub unsafe extern "C" fn cuCtxSynchronize_v2(ctx: CUcontext) -> CUresult {
+        crate::ffi::hook(
+            id::cuCtxSynchronize_v2,
+            || { unsafe { crate::hooks::sync::cuCtxSynchronize_v2(ctx) } },
+            || unsafe { real::cuCtxSynchronize_v2(ctx) },
+        )
+    }
+    #[cfg_attr(not(test), unsafe(no_mangle))]
     pub unsafe extern "C" fn cuStreamSynchronize(hStream: CUstream) -> CUresult {
         crate::ffi::hook(
             id::cuStreamSynchronize,
@@ -2813,6 +2838,9 @@ pub fn hook_addr(i: usize) -> *mut ::core::ffi::c_void {
             exports::cuDevicePrimaryCtxReset_v2 as *mut ::core::ffi::c_void
         }
         id::cuCtxSynchronize => exports::cuCtxSynchronize as *mut ::core::ffi::c_void,
+        id::cuCtxSynchronize_v2 => {
+            exports::cuCtxSynchronize_v2 as *mut ::core::ffi::c_void
+        }
         id::cuStreamSynchronize => {
             exports::cuStreamSynchronize as *mut ::core::ffi::c_void
         }

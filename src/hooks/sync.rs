@@ -13,6 +13,11 @@ pub unsafe fn cuCtxSynchronize() -> CUresult {
     synchronized(|| unsafe { real::cuCtxSynchronize() })
 }
 
+pub unsafe fn cuCtxSynchronize_v2(ctx: CUcontext) -> CUresult {
+    // SAFETY: the caller's call, unchanged.
+    synchronized(|| unsafe { real::cuCtxSynchronize_v2(ctx) })
+}
+
 pub unsafe fn cuStreamSynchronize(stream: CUstream) -> CUresult {
     // SAFETY: the caller's call, unchanged.
     synchronized(|| unsafe { real::cuStreamSynchronize(stream) })

@@ -2288,12 +2288,17 @@ CUresult cuCtxGetDevice(CUdevice *device)
     return r;
 }
 
-static CUresult ctx_sync(void)
+/* Waits for a context's queued work: the current one (ctx NULL), or ctx. */
+static CUresult ctx_sync(CUcontext ctx)
 {
     NEED_INIT();
     pthread_mutex_lock(&g_mu);
-    struct CUctx_st *c;
-    CUresult r = need_ctx(&c);
+    struct CUctx_st *c = ctx;
+    CUresult r = CUDA_SUCCESS;
+    if (c == NULL)
+        r = need_ctx(&c);
+    else if (!ctx_usable(c))
+        r = CUDA_ERROR_INVALID_CONTEXT;
     struct tl_pos until = r == CUDA_SUCCESS ? ctx_all(c) : (struct tl_pos){-1, 0, 0};
     int dev = r == CUDA_SUCCESS ? c->dev : -1;
     pthread_mutex_unlock(&g_mu);
@@ -2307,8 +2312,16 @@ static CUresult ctx_sync(void)
 CUresult cuCtxSynchronize(void)
 {
     setup();
-    CUresult r = ctx_sync();
+    CUresult r = ctx_sync(NULL);
     LOGR0(r);
+    return r;
+}
+
+CUresult cuCtxSynchronize_v2(CUcontext ctx)
+{
+    setup();
+    CUresult r = ctx_sync(ctx);
+    LOGR(r, "ctx=0x%llx", P(ctx));
     return r;
 }
 
@@ -3870,6 +3883,7 @@ CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cu
     X(cuCtxSetCurrent)                                                                                             \
     X(cuCtxGetDevice)                                                                                              \
     X(cuCtxSynchronize)                                                                                            \
+    X(cuCtxSynchronize_v2)                                                                                         \
     X(cuCtxPushCurrent)                                                                                            \
     X(cuCtxPushCurrent_v2)                                                                                         \
     X(cuCtxPopCurrent)                                                                                             \

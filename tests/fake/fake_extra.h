@@ -133,7 +133,6 @@ CUresult cuModuleUnload(CUmodule hmod);
 CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags);
 CUresult cuStreamDestroy(CUstream hStream);
 CUresult cuStreamDestroy_v2(CUstream hStream);
-CUresult cuStreamSynchronize_ptsz(CUstream hStream);
 CUresult cuStreamQuery(CUstream hStream);
 CUresult cuStreamQuery_ptsz(CUstream hStream);
 CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags);
