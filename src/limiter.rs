@@ -47,6 +47,11 @@ use crate::sys::*;
 /// estimate taken before the GPU queue filled would be far too optimistic
 /// for long kernels).
 const FIRST_BUDGET: u64 = 4;
+/// The first budget of a free pass. A light tenant (a service launching a
+/// few dozen kernels per request) stays under it and never touches an
+/// event; a launcher that outruns the GPU reaches it within microseconds,
+/// and from then on its budget follows its GPU time per launch.
+const FREE_FIRST_BUDGET: u64 = 64;
 /// A free pass: how long a process that launches freely goes before it is
 /// charged and asked again how to go on.
 const FREE_PASS_NS: u64 = 2_000_000;
@@ -507,7 +512,7 @@ impl Gpu {
         } else if mode == HOLDING {
             (self.slice_ns, bounded(self.slice_ns, FIRST_BUDGET, 1))
         } else {
-            (FREE_PASS_NS, bounded(FREE_PASS_NS, FIRST_BUDGET, 1))
+            (FREE_PASS_NS, bounded(FREE_PASS_NS, FREE_FIRST_BUDGET, 1))
         };
         if budget != UNBOUNDED {
             self.bounded_budget.store(budget, Ordering::Relaxed);

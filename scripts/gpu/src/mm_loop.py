@@ -1,6 +1,6 @@
 # A realistic tenant: a PyTorch bf16 8192x8192 matmul loop, optionally as a
 # replayed CUDA graph. Prints "START <monotonic ms>" and "TFLOPS <held rate>".
-#   [START_AT=<monotonic s>] mm_loop.py SECONDS [graph]
+#   [START_AT=<monotonic s>] [MM_N=8192] mm_loop.py SECONDS [graph]
 import os
 import sys
 import time
@@ -9,7 +9,7 @@ import torch
 
 seconds = float(sys.argv[1])
 graph = len(sys.argv) > 2 and sys.argv[2] == "graph"
-n = 8192
+n = int(os.environ.get("MM_N", "8192"))
 a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
 b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
 c = torch.empty(n, n, device="cuda", dtype=torch.bfloat16)
