@@ -512,6 +512,17 @@ impl Quota {
         }
     }
 
+    /// Admits `bytes` on device `ordinal` as an [`Admission`]: the charge
+    /// is given back when it is dropped, unless committed first.
+    pub fn reserve(&self, ordinal: usize, bytes: u64) -> Result<Admission<'_>, CUresult> {
+        self.admit(ordinal, bytes)?;
+        Ok(Admission {
+            q: self,
+            ordinal,
+            bytes,
+        })
+    }
+
     pub fn credit(&self, ordinal: usize, bytes: u64) {
         if let Some(dev) = self.devs.get(ordinal)
             && bytes > 0
@@ -637,6 +648,54 @@ impl Quota {
     }
 }
 
+/// Memory admitted under the quota that nothing owns yet. An allocation
+/// reserves before its driver call and commits once what the driver
+/// returned is recorded, so that its free credits the charge; every other
+/// way out (the driver failed, the record could not be made, a panic)
+/// drops the admission, which gives the charge back. Being a guard, no
+/// failure path can forget to.
+#[must_use = "dropping an admission gives its charge back"]
+pub struct Admission<'q> {
+    q: &'q Quota,
+    ordinal: usize,
+    bytes: u64,
+}
+
+impl Admission<'_> {
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    pub fn ordinal(&self) -> usize {
+        self.ordinal
+    }
+
+    /// Moves the charge to `bytes` (what the driver really allocated):
+    /// admits the difference or gives the excess back. Refused: the
+    /// admission keeps what it had (dropping it gives that back).
+    pub fn settle(&mut self, bytes: u64) -> Result<(), CUresult> {
+        if bytes > self.bytes {
+            self.q.admit(self.ordinal, bytes - self.bytes)?;
+        } else {
+            self.q.credit(self.ordinal, self.bytes - bytes);
+        }
+        self.bytes = bytes;
+        Ok(())
+    }
+
+    /// The charge now belongs to a record (or a pool) whose release
+    /// credits it.
+    pub fn commit(mut self) {
+        self.bytes = 0;
+    }
+}
+
+impl Drop for Admission<'_> {
+    fn drop(&mut self) {
+        self.q.credit(self.ordinal, self.bytes);
+    }
+}
+
 /// Stored in allocation records: which device, and whether the memory came
 /// from a pool (and which).
 pub mod meta {
@@ -758,6 +817,67 @@ mod tests {
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).expect("mkdir");
         d
+    }
+
+    /// A quota of `limit` bytes on one device, on a segment in `dir`.
+    fn quota(dir: &std::path::Path, limit: u64) -> Quota {
+        let seg = Segment::open_or_create(&dir.join("memory.seg")).expect("segment");
+        let slot = seg.claim_slot(std::process::id()).expect("slot");
+        let uuid = [7u8; 16];
+        let d = seg.register_device(&uuid, limit).expect("device");
+        let table = |cap| Table::new(cap).expect("table");
+        Quota {
+            seg,
+            slot,
+            devs: vec![Dev {
+                seg: d,
+                limit,
+                uuid,
+                ctx_charged: AtomicBool::new(false),
+            }],
+            ctx_overhead: 0,
+            ptrs: table(16),
+            handles: table(16),
+            maps: table(16),
+            arrays: table(16),
+            pools: no_pools(),
+            pool_sync: std::sync::Mutex::new(()),
+            refusal_logged: AtomicBool::new(false),
+        }
+    }
+
+    #[test]
+    fn an_admission_gives_its_charge_back_unless_committed() {
+        let dir = scratch("admission");
+        let q = quota(&dir, 1000);
+        let used = || q.usage(0).expect("quota").1;
+        let a = q.reserve(0, 600).expect("fits");
+        assert_eq!(used(), 600);
+        assert_eq!(
+            q.reserve(0, 401).err(),
+            Some(CUresult::CUDA_ERROR_OUT_OF_MEMORY)
+        );
+        drop(a);
+        assert_eq!(used(), 0, "dropped: given back");
+        q.reserve(0, 600).expect("fits again").commit();
+        assert_eq!(used(), 600, "committed: stays charged");
+        q.credit(0, 600);
+        // Settling to what the driver really allocated.
+        let mut a = q.reserve(0, 500).expect("bound");
+        a.settle(300).expect("smaller");
+        assert_eq!((used(), a.bytes()), (300, 300));
+        a.settle(900).expect("larger, still fits");
+        assert_eq!(used(), 900);
+        assert_eq!(a.settle(1001), Err(CUresult::CUDA_ERROR_OUT_OF_MEMORY));
+        assert_eq!((used(), a.bytes()), (900, 900), "a refused settle keeps it");
+        drop(a);
+        assert_eq!(used(), 0);
+        // A device without a quota entry is not policed.
+        let a = q.reserve(5, 1 << 40).expect("not policed");
+        drop(a);
+        assert_eq!(used(), 0);
+        q.seg.release_slot(q.slot);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
