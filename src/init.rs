@@ -56,9 +56,14 @@ extern "C" fn on_load() {
     if crate::ffi::disabled() {
         crate::info!("CUSLICE_DISABLE is set: every call passes straight to the driver");
     }
-    // SAFETY: registering a plain extern "C" handler with no preconditions.
-    unsafe { libc::pthread_atfork(None, None, Some(after_fork_child)) };
+    // SAFETY: registering plain extern "C" handlers with no preconditions.
+    unsafe { libc::pthread_atfork(Some(before_fork), None, Some(after_fork_child)) };
     crate::debug!("loaded");
+}
+
+extern "C" fn before_fork() {
+    // Lets an initialisation in progress notice a fork (one atomic add).
+    crate::quota::before_fork();
 }
 
 extern "C" fn after_fork_child() {

@@ -8,9 +8,18 @@
 //! pass-through. A configuration or segment error fails closed: `cuInit`
 //! (and every later allocation) returns `CUDA_ERROR_NOT_PERMITTED`, with one
 //! line on stderr saying what is wrong where.
+//!
+//! Initialisation is a small state machine in `PHASE`: UNINIT ->
+//! INITIALIZING (one thread builds) -> READY or FAILED. Whatever happens
+//! while building, an error or a panic, ends in READY or FAILED: other
+//! threads' `cuInit` sleep on the phase word (a futex) until then, never
+//! spin. A fork child whose parent was initialising resets the phase (see
+//! `after_fork_child`).
 
 use std::ffi::c_int;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use std::mem::ManuallyDrop;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 use cuslice_core::config::{self, Config, format_uuid};
 use cuslice_core::segment::{Admit, MAX_DEVICES, Segment, UNLIMITED};
@@ -89,29 +98,86 @@ pub fn failed() -> bool {
     PHASE.load(Ordering::Acquire) == FAILED
 }
 
+/// Forks of this process so far, counted by the prepare handler in the
+/// parent before each fork (see `Announced::open`).
+static FORKS: AtomicU64 = AtomicU64::new(0);
+/// The descriptor of the memory segment an initialisation in progress has
+/// opened (-1: none), so that a fork child can close it (see
+/// `after_fork_child`).
+static BUILDING_FD: AtomicI32 = AtomicI32::new(-1);
+
 /// Runs once, after the real cuInit succeeded. Err: the status cuInit must
 /// return instead of success.
 pub fn init() -> Result<(), CUresult> {
+    run_once(&PHASE, build_all)
+}
+
+/// The state machine of `init` on the phase word `phase`: the first caller
+/// runs `build`, the others sleep until it is done and share its outcome.
+fn run_once(phase: &AtomicU32, build: impl FnOnce() -> Result<(), String>) -> Result<(), CUresult> {
     loop {
-        match PHASE.compare_exchange(UNINIT, INITIALIZING, Ordering::AcqRel, Ordering::Acquire) {
+        match phase.compare_exchange(UNINIT, INITIALIZING, Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => break,
             Err(READY) => return Ok(()),
             Err(FAILED) => return Err(CUresult::CUDA_ERROR_NOT_PERMITTED),
-            // Another thread is initialising: wait for it (cuInit is not hot).
-            Err(_) => std::thread::yield_now(),
+            // Another thread is initialising: sleep until it is done.
+            Err(p) => wait_while(phase, p),
         }
     }
-    match build_all() {
-        Ok(()) => {
-            PHASE.store(READY, Ordering::Release);
-            Ok(())
-        }
-        Err(msg) => {
+    // A panic is contained here rather than at the FFI boundary: the phase
+    // must not stay INITIALIZING (every later cuInit would wait for ever).
+    let outcome = match catch_unwind(AssertUnwindSafe(build)) {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(msg)) => {
             crate::error!("{msg}; CUDA is refused to this process (CUDA_ERROR_NOT_PERMITTED)");
-            PHASE.store(FAILED, Ordering::Release);
             Err(CUresult::CUDA_ERROR_NOT_PERMITTED)
         }
-    }
+        Err(_) => {
+            crate::error!(
+                "internal error (panic) while setting up cuslice's limits; CUDA is refused to this process (CUDA_ERROR_NOT_PERMITTED). Please report this."
+            );
+            Err(CUresult::CUDA_ERROR_NOT_PERMITTED)
+        }
+    };
+    phase.store(
+        if outcome.is_ok() { READY } else { FAILED },
+        Ordering::Release,
+    );
+    futex_wake_all(phase);
+    outcome
+}
+
+/// Sleeps while `word` holds `value` (or until a timeout: the caller looks
+/// again, so a wake-up it missed costs at most that long).
+fn wait_while(word: &AtomicU32, value: u32) {
+    let ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 100_000_000,
+    };
+    // SAFETY: FUTEX_WAIT on a live, aligned 4-byte atomic of this process
+    // (private: no other process wakes it); the kernel only sleeps if the
+    // word still holds `value`.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+            value,
+            &ts as *const libc::timespec,
+        )
+    };
+}
+
+fn futex_wake_all(word: &AtomicU32) {
+    // SAFETY: FUTEX_WAKE on a live atomic; wakes sleepers, touches nothing.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+            i32::MAX,
+        )
+    };
 }
 
 /// The GPUs this process sees, as (CUDA ordinal order) UUIDs.
@@ -151,7 +217,9 @@ fn devices() -> Result<Vec<[u8; 16]>, String> {
 }
 
 /// Loads the configuration once and builds both the memory quota and the
-/// compute limiter from it.
+/// compute limiter from it. The quota state is published last, and only if
+/// everything succeeded: a failed process must find no state (its memory
+/// hooks then refuse, see `failed`).
 fn build_all() -> Result<(), String> {
     let cfg = config::load(&|k| std::env::var(k).ok()).map_err(|e| e.to_string())?;
     report_ignored_env(&cfg);
@@ -160,22 +228,95 @@ fn build_all() -> Result<(), String> {
         return Ok(());
     }
     let uuids = devices()?;
-    if let Some(q) = build(&cfg, &uuids)? {
-        STATE.store(Box::into_raw(Box::new(q)), Ordering::Release);
-    }
-    crate::limiter::build(&cfg, &uuids)
+    crate::limiter::build(&cfg, &uuids)?;
+    build(&cfg, &uuids)
 }
 
-fn build(cfg: &Config, uuids: &[[u8; 16]]) -> Result<Option<Quota>, String> {
+/// The memory segment while the state that will own it is being built: its
+/// descriptor is announced in `BUILDING_FD` (for a fork child to close)
+/// until the state is published, or until it is dropped on a failure or a
+/// panic, when the announcement is withdrawn before the descriptor closes
+/// (a stale number could name another file by then).
+struct Announced(ManuallyDrop<Segment>);
+
+impl Announced {
+    fn open(path: &std::path::Path) -> Result<Announced, String> {
+        // A fork between the open and the announcement would give the child
+        // a copy of the descriptor nobody knows to close: the child would
+        // then keep this process's slot lock (taken later, through the same
+        // open file description) alive after this process dies. Such an
+        // open is dropped (no lock was ever taken through it) and the
+        // segment opened afresh, which the child never sees.
+        for _ in 0..64 {
+            let forks = FORKS.load(Ordering::SeqCst);
+            let seg = Segment::open_or_create(path).map_err(|e| e.to_string())?;
+            BUILDING_FD.store(seg.raw_fd(), Ordering::SeqCst);
+            let a = Announced(ManuallyDrop::new(seg));
+            if FORKS.load(Ordering::SeqCst) == forks {
+                return Ok(a);
+            }
+        }
+        Err(format!(
+            "{}: the process forked during each of 64 attempts to open the segment",
+            path.display()
+        ))
+    }
+
+    /// The segment, still announced: the caller publishes the state that
+    /// owns it and then withdraws the announcement.
+    fn into_segment(self) -> Segment {
+        let mut this = ManuallyDrop::new(self);
+        // SAFETY: taken once; `this` is never dropped, so neither is the
+        // segment inside it.
+        unsafe { ManuallyDrop::take(&mut this.0) }
+    }
+}
+
+impl std::ops::Deref for Announced {
+    type Target = Segment;
+    fn deref(&self) -> &Segment {
+        &self.0
+    }
+}
+
+impl Drop for Announced {
+    fn drop(&mut self) {
+        BUILDING_FD.store(-1, Ordering::SeqCst);
+        // SAFETY: dropped once, here; `into_segment` forgets `self` instead.
+        unsafe { ManuallyDrop::drop(&mut self.0) };
+    }
+}
+
+/// Test hooks of debug builds (the integration tests run one); release
+/// builds neither contain this code nor read these variables.
+/// `CUSLICE_TEST_INIT_DELAY_MS`: sleep this long with the segment open and
+/// the slot claimed (to fork or call cuInit meanwhile);
+/// `CUSLICE_TEST_PANIC_IN_INIT`: then panic.
+#[cfg(debug_assertions)]
+fn test_faults_in_build() {
+    if let Some(ms) = std::env::var("CUSLICE_TEST_INIT_DELAY_MS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+    }
+    if std::env::var_os("CUSLICE_TEST_PANIC_IN_INIT").is_some() {
+        panic!("CUSLICE_TEST_PANIC_IN_INIT is set");
+    }
+}
+
+/// Builds and publishes the memory quota state, if a memory limit is
+/// configured.
+fn build(cfg: &Config, uuids: &[[u8; 16]]) -> Result<(), String> {
     let any_memory = cfg.all.memory.is_some()
         || cfg.by_index.values().any(|l| l.memory.is_some())
         || cfg.by_uuid.values().any(|l| l.memory.is_some());
     if !any_memory {
         crate::debug!("no memory quota configured: memory calls pass through");
-        return Ok(None);
+        return Ok(());
     }
     let path = cfg.segment_dir.join("memory.seg");
-    let seg = Segment::open_or_create(&path).map_err(|e| e.to_string())?;
+    let seg = Announced::open(&path)?;
     // SAFETY: getpid has no preconditions.
     let slot = seg
         .claim_slot(unsafe { libc::getpid() } as u32)
@@ -202,27 +343,53 @@ fn build(cfg: &Config, uuids: &[[u8; 16]]) -> Result<Option<Quota>, String> {
             ctx_charged: AtomicBool::new(false),
         });
     }
-    let table =
-        |cap: usize| Table::new(cap).ok_or_else(|| "cannot map the allocation table".to_string());
-    Ok(Some(Quota {
-        ptrs: table(1 << 18)?,
-        handles: table(1 << 16)?,
-        maps: table(1 << 16)?,
-        arrays: table(1 << 14)?,
-        pools: std::array::from_fn(|_| Pool {
-            handle: AtomicU64::new(0),
-            ordinal: AtomicU32::new(0),
-            used: AtomicU64::new(0),
-            charged: AtomicU64::new(0),
-        }),
+    let table = |cap: usize, what: &str| {
+        Table::new(cap).ok_or_else(|| format!("cannot map cuslice's {what} table ({cap} entries)"))
+    };
+    let (ptrs, handles, maps, arrays) = (
+        table(PTRS, "allocation")?,
+        table(HANDLES, "handle")?,
+        table(MAPS, "mapping")?,
+        table(ARRAYS, "array")?,
+    );
+    #[cfg(debug_assertions)]
+    test_faults_in_build();
+    // Nothing fails from here on: the segment goes into the state, which
+    // is published, and only then is the announcement withdrawn (a fork
+    // child in between finds both and closes the descriptor once).
+    let q = Quota {
+        ptrs,
+        handles,
+        maps,
+        arrays,
+        pools: no_pools(),
         pool_sync: std::sync::Mutex::new(()),
         refusal_logged: AtomicBool::new(false),
         ctx_overhead: cfg.context_overhead.unwrap_or(DEFAULT_CONTEXT_OVERHEAD),
-        seg,
+        seg: seg.into_segment(),
         slot,
         devs,
-    }))
+    };
+    STATE.store(Box::into_raw(Box::new(q)), Ordering::Release);
+    BUILDING_FD.store(-1, Ordering::SeqCst);
+    Ok(())
 }
+
+fn no_pools() -> [Pool; MAX_POOLS] {
+    std::array::from_fn(|_| Pool {
+        handle: AtomicU64::new(0),
+        ordinal: AtomicU32::new(0),
+        used: AtomicU64::new(0),
+        charged: AtomicU64::new(0),
+    })
+}
+
+/// Table capacities (entries): live allocations, VMM handles, mappings and
+/// arrays one process can hold under the quota.
+const PTRS: usize = 1 << 18;
+const HANDLES: usize = 1 << 16;
+const MAPS: usize = 1 << 16;
+const ARRAYS: usize = 1 << 14;
 
 /// What a CUDA context costs on the device, charged once per device per
 /// process. Measured with NVML on an H200, driver 580.159, CUDA 13: 518 MiB
@@ -242,20 +409,55 @@ fn report_ignored_env(cfg: &Config) {
     }
 }
 
+/// In the parent, just before a fork (pthread_atfork prepare handler).
+pub fn before_fork() {
+    FORKS.fetch_add(1, Ordering::SeqCst);
+}
+
 /// A fork child must not keep its parent's slot lock alive, and CUDA state
 /// does not survive fork: drop the inherited state (without touching the
 /// shared segment) so the child's own cuInit registers it afresh.
+///
+/// A fork while another thread of the parent was initialising leaves the
+/// child with INITIALIZING and no thread that will ever finish it (only
+/// the forking thread exists in the child, and it is never the initialiser:
+/// building the state does not fork). Failing the child would refuse CUDA
+/// to a process whose configuration the parent was about to accept, so the
+/// child starts over instead, as after READY: its half-built state is
+/// unreachable (a leak, no more), the segment mapping was not inherited
+/// (MADV_DONTFORK), and the segment descriptor, the one thing that would
+/// tie the parent's slot lock to the child, is closed here. FAILED stays
+/// FAILED: the child inherits the parent's configuration.
 pub fn after_fork_child() {
     let p = STATE.swap(std::ptr::null_mut(), Ordering::AcqRel);
+    let mut closed = -1;
     if !p.is_null() {
         // SAFETY: the state is leaked, never freed: only its fd is closed
         // (async-signal-safe), which leaves the parent's OFD lock to the
         // parent.
         let q = unsafe { &*p };
-        unsafe { libc::close(q.seg.raw_fd()) };
+        closed = q.seg.raw_fd();
+        unsafe { libc::close(closed) };
     }
-    if PHASE.load(Ordering::Acquire) == READY {
-        PHASE.store(UNINIT, Ordering::Release);
+    // A fork between publishing the state and withdrawing the announcement
+    // names the same descriptor twice: close it once.
+    let building = BUILDING_FD.swap(-1, Ordering::AcqRel);
+    if building >= 0 && building != closed {
+        // SAFETY: the descriptor of a segment the parent was building (see
+        // `Announced`); nothing in the child uses it.
+        unsafe { libc::close(building) };
+    }
+    PHASE.store(
+        phase_after_fork(PHASE.load(Ordering::Acquire)),
+        Ordering::Release,
+    );
+}
+
+/// The phase a fork child starts with, given its parent's.
+fn phase_after_fork(phase: u32) -> u32 {
+    match phase {
+        READY | INITIALIZING => UNINIT,
+        other => other,
     }
 }
 
@@ -308,6 +510,17 @@ impl Quota {
                 Err(CUresult::CUDA_ERROR_OUT_OF_MEMORY)
             }
         }
+    }
+
+    /// Admits `bytes` on device `ordinal` as an [`Admission`]: the charge
+    /// is given back when it is dropped, unless committed first.
+    pub fn reserve(&self, ordinal: usize, bytes: u64) -> Result<Admission<'_>, CUresult> {
+        self.admit(ordinal, bytes)?;
+        Ok(Admission {
+            q: self,
+            ordinal,
+            bytes,
+        })
     }
 
     pub fn credit(&self, ordinal: usize, bytes: u64) {
@@ -435,6 +648,54 @@ impl Quota {
     }
 }
 
+/// Memory admitted under the quota that nothing owns yet. An allocation
+/// reserves before its driver call and commits once what the driver
+/// returned is recorded, so that its free credits the charge; every other
+/// way out (the driver failed, the record could not be made, a panic)
+/// drops the admission, which gives the charge back. Being a guard, no
+/// failure path can forget to.
+#[must_use = "dropping an admission gives its charge back"]
+pub struct Admission<'q> {
+    q: &'q Quota,
+    ordinal: usize,
+    bytes: u64,
+}
+
+impl Admission<'_> {
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    pub fn ordinal(&self) -> usize {
+        self.ordinal
+    }
+
+    /// Moves the charge to `bytes` (what the driver really allocated):
+    /// admits the difference or gives the excess back. Refused: the
+    /// admission keeps what it had (dropping it gives that back).
+    pub fn settle(&mut self, bytes: u64) -> Result<(), CUresult> {
+        if bytes > self.bytes {
+            self.q.admit(self.ordinal, bytes - self.bytes)?;
+        } else {
+            self.q.credit(self.ordinal, self.bytes - bytes);
+        }
+        self.bytes = bytes;
+        Ok(())
+    }
+
+    /// The charge now belongs to a record (or a pool) whose release
+    /// credits it.
+    pub fn commit(mut self) {
+        self.bytes = 0;
+    }
+}
+
+impl Drop for Admission<'_> {
+    fn drop(&mut self) {
+        self.q.credit(self.ordinal, self.bytes);
+    }
+}
+
 /// Stored in allocation records: which device, and whether the memory came
 /// from a pool (and which).
 pub mod meta {
@@ -458,5 +719,185 @@ pub mod meta {
         } else {
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn a_fork_child_starts_over_unless_its_parent_failed() {
+        assert_eq!(phase_after_fork(UNINIT), UNINIT);
+        // The parent's initialiser does not exist in the child: waiting
+        // for it would hang the child's cuInit for ever.
+        assert_eq!(phase_after_fork(INITIALIZING), UNINIT);
+        assert_eq!(phase_after_fork(READY), UNINIT);
+        assert_eq!(phase_after_fork(FAILED), FAILED);
+    }
+
+    #[test]
+    fn a_panic_while_building_fails_initialisation_for_good() {
+        let phase = AtomicU32::new(UNINIT);
+        let r = run_once(&phase, || panic!("injected"));
+        assert_eq!(r, Err(CUresult::CUDA_ERROR_NOT_PERMITTED));
+        assert_eq!(phase.load(Ordering::Acquire), FAILED);
+        let r = run_once(&phase, || unreachable!("built twice"));
+        assert_eq!(r, Err(CUresult::CUDA_ERROR_NOT_PERMITTED));
+    }
+
+    #[test]
+    fn an_error_fails_and_success_readies() {
+        let phase = AtomicU32::new(UNINIT);
+        assert!(run_once(&phase, || Err("bad".into())).is_err());
+        assert_eq!(phase.load(Ordering::Acquire), FAILED);
+        let phase = AtomicU32::new(UNINIT);
+        assert_eq!(run_once(&phase, || Ok(())), Ok(()));
+        assert_eq!(run_once(&phase, || unreachable!("built twice")), Ok(()));
+        assert_eq!(phase.load(Ordering::Acquire), READY);
+    }
+
+    fn thread_cpu() -> Duration {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: clock_gettime into a valid timespec.
+        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+        Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+    }
+
+    /// Threads that call while another builds sleep (a yield loop burns
+    /// its share of a core: tens of ms over this wait even on a loaded
+    /// machine), and see the builder's failure, panic included.
+    #[test]
+    fn waiters_sleep_and_see_the_initialisers_failure() {
+        let phase = Arc::new(AtomicU32::new(UNINIT));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let builder = {
+            let phase = phase.clone();
+            std::thread::spawn(move || {
+                run_once(&phase, || {
+                    let _ = tx.send(());
+                    std::thread::sleep(Duration::from_millis(400));
+                    panic!("injected")
+                })
+            })
+        };
+        rx.recv().expect("builder started");
+        let waiters: Vec<_> = (0..4)
+            .map(|_| {
+                let phase = phase.clone();
+                std::thread::spawn(move || {
+                    let (cpu, t0) = (thread_cpu(), Instant::now());
+                    let r = run_once(&phase, || unreachable!("built twice"));
+                    (r, thread_cpu() - cpu, t0.elapsed())
+                })
+            })
+            .collect();
+        assert_eq!(
+            builder.join().expect("builder"),
+            Err(CUresult::CUDA_ERROR_NOT_PERMITTED)
+        );
+        for w in waiters {
+            let (r, cpu, waited) = w.join().expect("waiter");
+            assert_eq!(r, Err(CUresult::CUDA_ERROR_NOT_PERMITTED));
+            assert!(
+                cpu < Duration::from_millis(5),
+                "a waiter used {cpu:?} of CPU in {waited:?}"
+            );
+        }
+    }
+
+    fn scratch(name: &str) -> std::path::PathBuf {
+        let d =
+            std::env::temp_dir().join(format!("cuslice-quota-unit-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).expect("mkdir");
+        d
+    }
+
+    /// A quota of `limit` bytes on one device, on a segment in `dir`.
+    fn quota(dir: &std::path::Path, limit: u64) -> Quota {
+        let seg = Segment::open_or_create(&dir.join("memory.seg")).expect("segment");
+        let slot = seg.claim_slot(std::process::id()).expect("slot");
+        let uuid = [7u8; 16];
+        let d = seg.register_device(&uuid, limit).expect("device");
+        let table = |cap| Table::new(cap).expect("table");
+        Quota {
+            seg,
+            slot,
+            devs: vec![Dev {
+                seg: d,
+                limit,
+                uuid,
+                ctx_charged: AtomicBool::new(false),
+            }],
+            ctx_overhead: 0,
+            ptrs: table(16),
+            handles: table(16),
+            maps: table(16),
+            arrays: table(16),
+            pools: no_pools(),
+            pool_sync: std::sync::Mutex::new(()),
+            refusal_logged: AtomicBool::new(false),
+        }
+    }
+
+    #[test]
+    fn an_admission_gives_its_charge_back_unless_committed() {
+        let dir = scratch("admission");
+        let q = quota(&dir, 1000);
+        let used = || q.usage(0).expect("quota").1;
+        let a = q.reserve(0, 600).expect("fits");
+        assert_eq!(used(), 600);
+        assert_eq!(
+            q.reserve(0, 401).err(),
+            Some(CUresult::CUDA_ERROR_OUT_OF_MEMORY)
+        );
+        drop(a);
+        assert_eq!(used(), 0, "dropped: given back");
+        q.reserve(0, 600).expect("fits again").commit();
+        assert_eq!(used(), 600, "committed: stays charged");
+        q.credit(0, 600);
+        // Settling to what the driver really allocated.
+        let mut a = q.reserve(0, 500).expect("bound");
+        a.settle(300).expect("smaller");
+        assert_eq!((used(), a.bytes()), (300, 300));
+        a.settle(900).expect("larger, still fits");
+        assert_eq!(used(), 900);
+        assert_eq!(a.settle(1001), Err(CUresult::CUDA_ERROR_OUT_OF_MEMORY));
+        assert_eq!((used(), a.bytes()), (900, 900), "a refused settle keeps it");
+        drop(a);
+        assert_eq!(used(), 0);
+        // A device without a quota entry is not policed.
+        let a = q.reserve(5, 1 << 40).expect("not policed");
+        drop(a);
+        assert_eq!(used(), 0);
+        q.seg.release_slot(q.slot);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_segment_being_built_is_announced_until_published_or_dropped() {
+        let dir = scratch("announced");
+        let path = dir.join("memory.seg");
+        let a = Announced::open(&path).expect("open");
+        assert_eq!(BUILDING_FD.load(Ordering::SeqCst), a.raw_fd());
+        drop(a);
+        assert_eq!(BUILDING_FD.load(Ordering::SeqCst), -1, "withdrawn on drop");
+        let a = Announced::open(&path).expect("open");
+        let fd = a.raw_fd();
+        let seg = a.into_segment();
+        assert_eq!(
+            BUILDING_FD.load(Ordering::SeqCst),
+            fd,
+            "still announced until the state is published"
+        );
+        assert_eq!(seg.raw_fd(), fd);
+        BUILDING_FD.store(-1, Ordering::SeqCst);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

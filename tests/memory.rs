@@ -347,3 +347,37 @@ fn processes_with_different_quotas_for_one_segment_are_refused() {
         r.stderr
     );
 }
+
+/// The array table (16384 entries) full: the next array is destroyed again
+/// and refused, and its charge given back at once, not kept until exit;
+/// destroying the rest credits everything.
+#[test]
+fn an_array_the_full_table_cannot_record_is_refused_and_not_charged() {
+    let s = Scene::new("arrays", QUOTA);
+    let r = s.run(&["arrays", "20000"], &[("CUSLICE_LOG", "warn".into())]);
+    r.assert_ok();
+    // 16384 one-byte arrays on top of the 1 MiB context.
+    assert_eq!(
+        r.results(),
+        vec![
+            format!(
+                "R arrays created=16384 refused=2 used={} after={MIB} errors=0",
+                MIB + 16384
+            )
+            .as_str()
+        ],
+        "{}",
+        r.stderr
+    );
+    let full: Vec<&str> = r
+        .stderr
+        .lines()
+        .filter(|l| l.contains("array table is full"))
+        .collect();
+    assert_eq!(full.len(), 1, "{}", r.stderr);
+    assert!(
+        full[0].contains("(1 bytes on GPU 0) was freed again, its charge given back to the quota"),
+        "{}",
+        r.stderr
+    );
+}

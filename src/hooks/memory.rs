@@ -1,11 +1,14 @@
 //! Device memory allocation families under the quota.
 //!
-//! Every allocation is admitted before the driver call (reserve in the
-//! container's segment, atomically against the quota) and rolled back if
-//! the driver fails; what was charged is remembered per pointer / handle /
-//! array so that the free credits exactly that. Memory allocated before the
-//! shim was initialised, or on a path we do not see, is not in the tables
-//! and its free passes through without a credit.
+//! Every allocation is admitted before the driver call (an
+//! [`Admission`]: reserved in the container's segment, atomically against
+//! the quota) and what was charged is remembered per pointer / handle /
+//! array so that the free credits exactly that. The admission is committed
+//! only once that record exists; on every other way out (the driver
+//! failed, the table is full) it is dropped and gives the charge back, so
+//! each family below is an adapter: reserve, call, `keep`. Memory allocated
+//! before the shim was initialised, or on a path we do not see, is not in
+//! the tables and its free passes through without a credit.
 
 #![allow(non_snake_case)]
 
@@ -13,8 +16,9 @@ use std::ffi::{c_uint, c_ulonglong};
 use std::sync::atomic::Ordering;
 
 use crate::generated::real;
-use crate::quota::{self, Quota, meta};
+use crate::quota::{self, Admission, Quota, meta};
 use crate::sys::*;
+use crate::table::Table;
 
 const OK: CUresult = CUresult::CUDA_SUCCESS;
 
@@ -30,7 +34,7 @@ fn policed() -> Result<Option<(&'static Quota, usize)>, CUresult> {
 }
 
 /// Admit `size`, run `call`, record the new pointer (read by `ptr` after
-/// success) or roll back.
+/// success) or give the charge back.
 #[inline]
 fn alloc_ptr(size: u64, call: impl FnOnce() -> CUresult, ptr: impl FnOnce() -> u64) -> CUresult {
     let (q, d) = match policed() {
@@ -38,33 +42,39 @@ fn alloc_ptr(size: u64, call: impl FnOnce() -> CUresult, ptr: impl FnOnce() -> u
         Ok(None) => return call(),
         Err(e) => return e,
     };
-    if let Err(e) = q.admit(d, size) {
-        return e;
-    }
+    let a = match q.reserve(d, size) {
+        Ok(a) => a,
+        Err(e) => return e,
+    };
     let r = call();
     if r != OK {
-        q.credit(d, size);
         return r;
     }
-    record(q, ptr(), size, meta::plain(d))
+    let p = ptr();
+    keep(&q.ptrs, "allocation", p, a, || {
+        // SAFETY: freeing the pointer the driver just returned.
+        unsafe { real::cuMemFree_v2(p) };
+    })
 }
 
-/// Remembers an allocation; a full table refuses it (freeing it again)
-/// rather than losing track of quota.
-fn record(q: &Quota, p: u64, size: u64, m: u64) -> CUresult {
-    if q.ptrs.insert(p, size, m) {
+/// Records what the driver just returned under `key` with the admission's
+/// size and device, and commits the admission. A full table refuses the
+/// allocation instead of losing track of its charge: `undo` frees it
+/// again, then the admission gives the charge back.
+fn keep(table: &Table, what: &str, key: u64, a: Admission<'_>, undo: impl FnOnce()) -> CUresult {
+    if table.insert(key, a.bytes(), meta::plain(a.ordinal())) {
+        a.commit();
         return OK;
     }
-    crate::error!("cuslice's allocation table is full; refusing the allocation");
-    // SAFETY: freeing the pointer the driver just returned.
-    unsafe {
-        if meta::pool(m).is_some() {
-            real::cuMemFreeAsync(p, std::ptr::null_mut());
-        } else {
-            real::cuMemFree_v2(p);
-        }
-    }
-    q.credit(meta::ordinal(m), size);
+    crate::error!(
+        "cuslice's {what} table is full: the new {what} ({} bytes on GPU {}) was freed again, its charge given back to the quota, and the call refused with CUDA_ERROR_OUT_OF_MEMORY",
+        a.bytes(),
+        a.ordinal()
+    );
+    undo();
+    // Given back only now that the memory is: the quota never counts less
+    // than the device holds.
+    drop(a);
     CUresult::CUDA_ERROR_OUT_OF_MEMORY
 }
 
@@ -154,27 +164,25 @@ fn alloc_pitch(
         .div_ceil(512)
         .saturating_mul(512)
         .saturating_mul(height);
-    if let Err(e) = q.admit(d, bound) {
-        return e;
-    }
+    let mut a = match q.reserve(d, bound) {
+        Ok(a) => a,
+        Err(e) => return e,
+    };
     let r = call();
     if r != OK {
-        q.credit(d, bound);
         return r;
     }
     let (p, pitch) = out();
-    let actual = pitch.saturating_mul(height);
-    if actual > bound {
-        if let Err(e) = q.admit(d, actual - bound) {
-            // SAFETY: freeing what the driver just returned.
-            unsafe { real::cuMemFree_v2(p) };
-            q.credit(d, bound);
-            return e;
-        }
-    } else {
-        q.credit(d, bound - actual);
+    if let Err(e) = a.settle(pitch.saturating_mul(height)) {
+        // SAFETY: freeing what the driver just returned (the bound is given
+        // back when `a` drops, after the free).
+        unsafe { real::cuMemFree_v2(p) };
+        return e;
     }
-    record(q, p, actual, meta::plain(d))
+    keep(&q.ptrs, "allocation", p, a, || {
+        // SAFETY: freeing what the driver just returned.
+        unsafe { real::cuMemFree_v2(p) };
+    })
 }
 
 pub unsafe fn cuMemAllocPitch_v2(
@@ -238,26 +246,34 @@ fn alloc_pooled(
     } else {
         0
     };
+    // The growth is charged to the pool, not to this pointer: a pooled
+    // free returns the memory to the pool, which keeps it reserved.
+    let growth = match q.reserve(d, pre) {
+        Ok(a) => a,
+        Err(e) => return e,
+    };
     if pre > 0 {
-        if let Err(e) = q.admit(d, pre) {
-            return e;
-        }
         pool.charged.fetch_add(pre, Ordering::AcqRel);
     }
     let r = call();
     if r != OK {
         if pre > 0 {
             pool.charged.fetch_sub(pre, Ordering::AcqRel);
-            q.credit(d, pre);
         }
         return r;
     }
+    growth.commit();
     let p = ptr();
     pool.used.fetch_add(size, Ordering::AcqRel);
-    let r = record(q, p, size, meta::pooled(d, idx));
-    if r != OK {
+    if !q.ptrs.insert(p, size, meta::pooled(d, idx)) {
+        // Nothing of this pointer was charged to it (its memory is the
+        // pool's): only the pool's use is undone.
+        crate::error!(
+            "cuslice's allocation table is full: the new allocation ({size} bytes from a memory pool on GPU {d}) was freed again and the call refused with CUDA_ERROR_OUT_OF_MEMORY"
+        );
+        free(p);
         pool.used.fetch_sub(size, Ordering::AcqRel);
-        return r;
+        return CUresult::CUDA_ERROR_OUT_OF_MEMORY;
     }
     // Settle the charge on the pool's real reservation when it may have grown.
     if (pre > 0 || pool.used.load(Ordering::Acquire) > pool.charged.load(Ordering::Acquire))
@@ -410,23 +426,20 @@ pub unsafe fn cuMemCreate(
         return call();
     }
     let d = d as usize;
-    if let Err(e) = q.admit(d, size as u64) {
-        return e;
-    }
+    let a = match q.reserve(d, size as u64) {
+        Ok(a) => a,
+        Err(e) => return e,
+    };
     let r = call();
     if r != OK {
-        q.credit(d, size as u64);
         return r;
     }
     // SAFETY: the driver wrote the handle.
     let h = unsafe { *handle };
-    if !q.handles.insert(h, size as u64, d as u64) {
-        crate::error!("cuslice's handle table is full; refusing the allocation");
+    keep(&q.handles, "handle", h, a, || {
+        // SAFETY: releasing the handle the driver just made.
         unsafe { real::cuMemRelease(h) };
-        q.credit(d, size as u64);
-        return CUresult::CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    OK
+    })
 }
 
 /// Applies `f` to a handle's meta; credits and forgets it once done.
@@ -528,24 +541,23 @@ fn alloc_array(
     size: u64,
     call: impl FnOnce() -> CUresult,
     handle: impl FnOnce() -> u64,
+    destroy: impl FnOnce(u64),
 ) -> CUresult {
     let (q, d) = match policed() {
         Ok(Some(x)) => x,
         Ok(None) => return call(),
         Err(e) => return e,
     };
-    if let Err(e) = q.admit(d, size) {
-        return e;
-    }
+    let a = match q.reserve(d, size) {
+        Ok(a) => a,
+        Err(e) => return e,
+    };
     let r = call();
     if r != OK {
-        q.credit(d, size);
         return r;
     }
-    if !q.arrays.insert(handle(), size, d as u64) {
-        crate::error!("cuslice's array table is full; the array is not counted");
-    }
-    OK
+    let h = handle();
+    keep(&q.arrays, "array", h, a, || destroy(h))
 }
 
 fn free_array(h: u64, call: impl FnOnce() -> CUresult) -> CUresult {
@@ -576,7 +588,15 @@ pub unsafe fn cuArrayCreate_v2(
         a.NumChannels as u64,
         a.Format,
     );
-    alloc_array(size, call, || unsafe { *handle } as u64)
+    alloc_array(
+        size,
+        call,
+        || unsafe { *handle } as u64,
+        |h| {
+            // SAFETY: destroying the array the driver just created.
+            unsafe { real::cuArrayDestroy(h as CUarray) };
+        },
+    )
 }
 
 pub unsafe fn cuArray3DCreate_v2(
@@ -596,7 +616,15 @@ pub unsafe fn cuArray3DCreate_v2(
         a.NumChannels as u64,
         a.Format,
     );
-    alloc_array(size, call, || unsafe { *handle } as u64)
+    alloc_array(
+        size,
+        call,
+        || unsafe { *handle } as u64,
+        |h| {
+            // SAFETY: destroying the array the driver just created.
+            unsafe { real::cuArrayDestroy(h as CUarray) };
+        },
+    )
 }
 
 pub unsafe fn cuMipmappedArrayCreate(
@@ -618,7 +646,15 @@ pub unsafe fn cuMipmappedArrayCreate(
         h = if h == 0 { 0 } else { (h / 2).max(1) };
         dp = if dp == 0 { 0 } else { (dp / 2).max(1) };
     }
-    alloc_array(size, call, || unsafe { *handle } as u64)
+    alloc_array(
+        size,
+        call,
+        || unsafe { *handle } as u64,
+        |h| {
+            // SAFETY: destroying the array the driver just created.
+            unsafe { real::cuMipmappedArrayDestroy(h as CUmipmappedArray) };
+        },
+    )
 }
 
 pub unsafe fn cuArrayDestroy(h: CUarray) -> CUresult {

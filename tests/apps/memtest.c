@@ -6,6 +6,9 @@
  *   memtest hold BYTES               allocate, say so, and sleep until killed
  *   memtest alloc BYTES              one allocation, print its status
  *   memtest devices B0 B1            allocate B0 on device 0 and B1 on device 1
+ *   memtest arrays N                 create 1-byte arrays until one fails (at most N),
+ *                                    then destroy them all; the container's usage
+ *                                    (cuMemGetInfo) with them and after
  */
 #include "app.h"
 
@@ -166,6 +169,29 @@ static int race(int rounds, size_t chunk, unsigned long long quota) {
     return 0;
 }
 
+static size_t used_now(void) {
+    size_t free = 0, total = 0;
+    CHECK(cuMemGetInfo_v2(&free, &total));
+    return total - free;
+}
+
+static int arrays(int n) {
+    CUarray *a = calloc((size_t)n, sizeof *a);
+    if (!a) return 2;
+    CUDA_ARRAY_DESCRIPTOR d = {.Width = 1, .Height = 1, .Format = CU_AD_FORMAT_UNSIGNED_INT8, .NumChannels = 1};
+    int created = 0;
+    CUresult refused = CUDA_SUCCESS;
+    while (created < n && (refused = cuArrayCreate_v2(&a[created], &d)) == CUDA_SUCCESS) created++;
+    size_t used = used_now();
+    /* Newest first: the fake keeps its arrays in a list, newest at the head. */
+    int errors = 0;
+    for (int i = created - 1; i >= 0; i--) errors += cuArrayDestroy(a[i]) != CUDA_SUCCESS;
+    printf("R arrays created=%d refused=%d used=%zu after=%zu errors=%d\n", created, refused, used, used_now(),
+           errors);
+    free(a);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) return 2;
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -189,6 +215,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(cmd, "race")) return race(atoi(argv[2]), strtoull(argv[3], NULL, 10), strtoull(argv[4], NULL, 10));
+    if (!strcmp(cmd, "arrays")) return arrays(atoi(argv[2]));
     if (!strcmp(cmd, "alloc")) {
         CUdeviceptr p;
         printf("R alloc=%d\n", cuMemAlloc_v2(&p, strtoull(argv[2], NULL, 10)));
