@@ -204,6 +204,12 @@ pub fn build(cfg: &Config, uuids: &[[u8; 16]]) -> Result<(), String> {
         let slot = seg
             .claim_proc(tenant, unsafe { libc::getpid() } as u32)
             .map_err(|e| e.to_string())?;
+        if cfg.latency {
+            // Tell the others at once that a latency tenant is live (they
+            // shorten their queues before its first request).
+            let now = now_ns();
+            seg.latency_stamp(tenant, now.saturating_add(LATENCY_LINGER_NS));
+        }
         crate::info!(
             "GPU {i} ({}): compute share {share}%, ceiling {}, {}, tenant {name}",
             format_uuid(uuid),
@@ -477,12 +483,16 @@ impl Gpu {
     }
 
     /// Whether standard tenants should keep short queues now (a latency
-    /// tenant is live on this GPU); looked up every `PRESENCE_CHECK_NS`.
+    /// tenant is live on this GPU); looked up every `PRESENCE_CHECK_NS`, and
+    /// at once when a latency tenant stamped work (or registered) since the
+    /// last look, so that its first request finds short queues.
     fn shallow_now(&self, now: u64) -> bool {
         if self.latency {
             return false;
         }
-        if now.saturating_sub(self.shallow_at.load(Ordering::Relaxed)) >= PRESENCE_CHECK_NS {
+        let at = self.shallow_at.load(Ordering::Relaxed);
+        let stamped = self.seg.sched().lat_until.load(Ordering::Relaxed) > at;
+        if stamped || now.saturating_sub(at) >= PRESENCE_CHECK_NS {
             self.shallow
                 .store(self.seg.latency_present(), Ordering::Relaxed);
             self.shallow_at.store(now, Ordering::Relaxed);
