@@ -1,8 +1,9 @@
 //! The limits a user gives on the command line (`cuslice run`) or as
 //! container annotations (`cuslice oci-hook`), validated once, the same way
-//! for both, and written as quota-file text.
+//! for both, and turned into quota-file values.
 
 use cuslice_core::config;
+use toml::{Table, Value};
 
 /// The limits as given: each an unparsed value.
 #[derive(Default, clap::Args)]
@@ -59,9 +60,11 @@ impl Names {
     }
 }
 
-/// Validated quota-file text: (top-level lines, lines of a limits table).
-pub fn to_toml(l: &Limits, n: &Names) -> Result<(String, String), String> {
-    let mut table = String::new();
+/// The validated limits as quota-file values: (top-level keys, keys of a
+/// limits table such as `[all]`). Values, not text: the caller places them
+/// in its file and the `toml` crate writes it.
+pub fn to_toml(l: &Limits, n: &Names) -> Result<(Table, Table), String> {
+    let mut table = Table::new();
     if let Some(m) = &l.memory {
         let bytes = config::parse_size(m).map_err(|e| format!("{}: {e}", n.label("memory", m)))?;
         if !(config::MIN_MEMORY..=config::MAX_MEMORY).contains(&bytes) {
@@ -70,7 +73,7 @@ pub fn to_toml(l: &Limits, n: &Names) -> Result<(String, String), String> {
                 n.label("memory", m)
             ));
         }
-        table.push_str(&format!("memory = {bytes}\n"));
+        table.insert("memory".into(), integer(bytes));
     }
     let pct = |field: &str, v: &Option<String>| -> Result<Option<u8>, String> {
         v.as_deref()
@@ -91,12 +94,12 @@ pub fn to_toml(l: &Limits, n: &Names) -> Result<(String, String), String> {
         ));
     }
     if let Some(c) = c {
-        table.push_str(&format!("compute = {c}\n"));
+        table.insert("compute".into(), integer(c.into()));
     }
     if let Some(m) = m {
-        table.push_str(&format!("compute_max = {m}\n"));
+        table.insert("compute_max".into(), integer(m.into()));
     }
-    let mut top = String::new();
+    let mut top = Table::new();
     if let Some(b) = &l.compute_burst_ms {
         let ms = config::parse_burst(b)
             .map_err(|e| format!("{}: {e}", n.label("compute-burst-ms", b)))?;
@@ -107,7 +110,7 @@ pub fn to_toml(l: &Limits, n: &Names) -> Result<(String, String), String> {
                 n.name("compute-max")
             ));
         }
-        top.push_str(&format!("compute_burst_ms = {ms}\n"));
+        top.insert("compute_burst_ms".into(), integer(ms.into()));
     }
     if l.latency {
         if c.is_none() && m.is_none() {
@@ -119,7 +122,26 @@ pub fn to_toml(l: &Limits, n: &Names) -> Result<(String, String), String> {
                 n.name("compute-max")
             ));
         }
-        top.push_str("latency = true\n");
+        top.insert("latency".into(), Value::Boolean(true));
     }
     Ok((top, table))
+}
+
+/// A TOML integer. Every value here is validated first (at most 1 PiB of
+/// memory, 10 s of burst, 100 %), far below where i64 ends.
+fn integer(v: u64) -> Value {
+    Value::Integer(i64::try_from(v).unwrap_or(i64::MAX))
+}
+
+/// `file` as quota-file text under a `# comment` line saying who wrote it,
+/// checked the way the shim will read it (`label` names the file in the
+/// error): a file cuslice writes must load.
+pub fn render(comment: &str, file: &Table, label: &std::path::Path) -> Result<String, String> {
+    let body = toml::to_string(file)
+        .map_err(|e| format!("{}: cannot write the quota file: {e}", label.display()))?;
+    // A comment runs to the end of its line: one line, whatever it names.
+    let comment: String = comment.chars().filter(|c| !c.is_control()).collect();
+    let text = format!("# {comment}\n{body}");
+    config::parse_file(label, &text).map_err(|e| e.to_string())?;
+    Ok(text)
 }

@@ -222,6 +222,49 @@ impl Drop for RunDir {
     }
 }
 
+/// The quota file of `cuslice run` for process `pid`: its own tenant and
+/// memory segment directory, the host's GPU segment directory (`gpu_dir`,
+/// None: the default), the limits; `quota` (where it will be written) names
+/// it in errors.
+fn run_quota(
+    pid: u32,
+    segment_dir: &Path,
+    gpu_dir: Option<&Path>,
+    top: toml::Table,
+    all: toml::Table,
+    quota: &Path,
+) -> Result<String, String> {
+    // A quota file holds text: a path that is not UTF-8 cannot be written
+    // in one (lossy conversion would name another directory).
+    let utf8 = |p: &Path, what: &str| {
+        p.to_str().map(str::to_string).ok_or_else(|| {
+            format!(
+                "{what} {}: not UTF-8, cannot be written in a quota file",
+                p.display()
+            )
+        })
+    };
+    let mut file = toml::Table::new();
+    file.insert("tenant".into(), toml::Value::String(format!("run-{pid}")));
+    file.insert(
+        "segment_dir".into(),
+        toml::Value::String(utf8(segment_dir, "segment directory")?),
+    );
+    if let Some(d) = gpu_dir {
+        file.insert(
+            "gpu_segment_dir".into(),
+            toml::Value::String(utf8(d, "CUSLICE_GPU_SEGMENT_DIR")?),
+        );
+    }
+    file.extend(top);
+    file.insert("all".into(), toml::Value::Table(all));
+    limits::render(
+        &format!("written by `cuslice run` for process {pid}"),
+        &file,
+        quota,
+    )
+}
+
 static CHILD: AtomicI32 = AtomicI32::new(0);
 
 extern "C" fn forward(sig: libc::c_int) {
@@ -267,7 +310,7 @@ fn run(
         check_gpus(g)?;
         cmd.env("CUDA_VISIBLE_DEVICES", g);
     }
-    let (burst, all) = limits::to_toml(&limits, &limits::FLAGS)?;
+    let (top, all) = limits::to_toml(&limits, &limits::FLAGS)?;
     if all.is_empty() {
         // No limits: the program simply runs under the shim.
         let err = cmd.exec();
@@ -282,15 +325,19 @@ fn run(
     let dir = RunDir::create()?;
     let quota = dir.0.join("quota.toml");
     // Each run is its own tenant; the GPU segment directory is the host's,
-    // shared with every other tenant of the GPU.
-    let gpu_dir = std::env::var("CUSLICE_GPU_SEGMENT_DIR")
-        .map(|d| format!("gpu_segment_dir = {d:?}\n"))
-        .unwrap_or_default();
-    let text = format!(
-        "# written by `cuslice run` for process {pid}\ntenant = \"run-{pid}\"\nsegment_dir = {:?}\n{gpu_dir}{burst}\n[all]\n{all}",
-        dir.0.join("segment").display().to_string(),
-        pid = std::process::id(),
-    );
+    // shared with every other tenant of the GPU. Empty counts as unset, as
+    // for every variable the shim reads.
+    let gpu_dir = std::env::var_os("CUSLICE_GPU_SEGMENT_DIR")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from);
+    let text = run_quota(
+        std::process::id(),
+        &dir.0.join("segment"),
+        gpu_dir.as_deref(),
+        top,
+        all,
+        &quota,
+    )?;
     std::fs::write(&quota, text).map_err(|e| format!("cannot write {}: {e}", quota.display()))?;
     cmd.env("CUSLICE_CONFIG", &quota);
     let status = run_child(cmd)?;
@@ -389,5 +436,67 @@ fn main() -> ExitCode {
             eprintln!("cuslice: {e}");
             ExitCode::from(125)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> (toml::Table, toml::Table) {
+        let l = limits::Limits {
+            memory: Some("1GiB".into()),
+            compute_max: Some("40".into()),
+            compute_burst_ms: Some("300".into()),
+            ..limits::Limits::default()
+        };
+        limits::to_toml(&l, &limits::FLAGS).expect("valid limits")
+    }
+
+    #[test]
+    fn the_run_quota_file_keeps_unusual_paths_as_they_are() {
+        // Quotes, backslashes, control characters (Rust's `{:?}` writes
+        // \u{1b}, which is not TOML), tabs, non-ASCII.
+        let seg = Path::new("/tmp/a \"b\" \\ c\u{1b}\u{7f}é\tx/segment");
+        let gpu = Path::new("/tmp/gpu's\ndir");
+        let (top, all) = limits();
+        let q = Path::new("/run/q.toml");
+        let text = run_quota(42, seg, Some(gpu), top, all, q).expect("written");
+        let c = config::parse_file(q, &text).expect("parses");
+        assert_eq!(c.segment_dir, seg);
+        assert_eq!(c.gpu_segment_dir, gpu);
+        assert_eq!(c.tenant.as_deref(), Some("run-42"));
+        assert_eq!(c.all.memory, Some(1 << 30));
+        assert_eq!(c.all.compute_max, Some(40));
+        assert_eq!(c.compute_burst_ms, Some(300));
+        assert!(text.starts_with("# written by `cuslice run` for process 42\n"));
+        // Without a GPU directory, the shim's default.
+        let (top, all) = limits();
+        let text = run_quota(7, seg, None, top, all, q).expect("written");
+        let c = config::parse_file(q, &text).expect("parses");
+        assert_eq!(
+            c.gpu_segment_dir,
+            Path::new(config::DEFAULT_GPU_SEGMENT_DIR)
+        );
+    }
+
+    #[test]
+    fn a_run_quota_file_the_shim_would_refuse_is_not_written() {
+        let (top, all) = limits();
+        let q = Path::new("/run/q.toml");
+        let e = run_quota(1, Path::new("/s"), Some(Path::new("gpu")), top, all, q)
+            .expect_err("relative");
+        assert_eq!(
+            e,
+            "/run/q.toml: gpu_segment_dir: expected an absolute path like /run/cuslice/abc, got \"gpu\""
+        );
+        use std::os::unix::ffi::OsStrExt;
+        let (top, all) = limits();
+        let bad = Path::new(std::ffi::OsStr::from_bytes(b"/tmp/\xff"));
+        let e = run_quota(1, bad, None, top, all, q).expect_err("not UTF-8");
+        assert_eq!(
+            e,
+            "segment directory /tmp/\u{fffd}: not UTF-8, cannot be written in a quota file"
+        );
     }
 }

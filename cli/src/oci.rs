@@ -40,6 +40,7 @@ use std::path::{Path, PathBuf};
 
 use cuslice_core::config;
 use serde::Deserialize;
+use toml::{Table, Value};
 
 use crate::inroot::{self, Kind};
 
@@ -105,6 +106,9 @@ pub fn quota_from_annotations(
     if ours.is_empty() {
         return Ok(None);
     }
+    // The default tenant name is cut from the id, byte-wise: a plain
+    // (ASCII) id is what makes that cut land between characters.
+    check_id(id)?;
     for (k, _) in &ours {
         if !KNOWN.contains(&k.as_str()) {
             return Err(format!(
@@ -126,33 +130,54 @@ pub fn quota_from_annotations(
         compute_burst_ms: get("cuslice.io/compute-burst-ms"),
         latency,
     };
-    let (burst, limits) = crate::limits::to_toml(&given, &crate::limits::ANNOTATIONS)?;
+    let (top, limits) = crate::limits::to_toml(&given, &crate::limits::ANNOTATIONS)?;
     let tenant = match get("cuslice.io/tenant") {
         Some(t) => t,
         None => format!("ctr-{}", &id[..id.len().min(24)]),
     };
-    let mut text = format!(
-        "# written by `cuslice oci-hook` for container {id}\ntenant = {tenant:?}\nsegment_dir = \"/run/cuslice/segment\"\ngpu_segment_dir = \"/run/cuslice/gpu\"\n{burst}"
+    let mut file = Table::new();
+    file.insert("tenant".into(), Value::String(tenant));
+    file.insert(
+        "segment_dir".into(),
+        Value::String("/run/cuslice/segment".into()),
     );
+    file.insert(
+        "gpu_segment_dir".into(),
+        Value::String("/run/cuslice/gpu".into()),
+    );
+    file.extend(top);
     match get("cuslice.io/gpus").as_deref() {
-        None | Some("all") | Some("") => text.push_str(&format!("\n[all]\n{limits}")),
+        None | Some("all") | Some("") => {
+            file.insert("all".into(), Value::Table(limits));
+        }
         Some(list) => {
+            let mut devices = Table::new();
             for g in list.split(',').map(str::trim) {
-                let key = if g.parse::<u32>().is_ok() {
-                    g.to_string()
-                } else if config::parse_uuid(g).is_ok() {
-                    format!("{g:?}")
-                } else {
+                if g.parse::<u32>().is_err() && config::parse_uuid(g).is_err() {
                     return Err(format!(
                         "annotation cuslice.io/gpus={list:?}: expected all, or GPU indices or UUIDs separated by commas, got {g:?}"
                     ));
-                };
-                text.push_str(&format!("\n[device.{key}]\n{limits}"));
+                }
+                // A table keeps one entry per key: the same GPU twice would
+                // otherwise pass unnoticed.
+                if devices
+                    .insert(g.to_string(), Value::Table(limits.clone()))
+                    .is_some()
+                {
+                    return Err(format!(
+                        "annotation cuslice.io/gpus={list:?}: expected each GPU once, got {g:?} twice"
+                    ));
+                }
             }
+            file.insert("device".into(), Value::Table(devices));
         }
     }
     // The same validation the shim applies: a file the hook writes must load.
-    config::parse_file(Path::new("annotations"), &text).map_err(|e| format!("{e}"))?;
+    let text = crate::limits::render(
+        &format!("written by `cuslice oci-hook` for container {id}"),
+        &file,
+        Path::new("annotations"),
+    )?;
     Ok(Some(text))
 }
 
@@ -571,6 +596,62 @@ mod tests {
             let c = config::parse_file(Path::new("q"), &q).expect("parses");
             assert_eq!(c.latency, want, "{v}");
         }
+    }
+
+    #[test]
+    fn the_quota_file_is_toml_whatever_the_values() {
+        let q = quota_from_annotations(
+            "abc",
+            &ann(&[
+                ("cuslice.io/memory", "2g"),
+                ("cuslice.io/compute-max", "60"),
+                ("cuslice.io/compute-burst-ms", "50"),
+                ("cuslice.io/latency", "on"),
+                (
+                    "cuslice.io/gpus",
+                    "0, GPU-8f3c2a1e-5b7d-4c2e-9a1b-0c3d4e5f6a7b",
+                ),
+                ("cuslice.io/tenant", "team-a/svc"),
+            ]),
+        )
+        .expect("ok")
+        .expect("some");
+        assert!(q.starts_with("# written by `cuslice oci-hook` for container abc\n"));
+        let c = config::parse_file(Path::new("q"), &q).expect("parses");
+        assert_eq!(c.tenant.as_deref(), Some("team-a/svc"));
+        assert_eq!(c.segment_dir, Path::new("/run/cuslice/segment"));
+        assert_eq!(c.gpu_segment_dir, Path::new("/run/cuslice/gpu"));
+        assert_eq!((c.compute_burst_ms, c.latency), (Some(50), true));
+        let l = config::Limits {
+            memory: Some(2 << 30),
+            compute: None,
+            compute_max: Some(60),
+        };
+        assert_eq!(c.by_index.get(&0), Some(&l));
+        let uuid = config::parse_uuid("GPU-8f3c2a1e-5b7d-4c2e-9a1b-0c3d4e5f6a7b").expect("uuid");
+        assert_eq!(c.by_uuid.get(&uuid), Some(&l));
+        assert!(c.all.is_empty());
+        // A tenant name reaches the shim's validation as it was written
+        // (quotes and escapes included), and is refused there.
+        for t in ["a\"b", "a\\b", "a\u{1b}b"] {
+            let e = quota_from_annotations("x", &ann(&[("cuslice.io/tenant", t)]))
+                .expect_err("not a tenant name");
+            assert!(
+                e.starts_with(&format!(
+                    "annotations: tenant: expected 1 to 64 characters of A-Z a-z 0-9 . _ / -, got {t:?}"
+                )),
+                "{e}"
+            );
+        }
+        let e = quota_from_annotations(
+            "x",
+            &ann(&[("cuslice.io/memory", "1g"), ("cuslice.io/gpus", "1, 2,1")]),
+        )
+        .expect_err("twice");
+        assert_eq!(
+            e,
+            "annotation cuslice.io/gpus=\"1, 2,1\": expected each GPU once, got \"1\" twice"
+        );
     }
 
     #[test]
