@@ -106,8 +106,10 @@ pub fn hook<R: Status>(id: usize, body: impl FnOnce() -> R, bypass: impl FnOnce(
     }
 }
 
-/// True while the current thread is inside a hook body.
-pub fn in_hook() -> bool {
+/// True while the current thread is inside a hook body (for the tests: the
+/// guard itself is `hook`'s).
+#[cfg(test)]
+fn in_hook() -> bool {
     IN_HOOK.try_with(|g| g.get()).unwrap_or(true)
 }
 

@@ -43,16 +43,6 @@ impl Lib {
             Lib::Nvml => c"nvmlDeviceGetMemoryInfo",
         }
     }
-
-    pub fn of_name(name: &[u8]) -> Option<Lib> {
-        if name.starts_with(b"cu") {
-            Some(Lib::Cuda)
-        } else if name.starts_with(b"nvml") {
-            Some(Lib::Nvml)
-        } else {
-            None
-        }
-    }
 }
 
 const UNRESOLVED: usize = 0;

@@ -207,6 +207,7 @@ impl Table {
     }
 
     /// Visits every live entry (key, size, meta). Not atomic as a whole.
+    #[cfg(test)]
     pub fn for_each(&self, mut f: impl FnMut(u64, u64, u64)) {
         for i in 0..self.cap {
             let e = self.entry(i);

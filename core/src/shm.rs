@@ -324,10 +324,6 @@ impl Shm {
         Ok(())
     }
 
-    pub fn writable(&self) -> bool {
-        self.writable
-    }
-
     /// A `T` at `offset` (caller guarantees layout, bounds and alignment).
     ///
     /// # Safety
