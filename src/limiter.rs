@@ -136,10 +136,10 @@ static STATE: AtomicPtr<Limiter> = AtomicPtr::new(std::ptr::null_mut());
 #[inline]
 pub fn get() -> Option<&'static Limiter> {
     let p = STATE.load(Ordering::Acquire);
-    // SAFETY: published once after construction and never freed.
     if p.is_null() {
         None
     } else {
+        // SAFETY: published once after construction and never freed.
         Some(unsafe { &*p })
     }
 }

@@ -83,11 +83,11 @@ static STATE: AtomicPtr<Quota> = AtomicPtr::new(std::ptr::null_mut());
 #[inline]
 pub fn get() -> Option<&'static Quota> {
     let p = STATE.load(Ordering::Acquire);
-    // SAFETY: published once with Release after full construction, and
-    // never freed (leaked for the process lifetime; see after_fork).
     if p.is_null() {
         None
     } else {
+        // SAFETY: published once with Release after full construction, and
+        // never freed (leaked for the process lifetime; see after_fork).
         Some(unsafe { &*p })
     }
 }
@@ -204,6 +204,7 @@ fn devices() -> Result<Vec<[u8; 16]>, String> {
         // SAFETY: real driver calls with valid out pointers.
         let r = unsafe { real::cuDeviceGet(&mut dev, i as c_int) };
         let r = if r == CUresult::CUDA_SUCCESS {
+            // SAFETY: as above; `dev` is the device the driver just named.
             unsafe { real::cuDeviceGetUuid_v2(&mut uuid, dev) }
         } else {
             r
@@ -432,11 +433,13 @@ pub fn after_fork_child() {
     let p = STATE.swap(std::ptr::null_mut(), Ordering::AcqRel);
     let mut closed = -1;
     if !p.is_null() {
-        // SAFETY: the state is leaked, never freed: only its fd is closed
-        // (async-signal-safe), which leaves the parent's OFD lock to the
-        // parent.
+        // SAFETY: the state is leaked, never freed: the reference stays
+        // valid (the child only reads its fd).
         let q = unsafe { &*p };
         closed = q.seg.raw_fd();
+        // SAFETY: only the state's fd is closed (async-signal-safe), which
+        // leaves the parent's OFD lock to the parent; nothing in the child
+        // uses that descriptor any more.
         unsafe { libc::close(closed) };
     }
     // A fork between publishing the state and withdrawing the announcement

@@ -144,6 +144,8 @@ pub fn handle(lib: Lib, quiet: bool) -> Option<*mut c_void> {
     }
     // SAFETY: getenv with a NUL-terminated name; the result is read at once.
     let env = unsafe { libc::getenv(lib.env_var().as_ptr()) };
+    // SAFETY: a non-null getenv result is a NUL-terminated string: its first
+    // byte is readable.
     let (path, from_env) = if env.is_null() || unsafe { *env } == 0 {
         (lib.default_name().as_ptr(), false)
     } else {
@@ -259,6 +261,8 @@ pub fn map_to_hook(p: *mut c_void, lib: Lib) -> *mut c_void {
 
 /// Path of the shared object containing `p` (for diagnostics).
 pub(crate) fn object_path(p: *mut c_void) -> Option<String> {
+    // SAFETY: Dl_info is a plain C struct (pointers and integers), valid
+    // all zero.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
     // SAFETY: dladdr fills info for any address; we check its result.
     if unsafe { libc::dladdr(p, &mut info) } == 0 || info.dli_fname.is_null() {

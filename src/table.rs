@@ -49,6 +49,7 @@ pub struct Table {
 // SAFETY: entries are only accessed through atomics; the mapping lives as
 // long as the table.
 unsafe impl Send for Table {}
+// SAFETY: as for Send: shared use is atomic accesses to the entries only.
 unsafe impl Sync for Table {}
 
 impl Drop for Table {

@@ -107,6 +107,8 @@ impl Drop for Host {
             // SAFETY: waitpid/kill on a pid we spawned; WNOHANG returns 0
             // only for our own child that is still running.
             if unsafe { libc::waitpid(pid, &mut st, libc::WNOHANG) } == 0 {
+                // SAFETY: that child, still running and not reaped: the pid
+                // is still its own.
                 unsafe {
                     libc::kill(pid, libc::SIGKILL);
                     libc::waitpid(pid, &mut st, 0);
@@ -308,7 +310,7 @@ impl Raw {
     }
 
     fn word(&self, off: usize) -> &AtomicU64 {
-        assert!(off % 8 == 0 && off + 8 <= self.len);
+        assert!(off.is_multiple_of(8) && off + 8 <= self.len);
         // SAFETY: in bounds, 8-byte aligned (the mapping is page aligned);
         // the other processes access this memory through atomics too.
         unsafe { &*self.base.add(off).cast::<AtomicU64>() }
@@ -502,7 +504,11 @@ fn garbage_in_the_gpu_segment_neither_crashes_nor_hangs_nor_frees_the_victims() 
     let tokens = |i: u64| {
         for t in tenants() {
             t.tokens.store(
-                if i % 2 == 0 { i64::MIN } else { i64::MAX },
+                if i.is_multiple_of(2) {
+                    i64::MIN
+                } else {
+                    i64::MAX
+                },
                 Ordering::Relaxed,
             );
             t.max.store([0, 1, 50][(i % 3) as usize], Ordering::Relaxed);
@@ -541,7 +547,11 @@ fn garbage_in_the_gpu_segment_neither_crashes_nor_hangs_nor_frees_the_victims() 
         for p in procs() {
             let r = rng.next();
             p.state.store(
-                if i % 2 == 0 { PROC_LIVE } else { r as u32 },
+                if i.is_multiple_of(2) {
+                    PROC_LIVE
+                } else {
+                    r as u32
+                },
                 Ordering::Relaxed,
             );
             p.tenant.store(
@@ -549,8 +559,10 @@ fn garbage_in_the_gpu_segment_neither_crashes_nor_hangs_nor_frees_the_victims() 
                 Ordering::Relaxed,
             );
             p.pid.store((r >> 16) as u32, Ordering::Relaxed);
-            p.waiting
-                .store(if i % 2 == 0 { 1 } else { u32::MAX }, Ordering::Relaxed);
+            p.waiting.store(
+                if i.is_multiple_of(2) { 1 } else { u32::MAX },
+                Ordering::Relaxed,
+            );
         }
     };
     let mut rng2 = Rng(0x0123_4567_89ab_cdef);

@@ -384,7 +384,7 @@ impl Fake {
     }
 
     fn u64_at(&self, off: usize) -> &std::sync::atomic::AtomicU64 {
-        debug_assert!(off + 8 <= FAKE_SIZE && off % 8 == 0);
+        debug_assert!(off + 8 <= FAKE_SIZE && off.is_multiple_of(8));
         // SAFETY: in bounds, aligned, in a live shared mapping.
         unsafe { &*self.base.add(off).cast() }
     }
@@ -428,6 +428,7 @@ impl Fake {
         fl.l_whence = libc::SEEK_SET as libc::c_short;
         fl.l_start = FAKE_LOCK_BASE + i as i64;
         fl.l_len = 1;
+        // SAFETY: F_OFD_GETLK on our own descriptor, with that flock.
         let r = unsafe { libc::fcntl(self.file.as_raw_fd(), libc::F_OFD_GETLK, &mut fl) };
         assert_eq!(r, 0, "F_OFD_GETLK: {}", std::io::Error::last_os_error());
         fl.l_type != libc::F_UNLCK as libc::c_short

@@ -56,6 +56,7 @@ fn bundle_in(
     root: Option<&Path>,
 ) -> Bundle {
     assert_eq!(
+        // SAFETY: geteuid has no preconditions.
         unsafe { libc::geteuid() },
         0,
         "the container test needs root"

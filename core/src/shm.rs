@@ -72,6 +72,8 @@ pub struct Shm {
 // SAFETY: the mapping is shared memory accessed only through atomics (or
 // written once under the init flock); fd and pointer live as long as Shm.
 unsafe impl Send for Shm {}
+// SAFETY: as for Send: shared use is atomic accesses to the mapping, and
+// fcntl/flock on the fd, which the kernel serialises.
 unsafe impl Sync for Shm {}
 
 impl Drop for Shm {
@@ -90,8 +92,9 @@ fn cpath(path: &Path) -> Result<CString, SegmentError> {
 }
 
 fn fstat(fd: i32, path: &Path) -> Result<libc::stat, SegmentError> {
-    // SAFETY: fstat into a zeroed struct.
+    // SAFETY: `stat` is a plain C struct, valid all zero.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat into that struct, on the caller's descriptor.
     if unsafe { libc::fstat(fd, &mut st) } != 0 {
         return Err(os_err(path, "cannot stat segment"));
     }

@@ -112,5 +112,7 @@ pub unsafe fn cuCtxCreate_v4(
     dev: CUdevice,
 ) -> CUresult {
     // SAFETY: forwarding the caller's arguments.
-    charged(dev, || unsafe { real::cuCtxCreate_v4(pctx, params, flags, dev) })
+    charged(dev, || unsafe {
+        real::cuCtxCreate_v4(pctx, params, flags, dev)
+    })
 }

@@ -22,6 +22,7 @@ pub unsafe fn cuMemGetInfo_v2(r: CUresult, free: *mut usize, total: *mut usize) 
     if r == OK && !free.is_null() && !total.is_null() {
         // SAFETY: the real call succeeded and wrote both.
         if let Some((t, f)) = spoof_current(unsafe { *free } as u64) {
+            // SAFETY: the same two pointers, which the driver just wrote.
             unsafe {
                 *total = t as usize;
                 *free = f as usize;
@@ -35,6 +36,7 @@ pub unsafe fn cuMemGetInfo(r: CUresult, free: *mut c_uint, total: *mut c_uint) -
     if r == OK && !free.is_null() && !total.is_null() {
         // SAFETY: as above; the legacy entry point reports 32-bit values.
         if let Some((t, f)) = spoof_current(unsafe { *free } as u64) {
+            // SAFETY: the same two pointers, which the driver just wrote.
             unsafe {
                 *total = t.min(c_uint::MAX as u64) as c_uint;
                 *free = f.min(c_uint::MAX as u64) as c_uint;
@@ -54,6 +56,7 @@ pub unsafe fn cuDeviceTotalMem_v2(r: CUresult, bytes: *mut usize, dev: CUdevice)
     if r == OK && !bytes.is_null() {
         // SAFETY: the real call succeeded and wrote it.
         if let Some(t) = spoof_total(dev, unsafe { *bytes } as u64) {
+            // SAFETY: the same pointer, which the driver just wrote.
             unsafe { *bytes = t as usize };
         }
     }
@@ -64,6 +67,7 @@ pub unsafe fn cuDeviceTotalMem(r: CUresult, bytes: *mut c_uint, dev: CUdevice) -
     if r == OK && !bytes.is_null() {
         // SAFETY: the real call succeeded and wrote it.
         if let Some(t) = spoof_total(dev, unsafe { *bytes } as u64) {
+            // SAFETY: the same pointer, which the driver just wrote.
             unsafe { *bytes = t.min(c_uint::MAX as u64) as c_uint };
         }
     }

@@ -112,7 +112,9 @@ fn free_ptr(p: u64, call: impl FnOnce() -> CUresult) -> CUresult {
 pub unsafe fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytesize: usize) -> CUresult {
     alloc_ptr(
         bytesize as u64,
+        // SAFETY: forwarding the caller's arguments.
         || unsafe { real::cuMemAlloc_v2(dptr, bytesize) },
+        // SAFETY: read only after success, when the driver has written it.
         || unsafe { *dptr },
     )
 }
@@ -120,7 +122,9 @@ pub unsafe fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytesize: usize) -> CUresult
 pub unsafe fn cuMemAlloc(dptr: *mut CUdeviceptr_v1, bytesize: c_uint) -> CUresult {
     alloc_ptr(
         bytesize as u64,
+        // SAFETY: forwarding the caller's arguments.
         || unsafe { real::cuMemAlloc(dptr, bytesize) },
+        // SAFETY: read only after success, when the driver has written it.
         || unsafe { *dptr } as u64,
     )
 }
@@ -133,16 +137,20 @@ pub unsafe fn cuMemAllocManaged(
     // Managed memory is counted as device memory: it can all migrate there.
     alloc_ptr(
         bytesize as u64,
+        // SAFETY: forwarding the caller's arguments.
         || unsafe { real::cuMemAllocManaged(dptr, bytesize, flags) },
+        // SAFETY: read only after success, when the driver has written it.
         || unsafe { *dptr },
     )
 }
 
 pub unsafe fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
+    // SAFETY: forwarding the caller's arguments.
     free_ptr(dptr, || unsafe { real::cuMemFree_v2(dptr) })
 }
 
 pub unsafe fn cuMemFree(dptr: CUdeviceptr_v1) -> CUresult {
+    // SAFETY: forwarding the caller's arguments.
     free_ptr(dptr as u64, || unsafe { real::cuMemFree(dptr) })
 }
 
@@ -195,7 +203,9 @@ pub unsafe fn cuMemAllocPitch_v2(
     alloc_pitch(
         width as u64,
         height as u64,
+        // SAFETY: forwarding the caller's arguments.
         || unsafe { real::cuMemAllocPitch_v2(dptr, pitch, width, height, elem) },
+        // SAFETY: read only after success, when the driver has written both.
         || unsafe { (*dptr, *pitch as u64) },
     )
 }
@@ -210,7 +220,9 @@ pub unsafe fn cuMemAllocPitch(
     alloc_pitch(
         width as u64,
         height as u64,
+        // SAFETY: forwarding the caller's arguments.
         || unsafe { real::cuMemAllocPitch(dptr, pitch, width, height, elem) },
+        // SAFETY: read only after success, when the driver has written both.
         || unsafe { (*dptr as u64, *pitch as u64) },
     )
 }
@@ -304,8 +316,11 @@ pub unsafe fn cuMemAllocAsync(
     alloc_pooled(
         bytesize as u64,
         current_pool,
+        // SAFETY: forwarding the caller's arguments.
         || unsafe { real::cuMemAllocAsync(dptr, bytesize, stream) },
+        // SAFETY: read only after success, when the driver has written it.
         || unsafe { *dptr },
+        // SAFETY: freeing, on the caller's stream, what the driver just returned.
         |p| unsafe {
             real::cuMemFreeAsync(p, stream);
         },
@@ -320,8 +335,11 @@ pub unsafe fn cuMemAllocAsync_ptsz(
     alloc_pooled(
         bytesize as u64,
         current_pool,
+        // SAFETY: forwarding the caller's arguments.
         || unsafe { real::cuMemAllocAsync_ptsz(dptr, bytesize, stream) },
+        // SAFETY: read only after success, when the driver has written it.
         || unsafe { *dptr },
+        // SAFETY: freeing, on the caller's stream, what the driver just returned.
         |p| unsafe {
             real::cuMemFreeAsync_ptsz(p, stream);
         },
@@ -337,8 +355,11 @@ pub unsafe fn cuMemAllocFromPoolAsync(
     alloc_pooled(
         bytesize as u64,
         |_| Some(pool as u64),
+        // SAFETY: forwarding the caller's arguments.
         || unsafe { real::cuMemAllocFromPoolAsync(dptr, bytesize, pool, stream) },
+        // SAFETY: read only after success, when the driver has written it.
         || unsafe { *dptr },
+        // SAFETY: freeing, on the caller's stream, what the driver just returned.
         |p| unsafe {
             real::cuMemFreeAsync(p, stream);
         },
@@ -354,8 +375,11 @@ pub unsafe fn cuMemAllocFromPoolAsync_ptsz(
     alloc_pooled(
         bytesize as u64,
         |_| Some(pool as u64),
+        // SAFETY: forwarding the caller's arguments.
         || unsafe { real::cuMemAllocFromPoolAsync_ptsz(dptr, bytesize, pool, stream) },
+        // SAFETY: read only after success, when the driver has written it.
         || unsafe { *dptr },
+        // SAFETY: freeing, on the caller's stream, what the driver just returned.
         |p| unsafe {
             real::cuMemFreeAsync_ptsz(p, stream);
         },
@@ -363,10 +387,12 @@ pub unsafe fn cuMemAllocFromPoolAsync_ptsz(
 }
 
 pub unsafe fn cuMemFreeAsync(dptr: CUdeviceptr, stream: CUstream) -> CUresult {
+    // SAFETY: forwarding the caller's arguments.
     free_ptr(dptr, || unsafe { real::cuMemFreeAsync(dptr, stream) })
 }
 
 pub unsafe fn cuMemFreeAsync_ptsz(dptr: CUdeviceptr, stream: CUstream) -> CUresult {
+    // SAFETY: forwarding the caller's arguments.
     free_ptr(dptr, || unsafe { real::cuMemFreeAsync_ptsz(dptr, stream) })
 }
 
@@ -409,6 +435,7 @@ pub unsafe fn cuMemCreate(
     // rejects that and so do we, by passing through).
     let on_device = !prop.is_null()
         && unsafe { (*prop).location.type_ } == CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
+    // SAFETY: forwarding the caller's arguments.
     let call = || unsafe { real::cuMemCreate(handle, size, prop, flags) };
     let Some(q) = quota::get() else {
         return if quota::failed() {
@@ -575,6 +602,7 @@ pub unsafe fn cuArrayCreate_v2(
     handle: *mut CUarray,
     desc: *const CUDA_ARRAY_DESCRIPTOR,
 ) -> CUresult {
+    // SAFETY: forwarding the caller's arguments.
     let call = || unsafe { real::cuArrayCreate_v2(handle, desc) };
     if desc.is_null() {
         return call();
@@ -591,6 +619,7 @@ pub unsafe fn cuArrayCreate_v2(
     alloc_array(
         size,
         call,
+        // SAFETY: read only after success, when the driver has written it.
         || unsafe { *handle } as u64,
         |h| {
             // SAFETY: destroying the array the driver just created.
@@ -603,6 +632,7 @@ pub unsafe fn cuArray3DCreate_v2(
     handle: *mut CUarray,
     desc: *const CUDA_ARRAY3D_DESCRIPTOR,
 ) -> CUresult {
+    // SAFETY: forwarding the caller's arguments.
     let call = || unsafe { real::cuArray3DCreate_v2(handle, desc) };
     if desc.is_null() {
         return call();
@@ -619,6 +649,7 @@ pub unsafe fn cuArray3DCreate_v2(
     alloc_array(
         size,
         call,
+        // SAFETY: read only after success, when the driver has written it.
         || unsafe { *handle } as u64,
         |h| {
             // SAFETY: destroying the array the driver just created.
@@ -632,6 +663,7 @@ pub unsafe fn cuMipmappedArrayCreate(
     desc: *const CUDA_ARRAY3D_DESCRIPTOR,
     levels: c_uint,
 ) -> CUresult {
+    // SAFETY: forwarding the caller's arguments.
     let call = || unsafe { real::cuMipmappedArrayCreate(handle, desc, levels) };
     if desc.is_null() {
         return call();
@@ -649,6 +681,7 @@ pub unsafe fn cuMipmappedArrayCreate(
     alloc_array(
         size,
         call,
+        // SAFETY: read only after success, when the driver has written it.
         || unsafe { *handle } as u64,
         |h| {
             // SAFETY: destroying the array the driver just created.
@@ -658,9 +691,11 @@ pub unsafe fn cuMipmappedArrayCreate(
 }
 
 pub unsafe fn cuArrayDestroy(h: CUarray) -> CUresult {
+    // SAFETY: forwarding the caller's arguments.
     free_array(h as u64, || unsafe { real::cuArrayDestroy(h) })
 }
 
 pub unsafe fn cuMipmappedArrayDestroy(h: CUmipmappedArray) -> CUresult {
+    // SAFETY: forwarding the caller's arguments.
     free_array(h as u64, || unsafe { real::cuMipmappedArrayDestroy(h) })
 }
