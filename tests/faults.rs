@@ -23,6 +23,7 @@ use std::sync::{Arc, Mutex, MutexGuard, mpsc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use common::wait_for;
 use cuslice_core::gpu::{GpuSegment, MAX_PROCS, TenantView, monotonic_ns};
 use cuslice_core::segment::{Admit, MAX_DEVICES, ProcessUsage, Segment};
 
@@ -59,18 +60,6 @@ fn within<T: Send + 'static>(
             panic!("{what} did not return within {limit:?}: it hangs")
         }
         Err(mpsc::RecvTimeoutError::Disconnected) => panic!("{what} panicked"),
-    }
-}
-
-/// Polls `f` every millisecond until it returns Some, or fails with `what`.
-fn wait_for<T>(what: impl Fn() -> String, limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(start.elapsed() < limit, "{} (waited {limit:?})", what());
-        sleep_ms(1);
     }
 }
 

@@ -121,11 +121,39 @@ fn processes_killed_mid_load_leave_nothing_accounted() {
         ..Opts::default()
     };
     let survivors: Vec<_> = (0..2).map(|_| common::spawn("load", &short)).collect();
-    std::thread::sleep(Duration::from_millis(700));
+    // Killed mid-load: once each victim's slot accounts more than its
+    // context (1 MiB), it holds allocations and its threads are at work.
+    let seg = dir.0.join("seg").join("memory.seg");
+    let pids: Vec<u32> = victims.iter().map(std::process::Child::id).collect();
+    let loaded = || -> Option<Vec<u32>> {
+        let s = Segment::open_read_only(&seg).ok()?;
+        let procs = s.processes();
+        Some(
+            pids.iter()
+                .copied()
+                .filter(|&pid| {
+                    procs
+                        .iter()
+                        .any(|p| p.pid == pid && p.alive && p.used.iter().sum::<u64>() > 1 << 20)
+                })
+                .collect(),
+        )
+    };
+    // The victims are killed whatever happens (so that none outlives a
+    // failure); whether they had started is checked after.
+    let started = common::poll_until(Duration::from_secs(60), || {
+        (loaded()?.len() == pids.len()).then_some(())
+    });
+    let seen = loaded();
     for mut v in victims {
         v.kill().expect("SIGKILL");
         let _ = v.wait();
     }
+    assert!(
+        started.is_some(),
+        "the victims {pids:?} did not all start allocating within 60 s (those that did, by {}: {seen:?})",
+        seg.display()
+    );
     for o in wait_all(survivors, Duration::from_secs(300)) {
         let s = String::from_utf8_lossy(&o.stdout);
         assert!(

@@ -14,6 +14,8 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use cuslice_core::segment::Segment;
+
 fn copy_with_libs(bin: &Path, rootfs: &Path, dest: &str) {
     let target = rootfs.join(dest.trim_start_matches('/'));
     std::fs::create_dir_all(target.parent().expect("parent")).expect("mkdir");
@@ -281,12 +283,17 @@ fn containers_cannot_reach_each_others_slice() {
         .join(&id_b)
         .join("segment")
         .join("memory.seg");
-    let t0 = std::time::Instant::now();
-    while !seg_b.exists() && t0.elapsed() < std::time::Duration::from_secs(20) {
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    let seg_b_exists = seg_b.exists();
+    // Until B's segment accounts its 300 MiB: B is running and holds them.
+    // Polled without failing: B is stopped first, whatever happens.
+    const HELD: u64 = 314_572_800;
+    let b_holds = || {
+        let seg = Segment::open_read_only(&seg_b).ok()?;
+        seg.processes()
+            .iter()
+            .any(|p| p.alive && p.used.iter().sum::<u64>() >= HELD)
+            .then_some(())
+    };
+    let b_held = common::poll_until(std::time::Duration::from_secs(20), b_holds).is_some();
     let script = format!(
         "CUSLICE_MEMORY=100GiB CUSLICE_CONFIG=/tmp/none.toml memtest alloc 367001600; \
          CUSLICE_MEMORY=100GiB memtest alloc 419430400; echo --; \
@@ -311,8 +318,8 @@ fn containers_cannot_reach_each_others_slice() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     let _ = std::fs::remove_dir_all(&shared);
     assert!(
-        seg_b_exists,
-        "B's segment was never created:\n{}\n{}",
+        b_held,
+        "B's segment never accounted its 300 MiB:\n{}\n{}",
         String::from_utf8_lossy(&held.stdout),
         String::from_utf8_lossy(&held.stderr)
     );
@@ -365,20 +372,18 @@ fn per_container_files_are_private_on_the_host() {
         let probe = probe.clone();
         let gpu = shared.join("gpu");
         std::thread::spawn(move || {
-            let t0 = std::time::Instant::now();
-            while t0.elapsed() < std::time::Duration::from_secs(20) {
+            common::poll_until(std::time::Duration::from_secs(20), || {
                 let m = |p: &Path| std::fs::metadata(p).map(|m| m.permissions().mode() & 0o7777);
-                if let (Ok(d), Ok(s), Ok(q), Ok(g)) = (
+                match (
                     m(&probe),
                     m(&probe.join("segment")),
                     m(&probe.join("quota.toml")),
                     m(&gpu),
                 ) {
-                    return Some((d, s, q, g));
+                    (Ok(d), Ok(s), Ok(q), Ok(g)) => Some((d, s, q, g)),
+                    _ => None,
                 }
-                std::thread::sleep(std::time::Duration::from_millis(2));
-            }
-            None
+            })
         })
     };
     let out = runc_run(&b, &id);

@@ -216,17 +216,34 @@ fn status_shows_a_running_program_live() {
         .stdout(std::process::Stdio::null())
         .spawn()
         .expect("run");
-    std::thread::sleep(std::time::Duration::from_millis(800));
-    let out = Command::new(env!("CARGO_BIN_EXE_cuslice"))
-        .env("XDG_RUNTIME_DIR", dir.join("run"))
-        .env("CUSLICE_GPU_SEGMENT_DIR", dir.join("gpu"))
-        .args(["status", "--json", "--containers-root"])
-        .arg(dir.join("none"))
-        .output()
-        .expect("status");
+    let status = || -> serde_json::Value {
+        let out = Command::new(env!("CARGO_BIN_EXE_cuslice"))
+            .env("XDG_RUNTIME_DIR", dir.join("run"))
+            .env("CUSLICE_GPU_SEGMENT_DIR", dir.join("gpu"))
+            .args(["status", "--json", "--containers-root"])
+            .arg(dir.join("none"))
+            .output()
+            .expect("status");
+        serde_json::from_slice(&out.stdout).expect("json")
+    };
+    // Until the program shows up with some GPU time (the checks below), or
+    // has ended (then they fail on what status said last).
+    let last = std::cell::RefCell::new(serde_json::Value::Null);
+    let v = common::wait_for(
+        || format!("cuslice status never showed the program: {}", last.borrow()),
+        std::time::Duration::from_secs(20),
+        || {
+            let v = status();
+            *last.borrow_mut() = v.clone();
+            let t = &v["gpus"][0]["tenants"][0];
+            let shown = t["processes"] == 1
+                && t["gpu_time_seconds"].as_f64().is_some_and(|t| t > 0.1)
+                && v["containers"][0]["processes"][0]["alive"] == true;
+            (shown || child.try_wait().ok().flatten().is_some()).then_some(v)
+        },
+    );
     let _ = child.wait();
     let _ = std::fs::remove_dir_all(&dir);
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     let tenant = &v["gpus"][0]["tenants"][0];
     assert!(
         tenant["name"]

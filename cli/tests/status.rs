@@ -1,9 +1,14 @@
 //! `cuslice status --json` and the exporter, against segments with known
 //! contents written through cuslice-core (as the shim would).
 
+#[path = "../../tests/common/mod.rs"]
+mod common;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use cuslice_core::gpu::{Acquire, GpuSegment};
 use cuslice_core::segment::{Admit, Segment};
@@ -212,16 +217,30 @@ fn top_refreshes_with_the_share_over_the_interval() {
         .stdout(Stdio::piped())
         .spawn()
         .expect("top");
-    std::thread::sleep(std::time::Duration::from_millis(700));
+    // Read as it comes, until two frames are whole: a frame ends where the
+    // next one's clear-screen begins.
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let reader = {
+        let (seen, mut stdout) = (seen.clone(), child.stdout.take().expect("stdout"));
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = stdout.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                seen.lock().expect("seen").extend_from_slice(&buf[..n]);
+            }
+        })
+    };
+    let text = || String::from_utf8_lossy(&seen.lock().expect("seen")).into_owned();
+    // (The frame count is checked below, once top is stopped.)
+    let _ = common::poll_until(Duration::from_secs(20), || {
+        (text().matches("\x1b[2J").count() >= 3).then_some(())
+    });
     let _ = child.kill();
-    let mut out = String::new();
-    child
-        .stdout
-        .take()
-        .expect("stdout")
-        .read_to_string(&mut out)
-        .expect("read");
     let _ = child.wait();
+    reader.join().expect("reader");
+    let out = text();
     let frames = out.matches("\x1b[2J").count();
     assert!(frames >= 2, "refreshes: {frames}\n{out}");
     // From the second frame on, each tenant shows its share over the last

@@ -1,7 +1,7 @@
 //! Shared by the integration tests: builds the fake driver and the test
 //! programs once (guarded by a file lock, so parallel test processes share
-//! one build), runs programs with and without the shim, and parses the
-//! shim's debug log.
+//! one build), runs programs with and without the shim, parses the shim's
+//! debug log, and waits for conditions (never for a guessed time).
 
 #![allow(dead_code)]
 
@@ -13,6 +13,7 @@ use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 pub struct Env {
     pub root: PathBuf,
@@ -343,4 +344,25 @@ pub fn native(prog: &str) -> Run {
 
 pub fn shimmed(prog: &str) -> Run {
     run(prog, Opts::default())
+}
+
+/// Polls `f` every millisecond until it returns Some, for at most `limit`:
+/// None if it never did (for a caller that must clean up before it fails).
+pub fn poll_until<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if start.elapsed() >= limit {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Polls `f` every millisecond until it returns Some, or fails the test
+/// with `what` (what did not happen, and what was seen) after `limit`.
+pub fn wait_for<T>(what: impl Fn() -> String, limit: Duration, f: impl FnMut() -> Option<T>) -> T {
+    poll_until(limit, f).unwrap_or_else(|| panic!("{} (waited {limit:?})", what()))
 }
