@@ -6,149 +6,29 @@
 
 mod common;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Child;
+use std::time::{Duration, Instant};
 
-use common::Opts;
+use common::{Host, Spin};
 
-struct Host {
-    dir: PathBuf,
+/// Starts `spin ARGS` on `h`'s fake GPU under `quota` (None: without the
+/// shim's limits).
+fn spin(h: &Host, quota: Option<&Path>, args: &[&str]) -> Child {
+    h.spawn("spin", quota, args, &[])
 }
 
-impl Host {
-    fn new(name: &str) -> Host {
-        let dir =
-            std::env::temp_dir().join(format!("cuslice-compute-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("mkdir");
-        Host { dir }
-    }
-
-    /// A tenant's quota file (its own container: own memory segment dir,
-    /// the host's GPU segment dir).
-    fn tenant(&self, name: &str, limits: &str) -> PathBuf {
-        self.tenant_top(name, "", limits)
-    }
-
-    /// A tenant's quota file with extra top-level keys.
-    fn tenant_top(&self, name: &str, top: &str, limits: &str) -> PathBuf {
-        let q = self.dir.join(format!("{name}.toml"));
-        let text = format!(
-            "tenant = \"{name}\"\nsegment_dir = \"{}\"\ngpu_segment_dir = \"{}\"\n{top}\n[all]\n{limits}\n",
-            self.dir.join(format!("mem-{name}")).display(),
-            self.dir.join("gpu").display()
-        );
-        std::fs::write(&q, text).expect("write");
-        q
-    }
-
-    fn spawn(&self, quota: Option<&PathBuf>, args: &[&str]) -> Child {
-        self.spawn_app("spin", quota, args, &[])
-    }
-
-    /// Starts test program `app` on this host's fake GPU, under `quota`
-    /// (None: without the shim's limits), with extra environment.
-    fn spawn_app(
-        &self,
-        app: &str,
-        quota: Option<&PathBuf>,
-        args: &[&str],
-        extra: &[(&'static str, &str)],
-    ) -> Child {
-        let mut env = vec![
-            (
-                "FAKE_CUDA_STATE",
-                self.dir.join("fake-gpu.state").display().to_string(),
-            ),
-            ("CUSLICE_LOG", "warn".to_string()),
-        ];
-        if let Some(q) = quota {
-            env.push(("CUSLICE_CONFIG", q.display().to_string()));
-        }
-        env.extend(extra.iter().map(|(k, v)| (*k, v.to_string())));
-        let opts = Opts {
-            args: args.iter().map(|a| a.to_string()).collect(),
-            env,
-            ..Opts::default()
-        };
-        common::spawn(app, &opts)
-    }
-}
-
-impl Drop for Host {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// A finished spin run: progress samples (ms, GPU ms done) and totals.
-struct Spin {
-    samples: Vec<(f64, f64)>,
-    busy: f64,
-    wall: f64,
-    stdout: String,
-}
-
-fn finish(mut c: Child) -> Spin {
-    // A hung tenant fails the test instead of hanging CI.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while c.try_wait().expect("try_wait").is_none() {
-        if std::time::Instant::now() > deadline {
-            let _ = c.kill();
-            let out = c.wait_with_output().expect("wait");
-            panic!(
-                "spin did not finish within 60 s:\n{}",
-                String::from_utf8_lossy(&out.stdout)
-            );
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    let out = c.wait_with_output().expect("wait");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+/// A spin run's result, once it has finished (a hung tenant fails the test
+/// after 60 s instead of hanging CI).
+fn finish(c: Child) -> Spin {
+    let out = common::output_by("spin", c, Instant::now() + Duration::from_secs(60));
+    let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
         "{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let mut samples = Vec::new();
-    let (mut busy, mut wall) = (0.0, 0.0);
-    for l in stdout.lines() {
-        let w: Vec<&str> = l.split_whitespace().collect();
-        match w.as_slice() {
-            ["P", t, b] => samples.push((t.parse().expect("t"), b.parse().expect("b"))),
-            ["R", _, b, wl] => {
-                busy = b.trim_start_matches("busy_ms=").parse().expect("busy");
-                wall = wl.trim_start_matches("wall_ms=").parse().expect("wall");
-            }
-            _ => {}
-        }
-    }
-    Spin {
-        samples,
-        busy,
-        wall,
-        stdout,
-    }
-}
-
-impl Spin {
-    fn fraction(&self) -> f64 {
-        100.0 * self.busy / self.wall
-    }
-
-    /// Percent of the GPU it got between `from` and `to` ms of its run.
-    fn fraction_between(&self, from: f64, to: f64) -> f64 {
-        let at = |t: f64| {
-            self.samples
-                .iter()
-                .rev()
-                .find(|s| s.0 <= t)
-                .copied()
-                .unwrap_or((0.0, 0.0))
-        };
-        let (a, b) = (at(from), at(to));
-        100.0 * (b.1 - a.1) / (b.0 - a.0).max(1.0)
-    }
+    Spin::parse(&stdout)
 }
 
 fn assert_near(what: &str, got: f64, want: f64) {
@@ -163,15 +43,15 @@ fn a_ceiling_holds_on_an_idle_gpu() {
     // Achieved fraction of the uncapped rate (the same loop without the
     // shim's limits), as the benchmark on a real GPU measures it. A short
     // burst (20 ms), so that 2.5 s hold many on/off periods.
-    let h = Host::new("cap");
+    let h = Host::new("compute", "cap");
     for (cap, kernel) in [(25, "1000000"), (50, "200000")] {
-        let native = finish(h.spawn(None, &["1", kernel, "4"]));
-        let q = h.tenant_top(
+        let native = finish(spin(&h, None, &["1", kernel, "4"]));
+        let q = h.quota(
             &format!("cap{cap}"),
             "compute_burst_ms = 20",
             &format!("compute_max = {cap}"),
         );
-        let s = finish(h.spawn(Some(&q), &["2.5", kernel, "4"]));
+        let s = finish(spin(&h, Some(&q), &["2.5", kernel, "4"]));
         assert_near(
             &format!("cap {cap}% with {kernel} ns kernels"),
             100.0 * s.fraction() / native.fraction(),
@@ -182,12 +62,12 @@ fn a_ceiling_holds_on_an_idle_gpu() {
 
 #[test]
 fn two_and_three_tenants_split_by_share() {
-    let h = Host::new("split");
-    let a = h.tenant("a", "compute = 30");
-    let b = h.tenant("b", "compute = 70");
+    let h = Host::new("compute", "split");
+    let a = h.quota("a", "", "compute = 30");
+    let b = h.quota("b", "", "compute = 70");
     let (pa, pb) = (
-        h.spawn(Some(&a), &["3", "1000000", "4"]),
-        h.spawn(Some(&b), &["3", "1000000", "4"]),
+        spin(&h, Some(&a), &["3", "1000000", "4"]),
+        spin(&h, Some(&b), &["3", "1000000", "4"]),
     );
     let (sa, sb) = (finish(pa), finish(pb));
     let total = sa.fraction() + sb.fraction();
@@ -195,14 +75,14 @@ fn two_and_three_tenants_split_by_share() {
     assert_near("tenant a (30)", 100.0 * sa.fraction() / total, 30.0);
     assert_near("tenant b (70)", 100.0 * sb.fraction() / total, 70.0);
 
-    let h = Host::new("split3");
+    let h = Host::new("compute", "split3");
     let qs: Vec<PathBuf> = [("x", 20), ("y", 30), ("z", 50)]
         .iter()
-        .map(|(n, s)| h.tenant(n, &format!("compute = {s}")))
+        .map(|(n, s)| h.quota(n, "", &format!("compute = {s}")))
         .collect();
     let ps: Vec<Child> = qs
         .iter()
-        .map(|q| h.spawn(Some(q), &["3", "1000000", "4"]))
+        .map(|q| spin(&h, Some(q), &["3", "1000000", "4"]))
         .collect();
     let ss: Vec<Spin> = ps.into_iter().map(finish).collect();
     let total: f64 = ss.iter().map(Spin::fraction).sum();
@@ -217,12 +97,12 @@ fn two_and_three_tenants_split_by_share() {
 
 #[test]
 fn idle_share_is_lent_and_returned() {
-    let h = Host::new("conserve");
-    let a = h.tenant("a", "compute = 30");
-    let b = h.tenant("b", "compute = 70");
-    let pa = h.spawn(Some(&a), &["3", "1000000", "4"]);
-    std::thread::sleep(std::time::Duration::from_millis(1000));
-    let pb = h.spawn(Some(&b), &["1.5", "1000000", "4"]);
+    let h = Host::new("compute", "conserve");
+    let a = h.quota("a", "", "compute = 30");
+    let b = h.quota("b", "", "compute = 70");
+    let pa = spin(&h, Some(&a), &["3", "1000000", "4"]);
+    std::thread::sleep(Duration::from_millis(1000));
+    let pb = spin(&h, Some(&b), &["1.5", "1000000", "4"]);
     let (sa, _sb) = (finish(pa), finish(pb));
     // Alone, A gets the whole GPU although its share is 30 % (the GPU
     // figure is >= 95 %; on the fake, with the 3-point tolerance:
@@ -240,12 +120,12 @@ fn idle_share_is_lent_and_returned() {
 
 #[test]
 fn a_tenant_killed_mid_slice_loses_the_gpu() {
-    let h = Host::new("kill");
-    let a = h.tenant("a", "compute = 50");
-    let b = h.tenant("b", "compute = 50");
-    let mut pa = h.spawn(Some(&a), &["10", "5000000", "2"]);
-    let pb = h.spawn(Some(&b), &["3", "1000000", "4"]);
-    std::thread::sleep(std::time::Duration::from_millis(1000));
+    let h = Host::new("compute", "kill");
+    let a = h.quota("a", "", "compute = 50");
+    let b = h.quota("b", "", "compute = 50");
+    let mut pa = spin(&h, Some(&a), &["10", "5000000", "2"]);
+    let pb = spin(&h, Some(&b), &["3", "1000000", "4"]);
+    std::thread::sleep(Duration::from_millis(1000));
     pa.kill().expect("kill -9");
     let _ = pa.wait();
     let sb = finish(pb);
@@ -261,16 +141,16 @@ fn a_tenant_killed_mid_slice_loses_the_gpu() {
 
 #[test]
 fn eight_tenants_get_their_shares() {
-    let h = Host::new("eight");
+    let h = Host::new("compute", "eight");
     let shares = [5, 5, 10, 10, 10, 15, 20, 25];
     let qs: Vec<PathBuf> = shares
         .iter()
         .enumerate()
-        .map(|(i, s)| h.tenant(&format!("t{i}"), &format!("compute = {s}")))
+        .map(|(i, s)| h.quota(&format!("t{i}"), "", &format!("compute = {s}")))
         .collect();
     let ps: Vec<Child> = qs
         .iter()
-        .map(|q| h.spawn(Some(q), &["4", "500000", "4"]))
+        .map(|q| spin(&h, Some(q), &["4", "500000", "4"]))
         .collect();
     let ss: Vec<Spin> = ps.into_iter().map(finish).collect();
     let total: f64 = ss.iter().map(Spin::fraction).sum();
@@ -286,16 +166,16 @@ fn eight_tenants_get_their_shares() {
 
 #[test]
 fn a_share_change_takes_effect_while_running() {
-    let h = Host::new("change");
-    let a = h.tenant("a", "compute = 50");
-    let b = h.tenant("b", "compute = 50");
-    let pa = h.spawn(Some(&a), &["4", "1000000", "4"]);
-    let pb = h.spawn(Some(&b), &["4", "1000000", "4"]);
-    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let h = Host::new("compute", "change");
+    let a = h.quota("a", "", "compute = 50");
+    let b = h.quota("b", "", "compute = 50");
+    let pa = spin(&h, Some(&a), &["4", "1000000", "4"]);
+    let pb = spin(&h, Some(&b), &["4", "1000000", "4"]);
+    std::thread::sleep(Duration::from_millis(1500));
     // The operator lowers B to 20 %: a process of B starting with the new
     // quota file updates the tenant's share for everyone.
-    let b2 = h.tenant("b", "compute = 20");
-    let probe = finish(h.spawn(Some(&b2), &["0.05", "1000", "1"]));
+    let b2 = h.quota("b", "", "compute = 20");
+    let probe = finish(spin(&h, Some(&b2), &["0.05", "1000", "1"]));
     assert!(probe.wall > 0.0);
     let (sa, sb) = (finish(pa), finish(pb));
     let (fa, fb) = (
@@ -316,10 +196,10 @@ fn a_share_change_takes_effect_while_running() {
 
 #[test]
 fn graph_launches_are_limited_like_kernels() {
-    let h = Host::new("graph");
-    let native = finish(h.spawn(None, &["1", "1000000", "4", "graph"]));
-    let q = h.tenant_top("g", "compute_burst_ms = 20", "compute_max = 25");
-    let s = finish(h.spawn(Some(&q), &["2.5", "1000000", "4", "graph"]));
+    let h = Host::new("compute", "graph");
+    let native = finish(spin(&h, None, &["1", "1000000", "4", "graph"]));
+    let q = h.quota("g", "compute_burst_ms = 20", "compute_max = 25");
+    let s = finish(spin(&h, Some(&q), &["2.5", "1000000", "4", "graph"]));
     assert_near(
         "graph replay under a 25 % ceiling",
         100.0 * s.fraction() / native.fraction(),
@@ -333,10 +213,10 @@ fn a_ceiling_bound_tenant_runs_in_long_stretches() {
     // the GPU for stretches of ~400 ms and pauses as long (so that a real
     // GPU's clocks settle as under sustained load); with a 20 ms burst the
     // stretches are ~40 ms. Progress lines come every 100 ms of running.
-    let h = Host::new("stretch");
+    let h = Host::new("compute", "stretch");
     let shape = |top: &str, name: &str| {
-        let q = h.tenant_top(name, top, "compute_max = 50");
-        let s = finish(h.spawn(Some(&q), &["4", "1000000", "4"]));
+        let q = h.quota(name, top, "compute_max = 50");
+        let s = finish(spin(&h, Some(&q), &["4", "1000000", "4"]));
         let longest_pause = s
             .samples
             .windows(2)
@@ -389,16 +269,7 @@ struct Ping {
 }
 
 fn finish_ping(c: Child) -> Ping {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    let mut c = c;
-    while c.try_wait().expect("try_wait").is_none() {
-        if std::time::Instant::now() > deadline {
-            let _ = c.kill();
-            panic!("ping did not finish within 60 s");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    let out = c.wait_with_output().expect("wait");
+    let out = common::output_by("ping", c, Instant::now() + Duration::from_secs(60));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -429,11 +300,11 @@ const PING: [&str; 3] = ["3", "10000", "500000"];
 fn two_light_tenants_are_not_delayed() {
     // Two services at 50/50, each far under its share: both launch freely,
     // as without cuslice (before: each waited for the other's 20 ms slice).
-    let h = Host::new("two-light");
-    let qa = h.tenant("a", "compute = 50");
-    let qb = h.tenant("b", "compute = 50");
-    let a = h.spawn_app("ping", Some(&qa), &PING, &[]);
-    let b = h.spawn_app("ping", Some(&qb), &PING, &[]);
+    let h = Host::new("compute", "two-light");
+    let qa = h.quota("a", "", "compute = 50");
+    let qb = h.quota("b", "", "compute = 50");
+    let a = h.spawn("ping", Some(&qa), &PING, &[]);
+    let b = h.spawn("ping", Some(&qb), &PING, &[]);
     for (name, p) in [("a", finish_ping(a)), ("b", finish_ping(b))] {
         assert_eq!(p.served, p.due, "{name}: every request served: {p:?}");
         // Its own 0.5 ms kernel, the other's when they collide, and
@@ -448,12 +319,12 @@ fn a_light_tenant_beside_a_saturating_one_waits_at_most_a_kernel_and_a_time_slic
     // tenant (standard class) launches at once and waits only for the
     // driver's time-slicing, as without cuslice (before: for the
     // trainer's 20 ms slice and its drain).
-    let h = Host::new("light-heavy");
-    let qt = h.tenant("trainer", "compute = 50");
-    let qs = h.tenant("service", "compute = 50");
-    let t = h.spawn(Some(&qt), &["3.5", "5000000", "10"]);
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    let p = finish_ping(h.spawn_app("ping", Some(&qs), &PING, &[]));
+    let h = Host::new("compute", "light-heavy");
+    let qt = h.quota("trainer", "", "compute = 50");
+    let qs = h.quota("service", "", "compute = 50");
+    let t = spin(&h, Some(&qt), &["3.5", "5000000", "10"]);
+    std::thread::sleep(Duration::from_millis(300));
+    let p = finish_ping(h.spawn("ping", Some(&qs), &PING, &[]));
     let st = finish(t);
     assert_eq!(p.served, p.due, "{p:?}");
     assert!(
@@ -474,16 +345,16 @@ fn a_latency_tenant_waits_only_for_the_kernel_that_is_running() {
     // time-slice; a latency tenant only for the kernel running when its
     // request arrives: the trainer keeps one kernel queued at a time while
     // a latency tenant is live, and holds back while its work is in flight.
-    let h = Host::new("latency");
+    let h = Host::new("compute", "latency");
     let slice: [(&'static str, &str); 1] = [("FAKE_CUDA_TIMESLICE_NS", "50000000")];
-    let qt = h.tenant("trainer", "compute = 50");
-    let ql = h.tenant_top("svc", "latency = true", "compute = 50");
-    let qs = h.tenant("std-svc", "compute = 50");
-    let solo = finish(h.spawn_app("spin", None, &["1", "2000000", "8"], &slice));
+    let qt = h.quota("trainer", "", "compute = 50");
+    let ql = h.quota("svc", "latency = true", "compute = 50");
+    let qs = h.quota("std-svc", "", "compute = 50");
+    let solo = finish(h.spawn("spin", None, &["1", "2000000", "8"], &slice));
 
-    let t = h.spawn_app("spin", Some(&qt), &["3.5", "2000000", "8"], &slice);
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    let lat = finish_ping(h.spawn_app("ping", Some(&ql), &PING, &slice));
+    let t = h.spawn("spin", Some(&qt), &["3.5", "2000000", "8"], &slice);
+    std::thread::sleep(Duration::from_millis(300));
+    let lat = finish_ping(h.spawn("ping", Some(&ql), &PING, &slice));
     let st = finish(t);
     assert_eq!(lat.served, lat.due, "{lat:?}");
     assert!(
@@ -497,9 +368,9 @@ fn a_latency_tenant_waits_only_for_the_kernel_that_is_running() {
     );
 
     // The same service in the standard class waits for the time-slice.
-    let t = h.spawn_app("spin", Some(&qt), &["3.5", "2000000", "8"], &slice);
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    let std_ = finish_ping(h.spawn_app("ping", Some(&qs), &PING, &slice));
+    let t = h.spawn("spin", Some(&qt), &["3.5", "2000000", "8"], &slice);
+    std::thread::sleep(Duration::from_millis(300));
+    let std_ = finish_ping(h.spawn("ping", Some(&qs), &PING, &slice));
     let _ = finish(t);
     assert!(
         std_.p99 >= 10.0 && std_.p99 > 2.0 * lat.p99,
@@ -514,12 +385,12 @@ fn a_latency_tenant_over_its_share_holds_nobody_back() {
     // turns heavy, and the split follows the shares.
     // (Were it still privileged, it would hold the trainer back for most
     // of every request: the trainer would get well under half.)
-    let h = Host::new("latency-greedy");
-    let qt = h.tenant("trainer", "compute = 90");
-    let ql = h.tenant_top("greedy", "latency = true", "compute = 10");
-    let solo = finish(h.spawn(None, &["1.5", "1000000", "4"]));
-    let t = h.spawn(Some(&qt), &["3", "1000000", "4"]);
-    let g = h.spawn_app("ping", Some(&ql), &["3", "2000", "2000000"], &[]);
+    let h = Host::new("compute", "latency-greedy");
+    let qt = h.quota("trainer", "", "compute = 90");
+    let ql = h.quota("greedy", "latency = true", "compute = 10");
+    let solo = finish(spin(&h, None, &["1.5", "1000000", "4"]));
+    let t = spin(&h, Some(&qt), &["3", "1000000", "4"]);
+    let g = h.spawn("ping", Some(&ql), &["3", "2000", "2000000"], &[]);
     let st = finish(t);
     let _ = finish_ping(g);
     let after = 100.0 * st.fraction_between(1000.0, 2900.0) / solo.fraction();

@@ -17,15 +17,15 @@ mod common;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::process::{Child, ChildStdin, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, mpsc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use common::wait_for;
-use cuslice_core::gpu::{GpuSegment, MAX_PROCS, TenantView, monotonic_ns};
-use cuslice_core::segment::{Admit, MAX_DEVICES, ProcessUsage, Segment};
+use common::{GpuView, Host, Mem, Opts, Rng, Spin, wait_for};
+use cuslice_core::gpu::monotonic_ns;
+use cuslice_core::segment::{Admit, MAX_DEVICES, SLOT_FREE, Segment};
 
 const MIB: u64 = 1 << 20;
 
@@ -157,25 +157,19 @@ fn field(line: &str, key: &str) -> Option<u64> {
 }
 
 impl Proc {
-    fn spawn(prog: &str, args: &[&str], env: &[(&str, String)], shim: bool) -> Proc {
-        let e = common::env();
-        let mut cmd = Command::new(e.apps.join(prog));
-        cmd.args(args)
-            .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env(
-                "LD_LIBRARY_PATH",
-                format!("{}:{}", e.fake.display(), e.apps.display()),
-            )
-            .stdin(Stdio::piped())
+    fn spawn(prog: &str, args: &[&str], env: &[(&'static str, String)], shim: bool) -> Proc {
+        let mut cmd = common::command(
+            prog,
+            &Opts {
+                args: args.iter().map(|a| a.to_string()).collect(),
+                shim,
+                env: env.to_vec(),
+                preload_extra: vec![],
+            },
+        );
+        cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        if shim {
-            cmd.env("LD_PRELOAD", &e.shim);
-        }
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
         let mut child = cmd
             .spawn()
             .unwrap_or_else(|e| panic!("cannot spawn {prog}: {e}"));
@@ -331,70 +325,42 @@ impl Drop for Proc {
     }
 }
 
-/// A host: a directory with one fake GPU (its state file), the GPU
-/// segment directory, and one container (quota file, memory segment
-/// directory) per tenant.
-struct Host {
-    dir: PathBuf,
-    /// FAKE_CUDA_CTX_OVERHEAD: what a context costs on the fake GPU.
-    fake_ctx: &'static str,
+/// A host of this file: one fake GPU, and per tenant a container; a
+/// context costs 1 MiB, on the fake GPU and in every quota file.
+fn host(name: &str) -> Host {
+    Host::new("faults", name).context_overhead("1MiB")
 }
 
-impl Host {
-    fn new(name: &str) -> Host {
-        let dir =
-            std::env::temp_dir().join(format!("cuslice-faults-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("mkdir");
-        Host {
-            dir,
-            fake_ctx: "1MiB",
-        }
-    }
-
-    /// A tenant's quota file: its own memory segment, the host's GPU
-    /// segment, a 1 MiB context charge (as the fake charges).
-    fn tenant(&self, name: &str, limits: &str) -> PathBuf {
-        let q = self.dir.join(format!("{name}.toml"));
-        let text = format!(
-            "tenant = \"{name}\"\nsegment_dir = \"{}\"\ngpu_segment_dir = \"{}\"\ncontext_overhead = \"1MiB\"\n[all]\n{limits}\n",
-            self.dir.join(format!("mem-{name}")).display(),
-            self.dir.join("gpu").display()
-        );
-        std::fs::write(&q, text).expect("write quota");
-        q
-    }
-
-    fn env(&self, quota: Option<&Path>) -> Vec<(&'static str, String)> {
-        let mut env = vec![
-            (
-                "FAKE_CUDA_STATE",
-                self.dir.join("fake-gpu.state").display().to_string(),
-            ),
-            ("FAKE_CUDA_CTX_OVERHEAD", self.fake_ctx.to_string()),
-            ("CUSLICE_LOG", "warn".to_string()),
-        ];
-        if let Some(q) = quota {
-            env.push(("CUSLICE_CONFIG", q.display().to_string()));
-        }
-        env
-    }
-
+/// What the tests of this file do on a host.
+trait Faults {
     /// A program under the shim with `quota`.
-    fn run(&self, quota: &Path, prog: &str, args: &[&str]) -> Proc {
-        Proc::spawn(prog, args, &self.env(Some(quota)), true)
-    }
-
+    fn run(&self, quota: &Path, prog: &str, args: &[&str]) -> Proc;
     /// A program on the same fake GPU without the shim.
-    fn plain(&self, prog: &str, args: &[&str]) -> Proc {
-        Proc::spawn(prog, args, &self.env(None), false)
-    }
-
+    fn plain(&self, prog: &str, args: &[&str]) -> Proc;
     /// The fake driver's ground truth now: (device memory its live
     /// processes hold, its device-wide counter). They differ only by what
     /// the fake itself lost track of when a process was killed between its
     /// two bookkeeping steps (a fake-driver artifact: a real GPU frees all
     /// of a dead process's memory).
+    fn fake_now(&self) -> (u64, u64);
+    /// Nothing left on the fake GPU: no memory held by a process, and (with
+    /// `counter`: when no process was killed, so the fake cannot have lost
+    /// track of anything) its device-wide counter at 0.
+    fn assert_device_empty(&self, what: &str, counter: bool);
+    /// The tenant's memory accounting (after reclaiming dead processes'
+    /// slots if `reclaim`).
+    fn mem(&self, tenant: &str, reclaim: bool) -> Mem;
+}
+
+impl Faults for Host {
+    fn run(&self, quota: &Path, prog: &str, args: &[&str]) -> Proc {
+        Proc::spawn(prog, args, &self.env(Some(quota)), true)
+    }
+
+    fn plain(&self, prog: &str, args: &[&str]) -> Proc {
+        Proc::spawn(prog, args, &self.env(None), false)
+    }
+
     fn fake_now(&self) -> (u64, u64) {
         let d = self
             .plain("fault_app", &["watch", "once"])
@@ -403,9 +369,6 @@ impl Host {
         (d.field("held"), d.field("last"))
     }
 
-    /// Nothing left on the fake GPU: no memory held by a process, and (with
-    /// `counter`: when no process was killed, so the fake cannot have lost
-    /// track of anything) its device-wide counter at 0.
     fn assert_device_empty(&self, what: &str, counter: bool) {
         let (held, count) = self.fake_now();
         assert_eq!(
@@ -415,121 +378,13 @@ impl Host {
         );
     }
 
-    fn mem_seg(&self, tenant: &str) -> PathBuf {
-        self.dir.join(format!("mem-{tenant}")).join("memory.seg")
-    }
-
-    /// The tenant's memory accounting (after reclaiming dead processes'
-    /// slots if `reclaim`).
     fn mem(&self, tenant: &str, reclaim: bool) -> Mem {
         let path = self.mem_seg(tenant);
         within(
             &format!("reading (reclaim: {reclaim}) the memory segment of {tenant}"),
             Duration::from_secs(10),
-            move || {
-                let seg = Segment::open_or_create(&path).expect("memory segment");
-                if reclaim {
-                    seg.reclaim_dead();
-                }
-                let (mut used, mut peak, mut limit) = (0, 0, 0);
-                for d in 0..MAX_DEVICES {
-                    if let Some(u) = seg.device_usage(d) {
-                        used += u.used;
-                        peak = peak.max(u.peak);
-                        limit = u.limit;
-                    }
-                }
-                Mem {
-                    used,
-                    peak,
-                    limit,
-                    live: seg.processes(),
-                }
-            },
+            move || Mem::read(&path, reclaim),
         )
-    }
-
-    /// The host's GPU segment (waits until a process created it).
-    fn gpu(&self) -> GpuSegment {
-        let dir = self.dir.join("gpu");
-        let path = wait_for(
-            || format!("no GPU segment appeared in {}", dir.display()),
-            Duration::from_secs(10),
-            || {
-                std::fs::read_dir(&dir)
-                    .ok()?
-                    .flatten()
-                    .map(|e| e.path())
-                    .find(|p| p.extension().is_some_and(|x| x == "seg"))
-            },
-        );
-        GpuSegment::open_or_create(&path).expect("GPU segment")
-    }
-}
-
-impl Drop for Host {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-#[derive(Debug)]
-struct Mem {
-    used: u64,
-    peak: u64,
-    limit: u64,
-    live: Vec<ProcessUsage>,
-}
-
-impl Mem {
-    fn of(&self, pid: u32) -> Option<u64> {
-        self.live
-            .iter()
-            .find(|p| p.pid == pid)
-            .map(|p| p.used.iter().sum())
-    }
-}
-
-/// What the GPU segment says: the lease, its holder, live process slots,
-/// the tenants.
-#[derive(Debug)]
-struct GpuView {
-    lease_slot: Option<usize>,
-    lease_pid: Option<u32>,
-    handovers: u64,
-    live: usize,
-    tenants: Vec<TenantView>,
-}
-
-impl GpuView {
-    fn of(g: &GpuSegment) -> GpuView {
-        let s = g.sched();
-        let lease = s.lease.load(Ordering::Acquire);
-        let lease_slot = (lease != 0).then(|| (lease - 1) as usize);
-        let lease_pid = lease_slot
-            .and_then(|i| g.proc_entry(i))
-            .filter(|p| p.state.load(Ordering::Acquire) != 0)
-            .map(|p| p.pid.load(Ordering::Acquire));
-        let live = (0..MAX_PROCS)
-            .filter(|&i| {
-                g.proc_entry(i)
-                    .is_some_and(|p| p.state.load(Ordering::Acquire) != 0)
-            })
-            .count();
-        GpuView {
-            lease_slot,
-            lease_pid,
-            handovers: s.handovers.load(Ordering::Acquire),
-            live,
-            tenants: g.tenants(),
-        }
-    }
-
-    fn tenant(&self, name: &str) -> &TenantView {
-        self.tenants
-            .iter()
-            .find(|t| t.name == name)
-            .unwrap_or_else(|| panic!("no tenant {name} in {self:?}"))
     }
 }
 
@@ -545,7 +400,11 @@ fn assert_gpu_empty(h: &Host, what: &str) {
             GpuView::of(&g)
         },
     );
-    assert_eq!(v.live, 0, "{what}: process slots left on the GPU: {v:?}");
+    assert_eq!(
+        v.procs.len(),
+        0,
+        "{what}: process slots left on the GPU: {v:?}"
+    );
     for t in &v.tenants {
         assert_eq!(
             (t.procs, t.waiting),
@@ -572,63 +431,10 @@ fn count_at(p: &[(u64, u64)], t: u64) -> u64 {
     p.iter().rev().find(|s| s.0 <= t).map_or(0, |s| s.1)
 }
 
-/// A `spin` run: (ms since its start, GPU ms done) samples, busy and wall.
-struct Spin {
-    samples: Vec<(f64, f64)>,
-    busy: f64,
-    wall: f64,
-    out: String,
-}
-
+/// A finished `spin` run.
 fn spin_result(d: &Done) -> Spin {
     assert!(d.status.success(), "spin failed:\n{}", d.dump());
-    let mut s = Spin {
-        samples: Vec::new(),
-        busy: 0.0,
-        wall: 0.0,
-        out: d.stdout.join("\n"),
-    };
-    for l in &d.stdout {
-        let w: Vec<&str> = l.split_whitespace().collect();
-        match w.as_slice() {
-            ["P", t, b] => s
-                .samples
-                .push((t.parse().expect("t"), b.parse().expect("b"))),
-            ["R", _, b, wl] => {
-                s.busy = b.trim_start_matches("busy_ms=").parse().expect("busy");
-                s.wall = wl.trim_start_matches("wall_ms=").parse().expect("wall");
-            }
-            _ => {}
-        }
-    }
-    s
-}
-
-impl Spin {
-    /// Percent of the GPU it got between `from` and `to` ms of its run.
-    fn between(&self, from: f64, to: f64) -> f64 {
-        let at = |t: f64| {
-            self.samples
-                .iter()
-                .rev()
-                .find(|s| s.0 <= t)
-                .copied()
-                .unwrap_or((0.0, 0.0))
-        };
-        let (a, b) = (at(from), at(to));
-        100.0 * (b.1 - a.1) / (b.0 - a.0).max(1.0)
-    }
-}
-
-/// xorshift: kill moments without a dependency.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
+    Spin::parse(&d.stdout.join("\n"))
 }
 
 // ---- 1. SIGKILL of the lease holder ---------------------------------------
@@ -645,12 +451,12 @@ impl Rng {
 fn sigkill_of_the_lease_holder_under_load() {
     let _s = serial();
     let t_test = Instant::now();
-    let h = Host::new("holder");
+    let h = host("holder");
     let names = ["a", "b", "c"];
     let quotas: Vec<PathBuf> = names
         .iter()
         .zip([20, 30, 50])
-        .map(|(n, s)| h.tenant(n, &format!("compute = {s}\nmemory = \"256MiB\"")))
+        .map(|(n, s)| h.quota(n, "", &format!("compute = {s}\nmemory = \"256MiB\"")))
         .collect();
     let stop = h.dir.join("stop");
     let stop_s = stop.display().to_string();
@@ -671,7 +477,7 @@ fn sigkill_of_the_lease_holder_under_load() {
             )
         },
         Duration::from_secs(10),
-        || (GpuView::of(&gpu).live == 6).then_some(()),
+        || (GpuView::of(&gpu).procs.len() == 6).then_some(()),
     );
 
     let mut kill_times = Vec::new();
@@ -785,7 +591,7 @@ fn sigkill_of_the_lease_holder_under_load() {
     assert!(
         frac >= 80.0,
         "a newcomer alone got {frac:.1} % of the GPU:\n{}",
-        probe.out
+        probe.stdout
     );
     eprintln!(
         "lease-holder kills: takeover after {takeovers:.1?} ms; test took {:.1} s",
@@ -810,8 +616,8 @@ fn sigkill_mid_admission_under_a_binding_quota() {
     let _s = serial();
     let t_test = Instant::now();
     const QUOTA: u64 = 64 * MIB;
-    let h = Host::new("admit");
-    let q = h.tenant("m", "memory = \"64MiB\"");
+    let h = host("admit");
+    let q = h.quota("m", "", "memory = \"64MiB\"");
     let stop = h.dir.join("stop");
     let stop_s = stop.display().to_string();
     let watch = h.plain("fault_app", &["watch", "poll", &stop_s, &QUOTA.to_string()]);
@@ -819,7 +625,7 @@ fn sigkill_mid_admission_under_a_binding_quota() {
     let survivors: Vec<Proc> = (0..2).map(|_| h.run(&q, "fault_app", &args)).collect();
     let mut victims: Vec<Proc> = (0..4).map(|_| h.run(&q, "fault_app", &args)).collect();
     sleep_ms(300);
-    let mut rng = Rng(monotonic_ns() | 1);
+    let mut rng = Rng::new(monotonic_ns());
     let mut last_kill = 0;
     let mut ages = Vec::new();
     let mut born: Vec<Instant> = vec![Instant::now(); victims.len()];
@@ -981,7 +787,7 @@ fn frozen(h: &Host, tenant: &str, pids: &[u32]) -> (u64, u64, u64, u64, usize) {
             }
             let slots: u64 = (0..cuslice_core::segment::MAX_SLOTS)
                 .filter_map(|i| seg.slot(i))
-                .filter(|s| s.state.load(Ordering::Acquire) != 0)
+                .filter(|s| s.state.load(Ordering::Acquire) != SLOT_FREE)
                 .map(|s| {
                     s.used
                         .iter()
@@ -1056,8 +862,8 @@ fn fake_held(h: &Host) -> u64 {
 #[test]
 fn a_context_that_does_not_fit_never_reaches_the_device() {
     let _s = serial();
-    let h = Host::new("ctx");
-    let q = h.tenant("m", "memory = \"8MiB\"");
+    let h = host("ctx");
+    let q = h.quota("m", "", "memory = \"8MiB\"");
     // 7 MiB + its 1 MiB context: the quota is full.
     let mut full = h.run(&q, "memtest", &["hold", "7340032"]);
     full.wait_line("R held", Duration::from_secs(10));
@@ -1097,7 +903,7 @@ fn a_context_that_does_not_fit_never_reaches_the_device() {
 #[test]
 fn a_sweep_finishes_the_admission_of_a_holder_killed_in_it() {
     let _s = serial();
-    let h = Host::new("sweep");
+    let h = host("sweep");
     let path = h.dir.join("memory.seg");
     let survivor = Segment::open_or_create(&path).expect("open");
     let dev = survivor.register_device(&[9; 16], 100).expect("device");
@@ -1143,8 +949,8 @@ fn a_sweep_finishes_the_admission_of_a_holder_killed_in_it() {
 fn fork_and_fork_exec_are_accounted_separately() {
     let _s = serial();
     for mode in ["exec", "fork"] {
-        let h = Host::new(&format!("fork-{mode}"));
-        let q = h.tenant("p", "compute = 50\nmemory = \"256MiB\"");
+        let h = host(&format!("fork-{mode}"));
+        let q = h.quota("p", "", "compute = 50\nmemory = \"256MiB\"");
         let mut p = h.run(&q, "fault_app", &["fork", mode]);
         let parent = p.pid();
         let line = p.wait_line("R child ready pid=", Duration::from_secs(10));
@@ -1199,8 +1005,8 @@ fn fork_and_fork_exec_are_accounted_separately() {
 #[test]
 fn a_killed_parent_is_reclaimed_while_its_fork_child_lives() {
     let _s = serial();
-    let h = Host::new("orphan");
-    let q = h.tenant("p", "compute = 50\nmemory = \"256MiB\"");
+    let h = host("orphan");
+    let q = h.quota("p", "", "compute = 50\nmemory = \"256MiB\"");
     let mut p = h.run(&q, "fault_app", &["fork", "orphan"]);
     let line = p.wait_line("R orphan pid=", Duration::from_secs(10));
     let orphan = field(&line, "pid").expect("pid") as u32;
@@ -1245,9 +1051,9 @@ fn a_killed_parent_is_reclaimed_while_its_fork_child_lives() {
 #[test]
 fn threads_exiting_mid_flight() {
     let _s = serial();
-    let h = Host::new("threads");
-    let q = h.tenant("t", "compute = 50\nmemory = \"1GiB\"");
-    let other = h.tenant("o", "compute = 50");
+    let h = host("threads");
+    let q = h.quota("t", "", "compute = 50\nmemory = \"1GiB\"");
+    let other = h.quota("o", "", "compute = 50");
     let mut spin = h.run(&other, "spin", &["60", "200000", "4"]);
     let t0 = Instant::now();
     let d = h
@@ -1290,11 +1096,11 @@ fn threads_exiting_mid_flight() {
 #[test]
 fn exit_while_other_threads_allocate() {
     let _s = serial();
-    let h = Host::new("exitrace");
-    let q = h.tenant("x", "compute = 50\nmemory = \"4GiB\"");
+    let h = host("exitrace");
+    let q = h.quota("x", "", "compute = 50\nmemory = \"4GiB\"");
     // Another tenant keeps the lease changing hands, so that the exiting
     // process's threads keep waiting for it.
-    let other = h.tenant("o", "compute = 50");
+    let other = h.quota("o", "", "compute = 50");
     let mut spin = h.run(&other, "spin", &["60", "200000", "4"]);
     let mut left = Vec::new();
     for round in 0..10 {
@@ -1330,9 +1136,9 @@ fn exit_while_other_threads_allocate() {
 #[test]
 fn exit_while_a_launch_waits_for_tokens() {
     let _s = serial();
-    let h = Host::new("gate");
-    let cap = h.tenant("cap", "compute_max = 1\nmemory = \"1GiB\"");
-    let b = h.tenant("b", "compute = 50");
+    let h = host("gate");
+    let cap = h.quota("cap", "", "compute_max = 1\nmemory = \"1GiB\"");
+    let b = h.quota("b", "", "compute = 50");
     let spin = h.run(&b, "spin", &["3.5", "1000000", "4"]);
     let b_start = Instant::now();
     let gpu = h.gpu();
@@ -1412,11 +1218,11 @@ fn exit_while_a_launch_waits_for_tokens() {
         // Alone but for a 1 % ceiling it has ~99 %; a GPU left stuck by the
         // exited process would give it next to nothing (the margin is for
         // CPU contention on a small CI machine).
-        let after = s.between(at + 100.0, at + 900.0);
+        let after = s.fraction_between(at + 100.0, at + 900.0);
         assert!(
             after >= 80.0,
             "the other tenant got {after:.1} % of the GPU after the capped process's {how} at {at:.0} ms:\n{}",
-            s.out
+            s.stdout
         );
         eprintln!(
             "{how} of a process waiting in the gate took {took:.1} ms; other tenant after: {after:.1} %"

@@ -17,15 +17,15 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Child;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::Opts;
-use cuslice_core::config::format_uuid;
+use common::{GpuView, Host, Opts, Rng, set_env, wait_for};
 use cuslice_core::gpu::{self, GpuSegment};
 use cuslice_core::segment::{self, Segment};
+use cuslice_core::shm::Header;
 
 const MIB: u64 = 1 << 20;
 /// Every container's memory quota, its 1 MiB context charge included.
@@ -33,75 +33,50 @@ const QUOTA: u64 = 65 * MIB;
 /// Allocation size of the victims: two fit in a quota, three do not.
 const CHUNK: u64 = 24 * MIB;
 const KERNEL_NS: &str = "200000";
-/// The fake GPU 0's UUID (tests/fake/fake_common.h, `fake_uuid_bytes`).
-const FAKE_UUID: [u8; 16] = [
-    0xc5, 0x11, 0xce, 0x00, 0xfa, 0x4e, 0x40, 0x00, 0x80, 0, 0, 0, 0, 0, 0, 0,
-];
-/// `Tenant::state` of a registered tenant, `Proc::state` of a live process
-/// (core/src/gpu.rs).
-const TENANT_READY: u32 = 2;
-const PROC_LIVE: u32 = 1;
 /// Bytes of the segments' header (magic, version, sizes, layout params).
-const HEADER: usize = 64;
+const HEADER: usize = std::mem::size_of::<Header>();
 
 fn mono_ms() -> f64 {
     gpu::monotonic_ns() as f64 / 1e6
 }
 
 /// A host: the GPU segment directory every container mounts, and one
-/// directory per container (its memory segment, its fake GPU state).
-struct Host {
-    dir: PathBuf,
-}
+/// directory per container (its memory segment); one fake GPU state per
+/// container (`fake-<container>.state`), whose device-wide usage is then
+/// that container's ground truth. Dropped, it kills what its test spawned.
+struct Scene(Host);
 
-impl Host {
-    fn new(name: &str) -> Host {
-        let dir =
-            std::env::temp_dir().join(format!("cuslice-hostile-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("mkdir");
-        Host { dir }
-    }
-
-    fn gpu_seg(&self) -> PathBuf {
-        self.dir
-            .join("gpu")
-            .join(format!("{}.seg", format_uuid(&FAKE_UUID)))
-    }
-
-    fn mem_seg(&self, container: &str) -> PathBuf {
-        self.dir.join(format!("mem-{container}")).join("memory.seg")
+impl Scene {
+    fn new(name: &str) -> Scene {
+        Scene(Host::new("hostile", name).context_overhead("1MiB"))
     }
 
     /// The environment of a process of `container` (tenant of the same
     /// name): 65 MiB quota plus `limits` (compute keys) under `[all]`.
     fn container(&self, container: &str, limits: &str) -> Vec<(&'static str, String)> {
-        let q = self.dir.join(format!("{container}.toml"));
-        let text = format!(
-            "tenant = \"{container}\"\nsegment_dir = \"{}\"\ngpu_segment_dir = \"{}\"\ncontext_overhead = \"1MiB\"\n[all]\nmemory = \"65MiB\"\n{limits}\n",
-            self.dir.join(format!("mem-{container}")).display(),
-            self.dir.join("gpu").display()
-        );
-        std::fs::write(&q, text).expect("write quota");
-        vec![
-            ("CUSLICE_CONFIG", q.display().to_string()),
-            (
-                "FAKE_CUDA_STATE",
-                self.dir
-                    .join(format!("fake-{container}.state"))
-                    .display()
-                    .to_string(),
-            ),
-            ("FAKE_CUDA_CTX_OVERHEAD", "1MiB".to_string()),
-            ("CUSLICE_LOG", "warn".to_string()),
-        ]
+        let q = self
+            .0
+            .quota(container, "", &format!("memory = \"65MiB\"\n{limits}"));
+        let mut env = self.0.env(Some(&q));
+        let fake = self.0.dir.join(format!("fake-{container}.state"));
+        set_env(&mut env, "FAKE_CUDA_STATE", &fake.display().to_string());
+        env
     }
 }
 
-impl Drop for Host {
+impl std::ops::Deref for Scene {
+    type Target = Host;
+
+    fn deref(&self) -> &Host {
+        &self.0
+    }
+}
+
+impl Drop for Scene {
     fn drop(&mut self) {
         // A failing test (a panic) must leave no process behind: kill what
-        // this test's thread spawned and is still running (unreaped).
+        // this test's thread spawned and is still running (unreaped). The
+        // host's directory goes after (the field is dropped after this).
         for pid in SPAWNED.with(|s| std::mem::take(&mut *s.borrow_mut())) {
             let mut st = 0;
             // SAFETY: waitpid/kill on a pid we spawned; WNOHANG returns 0
@@ -115,7 +90,6 @@ impl Drop for Host {
                 }
             }
         }
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -215,22 +189,10 @@ impl Outcome {
 }
 
 /// Waits for `c` until `deadline`; a process still running then is a hang:
-/// killed, and the test fails with its last progress lines.
-fn finish(name: &str, mut c: Child, deadline: Instant) -> Outcome {
-    while c.try_wait().expect("try_wait").is_none() {
-        if Instant::now() > deadline {
-            let _ = c.kill();
-            let out = c.wait_with_output().expect("wait");
-            panic!(
-                "{name} hung: not finished by its deadline, killed (at {:.0} ms); its progress lines (P <CLOCK_MONOTONIC ms> <rounds> <launches>, every 200 ms of progress) show where it stalled:\n{}\nstderr:\n{}",
-                mono_ms(),
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let out = c.wait_with_output().expect("wait");
+/// killed, and the test fails with its last progress lines (P <CLOCK_MONOTONIC
+/// ms> <rounds> <launches>, every 200 ms of progress).
+fn finish(name: &str, c: Child, deadline: Instant) -> Outcome {
+    let out = common::output_by(name, c, deadline);
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let mut progress = Vec::new();
     let mut d = BTreeMap::new();
@@ -259,18 +221,6 @@ fn finish(name: &str, mut c: Child, deadline: Instant) -> Outcome {
         stdout,
         progress,
         d,
-    }
-}
-
-/// xorshift64*: garbage that is the same on every run.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
     }
 }
 
@@ -358,31 +308,16 @@ fn for_ms(ms: u64, mut write: impl FnMut(u64)) {
 /// Process slot and tenant index of each of `pids` in the GPU segment
 /// (waits until all have registered).
 fn registered(path: &Path, pids: &[u32]) -> Vec<(usize, usize)> {
-    let t0 = Instant::now();
-    loop {
-        if let Ok(g) = GpuSegment::open_or_create(path) {
-            let found: Vec<Option<(usize, usize)>> = pids
-                .iter()
-                .map(|&pid| {
-                    (0..gpu::MAX_PROCS).find_map(|i| {
-                        let p = g.proc_entry(i)?;
-                        (p.state.load(Ordering::Acquire) == PROC_LIVE
-                            && p.pid.load(Ordering::Relaxed) == pid)
-                            .then(|| (i, p.tenant.load(Ordering::Relaxed) as usize))
-                    })
-                })
-                .collect();
-            if found.iter().all(Option::is_some) {
-                return found.into_iter().flatten().collect();
-            }
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(15),
-            "the victims did not register in {} within 15 s",
-            path.display()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for(
+        || format!("the victims did not register in {}", path.display()),
+        Duration::from_secs(15),
+        || {
+            let v = GpuView::of(&GpuSegment::open_or_create(path).ok()?);
+            pids.iter()
+                .map(|&pid| v.proc_of(pid).map(|p| (p.slot, p.tenant)))
+                .collect()
+        },
+    )
 }
 
 /// The one error line of a process that failed closed.
@@ -394,7 +329,7 @@ fn one_error_line(stderr: &str) -> &str {
 
 #[test]
 fn garbage_in_the_gpu_segment_neither_crashes_nor_hangs_nor_frees_the_victims() {
-    let h = Host::new("gpu");
+    let h = Scene::new("gpu");
     // Three tenants with compute shares and ceilings, each with a 65 MiB
     // memory quota; "c" also has a bystander that holds 8 MiB and never
     // launches (it holds a process slot, so that the writer can point the
@@ -429,7 +364,7 @@ fn garbage_in_the_gpu_segment_neither_crashes_nor_hangs_nor_frees_the_victims() 
     let raw = Raw::map(&path);
     assert_eq!(raw.len, gpu::SIZE);
     let good_header = raw.header();
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut rng = Rng::new(0x9e37_79b9_7f4a_7c15);
 
     // 1. Random bytes over the whole body, header kept.
     for_ms(1500, |_| raw.scribble(HEADER, &mut rng));
@@ -521,7 +456,7 @@ fn garbage_in_the_gpu_segment_neither_crashes_nor_hangs_nor_frees_the_victims() 
                 t.waiting.store(u32::MAX, Ordering::Relaxed);
                 continue;
             }
-            t.state.store(TENANT_READY, Ordering::Release);
+            t.state.store(gpu::READY, Ordering::Release);
             t.name[0].store(
                 u64::from_le_bytes(*b"phantom\0") + k as u64,
                 Ordering::Relaxed,
@@ -548,7 +483,7 @@ fn garbage_in_the_gpu_segment_neither_crashes_nor_hangs_nor_frees_the_victims() 
             let r = rng.next();
             p.state.store(
                 if i.is_multiple_of(2) {
-                    PROC_LIVE
+                    gpu::PROC_LIVE
                 } else {
                     r as u32
                 },
@@ -565,7 +500,7 @@ fn garbage_in_the_gpu_segment_neither_crashes_nor_hangs_nor_frees_the_victims() 
             );
         }
     };
-    let mut rng2 = Rng(0x0123_4567_89ab_cdef);
+    let mut rng2 = Rng::new(0x0123_4567_89ab_cdef);
     for_ms(600, |i| lease_huge(i, &mut rng2));
     for_ms(600, |_| lease_to_bystander());
     for_ms(600, |i| {
@@ -673,7 +608,7 @@ fn garbage_in_the_gpu_segment_neither_crashes_nor_hangs_nor_frees_the_victims() 
 
 #[test]
 fn a_corrupt_gpu_segment_header_fails_closed_at_start_up() {
-    let h = Host::new("header");
+    let h = Scene::new("header");
     let env = h.container("t", "compute = 50");
     let path = h.gpu_seg();
     drop(GpuSegment::open_or_create(&path).expect("create"));
@@ -685,39 +620,42 @@ fn a_corrupt_gpu_segment_header_fails_closed_at_start_up() {
         b[off..off + v.len()].copy_from_slice(v);
         b
     };
+    // Where the header's fields are, from core's own type.
+    use std::mem::offset_of;
+    let param = |i: usize| offset_of!(Header, params) + 4 * i;
     let cases: Vec<(&str, Vec<u8>, String)> = vec![
         (
             "magic",
-            with(0, b"CUSLMEM\0"),
+            with(offset_of!(Header, magic), b"CUSLMEM\0"),
             format!("{p}: not a cuslice GPU segment (bad magic)"),
         ),
         (
             "version",
-            with(8, &99u32.to_le_bytes()),
+            with(offset_of!(Header, version), &99u32.to_le_bytes()),
             format!("{p}: GPU segment layout version 99 is not the version 1 this cuslice uses"),
         ),
         (
             "header size",
-            with(12, &128u32.to_le_bytes()),
+            with(offset_of!(Header, header_size), &128u32.to_le_bytes()),
             format!(
-                "{p}: GPU segment header says 128 header bytes / {size} bytes in all, expected 64 / {size}: corrupt or foreign"
+                "{p}: GPU segment header says 128 header bytes / {size} bytes in all, expected {HEADER} / {size}: corrupt or foreign"
             ),
         ),
         (
             "total size",
-            with(16, &(1u64 << 20).to_le_bytes()),
+            with(offset_of!(Header, total_size), &(1u64 << 20).to_le_bytes()),
             format!(
-                "{p}: GPU segment header says 64 header bytes / 1048576 bytes in all, expected 64 / {size}: corrupt or foreign"
+                "{p}: GPU segment header says {HEADER} header bytes / 1048576 bytes in all, expected {HEADER} / {size}: corrupt or foreign"
             ),
         ),
         (
             "tenant count",
-            with(24, &64u32.to_le_bytes()),
+            with(param(0), &64u32.to_le_bytes()),
             format!("{p}: GPU segment tenant count is 64, expected 32: corrupt or foreign"),
         ),
         (
             "process size",
-            with(24 + 4 * 4, &128u32.to_le_bytes()),
+            with(param(4), &128u32.to_le_bytes()),
             format!("{p}: GPU segment process size is 128, expected 64: corrupt or foreign"),
         ),
         (
@@ -786,7 +724,7 @@ fn a_corrupt_gpu_segment_header_fails_closed_at_start_up() {
         let t = g.tenant(i).expect("tenant");
         t.name[0].store(i as u64 + 1, Ordering::Relaxed);
         t.procs.store(1, Ordering::Relaxed);
-        t.state.store(TENANT_READY, Ordering::Release);
+        t.state.store(gpu::READY, Ordering::Release);
     }
     let o = finish(
         "full",
@@ -812,26 +750,22 @@ fn a_same_container_writer_cannot_crash_or_hang_its_siblings() {
     // Container x: two victims with a memory quota (no compute share: the
     // GPU segment is not involved). The test writes garbage into x's own
     // memory segment, as any process of x can.
-    let h = Host::new("memseg");
+    let h = Scene::new("memseg");
     let x = h.container("x", "");
-    let t0 = Instant::now();
     let victims: Vec<Child> = (0..2).map(|_| victim(&x, 120.0)).collect();
     let path = h.mem_seg("x");
-    let seg = loop {
-        if let Ok(s) = Segment::open_or_create(&path)
-            && s.processes().iter().filter(|p| p.alive).count() == 2
-        {
-            break s;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(15),
-            "victims did not register"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let seg = wait_for(
+        || "victims did not register".to_string(),
+        Duration::from_secs(15),
+        || {
+            Segment::open_or_create(&path)
+                .ok()
+                .filter(|s| s.processes().iter().filter(|p| p.alive).count() == 2)
+        },
+    );
     let raw = Raw::map(&path);
     assert_eq!(raw.len, segment::SIZE);
-    let mut rng = Rng(0x5eed_5eed_5eed_5eed);
+    let mut rng = Rng::new(0x5eed_5eed_5eed_5eed);
     let devices = || (0..segment::MAX_DEVICES).filter_map(|i| seg.device(i));
     // 1. Random bytes over the body, header kept (leaves the admission
     // lock words naming no slot).

@@ -14,44 +14,28 @@ mod common;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use common::Opts;
+use common::{Host, Opts};
 
 const NOT_PERMITTED: i32 = 800;
 
-/// A scratch directory with a quota file (64 MiB usable, 1 MiB context).
+/// A host with one container, tenant "t": 64 MiB usable, 1 MiB context.
 struct Scene {
-    dir: PathBuf,
+    host: Host,
+    quota: PathBuf,
 }
 
 impl Scene {
     fn new(name: &str) -> Scene {
-        let dir = std::env::temp_dir().join(format!("cuslice-init-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("mkdir");
-        let text = format!(
-            "segment_dir = \"{}\"\ncontext_overhead = \"1MiB\"\n[all]\nmemory = \"65MiB\"\n",
-            self_seg(&dir).display()
-        );
-        std::fs::write(dir.join("quota.toml"), text).expect("write quota");
-        Scene { dir }
+        let host = Host::new("init", name).context_overhead("1MiB");
+        let quota = host.quota("t", "", "memory = \"65MiB\"");
+        Scene { host, quota }
     }
 
     /// Runs `init_app ARGS` under the shim with `extra` in its
     /// environment; fails the test if it does not exit within `limit`.
     fn run(&self, args: &[&str], extra: &[(&'static str, &str)], limit: Duration) -> Done {
-        let mut env = vec![
-            (
-                "CUSLICE_CONFIG",
-                self.dir.join("quota.toml").display().to_string(),
-            ),
-            (
-                "FAKE_CUDA_STATE",
-                self.dir.join("fake-gpu.state").display().to_string(),
-            ),
-            ("FAKE_CUDA_MEM", "16GiB".to_string()),
-            ("FAKE_CUDA_CTX_OVERHEAD", "1MiB".to_string()),
-            ("CUSLICE_LOG", "warn".to_string()),
-        ];
+        let mut env = self.host.env(Some(&self.quota));
+        env.push(("FAKE_CUDA_MEM", "16GiB".to_string()));
         env.extend(extra.iter().map(|(k, v)| (*k, v.to_string())));
         let opts = Opts {
             args: args.iter().map(|a| a.to_string()).collect(),
@@ -107,16 +91,6 @@ fn descendants(pid: u32) -> Vec<u32> {
         }
     }
     all
-}
-
-fn self_seg(dir: &std::path::Path) -> PathBuf {
-    dir.join("seg")
-}
-
-impl Drop for Scene {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
 }
 
 struct Done {
@@ -215,8 +189,8 @@ fn threads_waiting_for_a_panicking_initialiser_see_it_fail() {
 #[test]
 fn a_segment_that_cannot_be_used_refuses_every_cuinit() {
     let s = Scene::new("badseg");
-    std::fs::create_dir_all(self_seg(&s.dir)).expect("mkdir");
-    let seg = self_seg(&s.dir).join("memory.seg");
+    std::fs::create_dir_all(s.host.mem_dir("t")).expect("mkdir");
+    let seg = s.host.mem_seg("t");
     std::fs::write(&seg, [0x5au8; 100]).expect("write");
     let d = s.run(&["twice"], &[], LIMIT);
     assert!(d.ok, "{}", d.dump());

@@ -5,44 +5,32 @@
 mod common;
 
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
 
-use common::{Opts, run};
+use common::{Host, Opts, run};
 
 const MIB: u64 = 1 << 20;
 
-/// A scratch directory with a quota file; its segment and the fake GPU's
-/// shared state live inside it too.
+/// A host with one container: its quota file (`quota.toml`, whatever text
+/// a test gives) and its segment directory (`seg/`) in the host's
+/// directory, beside the fake GPU's state.
 struct Scene {
-    dir: PathBuf,
+    host: Host,
 }
 
 impl Scene {
     fn new(name: &str, quota_toml: &str) -> Scene {
-        let dir = std::env::temp_dir().join(format!("cuslice-mem-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("mkdir");
+        let host = Host::new("mem", name).context_overhead("1MiB");
         let text = format!(
             "segment_dir = \"{}\"\n{quota_toml}",
-            dir.join("seg").display()
+            host.dir.join("seg").display()
         );
-        std::fs::write(dir.join("quota.toml"), text).expect("write quota");
-        Scene { dir }
+        std::fs::write(host.dir.join("quota.toml"), text).expect("write quota");
+        Scene { host }
     }
 
     fn env(&self, extra: &[(&'static str, String)]) -> Vec<(&'static str, String)> {
-        let mut v = vec![
-            (
-                "CUSLICE_CONFIG",
-                self.dir.join("quota.toml").display().to_string(),
-            ),
-            (
-                "FAKE_CUDA_STATE",
-                self.dir.join("fake-gpu.state").display().to_string(),
-            ),
-            ("FAKE_CUDA_MEM", "16GiB".to_string()),
-            ("FAKE_CUDA_CTX_OVERHEAD", "1MiB".to_string()),
-        ];
+        let mut v = self.host.env(Some(&self.host.dir.join("quota.toml")));
+        v.push(("FAKE_CUDA_MEM", "16GiB".to_string()));
         v.extend(extra.iter().cloned());
         v
     }
@@ -56,12 +44,6 @@ impl Scene {
                 ..Opts::default()
             },
         )
-    }
-}
-
-impl Drop for Scene {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -267,18 +249,14 @@ fn bad_quota_file_fails_cuinit_with_one_line() {
 #[test]
 fn environment_quota_applies_without_a_file() {
     let s = Scene::new("env", "");
-    let seg = s.dir.join("seg").display().to_string();
-    let env = vec![
+    let seg = s.host.dir.join("seg").display().to_string();
+    let mut env = s.host.env(None);
+    env.extend([
         ("CUSLICE_CONFIG", String::new()),
         ("CUDA_DEVICE_MEMORY_LIMIT", "65m".to_string()),
         ("CUSLICE_CONTEXT_OVERHEAD", "1MiB".to_string()),
         ("CUSLICE_SEGMENT_DIR", seg),
-        (
-            "FAKE_CUDA_STATE",
-            s.dir.join("fake-gpu.state").display().to_string(),
-        ),
-        ("FAKE_CUDA_CTX_OVERHEAD", "1MiB".to_string()),
-    ];
+    ]);
     let r = run_args(
         "memtest",
         &["boundary", "alloc", &USABLE.to_string()],
@@ -323,10 +301,10 @@ fn processes_with_different_quotas_for_one_segment_are_refused() {
     let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
     assert_eq!(lines.next().and_then(|l| l.ok()).as_deref(), Some("R held"));
     std::fs::write(
-        s.dir.join("other.toml"),
+        s.host.dir.join("other.toml"),
         format!(
             "segment_dir = \"{}\"\n[all]\nmemory = \"1GiB\"\n",
-            s.dir.join("seg").display()
+            s.host.dir.join("seg").display()
         ),
     )
     .expect("write");
@@ -334,7 +312,7 @@ fn processes_with_different_quotas_for_one_segment_are_refused() {
         &["alloc", "1024"],
         &[(
             "CUSLICE_CONFIG",
-            s.dir.join("other.toml").display().to_string(),
+            s.host.dir.join("other.toml").display().to_string(),
         )],
     );
     child.kill().expect("kill");

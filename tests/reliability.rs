@@ -5,73 +5,39 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use common::Opts;
-use cuslice_core::segment::{MAX_DEVICES, Segment};
+use common::{Host, Mem, Opts, set_env};
+use cuslice_core::segment::Segment;
 
-struct Dir(PathBuf);
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn setup(name: &str, quota: &str) -> (Dir, Vec<(&'static str, String)>) {
-    let d = std::env::temp_dir().join(format!("cuslice-rel-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("mkdir");
-    std::fs::write(
-        d.join("quota.toml"),
-        format!(
-            "segment_dir = \"{}\"\ncontext_overhead = \"1MiB\"\n[all]\nmemory = \"{quota}\"\n",
-            d.join("seg").display()
-        ),
-    )
-    .expect("write");
-    let env = vec![
-        ("CUSLICE_CONFIG", d.join("quota.toml").display().to_string()),
-        ("CUSLICE_LOG", "error".to_string()),
-        (
-            "FAKE_CUDA_STATE",
-            d.join("fake.state").display().to_string(),
-        ),
-        ("FAKE_CUDA_CTX_OVERHEAD", "1MiB".to_string()),
-    ];
-    (Dir(d), env)
+/// A host with one container (tenant "t") under a memory `quota`, and the
+/// environment of its processes (errors only: they are noisy under load).
+fn setup(name: &str, quota: &str) -> (Host, Vec<(&'static str, String)>) {
+    let h = Host::new("rel", name).context_overhead("1MiB");
+    let q = h.quota("t", "", &format!("memory = \"{quota}\""));
+    let mut env = h.env(Some(&q));
+    set_env(&mut env, "CUSLICE_LOG", "error");
+    (h, env)
 }
 
 /// Usage the container's segment still accounts (after reclaiming the dead).
-fn accounted(dir: &Dir) -> u64 {
-    let seg = Segment::open_or_create(&dir.0.join("seg").join("memory.seg")).expect("segment");
-    seg.reclaim_dead();
-    (0..MAX_DEVICES)
-        .filter_map(|d| seg.device_usage(d))
-        .map(|u| u.used)
-        .sum()
+fn accounted(h: &Host) -> u64 {
+    Mem::read(&h.mem_seg("t"), true).used
 }
 
+/// The outputs of `children`, all finished within `limit` (a deadlock fails
+/// the test, the process killed).
 fn wait_all(children: Vec<std::process::Child>, limit: Duration) -> Vec<std::process::Output> {
-    let start = Instant::now();
+    let deadline = Instant::now() + limit;
     children
         .into_iter()
-        .map(|mut c| {
-            while c.try_wait().expect("try_wait").is_none() {
-                assert!(
-                    start.elapsed() < limit,
-                    "deadlock: a process did not finish within {limit:?}"
-                );
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            c.wait_with_output().expect("output")
-        })
+        .map(|c| common::output_by("a load process (deadlock?)", c, deadline))
         .collect()
 }
 
 #[test]
 fn eight_processes_of_sixteen_threads_end_at_zero() {
-    let (dir, env) = setup("load", "512MiB");
+    let (h, env) = setup("load", "512MiB");
     let t0 = Instant::now();
     let opts = Opts {
         args: vec!["16".into(), "100000".into()],
@@ -100,7 +66,7 @@ fn eight_processes_of_sixteen_threads_end_at_zero() {
     );
     assert!(refused > 0, "the quota must bind during the load");
     assert_eq!(
-        accounted(&dir),
+        accounted(&h),
         0,
         "accounted usage after every process freed everything"
     );
@@ -108,7 +74,7 @@ fn eight_processes_of_sixteen_threads_end_at_zero() {
 
 #[test]
 fn processes_killed_mid_load_leave_nothing_accounted() {
-    let (dir, env) = setup("kill", "256MiB");
+    let (h, env) = setup("kill", "256MiB");
     let long = Opts {
         args: vec!["16".into(), "1000000".into()],
         env: env.clone(),
@@ -123,11 +89,15 @@ fn processes_killed_mid_load_leave_nothing_accounted() {
     let survivors: Vec<_> = (0..2).map(|_| common::spawn("load", &short)).collect();
     // Killed mid-load: once each victim's slot accounts more than its
     // context (1 MiB), it holds allocations and its threads are at work.
-    let seg = dir.0.join("seg").join("memory.seg");
+    let seg = h.mem_seg("t");
     let pids: Vec<u32> = victims.iter().map(std::process::Child::id).collect();
-    let loaded = || -> Option<Vec<u32>> {
-        let s = Segment::open_read_only(&seg).ok()?;
-        let procs = s.processes();
+    // (Opened once it exists, and kept: polled every millisecond.)
+    let mut opened: Option<Segment> = None;
+    let mut loaded = || -> Option<Vec<u32>> {
+        if opened.is_none() {
+            opened = Segment::open_read_only(&seg).ok();
+        }
+        let procs = opened.as_ref()?.processes();
         Some(
             pids.iter()
                 .copied()
@@ -162,9 +132,5 @@ fn processes_killed_mid_load_leave_nothing_accounted() {
             String::from_utf8_lossy(&o.stderr)
         );
     }
-    assert_eq!(
-        accounted(&dir),
-        0,
-        "the killed processes' usage is reclaimed"
-    );
+    assert_eq!(accounted(&h), 0, "the killed processes' usage is reclaimed");
 }

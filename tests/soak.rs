@@ -3,7 +3,7 @@
 //! `scripts/soak.sh` runs it for 10 minutes), with invariants checked every
 //! 50 ms while it runs and once more after every process is gone.
 //!
-//! Set-up (as `Host` in tests/compute.rs): each container has its own quota
+//! Set-up (a `Host` of tests/common): each container has its own quota
 //! file (a memory quota, a compute share and/or ceiling, a burst, its own
 //! `segment_dir`); all of them share one `gpu_segment_dir` and one fake-GPU
 //! state file. Each container keeps up to three processes going, started
@@ -72,18 +72,20 @@ use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use cuslice_core::gpu::{GRACE_NS, GpuSegment, MAX_PROCS, monotonic_ns};
-use cuslice_core::segment::{MAX_DEVICES, MAX_SLOTS, Segment};
+use common::{GpuView, Host, Mem, Opts, Rng};
+use cuslice_core::gpu::{GRACE_NS, GpuSegment, MAX_PROCS, PROC_FREE, monotonic_ns};
+use cuslice_core::segment::{MAX_DEVICES, MAX_SLOTS, SLOT_FREE, Segment};
 
 const MIB: u64 = 1 << 20;
 /// Context overhead: what the fake GPU takes per context and what the
-/// quota files charge for one.
+/// quota files charge for one (the host's `context_overhead`, below).
 const CTX: u64 = MIB;
+const CTX_SIZE: &str = "1MiB";
 const SAMPLE: Duration = Duration::from_millis(50);
 /// Slack on top of GRACE_NS for a lease held by a dead or overstaying
 /// process while someone waits.
@@ -93,42 +95,6 @@ const PROGRESS_NS: u64 = 15_000_000_000;
 /// Slack on a ceiling-bound tenant's GPU time over the whole run.
 const CEILING_SLACK_NS: u64 = 5_000_000_000;
 const KILL_PROBABILITY: f64 = 0.2;
-
-// ---- random numbers -------------------------------------------------------
-
-/// splitmix64: small, seedable, good enough to pick test parameters.
-#[derive(Clone)]
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in lo..=hi.
-    fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.next() % (hi - lo + 1)
-    }
-
-    fn chance(&mut self, p: f64) -> bool {
-        ((self.next() >> 11) as f64) < p * (1u64 << 53) as f64
-    }
-
-    fn pick<T: Copy>(&mut self, xs: &[T]) -> T {
-        xs[self.next() as usize % xs.len()]
-    }
-
-    /// An independent generator for `stream` (per container, per process).
-    fn fork(seed: u64, stream: u64) -> Rng {
-        let mut r = Rng(seed ^ stream.wrapping_mul(0xd6e8_feb8_6659_fd93));
-        r.next();
-        r
-    }
-}
 
 // ---- the scene ------------------------------------------------------------
 
@@ -144,7 +110,7 @@ struct Container {
     describe: String,
 }
 
-fn containers(dir: &Path, rng: &mut Rng) -> Vec<Container> {
+fn containers(h: &Host, rng: &mut Rng) -> Vec<Container> {
     let n = rng.range(3, 5) as usize;
     (0..n)
         .map(|i| {
@@ -167,17 +133,8 @@ fn containers(dir: &Path, rng: &mut Rng) -> Vec<Container> {
             if let Some(m) = compute_max {
                 let _ = writeln!(limits, "compute_max = {m}");
             }
-            let memory_dir = dir.join(format!("mem-{name}"));
-            let quota_file = dir.join(format!("{name}.toml"));
-            std::fs::write(
-                &quota_file,
-                format!(
-                    "tenant = \"{name}\"\nsegment_dir = \"{}\"\ngpu_segment_dir = \"{}\"\ncontext_overhead = {CTX}\ncompute_burst_ms = {burst_ms}\n[all]\n{limits}",
-                    memory_dir.display(),
-                    dir.join("gpu").display()
-                ),
-            )
-            .expect("write quota file");
+            let quota_file = h.quota(&name, &format!("compute_burst_ms = {burst_ms}"), &limits);
+            let memory_seg = h.mem_seg(&name);
             let max = compute_max.unwrap_or(100);
             Container {
                 describe: format!(
@@ -188,7 +145,7 @@ fn containers(dir: &Path, rng: &mut Rng) -> Vec<Container> {
                 ),
                 name,
                 quota_file,
-                memory_seg: memory_dir.join("memory.seg"),
+                memory_seg,
                 limit,
                 share: compute.unwrap_or(max),
                 max,
@@ -609,31 +566,18 @@ impl Running {
     }
 }
 
-fn spawn(
-    id: u64,
-    container: usize,
-    plan: Plan,
-    cs: &[Container],
-    dir: &Path,
-    fake_state: &Path,
-) -> Running {
-    let e = common::env();
-    let out = dir.join("logs").join(format!("{id}.out"));
-    let err = dir.join("logs").join(format!("{id}.err"));
-    let mut cmd = Command::new(e.apps.join(plan.prog));
-    cmd.args(&plan.args)
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env(
-            "LD_LIBRARY_PATH",
-            format!("{}:{}", e.fake.display(), e.apps.display()),
-        )
-        .env("LD_PRELOAD", &e.shim)
-        .env("CUSLICE_CONFIG", &cs[container].quota_file)
-        .env("CUSLICE_LOG", "warn")
-        .env("FAKE_CUDA_STATE", fake_state)
-        .env("FAKE_CUDA_CTX_OVERHEAD", CTX.to_string())
-        .stdin(Stdio::null())
+fn spawn(id: u64, container: usize, plan: Plan, cs: &[Container], h: &Host) -> Running {
+    let out = h.dir.join("logs").join(format!("{id}.out"));
+    let err = h.dir.join("logs").join(format!("{id}.err"));
+    let mut cmd = common::command(
+        plan.prog,
+        &Opts {
+            args: plan.args.clone(),
+            env: h.env(Some(&cs[container].quota_file)),
+            ..Opts::default()
+        },
+    );
+    cmd.stdin(Stdio::null())
         .stdout(File::create(&out).expect("stdout file"))
         .stderr(File::create(&err).expect("stderr file"))
         .process_group(0);
@@ -896,7 +840,7 @@ impl Checker {
             peak = dev.peak.load(Ordering::Acquire);
             for i in 0..MAX_SLOTS {
                 let Some(s) = w.seg.slot(i) else { break };
-                if s.state.load(Ordering::Acquire) != 0 {
+                if s.state.load(Ordering::Acquire) != SLOT_FREE {
                     slots.push((
                         i,
                         s.pid.load(Ordering::Relaxed),
@@ -924,7 +868,7 @@ impl Checker {
         for &(i, pid, _, registered) in &slots {
             if i != my && gone(pid as i32, Some(registered)) && w.seg.slot_alive(i) {
                 let s = w.seg.slot(i).expect("slot");
-                if s.state.load(Ordering::Acquire) != 0
+                if s.state.load(Ordering::Acquire) != SLOT_FREE
                     && s.pid.load(Ordering::Relaxed) == pid
                     && s.started.load(Ordering::Relaxed) == registered
                 {
@@ -1050,17 +994,17 @@ impl Checker {
         let mut held_dead = Vec::new();
         for i in 0..MAX_PROCS {
             let Some(p) = g.proc_entry(i) else { break };
-            if p.state.load(Ordering::Acquire) != 0 {
+            if p.state.load(Ordering::Acquire) != PROC_FREE {
                 let pid = p.pid.load(Ordering::Relaxed);
                 if gone(pid as i32, None)
                     && g.proc_alive(i)
-                    && p.state.load(Ordering::Acquire) != 0
+                    && p.state.load(Ordering::Acquire) != PROC_FREE
                     && p.pid.load(Ordering::Relaxed) == pid
                 {
                     held_dead.push((i, pid));
                 }
             }
-            if p.state.load(Ordering::Acquire) != 0
+            if p.state.load(Ordering::Acquire) != PROC_FREE
                 && p.waiting.load(Ordering::Acquire) != 0
                 && g.proc_alive(i)
             {
@@ -1204,15 +1148,6 @@ impl Checker {
 
 // ---- the test -------------------------------------------------------------
 
-struct Dir(PathBuf, bool);
-impl Drop for Dir {
-    fn drop(&mut self) {
-        if self.1 {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-}
-
 fn env_u64(name: &str) -> Option<u64> {
     let v = std::env::var(name).ok()?;
     Some(
@@ -1236,24 +1171,15 @@ fn soak() {
     eprintln!("soak: seed {seed}, {secs} s (replay with CUSLICE_SOAK_SEED={seed})");
     common::env(); // build the programs before the clock starts
 
-    let mut dir = Dir(
-        std::env::temp_dir().join(format!("cuslice-soak-{}", std::process::id())),
-        true,
-    );
-    let _ = std::fs::remove_dir_all(&dir.0);
-    std::fs::create_dir_all(dir.0.join("logs")).expect("mkdir");
+    let mut h = Host::new("soak", "run").context_overhead(CTX_SIZE);
+    std::fs::create_dir_all(h.dir.join("logs")).expect("mkdir");
     let mut rng = Rng::fork(seed, 0);
-    let cs = containers(&dir.0, &mut rng);
+    let cs = containers(&h, &mut rng);
     for c in &cs {
         eprintln!("soak: {}", c.describe);
     }
-    let fake_state = dir.0.join("fake-gpu.state");
-    let mut uuid = [0u8; 16];
-    uuid[..9].copy_from_slice(&[0xc5, 0x11, 0xce, 0x00, 0xfa, 0x4e, 0x40, 0x00, 0x80]);
-    let gpu_path = dir
-        .0
-        .join("gpu")
-        .join(format!("{}.seg", cuslice_core::config::format_uuid(&uuid)));
+    let fake_state = h.fake_state();
+    let gpu_path = h.gpu_seg();
 
     // The checker: its own slot in each memory segment (to take the
     // admission lock), the GPU segment and the fake state, created before
@@ -1454,7 +1380,7 @@ fn soak() {
                 let p = plan(&mut prng, &cs[c]);
                 *by_kind.entry(p.kind).or_insert(0) += 1;
                 total += 1;
-                let r = spawn(total, c, p, &cs, &dir.0, &fake_state);
+                let r = spawn(total, c, p, &cs, &h);
                 let pgid = r.child.id() as i32;
                 groups
                     .lock()
@@ -1497,11 +1423,11 @@ fn soak() {
         .unwrap_or_else(|e| e.into_inner())
         .take();
     if let Some(f) = failure.or(checker_failure) {
-        dir.1 = false;
+        h.keep();
         panic!(
             "soak failed (seed {seed}, {:.1} s into the run; replay with CUSLICE_SOAK_SEED={seed} CUSLICE_SOAK_SECS={secs}; logs kept in {}):\n{f}",
             elapsed.as_secs_f64(),
-            dir.0.display()
+            h.dir.display()
         );
     }
     assert!(
@@ -1515,23 +1441,24 @@ fn soak() {
     for c in &cs {
         let seg = Segment::open_or_create(&c.memory_seg).expect("memory segment");
         let reclaimed = seg.reclaim_dead();
-        let devs: Vec<_> = (0..MAX_DEVICES)
-            .filter_map(|d| seg.device_usage(d))
-            .collect();
-        let used: u64 = devs.iter().map(|u| u.used).sum();
+        let m = Mem::of_segment(&seg);
         assert_eq!(
-            used, 0,
+            m.used, 0,
             "{}: accounted usage after every process is gone (seed {seed})",
             c.name
         );
-        let left = seg.processes();
+        let left = m.live;
         assert!(
             left.is_empty(),
             "{}: process slots still in use after every process is gone (seed {seed}): {left:?}",
             c.name
         );
         end_checks += 2;
-        let (peak, refusals) = devs.first().map_or((0, 0), |u| (u.peak, u.refused));
+        let refusals: u64 = (0..MAX_DEVICES)
+            .filter_map(|d| seg.device_usage(d))
+            .map(|u| u.refused)
+            .sum();
+        let peak = m.peak;
         lines.push(format!(
             "{}: peak {:.1} of {} MiB, {refusals} refusals, {reclaimed} dead slots reclaimed at the end",
             c.name,
@@ -1541,17 +1468,13 @@ fn soak() {
     }
     let gpu = GpuSegment::open_or_create(&gpu_path).expect("GPU segment");
     gpu.reclaim_dead();
-    let live_procs: Vec<usize> = (0..MAX_PROCS)
-        .filter(|&i| {
-            gpu.proc_entry(i)
-                .is_some_and(|p| p.state.load(Ordering::Acquire) != 0)
-        })
-        .collect();
+    let view = GpuView::of(&gpu);
     assert!(
-        live_procs.is_empty(),
-        "GPU segment process slots still in use at the end (seed {seed}): {live_procs:?}"
+        view.procs.is_empty(),
+        "GPU segment process slots still in use at the end (seed {seed}): {:?}",
+        view.procs
     );
-    let tenants = gpu.tenants();
+    let tenants = view.tenants;
     for t in &tenants {
         assert!(
             t.procs == 0 && t.waiting == 0,

@@ -141,13 +141,11 @@ fn bad_flags_are_refused_with_one_line() {
 #[test]
 fn compute_ceiling_flag_limits_the_program() {
     let e = common::env();
-    let dir = std::env::temp_dir().join(format!("cuslice-cli-compute-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("mkdir");
+    let h = common::Host::new("cli", "compute");
     let spin = |limit: &[&str]| {
         let out = cuslice()
-            .env("FAKE_CUDA_STATE", dir.join("fake.state"))
-            .env("CUSLICE_GPU_SEGMENT_DIR", dir.join("gpu"))
+            .env("FAKE_CUDA_STATE", h.fake_state())
+            .env("CUSLICE_GPU_SEGMENT_DIR", h.gpu_dir())
             .arg("run")
             .args(limit)
             .arg("--")
@@ -184,7 +182,6 @@ fn compute_ceiling_flag_limits_the_program() {
         "--compute-burst-ms",
         "20",
     ]);
-    let _ = std::fs::remove_dir_all(&dir);
     let pct = 100.0 * capped / native;
     assert!(
         (pct - 25.0).abs() <= 3.0,
@@ -195,13 +192,13 @@ fn compute_ceiling_flag_limits_the_program() {
 #[test]
 fn status_shows_a_running_program_live() {
     let e = common::env();
-    let dir = std::env::temp_dir().join(format!("cuslice-cli-live-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let h = common::Host::new("cli", "live");
+    let dir = &h.dir;
     std::fs::create_dir_all(dir.join("run")).expect("mkdir");
     let mut child = cuslice()
         .env("XDG_RUNTIME_DIR", dir.join("run"))
-        .env("FAKE_CUDA_STATE", dir.join("fake.state"))
-        .env("CUSLICE_GPU_SEGMENT_DIR", dir.join("gpu"))
+        .env("FAKE_CUDA_STATE", h.fake_state())
+        .env("CUSLICE_GPU_SEGMENT_DIR", h.gpu_dir())
         .args([
             "run",
             "--memory",
@@ -219,7 +216,7 @@ fn status_shows_a_running_program_live() {
     let status = || -> serde_json::Value {
         let out = Command::new(env!("CARGO_BIN_EXE_cuslice"))
             .env("XDG_RUNTIME_DIR", dir.join("run"))
-            .env("CUSLICE_GPU_SEGMENT_DIR", dir.join("gpu"))
+            .env("CUSLICE_GPU_SEGMENT_DIR", h.gpu_dir())
             .args(["status", "--json", "--containers-root"])
             .arg(dir.join("none"))
             .output()
@@ -243,7 +240,6 @@ fn status_shows_a_running_program_live() {
         },
     );
     let _ = child.wait();
-    let _ = std::fs::remove_dir_all(&dir);
     let tenant = &v["gpus"][0]["tenants"][0];
     assert!(
         tenant["name"]

@@ -54,7 +54,8 @@ pub struct Device {
     pub refused: AtomicU64,
 }
 
-const SLOT_FREE: u32 = 0;
+/// A process slot's `state`: free (never used, or given back).
+pub const SLOT_FREE: u32 = 0;
 const SLOT_LIVE: u32 = 1;
 /// Being given back: counted (by `recompute`) but admitting nothing more.
 const SLOT_LEAVING: u32 = 2;

@@ -1,9 +1,23 @@
-//! Shared by the integration tests: builds the fake driver and the test
-//! programs once (guarded by a file lock, so parallel test processes share
-//! one build), runs programs with and without the shim, parses the shim's
-//! debug log, and waits for conditions (never for a guessed time).
+//! Shared by the integration tests (and `#[path]`-included by cli/tests):
+//! builds the fake driver and the test programs once (guarded by a file
+//! lock, so parallel test processes share one build), runs programs with
+//! and without the shim, parses the shim's debug log, and waits for
+//! conditions (never for a guessed time). The fixtures: a simulated
+//! [`Host`], readers of the segments ([`Mem`], [`GpuView`]), an [`Rng`],
+//! and `spin`'s output ([`Spin`]).
 
-#![allow(dead_code)]
+// Every test binary includes all of this and uses a part of it.
+#![allow(dead_code, unused_imports)]
+
+mod host;
+mod rng;
+mod segments;
+mod spin;
+
+pub use host::{FAKE_UUID, Host, set_env};
+pub use rng::Rng;
+pub use segments::{GpuView, Mem, ProcView};
+pub use spin::Spin;
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -285,8 +299,9 @@ impl Default for Opts<'_> {
 }
 
 /// The command `run` and `spawn` execute: the test program, with the fake
-/// driver on the library path and the shim (and extra preloads) preloaded.
-fn command(prog: &str, opts: &Opts<'_>) -> Command {
+/// driver on the library path and the shim (and extra preloads) preloaded,
+/// in an environment of `opts.env` only.
+pub fn command(prog: &str, opts: &Opts<'_>) -> Command {
     let e = env();
     let mut cmd = Command::new(e.apps.join(prog));
     cmd.args(&opts.args);
@@ -365,4 +380,26 @@ pub fn poll_until<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Optio
 /// with `what` (what did not happen, and what was seen) after `limit`.
 pub fn wait_for<T>(what: impl Fn() -> String, limit: Duration, f: impl FnMut() -> Option<T>) -> T {
     poll_until(limit, f).unwrap_or_else(|| panic!("{} (waited {limit:?})", what()))
+}
+
+/// Waits for `c` to exit until `deadline`; a process still running then is
+/// a hang: it is killed and the test fails, naming `name` and showing what
+/// it printed (its progress shows where it stalled).
+pub fn output_by(name: &str, mut c: std::process::Child, deadline: Instant) -> Output {
+    while c.try_wait().expect("try_wait").is_none() {
+        if Instant::now() > deadline {
+            let _ = c.kill();
+            let out = c.wait_with_output().expect("wait");
+            panic!(
+                "{name} hung: not finished by its deadline, killed (at CLOCK_MONOTONIC {:.0} ms); what it printed shows where it stalled:\nstdout:\n{}\nstderr:\n{}",
+                cuslice_core::gpu::monotonic_ns() as f64 / 1e6,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        // Coarse: the processes waited for are measured, the test's own
+        // polling should not compete with them.
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    c.wait_with_output().expect("wait")
 }
