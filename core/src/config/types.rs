@@ -1,0 +1,173 @@
+//! The configuration's types: where it came from, the limits of one GPU,
+//! the validated configuration and which entry applies to a GPU (the
+//! precedence), the error; and the defaults and bounds of every setting.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+
+use super::units::one_line;
+
+/// Where the runtime hook mounts the quota file.
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/cuslice/quota.toml";
+/// Where the shared-memory segments live unless configured otherwise.
+pub const DEFAULT_SEGMENT_DIR: &str = "/dev/shm/cuslice";
+/// Where the per-GPU scheduling segments live by default (one file per GPU,
+/// shared by every tenant on the host: the runtime bind-mounts it).
+pub const DEFAULT_GPU_SEGMENT_DIR: &str = "/dev/shm/cuslice/gpu";
+/// Highest device index a `[device.<i>]` table or `*_<i>` variable may name.
+pub const MAX_DEVICE_INDEX: u32 = 63;
+/// Smallest memory limit accepted (1 MiB).
+pub const MIN_MEMORY: u64 = 1 << 20;
+/// Largest memory limit accepted (1 PiB).
+pub const MAX_MEMORY: u64 = 1 << 50;
+/// Default `compute_slice_ms`: long enough that a hand-over (drain and
+/// wake-up, tens of microseconds) costs well under 1 %, short enough for
+/// fair sharing.
+pub const DEFAULT_COMPUTE_SLICE_MS: u32 = 20;
+/// Upper bound for `compute_slice_ms`.
+pub const MAX_COMPUTE_SLICE_MS: u32 = 1_000;
+/// Default `compute_burst_ms`: long enough that a power-hungry kernel loop
+/// held at its ceiling runs at the clocks of sustained load (measured on an
+/// H200: docs/benchmarks/2026-11-21-h200-burst.md).
+pub const DEFAULT_COMPUTE_BURST_MS: u32 = 200;
+/// Upper bound for `compute_burst_ms`.
+pub const MAX_COMPUTE_BURST_MS: u32 = 10_000;
+/// Upper bound for `context_overhead` (a context costs well under 1 GiB).
+pub const MAX_CONTEXT_OVERHEAD: u64 = 16 << 30;
+
+/// Where the limits came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// A quota file (it may hold no limits at all).
+    File(PathBuf),
+    /// Environment variables (at least one limit variable was set).
+    Env,
+    /// No quota file and no limit variable.
+    None,
+}
+
+/// Limits of one GPU, or of one entry of the configuration.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Limits {
+    /// Memory quota in bytes.
+    pub memory: Option<u64>,
+    /// Guaranteed share of GPU time, percent 1..=100.
+    pub compute: Option<u8>,
+    /// Ceiling on GPU time, percent 1..=100.
+    pub compute_max: Option<u8>,
+}
+
+impl Limits {
+    /// True when no field is set.
+    pub fn is_empty(&self) -> bool {
+        self.memory.is_none() && self.compute.is_none() && self.compute_max.is_none()
+    }
+
+    /// `self` with every field that `over` sets replaced by `over`'s.
+    pub fn overlaid_with(self, over: Limits) -> Limits {
+        Limits {
+            memory: over.memory.or(self.memory),
+            compute: over.compute.or(self.compute),
+            compute_max: over.compute_max.or(self.compute_max),
+        }
+    }
+}
+
+/// The validated configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    pub source: Source,
+    pub tenant: Option<String>,
+    pub segment_dir: PathBuf,
+    /// Directory of the per-GPU scheduling segments (compute shares).
+    pub gpu_segment_dir: PathBuf,
+    /// Device memory one CUDA context costs, charged to the quota once per
+    /// GPU per process; None: the shim's measured default.
+    pub context_overhead: Option<u64>,
+    /// Burst of the ceiling's token bucket, ms; None: the default.
+    pub compute_burst_ms: Option<u32>,
+    /// Length of a lease slice, ms; None: the default.
+    pub compute_slice_ms: Option<u32>,
+    /// Latency class (see the module documentation).
+    pub latency: bool,
+    pub all: Limits,
+    pub by_index: BTreeMap<u32, Limits>,
+    pub by_uuid: BTreeMap<[u8; 16], Limits>,
+    /// Env limit variables that were set but ignored because a quota file exists (for a warning line).
+    pub ignored_env: Vec<String>,
+}
+
+impl Config {
+    /// No limits, default segment directory.
+    pub fn unlimited(source: Source) -> Config {
+        Config {
+            source,
+            tenant: None,
+            segment_dir: PathBuf::from(DEFAULT_SEGMENT_DIR),
+            gpu_segment_dir: PathBuf::from(DEFAULT_GPU_SEGMENT_DIR),
+            context_overhead: None,
+            compute_burst_ms: None,
+            compute_slice_ms: None,
+            latency: false,
+            all: Limits::default(),
+            by_index: BTreeMap::new(),
+            by_uuid: BTreeMap::new(),
+            ignored_env: Vec::new(),
+        }
+    }
+
+    /// Effective limits of the device CUDA numbers `index` with UUID `uuid`:
+    /// per field, a UUID entry wins over an index entry, which wins over `[all]`.
+    ///
+    /// A loaded `Config` never yields `compute_max < compute` (checked when
+    /// loading). For a hand-built one that would, the ceiling wins: the
+    /// guaranteed share is lowered to it (a ceiling is the hard promise).
+    pub fn limits_for(&self, index: u32, uuid: &[u8; 16]) -> Limits {
+        let mut l = self.all;
+        if let Some(e) = self.by_index.get(&index) {
+            l = l.overlaid_with(*e);
+        }
+        if let Some(e) = self.by_uuid.get(uuid) {
+            l = l.overlaid_with(*e);
+        }
+        if l.compute.zip(l.compute_max).is_some_and(|(c, m)| m < c) {
+            l.compute = l.compute_max;
+        }
+        l
+    }
+
+    /// True when some GPU gets a compute share or ceiling.
+    pub fn has_compute(&self) -> bool {
+        let c = |l: &Limits| l.compute.is_some() || l.compute_max.is_some();
+        c(&self.all) || self.by_index.values().any(c) || self.by_uuid.values().any(c)
+    }
+
+    /// True when some limit is set anywhere.
+    pub fn has_limits(&self) -> bool {
+        !self.all.is_empty()
+            || self.by_index.values().any(|l| !l.is_empty())
+            || self.by_uuid.values().any(|l| !l.is_empty())
+    }
+}
+
+/// A configuration error: one line naming where, the key, what was expected
+/// and what was found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError(pub String);
+
+impl ConfigError {
+    /// Builds the error, forcing the message onto one line (paths and values
+    /// may hold newlines or control characters).
+    pub(super) fn new(msg: impl AsRef<str>) -> ConfigError {
+        ConfigError(one_line(msg.as_ref()))
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
