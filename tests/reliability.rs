@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 use common::{Host, Mem, Opts, set_env};
 use cuslice_core::segment::Segment;
 
+const MIB: u64 = 1 << 20;
+
 /// A host with one container (tenant "t") under a memory `quota`, and the
 /// environment of its processes (errors only: they are noisy under load).
 fn setup(name: &str, quota: &str) -> (Host, Vec<(&'static str, String)>) {
@@ -75,53 +77,74 @@ fn eight_processes_of_sixteen_threads_end_at_zero() {
 #[test]
 fn processes_killed_mid_load_leave_nothing_accounted() {
     let (h, env) = setup("kill", "256MiB");
+    // All six start their load together once each holds its context: the
+    // first to run would otherwise fill the quota before the last made its
+    // context, which is then refused (and that process never runs).
+    let go = h.dir.join("go");
+    let go_arg = go.display().to_string();
     let long = Opts {
-        args: vec!["16".into(), "1000000".into()],
+        args: vec!["16".into(), "1000000".into(), go_arg.clone()],
         env: env.clone(),
         ..Opts::default()
     };
     let victims: Vec<_> = (0..4).map(|_| common::spawn("load", &long)).collect();
     let short = Opts {
-        args: vec!["8".into(), "20000".into()],
+        args: vec!["8".into(), "20000".into(), go_arg],
         env,
         ..Opts::default()
     };
     let survivors: Vec<_> = (0..2).map(|_| common::spawn("load", &short)).collect();
-    // Killed mid-load: once each victim's slot accounts more than its
-    // context (1 MiB), it holds allocations and its threads are at work.
+    // What each process's slot accounts (its context: 1 MiB; then its
+    // allocations), read from the container's segment, opened once it
+    // exists and kept (polled every millisecond).
     let seg = h.mem_seg("t");
-    let pids: Vec<u32> = victims.iter().map(std::process::Child::id).collect();
-    // (Opened once it exists, and kept: polled every millisecond.)
     let mut opened: Option<Segment> = None;
-    let mut loaded = || -> Option<Vec<u32>> {
+    let mut accounted_to = |pids: &[u32]| -> Option<Vec<(u32, u64)>> {
         if opened.is_none() {
             opened = Segment::open_read_only(&seg).ok();
         }
         let procs = opened.as_ref()?.processes();
         Some(
             pids.iter()
-                .copied()
-                .filter(|&pid| {
-                    procs
-                        .iter()
-                        .any(|p| p.pid == pid && p.alive && p.used.iter().sum::<u64>() > 1 << 20)
+                .filter_map(|&pid| {
+                    let p = procs.iter().find(|p| p.pid == pid && p.alive)?;
+                    Some((pid, p.used.iter().sum::<u64>()))
                 })
                 .collect(),
         )
     };
-    // The victims are killed whatever happens (so that none outlives a
-    // failure); whether they had started is checked after.
-    let started = common::poll_until(Duration::from_secs(60), || {
-        (loaded()?.len() == pids.len()).then_some(())
+    let pids =
+        |c: &[std::process::Child]| c.iter().map(std::process::Child::id).collect::<Vec<_>>();
+    let (victim_pids, all_pids) = (pids(&victims), [pids(&victims), pids(&survivors)].concat());
+    // The processes are killed whatever happens (so that none outlives a
+    // failure, waiting for its go); what did not happen is checked after.
+    let ready = common::poll_until(Duration::from_secs(60), || {
+        let held = accounted_to(&all_pids)?;
+        (held.len() == all_pids.len() && held.iter().all(|&(_, u)| u >= MIB)).then_some(())
     });
-    let seen = loaded();
+    let seen_ready = accounted_to(&all_pids);
+    std::fs::write(&go, b"").expect("go");
+    // Killed mid-load: once each victim's slot accounts more than its
+    // context, it holds allocations and its threads are at work.
+    let started = ready.and_then(|()| {
+        common::poll_until(Duration::from_secs(60), || {
+            let held = accounted_to(&victim_pids)?;
+            (held.len() == victim_pids.len() && held.iter().all(|&(_, u)| u > MIB)).then_some(())
+        })
+    });
+    let seen_started = accounted_to(&victim_pids);
     for mut v in victims {
         v.kill().expect("SIGKILL");
         let _ = v.wait();
     }
     assert!(
+        ready.is_some(),
+        "the processes {all_pids:?} did not all make their context within 60 s (slots of live processes, by {}: {seen_ready:?})",
+        seg.display()
+    );
+    assert!(
         started.is_some(),
-        "the victims {pids:?} did not all start allocating within 60 s (those that did, by {}: {seen:?})",
+        "the victims {victim_pids:?} did not all start allocating within 60 s (their slots, by {}: {seen_started:?})",
         seg.display()
     );
     for o in wait_all(survivors, Duration::from_secs(300)) {

@@ -1,11 +1,15 @@
 /* Load: THREADS threads each do OPS random operations (allocate a random
  * size, free a random live allocation, or launch), then free everything.
- *   load THREADS OPS
+ *   load THREADS OPS [GO]
+ * With GO (a path), the threads start only once that file exists, after
+ * the context is made: processes started together then all hold their
+ * context before any of them fills the quota.
  * Prints "R ok allocs=A frees=F launches=L refused=X" (refusals under a
  * tight quota are expected and counted). */
 #include "app.h"
 
 #include <pthread.h>
+#include <unistd.h>
 
 static CUcontext ctx;
 static CUfunction fn;
@@ -58,6 +62,8 @@ int main(int argc, char **argv) {
     CHECK(cuCtxSetCurrent(ctx));
     CHECK(cuModuleLoadData(&mod, "fake-image"));
     CHECK(cuModuleGetFunction(&fn, mod, "empty"));
+    if (argc > 3)
+        while (access(argv[3], F_OK) != 0) usleep(1000);
     pthread_t t[256];
     for (int i = 0; i < threads && i < 256; i++) pthread_create(&t[i], NULL, worker, (void *)(size_t)i);
     for (int i = 0; i < threads && i < 256; i++) pthread_join(t[i], NULL);
