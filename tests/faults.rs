@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex, MutexGuard, mpsc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use common::{GpuView, Host, Mem, Opts, Rng, Spin, wait_for};
+use common::{Fake, GpuView, Host, Mem, Opts, Rng, Spin, wait_for};
 use cuslice_core::gpu::monotonic_ns;
 use cuslice_core::segment::{Admit, MAX_DEVICES, SLOT_FREE, Segment};
 
@@ -795,7 +795,13 @@ fn frozen(h: &Host, tenant: &str, pids: &[u32]) -> (u64, u64, u64, u64, usize) {
                         .sum::<u64>()
                 })
                 .sum();
-            (used, slots, limit, fake_held(h), attempt)
+            (
+                used,
+                slots,
+                limit,
+                Fake::open(&h.fake_state(), false).held(),
+                attempt,
+            )
         });
         for &p in pids {
             signal(p, libc::SIGCONT);
@@ -806,53 +812,6 @@ fn frozen(h: &Host, tenant: &str, pids: &[u32]) -> (u64, u64, u64, u64, usize) {
         sleep_ms(3);
     }
     panic!("the admission lock of {tenant} was never free while its processes were stopped");
-}
-
-/// What the fake driver's live processes hold on device 0, read straight
-/// from its state file without taking any lock. The layout is
-/// tests/fake/fake_common.h's (version 2, 2123376 bytes): 128 slots of 136
-/// bytes from byte 1088, each a pid (i32), a generation (u32) and 16 u64 of
-/// usage, then the timeline; the process of slot i is alive while it holds
-/// an OFD lock on byte (1 << 20) + i.
-fn fake_held(h: &Host) -> u64 {
-    use std::os::fd::AsRawFd;
-    const VERSION: u32 = 2;
-    const SIZE: usize = 2_123_376;
-    const SLOTS: usize = 128;
-    const SLOT_OFF: usize = 1088;
-    const SLOT_SIZE: usize = 136;
-    let path = h.dir.join("fake-gpu.state");
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&path)
-        .expect("fake state");
-    let bytes = std::fs::read(&path).expect("fake state");
-    assert!(
-        bytes.len() >= SIZE
-            && u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes")) == VERSION
-            && u32::from_le_bytes(bytes[12..16].try_into().expect("4 bytes")) as usize == SIZE,
-        "the fake's state layout changed (tests/fake/fake_common.h)"
-    );
-    let alive = |i: usize| {
-        // SAFETY: a zeroed flock is a valid request once filled in.
-        let mut fl: libc::flock = unsafe { std::mem::zeroed() };
-        fl.l_type = libc::F_WRLCK as libc::c_short;
-        fl.l_whence = libc::SEEK_SET as libc::c_short;
-        fl.l_start = (1 << 20) + i as libc::off_t;
-        fl.l_len = 1;
-        // SAFETY: F_OFD_GETLK with a valid flock on our own descriptor.
-        let r = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_GETLK, &mut fl) };
-        r != 0 || fl.l_type != libc::F_UNLCK as libc::c_short
-    };
-    (0..SLOTS)
-        .filter_map(|i| {
-            let o = SLOT_OFF + i * SLOT_SIZE;
-            let pid = i32::from_le_bytes(bytes[o..o + 4].try_into().expect("4 bytes"));
-            let used = u64::from_le_bytes(bytes[o + 8..o + 16].try_into().expect("8 bytes"));
-            (pid != 0 && used != 0 && alive(i)).then_some(used)
-        })
-        .sum()
 }
 
 /// A process that starts under a full quota is refused its context (the

@@ -3,17 +3,19 @@
 //! lock, so parallel test processes share one build), runs programs with
 //! and without the shim, parses the shim's debug log, and waits for
 //! conditions (never for a guessed time). The fixtures: a simulated
-//! [`Host`], readers of the segments ([`Mem`], [`GpuView`]), an [`Rng`],
-//! and `spin`'s output ([`Spin`]).
+//! [`Host`], readers of the segments ([`Mem`], [`GpuView`]) and of the fake
+//! driver's state ([`Fake`]), an [`Rng`], and `spin`'s output ([`Spin`]).
 
 // Every test binary includes all of this and uses a part of it.
 #![allow(dead_code, unused_imports)]
 
+mod fake;
 mod host;
 mod rng;
 mod segments;
 mod spin;
 
+pub use fake::{FAKE_SLOTS, Fake};
 pub use host::{FAKE_UUID, Host, set_env};
 pub use rng::Rng;
 pub use segments::{GpuView, Mem, ProcView};
