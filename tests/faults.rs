@@ -756,7 +756,7 @@ fn sigkill_mid_admission_under_a_binding_quota() {
 /// The container's accounting at a quiescent moment: every process in
 /// `pids` stopped (SIGSTOP, all threads) with the admission lock free.
 /// Returns (device usage, the sum of the process slots' usage, limit, what
-/// the fake's live processes hold, attempts): the segment's invariant is
+/// those processes hold on the fake GPU, attempts): the segment's invariant is
 /// usage == sum of slots, and the device can never hold more than is
 /// accounted.
 /// Takes no lock while the processes are stopped (one of them may hold it).
@@ -799,7 +799,7 @@ fn frozen(h: &Host, tenant: &str, pids: &[u32]) -> (u64, u64, u64, u64, usize) {
                 used,
                 slots,
                 limit,
-                Fake::open(&h.fake_state(), false).held(),
+                Fake::open(&h.fake_state(), false).held_by(pids),
                 attempt,
             )
         });

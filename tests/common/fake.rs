@@ -148,14 +148,18 @@ impl Drop for Fake {
 }
 
 impl Fake {
-    /// What the live processes hold on device 0 (all processes stopped, or
-    /// it is not one snapshot).
-    pub fn held(&self) -> u64 {
+    /// What processes `pids` hold on device 0, by the slots that name them
+    /// and whose lock is held (all of them stopped, or it is not one
+    /// snapshot). A slot is counted by its pid: one being claimed, or
+    /// reclaimed, is locked while it still names its dead owner and holds
+    /// what that owner left, until the claimer clears it.
+    pub fn held_by(&self, pids: &[u32]) -> u64 {
         (0..FAKE_SLOTS)
-            .map(|i| self.slot(i))
-            .enumerate()
-            .filter(|&(i, (pid, used))| pid != 0 && used != 0 && self.alive(i))
-            .map(|(_, (_, used))| used)
+            .filter_map(|i| {
+                let (pid, used) = self.slot(i);
+                (u32::try_from(pid).is_ok_and(|p| pids.contains(&p)) && self.alive(i))
+                    .then_some(used)
+            })
             .sum()
     }
 }
