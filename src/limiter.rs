@@ -146,19 +146,6 @@ pub fn get() -> Option<&'static Limiter> {
 
 pub use cuslice_core::gpu::monotonic_ns as now_ns;
 
-/// The tenant name: the configured one, else one derived from the segment
-/// directory (unique per container, shared by its processes).
-fn tenant_name(cfg: &Config) -> String {
-    if let Some(t) = &cfg.tenant {
-        return t.clone();
-    }
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in cfg.segment_dir.as_os_str().as_encoded_bytes() {
-        h = (h ^ *b as u64).wrapping_mul(0x100_0000_01b3);
-    }
-    format!("seg-{h:016x}")
-}
-
 /// Builds the limiter (called once from `quota::init`).
 pub fn build(cfg: &Config, uuids: &[[u8; 16]]) -> Result<(), String> {
     let slice_ms = cfg.compute_slice_ms.unwrap_or(DEFAULT_COMPUTE_SLICE_MS);
@@ -171,7 +158,7 @@ pub fn build(cfg: &Config, uuids: &[[u8; 16]]) -> Result<(), String> {
         DEFAULT_COMPUTE_BURST_MS
     };
     let burst_ns = u64::from(cfg.compute_burst_ms.unwrap_or(default_burst)) * 1_000_000;
-    let name = tenant_name(cfg);
+    let name = cfg.tenant_name();
     let mut gpus = Vec::with_capacity(uuids.len());
     let mut any = false;
     for (i, uuid) in uuids.iter().enumerate() {

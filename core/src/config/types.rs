@@ -137,6 +137,17 @@ impl Config {
         l
     }
 
+    /// The tenant name: the configured one, else one derived from the
+    /// segment directory (unique per container, shared by its processes).
+    /// The shim registers under it; `cuslice status` finds a memory
+    /// segment's tenant the same way.
+    pub fn tenant_name(&self) -> String {
+        match &self.tenant {
+            Some(t) => t.clone(),
+            None => default_tenant(&self.segment_dir),
+        }
+    }
+
     /// True when some GPU gets a compute share or ceiling.
     pub fn has_compute(&self) -> bool {
         let c = |l: &Limits| l.compute.is_some() || l.compute_max.is_some();
@@ -149,6 +160,16 @@ impl Config {
             || self.by_index.values().any(|l| !l.is_empty())
             || self.by_uuid.values().any(|l| !l.is_empty())
     }
+}
+
+/// The tenant name of a process whose quota file names none: `seg-` and an
+/// FNV-1a hash of its memory segment directory (as the process sees it).
+pub fn default_tenant(segment_dir: &std::path::Path) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in segment_dir.as_os_str().as_encoded_bytes() {
+        h = (h ^ *b as u64).wrapping_mul(0x100_0000_01b3);
+    }
+    format!("seg-{h:016x}")
 }
 
 /// A configuration error: one line naming where, the key, what was expected

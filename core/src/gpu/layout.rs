@@ -197,6 +197,10 @@ pub struct TenantView {
     pub waiting: u32,
     pub procs: u32,
     pub last_active: u64,
+    /// The latest sign of activity (ns, CLOCK_MONOTONIC): the later of
+    /// `last_active` (lease) and the start of its demand window, which
+    /// moves while a tenant launches freely (its `last_active` does not).
+    pub last_activity: u64,
     /// Latency class.
     pub latency: bool,
     /// Competing for a saturated GPU (launches through the lease).
@@ -451,6 +455,10 @@ impl GpuSegment {
                 waiting: t.waiting.load(Ordering::Relaxed),
                 procs: t.procs.load(Ordering::Relaxed),
                 last_active: t.last_active.load(Ordering::Relaxed),
+                last_activity: t
+                    .last_active
+                    .load(Ordering::Relaxed)
+                    .max(t.win_start.load(Ordering::Relaxed)),
                 latency: t.class.load(Ordering::Relaxed) == CLASS_LATENCY,
                 heavy: t.heavy.load(Ordering::Relaxed) != 0,
                 demand_pm: t.demand_pm.load(Ordering::Relaxed),
