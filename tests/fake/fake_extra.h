@@ -178,6 +178,12 @@ CUresult cuEventDestroy(CUevent hEvent);
 #define NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE 80
 #endif
 
+/* As in nvml.h. */
+typedef struct nvmlUtilization_st {
+    unsigned int gpu;    /* percent of the last sample period a kernel ran */
+    unsigned int memory; /* percent of it device memory was read or written */
+} nvmlUtilization_t;
+
 nvmlReturn_t nvmlInit(void);
 nvmlReturn_t nvmlInitWithFlags(unsigned int flags);
 nvmlReturn_t nvmlDeviceGetCount(unsigned int *deviceCount);
@@ -185,6 +191,7 @@ nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t *device
 nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device);
 nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index);
 nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length);
+nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization);
 const char *nvmlErrorString(nvmlReturn_t result);
 nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length);
 nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *cudaDriverVersion);

@@ -378,6 +378,55 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *me
     return r;
 }
 
+/* ---- utilization ------------------------------------------------------- */
+
+/* The previous reading per device, this process's own (a real NVML
+ * samples the GPU itself; the fake has only the timeline's running sum). */
+static struct {
+    uint64_t at_ns, busy_ns;
+} g_util[FAKE_MAX_DEVICES];
+
+/* Percent of the wall time since this process's previous call that the
+ * timeline had work put on it for (its busy_ns_total), at most 100; at the
+ * first call, 100 if the device has work queued now, else 0. */
+static unsigned utilization_gpu(unsigned idx)
+{
+    pthread_mutex_lock(&g_mu);
+    struct fake_state *s = state_locked();
+    uint64_t now = fake_now_ns(), busy = 0, until = 0;
+    if (s != NULL) {
+        busy = atomic_load(&s->dev[idx].busy_ns_total);
+        until = atomic_load(&s->dev[idx].busy_until_ns);
+    }
+    unsigned pct;
+    if (g_util[idx].at_ns == 0 || now <= g_util[idx].at_ns) {
+        pct = until > now ? 100 : 0;
+    } else {
+        uint64_t d = busy >= g_util[idx].busy_ns ? busy - g_util[idx].busy_ns : 0;
+        uint64_t p = d * 100 / (now - g_util[idx].at_ns);
+        pct = p > 100 ? 100 : (unsigned)p;
+    }
+    g_util[idx].at_ns = now;
+    g_util[idx].busy_ns = busy;
+    pthread_mutex_unlock(&g_mu);
+    return pct;
+}
+
+nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization)
+{
+    setup();
+    unsigned idx = 0;
+    nvmlReturn_t r = device_index(device, &idx);
+    if (r == NVML_SUCCESS && utilization == NULL)
+        r = NVML_ERROR_INVALID_ARGUMENT;
+    if (r == NVML_SUCCESS) {
+        utilization->gpu = utilization_gpu(idx);
+        utilization->memory = 0;
+    }
+    LOGR(r, "device=%u", idx);
+    return r;
+}
+
 /* ---- system ------------------------------------------------------------ */
 
 const char *nvmlErrorString(nvmlReturn_t result)
