@@ -108,12 +108,29 @@ enum CdiCmd {
         /// The cuslice command the hooks run.
         #[arg(long, default_value = "/usr/bin/cuslice")]
         cuslice: PathBuf,
+        /// The hooks' --root (host directory for per-container files and
+        /// the GPU segments), where it is not the default /run/cuslice.
+        #[arg(long)]
+        root: Option<PathBuf>,
+        /// The hooks' --lib (the library mounted into containers), where
+        /// it is not the default /usr/lib/cuslice/libcuslice.so.
+        #[arg(long)]
+        lib: Option<PathBuf>,
     },
 }
 
-/// The CDI spec (JSON, which CDI accepts as YAML too).
-fn cdi_spec(cuslice: &Path) -> String {
-    let hook = |stage: &str, name: &str| serde_json::json!({"hookName": stage, "path": cuslice, "args": ["cuslice", "oci-hook", name]});
+/// The CDI spec (JSON, which CDI accepts as YAML too); `root` and `lib`
+/// are passed on to the hooks.
+fn cdi_spec(cuslice: &Path, root: Option<&Path>, lib: Option<&Path>) -> String {
+    let hook = |stage: &str, name: &str| {
+        let mut args = vec![serde_json::json!("cuslice"), "oci-hook".into(), name.into()];
+        for (flag, v) in [("--root", root), ("--lib", lib)] {
+            if let Some(v) = v {
+                args.extend([serde_json::json!(flag), serde_json::json!(v)]);
+            }
+        }
+        serde_json::json!({"hookName": stage, "path": cuslice, "args": args})
+    };
     let spec = serde_json::json!({
         "cdiVersion": "0.6.0",
         "kind": "cuslice.io/gpu",
@@ -416,9 +433,15 @@ fn main() -> ExitCode {
             .map_err(|e| format!("oci-hook: {e}"))
         }
         Cmd::Cdi {
-            cmd: CdiCmd::Generate { output, cuslice },
+            cmd:
+                CdiCmd::Generate {
+                    output,
+                    cuslice,
+                    root,
+                    lib,
+                },
         } => {
-            let spec = cdi_spec(&cuslice);
+            let spec = cdi_spec(&cuslice, root.as_deref(), lib.as_deref());
             match output {
                 Some(p) => std::fs::write(&p, spec + "\n")
                     .map(|()| ExitCode::SUCCESS)

@@ -31,6 +31,18 @@
 //! A container without `cuslice.io/*` annotations is left alone. A bad
 //! annotation fails container creation with one line naming it, and nothing
 //! is left behind.
+//!
+//! So does a container that could not use its slice: one whose runtime is
+//! rootless (the hook itself runs in a user namespace) or that has its own
+//! user namespace. Its processes would not be host root, and the segments
+//! they must share are root's files under `<root>` (a segment owned by
+//! another uid is refused, by design: docs/threat-model.md); without this
+//! check such a container started and only failed at its first CUDA call.
+//!
+//! `create` also records what the container runs, for `cuslice status` /
+//! `top` (which cannot see into the container's PID namespace):
+//! `<root>/containers/<id>/container.json` holds its name, pod and image
+//! where an annotation of the runtime gives them, and its command line.
 
 use std::collections::BTreeMap;
 use std::ffi::CString;
@@ -39,7 +51,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use cuslice_core::config;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use toml::{Table, Value};
 
 use crate::inroot::{self, Kind};
@@ -64,6 +76,143 @@ struct Spec {
     root: Option<SpecRoot>,
     #[serde(default)]
     annotations: BTreeMap<String, String>,
+    #[serde(default)]
+    process: Option<SpecProcess>,
+    #[serde(default)]
+    linux: Option<SpecLinux>,
+}
+
+#[derive(Debug, Deserialize)]
+struct SpecProcess {
+    #[serde(default)]
+    args: Vec<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct SpecLinux {
+    #[serde(default)]
+    namespaces: Vec<SpecNamespace>,
+    #[serde(default, rename = "uidMappings")]
+    uid_mappings: Vec<SpecIdMapping>,
+}
+
+#[derive(Debug, Deserialize)]
+struct SpecNamespace {
+    #[serde(rename = "type")]
+    kind: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct SpecIdMapping {
+    #[serde(rename = "containerID")]
+    container_id: u32,
+    #[serde(rename = "hostID")]
+    host_id: u32,
+    size: u32,
+}
+
+/// What `create` records about a container in `container.json`, for
+/// `cuslice status` / `top`. Fields a runtime does not give are absent.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ContainerMeta {
+    pub id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// `namespace/pod` (Kubernetes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// The container's process: its arguments.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub command: Vec<String>,
+}
+
+/// Where runtimes put a container's name, its pod and its image. Podman 4
+/// puts none of them in the OCI spec (only `--annotation`s given to it):
+/// its containers are shown by their command.
+const NAME_ANNOTATIONS: [&str; 3] = [
+    "io.kubernetes.cri.container-name", // containerd (CRI)
+    "io.kubernetes.container.name",     // CRI-O
+    "nerdctl/name",                     // nerdctl
+];
+const POD_ANNOTATIONS: [(&str, &str); 2] = [
+    (
+        "io.kubernetes.cri.sandbox-namespace",
+        "io.kubernetes.cri.sandbox-name",
+    ),
+    ("io.kubernetes.pod.namespace", "io.kubernetes.pod.name"),
+];
+const IMAGE_ANNOTATIONS: [&str; 2] = [
+    "io.kubernetes.cri.image-name",  // containerd (CRI)
+    "io.kubernetes.cri-o.ImageName", // CRI-O
+];
+
+/// The file `create` writes next to the quota file.
+pub const META_FILE: &str = "container.json";
+
+fn container_meta(id: &str, ann: &BTreeMap<String, String>, args: &[String]) -> ContainerMeta {
+    let first = |keys: &[&str]| {
+        keys.iter()
+            .find_map(|k| ann.get(*k).filter(|v| !v.is_empty()).cloned())
+    };
+    ContainerMeta {
+        id: id.to_string(),
+        name: first(&NAME_ANNOTATIONS),
+        pod: POD_ANNOTATIONS.iter().find_map(|(ns, pod)| {
+            let (ns, pod) = (ann.get(*ns)?, ann.get(*pod)?);
+            (!pod.is_empty()).then(|| format!("{ns}/{pod}"))
+        }),
+        image: first(&IMAGE_ANNOTATIONS),
+        command: args.to_vec(),
+    }
+}
+
+/// The uid map of this process (`/proc/self/uid_map`): None outside any
+/// user namespace (the initial namespace maps all of 0..2^32-1 to itself),
+/// else the host uid its uid 0 is (None if unmapped: `?`).
+fn own_user_namespace() -> Option<String> {
+    let map = std::fs::read_to_string("/proc/self/uid_map").ok()?;
+    let rows: Vec<Vec<&str>> = map
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    if rows.len() == 1 && rows[0] == ["0", "0", "4294967295"] {
+        return None;
+    }
+    Some(
+        rows.iter()
+            .find(|r| r.first() == Some(&"0"))
+            .and_then(|r| r.get(1))
+            .map_or_else(|| "?".to_string(), |h| h.to_string()),
+    )
+}
+
+/// Refuses a container whose processes would not be host root (see the
+/// module documentation): the hook running in a user namespace (a rootless
+/// runtime: `host_uid` is what the hook's uid 0 is on the host), or a
+/// container with its own user namespace.
+fn check_user_namespaces(host_uid: Option<String>, linux: &SpecLinux) -> Result<(), String> {
+    const WHY: &str = "its processes would not be host root, and the segments tenants share are root's files (a segment owned by another uid is refused)";
+    if let Some(h) = host_uid {
+        return Err(format!(
+            "the runtime is rootless (this hook runs in a user namespace, as host uid {h}): cuslice needs a rootful runtime, since {WHY}"
+        ));
+    }
+    if linux.namespaces.iter().any(|n| n.kind == "user") || !linux.uid_mappings.is_empty() {
+        let root = linux
+            .uid_mappings
+            .iter()
+            .find(|m| m.container_id == 0 && m.size > 0)
+            .map_or_else(
+                || "unmapped".to_string(),
+                |m| format!("host uid {}", m.host_id),
+            );
+        return Err(format!(
+            "the container has its own user namespace (its uid 0 is {root}): cuslice cannot give it a slice, since {WHY}; run it without a user namespace (no --userns / --uidmap)"
+        ));
+    }
+    Ok(())
 }
 
 #[derive(Debug, Deserialize)]
@@ -210,6 +359,12 @@ pub fn create(a: &HookArgs) -> Result<(), String> {
     let Some(quota) = quota_from_annotations(&st.id, &ann)? else {
         return Ok(());
     };
+    check_user_namespaces(own_user_namespace(), &spec.linux.unwrap_or_default())?;
+    let meta = container_meta(
+        &st.id,
+        &ann,
+        spec.process.as_ref().map_or(&[][..], |p| &p.args[..]),
+    );
     let pid = st
         .pid
         .filter(|p| *p > 0)
@@ -227,7 +382,7 @@ pub fn create(a: &HookArgs) -> Result<(), String> {
     }
     let dir = a.root.join("containers").join(&st.id);
     let result = (|| {
-        write_files(a, &dir, &quota)?;
+        write_files(a, &dir, &quota, &meta)?;
         mount_into(pid, &rootfs, a, &dir)
     })();
     if result.is_err() {
@@ -237,7 +392,7 @@ pub fn create(a: &HookArgs) -> Result<(), String> {
     result
 }
 
-fn write_files(a: &HookArgs, dir: &Path, quota: &str) -> Result<(), String> {
+fn write_files(a: &HookArgs, dir: &Path, quota: &str, meta: &ContainerMeta) -> Result<(), String> {
     use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
     let mk = |p: &Path, mode: u32| {
         std::fs::DirBuilder::new()
@@ -253,6 +408,9 @@ fn write_files(a: &HookArgs, dir: &Path, quota: &str) -> Result<(), String> {
     std::fs::write(&q, quota).map_err(|e| format!("{}: {e}", q.display()))?;
     std::fs::set_permissions(&q, std::fs::Permissions::from_mode(0o444))
         .map_err(|e| format!("{}: {e}", q.display()))?;
+    let m = dir.join(META_FILE);
+    let text = serde_json::to_string(meta).map_err(|e| format!("{}: {e}", m.display()))?;
+    std::fs::write(&m, text + "\n").map_err(|e| format!("{}: {e}", m.display()))?;
     let pre = a.root.join("ld.so.preload");
     let want = format!("{}\n", "/usr/lib/cuslice/libcuslice.so");
     if std::fs::read_to_string(&pre).ok().as_deref() != Some(want.as_str()) {
@@ -652,6 +810,92 @@ mod tests {
             e,
             "annotation cuslice.io/gpus=\"1, 2,1\": expected each GPU once, got \"1\" twice"
         );
+    }
+
+    #[test]
+    fn containers_that_would_not_be_host_root_are_refused() {
+        let linux = |v: serde_json::Value| -> SpecLinux {
+            serde_json::from_value(v).expect("linux section")
+        };
+        let plain = linux(serde_json::json!({"namespaces": [{"type": "pid"}, {"type": "mount"}]}));
+        assert_eq!(check_user_namespaces(None, &plain), Ok(()));
+        assert_eq!(check_user_namespaces(None, &SpecLinux::default()), Ok(()));
+        let e = check_user_namespaces(Some("1001".into()), &plain).expect_err("rootless");
+        assert!(
+            e.starts_with("the runtime is rootless (this hook runs in a user namespace, as host uid 1001): cuslice needs a rootful runtime"),
+            "{e}"
+        );
+        let userns = linux(serde_json::json!({
+            "namespaces": [{"type": "user"}],
+            "uidMappings": [{"containerID": 0, "hostID": 100000, "size": 65536}],
+        }));
+        let e = check_user_namespaces(None, &userns).expect_err("userns");
+        assert!(
+            e.starts_with(
+                "the container has its own user namespace (its uid 0 is host uid 100000): "
+            ),
+            "{e}"
+        );
+        assert!(!e.contains('\n'));
+        // This process runs outside any user namespace (the tests run as
+        // the host's root or a plain user, not in a container's).
+        if std::fs::read_to_string("/proc/self/uid_map")
+            .is_ok_and(|m| m.split_whitespace().collect::<Vec<_>>() == ["0", "0", "4294967295"])
+        {
+            assert_eq!(own_user_namespace(), None);
+        }
+    }
+
+    #[test]
+    fn the_container_record_takes_what_runtimes_annotate() {
+        let args = vec!["python3".to_string(), "train.py".to_string()];
+        let m = container_meta("abc", &ann(&[("cuslice.io/memory", "1g")]), &args);
+        assert_eq!(
+            m,
+            ContainerMeta {
+                id: "abc".into(),
+                command: args.clone(),
+                ..ContainerMeta::default()
+            }
+        );
+        let m = container_meta(
+            "abc",
+            &ann(&[
+                ("io.kubernetes.cri.container-name", "trainer"),
+                ("io.kubernetes.cri.sandbox-namespace", "team-a"),
+                ("io.kubernetes.cri.sandbox-name", "train-0"),
+                (
+                    "io.kubernetes.cri.image-name",
+                    "docker.io/pytorch/pytorch:2.3",
+                ),
+            ]),
+            &args,
+        );
+        assert_eq!(m.name.as_deref(), Some("trainer"));
+        assert_eq!(m.pod.as_deref(), Some("team-a/train-0"));
+        assert_eq!(m.image.as_deref(), Some("docker.io/pytorch/pytorch:2.3"));
+        // CRI-O's names.
+        let m = container_meta(
+            "abc",
+            &ann(&[
+                ("io.kubernetes.container.name", "svc"),
+                ("io.kubernetes.pod.namespace", "default"),
+                ("io.kubernetes.pod.name", "svc-7"),
+                ("io.kubernetes.cri-o.ImageName", "vllm/vllm-openai:latest"),
+            ]),
+            &[],
+        );
+        assert_eq!(
+            (m.name.as_deref(), m.pod.as_deref(), m.image.as_deref()),
+            (
+                Some("svc"),
+                Some("default/svc-7"),
+                Some("vllm/vllm-openai:latest")
+            )
+        );
+        // What is absent is left out of the file.
+        let text = serde_json::to_string(&container_meta("x", &ann(&[]), &[])).expect("json");
+        assert_eq!(text, r#"{"id":"x"}"#);
     }
 
     #[test]

@@ -417,6 +417,34 @@ fn cdi_spec_names_the_hooks() {
         serde_json::json!(["cuslice", "oci-hook", "create"])
     );
     assert_eq!(hooks[1]["hookName"], "poststop");
+    // A host laid out elsewhere: the hooks are told where.
+    let out = Command::new(env!("CARGO_BIN_EXE_cuslice"))
+        .args([
+            "cdi",
+            "generate",
+            "--root",
+            "/srv/cuslice",
+            "--lib",
+            "/opt/libcuslice.so",
+        ])
+        .output()
+        .expect("cdi");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let hooks = &v["devices"][0]["containerEdits"]["hooks"];
+    for (i, stage) in ["create", "poststop"].into_iter().enumerate() {
+        assert_eq!(
+            hooks[i]["args"],
+            serde_json::json!([
+                "cuslice",
+                "oci-hook",
+                stage,
+                "--root",
+                "/srv/cuslice",
+                "--lib",
+                "/opt/libcuslice.so"
+            ])
+        );
+    }
 }
 
 #[test]
