@@ -1,176 +1,302 @@
-//! `cuslice exporter`: the status figures as Prometheus metrics
-//! (OpenMetrics text) on `GET /metrics`. Every scrape reads the segments
-//! afresh; nothing is cached between scrapes.
+//! `cuslice exporter`: the figures of `cuslice status` as Prometheus metrics
+//! (OpenMetrics text) on `GET /metrics`, read afresh at every scrape.
+//!
+//! Named and labelled the way NVIDIA's DCGM exporter does, so that a
+//! dashboard made for DCGM can add cuslice panels: the unit in the name
+//! (`_bytes`, `_seconds`, `_percent`), and on every series `gpu` (NVML's
+//! index, as `nvidia-smi` numbers the GPUs), `UUID` (`GPU-...`),
+//! `modelName` and `Hostname`; per tenant also `tenant`. Shares over an
+//! interval are not exported: they are `rate()` of the counters, over
+//! whatever interval the dashboard picks.
 
-use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
+use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
 
-use crate::status::{Snapshot, Sources, snapshot};
+use crate::status::{GpuView, Observer, Snapshot};
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct MemLabels {
-    gpu: String,
-    segment: String,
+type Labels = Vec<(String, String)>;
+type G = Family<Labels, Gauge>;
+type GF = Family<Labels, Gauge<f64, AtomicU64>>;
+type C = Family<Labels, Counter>;
+type CF = Family<Labels, Counter<f64, AtomicU64>>;
+
+fn gpu_labels(g: &GpuView, host: &str) -> Labels {
+    vec![
+        (
+            "gpu".into(),
+            g.index.map(|i| i.to_string()).unwrap_or_default(),
+        ),
+        ("UUID".into(), g.uuid.clone()),
+        ("modelName".into(), g.name.clone().unwrap_or_default()),
+        ("Hostname".into(), host.to_string()),
+    ]
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ProcLabels {
-    gpu: String,
-    segment: String,
-    pid: String,
+fn with(mut l: Labels, more: &[(&str, &str)]) -> Labels {
+    l.extend(more.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    l
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct TenantLabels {
-    gpu: String,
-    tenant: String,
+/// Registers `metric` under `name` (after the `cuslice_` prefix).
+fn reg<M: prometheus_client::registry::Metric>(
+    r: &mut Registry,
+    name: &str,
+    help: &str,
+    metric: M,
+) {
+    r.register(name, help, metric);
 }
-
-type G = Family<MemLabels, Gauge>;
-type F64Counter = Counter<f64, AtomicU64>;
 
 /// The metrics of one snapshot, in OpenMetrics text.
 pub fn render(s: &Snapshot) -> Result<String, std::fmt::Error> {
-    let mut reg = Registry::with_prefix("cuslice");
+    let mut r = Registry::with_prefix("cuslice");
+    let host = s.hostname.as_str();
+
+    let gpu_used = G::default();
+    let gpu_total = G::default();
+    let gpu_util = G::default();
+    let handovers = C::default();
+    let tenants = G::default();
     let mem_used = G::default();
     let mem_limit = G::default();
     let mem_peak = G::default();
-    let refused = Family::<MemLabels, Counter>::default();
-    let proc_used = Family::<ProcLabels, Gauge>::default();
-    for c in &s.containers {
-        for d in &c.devices {
-            let l = MemLabels {
-                gpu: d.uuid.clone(),
-                segment: c.segment.clone(),
-            };
-            mem_used.get_or_create(&l).set(d.used_bytes as i64);
-            mem_peak.get_or_create(&l).set(d.peak_bytes as i64);
-            refused.get_or_create(&l).inc_by(d.refused);
-            if let Some(q) = d.limit_bytes {
-                mem_limit.get_or_create(&l).set(q as i64);
-            }
+    let refused = C::default();
+    let proc_used = G::default();
+    let used = CF::default();
+    let throttled = CF::default();
+    let share = G::default();
+    let ceiling = G::default();
+    let procs = G::default();
+    let waiting = G::default();
+    let latency = G::default();
+    let lease = G::default();
+    let demand = GF::default();
+    let live = G::default();
+    let info = G::default();
+
+    let mut by_uuid: BTreeMap<&str, Labels> = BTreeMap::new();
+    for g in &s.gpus {
+        let l = gpu_labels(g, host);
+        by_uuid.insert(&g.uuid, l.clone());
+        if let (Some(u), Some(t)) = (g.memory_used_bytes, g.memory_total_bytes) {
+            gpu_used.get_or_create(&l).set(u as i64);
+            gpu_total.get_or_create(&l).set(t as i64);
         }
+        if let Some(u) = g.utilization_percent {
+            gpu_util.get_or_create(&l).set(i64::from(u));
+        }
+        if g.segment.is_some() {
+            handovers.get_or_create(&l).inc_by(g.handovers);
+        }
+        tenants.get_or_create(&l).set(g.tenants.len() as i64);
+        for t in &g.tenants {
+            let tl = with(l.clone(), &[("tenant", &t.name)]);
+            live.get_or_create(&tl).set(i64::from(t.live));
+            let c = t.container.as_ref();
+            let (ns, pod) = c
+                .and_then(|c| c.pod.as_deref())
+                .and_then(|p| p.split_once('/'))
+                .unwrap_or(("", ""));
+            info.get_or_create(&with(
+                tl.clone(),
+                &[
+                    ("runs", &t.runs),
+                    ("container", c.and_then(|c| c.name.as_deref()).unwrap_or("")),
+                    ("pod", pod),
+                    ("namespace", ns),
+                    ("image", c.and_then(|c| c.image.as_deref()).unwrap_or("")),
+                ],
+            ))
+            .set(1);
+            if let Some(u) = t.memory_used_bytes {
+                mem_used.get_or_create(&tl).set(u as i64);
+            }
+            if let Some(q) = t.memory_limit_bytes {
+                mem_limit.get_or_create(&tl).set(q as i64);
+            }
+            if let Some(p) = t.memory_peak_bytes {
+                mem_peak.get_or_create(&tl).set(p as i64);
+            }
+            if let Some(n) = t.memory_refused {
+                refused.get_or_create(&tl).inc_by(n);
+            }
+            // The compute figures exist for tenants with a share or a
+            // ceiling on this GPU.
+            let Some(sh) = t.share_percent else { continue };
+            used.get_or_create(&tl)
+                .inc_by(t.gpu_time_seconds.unwrap_or(0.0));
+            throttled
+                .get_or_create(&tl)
+                .inc_by(t.throttled_seconds.unwrap_or(0.0));
+            share.get_or_create(&tl).set(i64::from(sh));
+            ceiling
+                .get_or_create(&tl)
+                .set(i64::from(t.ceiling_percent.unwrap_or(100)));
+            procs.get_or_create(&tl).set(i64::from(t.processes));
+            waiting.get_or_create(&tl).set(i64::from(t.waiting));
+            latency
+                .get_or_create(&tl)
+                .set(i64::from(t.class == Some("latency")));
+            lease
+                .get_or_create(&tl)
+                .set(i64::from(t.mode == Some("lease")));
+            demand
+                .get_or_create(&tl)
+                .set(t.demand_percent.unwrap_or(0.0));
+        }
+    }
+    for c in &s.containers {
         for p in c.processes.iter().filter(|p| p.alive) {
-            for (gpu, b) in &p.used_bytes {
-                let l = ProcLabels {
-                    gpu: gpu.clone(),
-                    segment: c.segment.clone(),
-                    pid: p.pid.to_string(),
+            for (uuid, b) in &p.used_bytes {
+                let Some(l) = by_uuid.get(uuid.as_str()) else {
+                    continue;
                 };
+                let pid = p.pid.to_string();
+                let l = with(l.clone(), &[("tenant", &c.tenant), ("pid", &pid)]);
                 proc_used.get_or_create(&l).set(*b as i64);
             }
         }
     }
-    reg.register(
+
+    reg(
+        &mut r,
+        "gpu_memory_used_bytes",
+        "Device memory in use on the GPU, all processes (NVML)",
+        gpu_used,
+    );
+    reg(
+        &mut r,
+        "gpu_memory_total_bytes",
+        "Device memory of the GPU (NVML)",
+        gpu_total,
+    );
+    reg(
+        &mut r,
+        "gpu_utilization_percent",
+        "Percent of NVML's last sample period a kernel ran on the GPU",
+        gpu_util,
+    );
+    reg(
+        &mut r,
+        "gpu_lease_handovers",
+        "Hand-overs of the GPU's lease between processes",
+        handovers,
+    );
+    reg(
+        &mut r,
+        "gpu_tenants",
+        "Tenants listed on the GPU (live, or ended within the linger time)",
+        tenants,
+    );
+    reg(
+        &mut r,
         "memory_used_bytes",
-        "Device memory a container's processes hold on a GPU",
+        "Device memory a tenant's processes hold on a GPU",
         mem_used,
     );
-    reg.register(
+    reg(
+        &mut r,
         "memory_limit_bytes",
-        "A container's memory quota on a GPU (absent: no quota)",
+        "A tenant's memory quota on a GPU (absent: no quota)",
         mem_limit,
     );
-    reg.register(
+    reg(
+        &mut r,
         "memory_peak_bytes",
-        "Highest memory_used_bytes since the segment was created",
+        "Highest memory_used_bytes since the tenant's memory segment was created",
         mem_peak,
     );
-    reg.register(
+    reg(
+        &mut r,
         "memory_refused",
-        "Allocations refused by the quota",
+        "Allocations refused by the tenant's quota",
         refused,
     );
-    reg.register(
+    reg(
+        &mut r,
         "process_memory_used_bytes",
         "Device memory one live process holds on a GPU",
         proc_used,
     );
-
-    let used = Family::<TenantLabels, F64Counter>::default();
-    let throttled = Family::<TenantLabels, F64Counter>::default();
-    let share = Family::<TenantLabels, Gauge>::default();
-    let ceiling = Family::<TenantLabels, Gauge>::default();
-    let procs = Family::<TenantLabels, Gauge>::default();
-    let waiting = Family::<TenantLabels, Gauge>::default();
-    let latency = Family::<TenantLabels, Gauge>::default();
-    let heavy = Family::<TenantLabels, Gauge>::default();
-    let demand = Family::<TenantLabels, Gauge<f64, AtomicU64>>::default();
-    for g in &s.gpus {
-        for t in &g.tenants {
-            let l = TenantLabels {
-                gpu: g.uuid.clone(),
-                tenant: t.name.clone(),
-            };
-            used.get_or_create(&l).inc_by(t.gpu_time_seconds);
-            throttled.get_or_create(&l).inc_by(t.throttled_seconds);
-            share.get_or_create(&l).set(t.share_percent as i64);
-            ceiling
-                .get_or_create(&l)
-                .set(t.ceiling_percent.unwrap_or(100) as i64);
-            procs.get_or_create(&l).set(t.processes as i64);
-            waiting.get_or_create(&l).set(t.waiting as i64);
-            latency
-                .get_or_create(&l)
-                .set(i64::from(t.class == "latency"));
-            heavy.get_or_create(&l).set(i64::from(t.mode == "lease"));
-            demand.get_or_create(&l).set(t.demand_percent);
-        }
-    }
-    reg.register("compute_used_seconds", "GPU time charged to a tenant", used);
-    reg.register(
+    reg(
+        &mut r,
+        "compute_used_seconds",
+        "GPU time charged to a tenant",
+        used,
+    );
+    reg(
+        &mut r,
         "compute_throttled_seconds",
-        "Time a tenant's processes waited for the GPU",
+        "Time a tenant's processes waited for the GPU, summed over its processes",
         throttled,
     );
-    reg.register(
+    reg(
+        &mut r,
         "compute_share_percent",
         "A tenant's guaranteed share of GPU time",
         share,
     );
-    reg.register(
+    reg(
+        &mut r,
         "compute_ceiling_percent",
         "A tenant's ceiling on GPU time (100: none)",
         ceiling,
     );
-    reg.register(
+    reg(
+        &mut r,
         "compute_processes",
-        "Live processes of a tenant on a GPU",
+        "Live processes of a tenant with a compute share",
         procs,
     );
-    reg.register(
+    reg(
+        &mut r,
         "compute_waiting_processes",
         "Processes of a tenant waiting for the GPU",
         waiting,
     );
-    reg.register(
+    reg(
+        &mut r,
         "compute_latency_class",
         "1 if the tenant is latency-sensitive (others hold back while its work is in flight)",
         latency,
     );
-    reg.register(
+    reg(
+        &mut r,
         "compute_lease_mode",
         "1 if the tenant competes for a saturated GPU through the lease, 0 if it launches freely",
-        heavy,
+        lease,
     );
-    reg.register(
+    reg(
+        &mut r,
         "compute_demand_percent",
         "GPU time charged to the tenant per wall time over its last demand window",
         demand,
     );
+    reg(
+        &mut r,
+        "tenant_live",
+        "1 while a process of the tenant is alive, 0 for an ended tenant still listed",
+        live,
+    );
+    reg(
+        &mut r,
+        "tenant_info",
+        "What a tenant runs: container name, pod, namespace and image where its runtime gives them, else its command",
+        info,
+    );
 
     let mut out = String::new();
-    encode(&mut out, &reg)?;
+    encode(&mut out, &r)?;
     Ok(out)
 }
 
 /// Serves `GET /metrics` on `listen` until killed. Prints the bound address.
-pub fn serve(listen: &str, src: &Sources) -> Result<(), String> {
+pub fn serve(listen: &str, mut obs: Observer) -> Result<(), String> {
     let server = tiny_http::Server::http(listen).map_err(|e| format!("--listen {listen}: {e}"))?;
     println!(
         "cuslice exporter listening on http://{}/metrics",
@@ -178,7 +304,7 @@ pub fn serve(listen: &str, src: &Sources) -> Result<(), String> {
     );
     for req in server.incoming_requests() {
         let resp = if req.url() == "/metrics" {
-            match render(&snapshot(src)) {
+            match render(&obs.read()) {
                 Ok(body) => tiny_http::Response::from_string(body).with_header(
                     tiny_http::Header::from_bytes(
                         &b"Content-Type"[..],

@@ -10,10 +10,13 @@ use clap::{Args, Parser, Subcommand};
 use cuslice_core::config;
 
 mod exporter;
+mod frame;
 mod inroot;
 mod limits;
+mod nvml;
 mod oci;
 mod status;
+mod top;
 
 #[derive(Parser)]
 #[command(
@@ -45,23 +48,38 @@ enum Cmd {
     },
     /// Print the path of the libcuslice.so that `run` would preload.
     Lib,
-    /// Per GPU, tenant and process: memory used / quota, compute share,
-    /// GPU time used and throttled (reads the segments; no GPU needed).
+    /// Per GPU (from NVML), tenant and process: what it runs, memory used /
+    /// quota, share, ceiling, class and mode, GPU time and time throttled
+    /// (reads the segments; no GPU needed).
     Status {
         #[command(flatten)]
         src: SourceArgs,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
+        /// Seconds between the two readings the GPU time share and the
+        /// time throttled are measured over (0: one reading, without them).
+        #[arg(long, default_value_t = 0.5)]
+        interval: f64,
+        /// Seconds a tenant with no live process is still listed.
+        #[arg(long, default_value_t = status::DEFAULT_LINGER_SECONDS)]
+        linger: f64,
     },
-    /// The status table, refreshed every second, with each tenant's share
-    /// of the GPU over the last interval.
+    /// The status table, refreshed in place every interval, with each
+    /// tenant's share of the GPU and time throttled over the last interval;
+    /// q quits.
     Top {
         #[command(flatten)]
         src: SourceArgs,
         /// Seconds between refreshes.
         #[arg(long, default_value_t = 1.0)]
         interval: f64,
+        /// Print one frame (measured over one interval) and exit.
+        #[arg(long)]
+        once: bool,
+        /// Seconds a tenant with no live process is still listed (dimmed).
+        #[arg(long, default_value_t = status::DEFAULT_LINGER_SECONDS)]
+        linger: f64,
     },
     /// OCI runtime hook: `create` (createRuntime / prestart) gives a
     /// container its quota file and mounts from its cuslice.io/*
@@ -88,6 +106,9 @@ enum Cmd {
         /// Address to listen on.
         #[arg(long, default_value = "127.0.0.1:9836")]
         listen: String,
+        /// Seconds a tenant with no live process is still exported.
+        #[arg(long, default_value_t = status::DEFAULT_LINGER_SECONDS)]
+        linger: f64,
     },
 }
 
@@ -387,15 +408,37 @@ fn main() -> ExitCode {
             lib,
             cmd,
         } => run(limits, gpu, lib, cmd),
-        Cmd::Status { src, json } => {
-            let snap = status::snapshot(&src.sources());
+        Cmd::Status {
+            src,
+            json,
+            interval,
+            linger,
+        } => {
+            let mut obs = status::Observer::new(src.sources(), linger);
+            let mut snap = obs.read();
+            if interval > 0.0 {
+                std::thread::sleep(std::time::Duration::from_secs_f64(interval.min(3600.0)));
+                snap = obs.read();
+            }
             if json {
                 match serde_json::to_string_pretty(&snap) {
                     Ok(j) => println!("{j}"),
                     Err(e) => eprintln!("cuslice: cannot encode JSON: {e}"),
                 }
             } else {
-                print!("{}", status::render(&snap, None));
+                use std::io::IsTerminal as _;
+                let tty = std::io::stdout().is_terminal();
+                // On a terminal, its width; into a file or a pipe, whole
+                // lines.
+                let width = crossterm::terminal::size()
+                    .ok()
+                    .filter(|_| tty)
+                    .map_or(usize::MAX, |(w, _)| usize::from(w));
+                print!(
+                    "{}{}",
+                    top::text(&frame::frame(&snap, "cuslice status", width, false), tty),
+                    frame::details(&snap)
+                );
             }
             Ok(if snap.errors.is_empty() {
                 ExitCode::SUCCESS
@@ -403,26 +446,19 @@ fn main() -> ExitCode {
                 ExitCode::from(1)
             })
         }
-        Cmd::Top { src, interval } => {
-            let src = src.sources();
-            let dt = interval.clamp(0.1, 3600.0);
-            let mut prev: Option<status::Snapshot> = None;
-            loop {
-                let snap = status::snapshot(&src);
-                // Clear the screen and home the cursor, then the table.
-                print!(
-                    "\x1b[2J\x1b[H{}",
-                    status::render(&snap, prev.as_ref().map(|p| (p, dt)))
-                );
-                use std::io::Write as _;
-                let _ = std::io::stdout().flush();
-                prev = Some(snap);
-                std::thread::sleep(std::time::Duration::from_secs_f64(dt));
-            }
-        }
-        Cmd::Exporter { src, listen } => {
-            exporter::serve(&listen, &src.sources()).map(|()| ExitCode::SUCCESS)
-        }
+        Cmd::Top {
+            src,
+            interval,
+            once,
+            linger,
+        } => top::run(status::Observer::new(src.sources(), linger), interval, once)
+            .map(|()| ExitCode::SUCCESS),
+        Cmd::Exporter {
+            src,
+            listen,
+            linger,
+        } => exporter::serve(&listen, status::Observer::new(src.sources(), linger))
+            .map(|()| ExitCode::SUCCESS),
         Cmd::OciHook { stage, root, lib } => {
             let a = oci::HookArgs { root, lib };
             match stage {

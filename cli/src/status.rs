@@ -1,14 +1,28 @@
-//! `cuslice status` / `top`: what the segments say, per GPU, per tenant and
-//! per process. Reads the segment files only (read-only mappings): works
-//! without a GPU and without touching any running program.
+//! `cuslice status` / `top` / `exporter`: what the segments say, per GPU,
+//! per tenant and per process, with NVML's view of each GPU where NVML is
+//! there. Reads the segment files only (read-only mappings): works without a
+//! GPU and without touching any running program, and never writes a
+//! segment (the tenant entries of ended tenants are freed by the shim, when
+//! a new tenant needs one: `GpuSegment::register`).
+//!
+//! An [`Observer`] takes readings; each gives a [`Snapshot`] with, per
+//! tenant, its share of the GPU over the time since the previous reading,
+//! and what it runs. A tenant with no live process stays in the snapshots
+//! (`live: false`) for the linger time (a minute by default) after it ended,
+//! then is left out.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 
 use cuslice_core::config::{self, format_uuid};
-use cuslice_core::gpu::GpuSegment;
+use cuslice_core::gpu::{self as coregpu, GpuSegment, MAX_PROCS, PROC_FREE};
 use cuslice_core::segment::{MAX_DEVICES, Segment, UNLIMITED};
 use serde::Serialize;
+
+use crate::nvml::{GpuInfo, Nvml};
+use crate::oci::{ContainerMeta, META_FILE};
 
 /// Where to look.
 #[derive(Debug, Clone)]
@@ -44,9 +58,14 @@ impl Sources {
         if mem.is_empty() {
             let root = root.unwrap_or_else(|| PathBuf::from(DEFAULT_CONTAINERS_ROOT));
             if let Ok(rd) = std::fs::read_dir(&root) {
+                // The hook's layout (<id>/segment/memory.seg), or a segment
+                // right in the container's directory.
                 let mut v: Vec<PathBuf> = rd
                     .flatten()
-                    .map(|e| e.path().join("memory.seg"))
+                    .flat_map(|e| {
+                        let d = e.path();
+                        [d.join("segment").join("memory.seg"), d.join("memory.seg")]
+                    })
                     .filter(|p| p.is_file())
                     .collect();
                 v.sort();
@@ -82,9 +101,19 @@ impl Sources {
 pub const DEFAULT_CONTAINERS_ROOT: &str = "/run/cuslice/containers";
 /// Where the runtime hook keeps the host's per-GPU segments.
 pub const HOOK_GPU_DIR: &str = "/run/cuslice/gpu";
+/// How long a tenant with no live process is still shown.
+pub const DEFAULT_LINGER_SECONDS: f64 = 60.0;
 
 #[derive(Debug, Serialize)]
 pub struct Snapshot {
+    pub hostname: String,
+    /// The time since the previous reading, over which `gpu_percent` and
+    /// `throttled_percent` are measured; None for a first reading.
+    pub interval_seconds: Option<f64>,
+    /// How long a tenant with no live process is still listed.
+    pub linger_seconds: f64,
+    /// Why there is no NVML information (None: NVML answered).
+    pub nvml_error: Option<String>,
     pub gpus: Vec<GpuView>,
     pub containers: Vec<ContainerView>,
     /// Segments that could not be read, one line each.
@@ -94,39 +123,81 @@ pub struct Snapshot {
 #[derive(Debug, Serialize)]
 pub struct GpuView {
     pub uuid: String,
-    pub segment: String,
+    /// NVML's index, name, memory and utilization (None without NVML, or
+    /// for a GPU NVML does not list).
+    pub index: Option<u32>,
+    pub name: Option<String>,
+    pub memory_used_bytes: Option<u64>,
+    pub memory_total_bytes: Option<u64>,
+    pub utilization_percent: Option<u32>,
+    /// The GPU segment (None: no tenant with a compute share uses it).
+    pub segment: Option<String>,
     pub handovers: u64,
     pub tenants: Vec<TenantView>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct TenantView {
     pub name: String,
-    pub share_percent: u32,
+    /// Some process of the tenant is alive (proved by its segment lock).
+    pub live: bool,
+    /// What it runs, for display: the container's name, pod and image
+    /// (from its runtime's annotations), else the container's command, else
+    /// the command line of its first live process (when that process is in
+    /// this PID namespace), else its PIDs.
+    pub runs: String,
+    /// What the OCI hook recorded, for a container.
+    pub container: Option<ContainerMeta>,
+    /// Its live processes, as each saw its own PID (its container's PID
+    /// namespace for a container).
+    pub pids: Vec<u32>,
+    /// How many (`pids.len()`).
+    pub processes: u32,
+    /// Device memory its processes hold on this GPU (None: no memory
+    /// segment of it was found).
+    pub memory_used_bytes: Option<u64>,
+    /// Its quota on this GPU (None: none).
+    pub memory_limit_bytes: Option<u64>,
+    pub memory_peak_bytes: Option<u64>,
+    pub memory_refused: Option<u64>,
+    /// Guaranteed share of GPU time (None: no compute share on this GPU).
+    pub share_percent: Option<u32>,
     /// None: no ceiling.
     pub ceiling_percent: Option<u32>,
-    pub gpu_time_seconds: f64,
-    pub throttled_seconds: f64,
-    pub processes: u32,
-    pub waiting: u32,
-    pub last_active_seconds_ago: f64,
-    /// "latency" or "standard".
-    pub class: &'static str,
+    /// "latency" or "standard" (None: no compute share).
+    pub class: Option<&'static str>,
     /// "lease": competes for a saturated GPU through the lease; "free":
     /// under its share, launches freely.
-    pub mode: &'static str,
-    /// GPU time charged per wall time over the last demand window, percent.
-    pub demand_percent: f64,
+    pub mode: Option<&'static str>,
+    /// GPU time charged to it since it registered.
+    pub gpu_time_seconds: Option<f64>,
+    /// Time its processes waited for the GPU (summed over processes).
+    pub throttled_seconds: Option<f64>,
+    /// Its GPU time over the interval, percent of the interval: its share
+    /// of the GPU just now.
+    pub gpu_percent: Option<f64>,
+    /// Time its processes waited over the interval, percent of the interval
+    /// (summed over processes: two waiting all along make 200).
+    pub throttled_percent: Option<f64>,
+    pub waiting: u32,
+    pub last_active_seconds_ago: Option<f64>,
+    /// For a tenant with no live process: since when (None while live).
+    pub ended_seconds_ago: Option<f64>,
+    /// GPU time charged per wall time over its last demand window, percent.
+    pub demand_percent: Option<f64>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct ContainerView {
     pub segment: String,
+    /// The tenant its processes register as (its quota file's `tenant`).
+    pub tenant: String,
+    pub container: Option<ContainerMeta>,
     pub devices: Vec<DeviceView>,
     pub processes: Vec<ProcessView>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct DeviceView {
     pub uuid: String,
     /// None: no quota (usage is still counted).
@@ -136,7 +207,7 @@ pub struct DeviceView {
     pub refused: u64,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct ProcessView {
     pub pid: u32,
     pub alive: bool,
@@ -145,193 +216,493 @@ pub struct ProcessView {
     pub used_bytes: BTreeMap<String, u64>,
 }
 
-/// Reads every segment the sources name.
-pub fn snapshot(src: &Sources) -> Snapshot {
-    let mut snap = Snapshot {
-        gpus: vec![],
-        containers: vec![],
-        errors: vec![],
-    };
-    let now = cuslice_core::gpu::monotonic_ns();
-    let mut gpu_files: Vec<PathBuf> = src
-        .gpu_dirs
-        .iter()
-        .filter_map(|d| std::fs::read_dir(d).ok())
-        .flat_map(|rd| rd.flatten().map(|e| e.path()).collect::<Vec<_>>())
-        .filter(|p| p.extension().is_some_and(|x| x == "seg"))
-        .collect();
-    gpu_files.sort();
-    for path in gpu_files {
-        match GpuSegment::open_read_only(&path) {
-            Ok(g) => snap.gpus.push(GpuView {
-                uuid: path
-                    .file_stem()
-                    .map(|s| s.to_string_lossy().into_owned())
-                    .unwrap_or_default(),
-                segment: path.display().to_string(),
-                handovers: g
-                    .sched()
-                    .handovers
-                    .load(std::sync::atomic::Ordering::Relaxed),
-                tenants: g
-                    .tenants()
-                    .into_iter()
-                    .map(|t| TenantView {
-                        name: t.name,
-                        share_percent: t.share,
-                        ceiling_percent: (t.max < 100).then_some(t.max),
-                        gpu_time_seconds: t.used_ns as f64 / 1e9,
-                        throttled_seconds: t.throttled_ns as f64 / 1e9,
-                        processes: t.procs,
-                        waiting: t.waiting,
-                        last_active_seconds_ago: now.saturating_sub(t.last_active) as f64 / 1e9,
-                        class: if t.latency { "latency" } else { "standard" },
-                        mode: if t.heavy { "lease" } else { "free" },
-                        demand_percent: f64::from(t.demand_pm) / 10.0,
-                    })
-                    .collect(),
-            }),
-            Err(e) => snap.errors.push(e.to_string()),
+/// One GPU segment, read.
+struct GpuRead {
+    uuid: String,
+    path: PathBuf,
+    /// (device, inode) of the file, to find the processes that map it.
+    file: Option<(u64, u64)>,
+    handovers: u64,
+    /// Each tenant with the PIDs of its live processes.
+    tenants: Vec<(coregpu::TenantView, Vec<u32>)>,
+}
+
+/// One memory segment, read.
+struct MemRead {
+    view: ContainerView,
+    file: Option<(u64, u64)>,
+    /// A container's segment under the hook's root (its id), whether or not
+    /// the hook recorded what it runs.
+    container_id: Option<String>,
+}
+
+/// Everything read at one time.
+struct Reading {
+    at: u64,
+    gpus: Vec<GpuRead>,
+    mems: Vec<MemRead>,
+    nvml: Result<Vec<GpuInfo>, String>,
+    errors: Vec<String>,
+}
+
+type Key = (String, String);
+
+/// Takes readings, keeping what the next one needs: the previous reading
+/// (for shares over the interval) and when each ended tenant was first
+/// seen ended.
+pub struct Observer {
+    src: Sources,
+    nvml: Result<Nvml, String>,
+    linger_ns: u64,
+    prev: Option<Reading>,
+    live_before: HashSet<Key>,
+    ended: HashMap<Key, u64>,
+}
+
+fn file_id(p: &Path) -> Option<(u64, u64)> {
+    std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()))
+}
+
+pub fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most `len` bytes into our buffer.
+    let r = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if r != 0 {
+        return String::new();
+    }
+    let n = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}
+
+/// The tenant of the memory segment `seg` (`<dir>/segment/memory.seg`):
+/// the `tenant` of `<dir>/quota.toml` (as the hook and `cuslice run` write
+/// it), else the name the shim derives from the segment directory; and
+/// what the hook recorded in `<dir>/container.json`.
+fn segment_owner(seg: &Path) -> (String, Option<ContainerMeta>, Option<String>) {
+    let seg_dir = seg.parent().unwrap_or(Path::new("/"));
+    let dir = seg_dir.parent();
+    let tenant = dir
+        .map(|d| d.join("quota.toml"))
+        .and_then(|q| {
+            let text = std::fs::read_to_string(&q).ok()?;
+            config::parse_file(&q, &text).ok()
+        })
+        .map(|c| c.tenant_name())
+        .unwrap_or_else(|| config::default_tenant(seg_dir));
+    let meta = dir
+        .and_then(|d| std::fs::read(d.join(META_FILE)).ok())
+        .and_then(|b| serde_json::from_slice::<ContainerMeta>(&b).ok());
+    // <root>/containers/<id>/segment/memory.seg: the hook's layout.
+    let id = dir
+        .filter(|d| {
+            d.parent()
+                .and_then(Path::file_name)
+                .is_some_and(|n| n == "containers")
+        })
+        .and_then(Path::file_name)
+        .map(|n| n.to_string_lossy().into_owned());
+    (tenant, meta, id)
+}
+
+fn read_gpu(path: &Path) -> Result<GpuRead, String> {
+    let g = GpuSegment::open_read_only(path).map_err(|e| e.to_string())?;
+    let mut pids: BTreeMap<usize, Vec<u32>> = BTreeMap::new();
+    for i in 0..MAX_PROCS {
+        let Some(p) = g.proc_entry(i) else { break };
+        // Liveness from the entry's lock, not from the counters: only the
+        // shim sweeps dead processes, and observers write nothing.
+        if p.state.load(Ordering::Acquire) != PROC_FREE && g.proc_alive(i) {
+            pids.entry(p.tenant.load(Ordering::Relaxed) as usize)
+                .or_default()
+                .push(p.pid.load(Ordering::Relaxed));
         }
     }
-    for path in &src.memory {
-        match Segment::open_read_only(path) {
-            Ok(s) => {
-                let mut uuids = BTreeMap::new();
-                let mut devices = vec![];
-                for d in 0..MAX_DEVICES {
-                    if let Some(u) = s.device_usage(d) {
-                        let uuid = format_uuid(&u.uuid);
-                        uuids.insert(d, uuid.clone());
-                        devices.push(DeviceView {
-                            uuid,
-                            limit_bytes: (u.limit != UNLIMITED).then_some(u.limit),
-                            used_bytes: u.used,
-                            peak_bytes: u.peak,
-                            refused: u.refused,
-                        });
+    Ok(GpuRead {
+        uuid: path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        path: path.to_path_buf(),
+        file: file_id(path),
+        handovers: g.sched().handovers.load(Ordering::Relaxed),
+        tenants: g
+            .tenants()
+            .into_iter()
+            .map(|t| {
+                let p = pids.remove(&t.index).unwrap_or_default();
+                (t, p)
+            })
+            .collect(),
+    })
+}
+
+fn read_mem(path: &Path) -> Result<MemRead, String> {
+    let s = Segment::open_read_only(path).map_err(|e| e.to_string())?;
+    let mut uuids = BTreeMap::new();
+    let mut devices = vec![];
+    for d in 0..MAX_DEVICES {
+        if let Some(u) = s.device_usage(d) {
+            let uuid = format_uuid(&u.uuid);
+            uuids.insert(d, uuid.clone());
+            devices.push(DeviceView {
+                uuid,
+                limit_bytes: (u.limit != UNLIMITED).then_some(u.limit),
+                used_bytes: u.used,
+                peak_bytes: u.peak,
+                refused: u.refused,
+            });
+        }
+    }
+    let processes = s
+        .processes()
+        .into_iter()
+        .map(|p| ProcessView {
+            pid: p.pid,
+            alive: p.alive,
+            started_unix: p.started,
+            used_bytes: p
+                .used
+                .iter()
+                .enumerate()
+                .filter(|(_, b)| **b > 0)
+                .map(|(d, b)| {
+                    (
+                        uuids
+                            .get(&d)
+                            .cloned()
+                            .unwrap_or_else(|| format!("device-{d}")),
+                        *b,
+                    )
+                })
+                .collect(),
+        })
+        .collect();
+    let (tenant, container, container_id) = segment_owner(path);
+    Ok(MemRead {
+        view: ContainerView {
+            segment: path.display().to_string(),
+            tenant,
+            container,
+            devices,
+            processes,
+        },
+        file: file_id(path),
+        container_id,
+    })
+}
+
+/// The command line of process `pid` of this PID namespace, if it is one
+/// of the tenant's: it must hold one of `files` (a segment of the tenant)
+/// open. A PID from another namespace (a container's) names another
+/// process here, or none, and is not taken for it.
+fn host_cmdline(pid: u32, files: &[(u64, u64)]) -> Option<String> {
+    let rd = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?;
+    let holds = rd
+        .flatten()
+        .any(|e| file_id(&e.path()).is_some_and(|f| files.contains(&f)));
+    if !holds {
+        return None;
+    }
+    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let args: Vec<String> = raw
+        .split(|b| *b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    (!args.is_empty()).then(|| command_line(&args))
+}
+
+/// A command for display: the program's file name, then its arguments
+/// (the directory it lives in takes the room of what it was asked to do).
+fn command_line(args: &[String]) -> String {
+    let mut v: Vec<&str> = args.iter().map(String::as_str).collect();
+    if let Some(first) = args.first() {
+        v[0] = Path::new(first)
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or(first);
+    }
+    v.join(" ")
+}
+
+/// The `runs` text of a container the hook recorded.
+pub fn describe(m: &ContainerMeta) -> String {
+    let mut parts = vec![];
+    match (&m.pod, &m.name) {
+        (Some(p), Some(n)) => parts.push(format!("{p}/{n}")),
+        (Some(p), None) => parts.push(p.clone()),
+        (None, Some(n)) => parts.push(n.clone()),
+        (None, None) => {}
+    }
+    if let Some(i) = &m.image {
+        parts.push(i.clone());
+    }
+    if parts.is_empty() {
+        parts.push(command_line(&m.command));
+    }
+    parts.join(" ")
+}
+
+fn secs(ns: u64) -> f64 {
+    ns as f64 / 1e9
+}
+
+impl Observer {
+    /// `linger`: seconds a tenant with no live process stays listed.
+    pub fn new(src: Sources, linger: f64) -> Observer {
+        Observer {
+            src,
+            nvml: Nvml::open(),
+            linger_ns: (linger.clamp(0.0, 1e9) * 1e9) as u64,
+            prev: None,
+            live_before: HashSet::new(),
+            ended: HashMap::new(),
+        }
+    }
+
+    fn take(&self) -> Reading {
+        let mut errors = vec![];
+        let mut gpu_files: Vec<PathBuf> = self
+            .src
+            .gpu_dirs
+            .iter()
+            .filter_map(|d| std::fs::read_dir(d).ok())
+            .flat_map(|rd| rd.flatten().map(|e| e.path()).collect::<Vec<_>>())
+            .filter(|p| p.extension().is_some_and(|x| x == "seg"))
+            .collect();
+        gpu_files.sort();
+        let mut gpus = vec![];
+        for p in gpu_files {
+            match read_gpu(&p) {
+                Ok(g) => gpus.push(g),
+                Err(e) => errors.push(e),
+            }
+        }
+        let mut mems = vec![];
+        for p in &self.src.memory {
+            match read_mem(p) {
+                Ok(m) => mems.push(m),
+                Err(e) => errors.push(e),
+            }
+        }
+        let nvml = match &self.nvml {
+            Ok(n) => n.gpus(),
+            Err(e) => Err(e.clone()),
+        };
+        Reading {
+            at: coregpu::monotonic_ns(),
+            gpus,
+            mems,
+            nvml,
+            errors,
+        }
+    }
+
+    /// Reads everything afresh; shares over the time since the previous
+    /// call.
+    pub fn read(&mut self) -> Snapshot {
+        let now = self.take();
+        let snap = self.view(&now);
+        self.live_before = snap
+            .gpus
+            .iter()
+            .flat_map(|g| {
+                g.tenants
+                    .iter()
+                    .filter(|t| t.live)
+                    .map(|t| (g.uuid.clone(), t.name.clone()))
+            })
+            .collect();
+        self.prev = Some(now);
+        snap
+    }
+
+    fn view(&mut self, r: &Reading) -> Snapshot {
+        let prev = self.prev.as_ref();
+        let dt = prev.map(|p| r.at.saturating_sub(p.at)).filter(|d| *d > 0);
+        let nvml_gpus: &[GpuInfo] = r.nvml.as_deref().unwrap_or(&[]);
+        // GPUs: NVML's by index, then any other a segment names.
+        let mut order: Vec<String> = nvml_gpus.iter().map(|g| g.uuid.clone()).collect();
+        let mut others = BTreeSet::new();
+        for g in &r.gpus {
+            others.insert(g.uuid.clone());
+        }
+        for m in &r.mems {
+            for d in &m.view.devices {
+                others.insert(d.uuid.clone());
+            }
+        }
+        for u in others {
+            if !order.contains(&u) {
+                order.push(u);
+            }
+        }
+
+        let mut seen: HashSet<Key> = HashSet::new();
+        let mut gpus = vec![];
+        for uuid in order {
+            let info = nvml_gpus.iter().find(|g| g.uuid == uuid);
+            let seg = r.gpus.iter().find(|g| g.uuid == uuid);
+            let mut rows: BTreeMap<String, (TenantView, Vec<(u64, u64)>)> = BTreeMap::new();
+            if let Some(g) = seg {
+                for (t, pids) in &g.tenants {
+                    let before = prev
+                        .and_then(|p| p.gpus.iter().find(|x| x.uuid == uuid))
+                        .and_then(|x| x.tenants.iter().find(|(y, _)| y.name == t.name))
+                        .map(|(y, _)| y);
+                    let rate = |now_ns: u64, then_ns: u64| {
+                        dt.filter(|_| now_ns >= then_ns)
+                            .map(|d| 100.0 * (now_ns - then_ns) as f64 / d as f64)
+                    };
+                    let view = TenantView {
+                        name: t.name.clone(),
+                        live: false,
+                        runs: String::new(),
+                        container: None,
+                        pids: pids.clone(),
+                        processes: 0,
+                        memory_used_bytes: None,
+                        memory_limit_bytes: None,
+                        memory_peak_bytes: None,
+                        memory_refused: None,
+                        share_percent: Some(t.share),
+                        ceiling_percent: (t.max < 100).then_some(t.max),
+                        class: Some(if t.latency { "latency" } else { "standard" }),
+                        mode: Some(if t.heavy { "lease" } else { "free" }),
+                        gpu_time_seconds: Some(secs(t.used_ns)),
+                        throttled_seconds: Some(secs(t.throttled_ns)),
+                        gpu_percent: before.and_then(|b| rate(t.used_ns, b.used_ns)),
+                        throttled_percent: before
+                            .and_then(|b| rate(t.throttled_ns, b.throttled_ns)),
+                        waiting: t.waiting,
+                        last_active_seconds_ago: Some(secs(r.at.saturating_sub(t.last_active))),
+                        ended_seconds_ago: None,
+                        demand_percent: Some(f64::from(t.demand_pm) / 10.0),
+                    };
+                    rows.insert(t.name.clone(), (view, g.file.into_iter().collect()));
+                }
+            }
+            for m in &r.mems {
+                let Some(d) = m.view.devices.iter().find(|d| d.uuid == uuid) else {
+                    continue;
+                };
+                let (row, files) = rows.entry(m.view.tenant.clone()).or_insert_with(|| {
+                    (
+                        TenantView {
+                            name: m.view.tenant.clone(),
+                            live: false,
+                            runs: String::new(),
+                            container: None,
+                            pids: vec![],
+                            processes: 0,
+                            memory_used_bytes: None,
+                            memory_limit_bytes: None,
+                            memory_peak_bytes: None,
+                            memory_refused: None,
+                            share_percent: None,
+                            ceiling_percent: None,
+                            class: None,
+                            mode: None,
+                            gpu_time_seconds: None,
+                            throttled_seconds: None,
+                            gpu_percent: None,
+                            throttled_percent: None,
+                            waiting: 0,
+                            last_active_seconds_ago: None,
+                            ended_seconds_ago: None,
+                            demand_percent: None,
+                        },
+                        vec![],
+                    )
+                });
+                // A tenant name shared by several containers: their usage
+                // and their quotas add up.
+                let add = |a: Option<u64>, b: u64| Some(a.unwrap_or(0).saturating_add(b));
+                row.memory_used_bytes = add(row.memory_used_bytes, d.used_bytes);
+                row.memory_peak_bytes = add(row.memory_peak_bytes, d.peak_bytes);
+                row.memory_refused = add(row.memory_refused, d.refused);
+                if let Some(l) = d.limit_bytes {
+                    row.memory_limit_bytes = add(row.memory_limit_bytes, l);
+                }
+                for p in m.view.processes.iter().filter(|p| p.alive) {
+                    if !row.pids.contains(&p.pid) {
+                        row.pids.push(p.pid);
                     }
                 }
-                let processes = s
-                    .processes()
-                    .into_iter()
-                    .map(|p| ProcessView {
-                        pid: p.pid,
-                        alive: p.alive,
-                        started_unix: p.started,
-                        used_bytes: p
-                            .used
-                            .iter()
-                            .enumerate()
-                            .filter(|(_, b)| **b > 0)
-                            .map(|(d, b)| {
-                                (
-                                    uuids
-                                        .get(&d)
-                                        .cloned()
-                                        .unwrap_or_else(|| format!("device-{d}")),
-                                    *b,
-                                )
-                            })
-                            .collect(),
-                    })
-                    .collect();
-                snap.containers.push(ContainerView {
-                    segment: path.display().to_string(),
-                    devices,
-                    processes,
-                });
-            }
-            Err(e) => snap.errors.push(e.to_string()),
-        }
-    }
-    snap
-}
-
-fn gib(b: u64) -> String {
-    format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64)
-}
-
-/// The human table. `prev` (from the previous refresh) adds each tenant's
-/// GPU share over the interval.
-pub fn render(s: &Snapshot, prev: Option<(&Snapshot, f64)>) -> String {
-    let mut out = String::new();
-    if s.gpus.is_empty() && s.containers.is_empty() {
-        out.push_str("no cuslice segments found\n");
-    }
-    for g in &s.gpus {
-        out.push_str(&format!("GPU {}  ({} hand-overs)\n", g.uuid, g.handovers));
-        out.push_str(&format!(
-            "  {:<24} {:>6} {:>8} {:>8} {:>6} {:>12} {:>12} {:>6} {:>6} {:>10}{}\n",
-            "tenant",
-            "share",
-            "ceiling",
-            "class",
-            "mode",
-            "gpu time",
-            "throttled",
-            "procs",
-            "wait",
-            "idle for",
-            if prev.is_some() { "   now" } else { "" }
-        ));
-        for t in &g.tenants {
-            let now_pct = prev.and_then(|(p, dt)| {
-                let before = p
-                    .gpus
-                    .iter()
-                    .find(|x| x.uuid == g.uuid)?
-                    .tenants
-                    .iter()
-                    .find(|x| x.name == t.name)?;
-                Some(100.0 * (t.gpu_time_seconds - before.gpu_time_seconds) / dt)
-            });
-            out.push_str(&format!(
-                "  {:<24} {:>5}% {:>8} {:>8} {:>6} {:>11.1}s {:>11.1}s {:>6} {:>6} {:>9.1}s{}\n",
-                t.name,
-                t.share_percent,
-                t.ceiling_percent
-                    .map(|c| format!("{c}%"))
-                    .unwrap_or_else(|| "-".into()),
-                t.class,
-                t.mode,
-                t.gpu_time_seconds,
-                t.throttled_seconds,
-                t.processes,
-                t.waiting,
-                t.last_active_seconds_ago,
-                now_pct.map(|p| format!(" {p:>5.1}%")).unwrap_or_default()
-            ));
-        }
-    }
-    for c in &s.containers {
-        out.push_str(&format!("container segment {}\n", c.segment));
-        for d in &c.devices {
-            out.push_str(&format!(
-                "  GPU {}  memory {} / {}  (peak {}, refused {})\n",
-                d.uuid,
-                gib(d.used_bytes),
-                d.limit_bytes.map(gib).unwrap_or_else(|| "no quota".into()),
-                gib(d.peak_bytes),
-                d.refused
-            ));
-        }
-        for p in &c.processes {
-            let used: Vec<String> = p.used_bytes.values().map(|b| gib(*b)).collect();
-            out.push_str(&format!(
-                "    pid {:<8} {:<5} {}\n",
-                p.pid,
-                if p.alive { "live" } else { "dead" },
-                if used.is_empty() {
-                    "-".to_string()
-                } else {
-                    used.join(", ")
+                if row.container.is_none() {
+                    row.container = m.view.container.clone();
                 }
-            ));
+                if row.runs.is_empty()
+                    && row.container.is_none()
+                    && let Some(id) = &m.container_id
+                {
+                    row.runs = format!("container {}", &id[..id.len().min(12)]);
+                }
+                files.extend(m.file);
+            }
+            let mut tenants = vec![];
+            for (_, (mut t, files)) in rows {
+                t.pids.sort_unstable();
+                t.processes = t.pids.len() as u32;
+                t.live = !t.pids.is_empty();
+                if let Some(c) = &t.container {
+                    t.runs = describe(c);
+                } else if t.runs.is_empty() {
+                    t.runs = t
+                        .pids
+                        .iter()
+                        .find_map(|p| host_cmdline(*p, &files))
+                        .or_else(|| t.pids.first().map(|p| format!("pid {p}")))
+                        .unwrap_or_else(|| "-".into());
+                }
+                let key = (uuid.clone(), t.name.clone());
+                seen.insert(key.clone());
+                if t.live {
+                    self.ended.remove(&key);
+                } else {
+                    // Seen live by this observer: it ended now. Otherwise
+                    // its last sign of activity is the best guess (none
+                    // for a tenant with only memory: long ago).
+                    let last = seg
+                        .and_then(|g| g.tenants.iter().find(|(x, _)| x.name == t.name))
+                        .map_or(0, |(x, _)| x.last_activity);
+                    let since = *self.ended.entry(key.clone()).or_insert_with(|| {
+                        if self.live_before.contains(&key) {
+                            r.at
+                        } else {
+                            last
+                        }
+                    });
+                    let ago = r.at.saturating_sub(since);
+                    if ago > self.linger_ns {
+                        continue;
+                    }
+                    t.ended_seconds_ago = Some(secs(ago));
+                }
+                tenants.push(t);
+            }
+            gpus.push(GpuView {
+                uuid: uuid.clone(),
+                index: info.map(|g| g.index),
+                name: info.map(|g| g.name.clone()),
+                memory_used_bytes: info.map(|g| g.memory_used),
+                memory_total_bytes: info.map(|g| g.memory_total),
+                utilization_percent: info.and_then(|g| g.utilization),
+                segment: seg.map(|g| g.path.display().to_string()),
+                handovers: seg.map_or(0, |g| g.handovers),
+                tenants,
+            });
+        }
+        // Forget tenants that are gone from the segments.
+        self.ended.retain(|k, _| seen.contains(k));
+        Snapshot {
+            hostname: hostname(),
+            interval_seconds: dt.map(secs),
+            linger_seconds: secs(self.linger_ns),
+            nvml_error: r.nvml.as_ref().err().cloned(),
+            gpus,
+            containers: r.mems.iter().map(|m| m.view.clone()).collect(),
+            errors: r.errors.clone(),
         }
     }
-    for e in &s.errors {
-        out.push_str(&format!("error: {e}\n"));
-    }
-    out
 }

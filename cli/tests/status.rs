@@ -1,15 +1,18 @@
-//! `cuslice status --json` and the exporter, against segments with known
-//! contents written through cuslice-core (as the shim would).
+//! `cuslice status --json`, the exporter and `top`, against segments with
+//! known contents written through cuslice-core (as the shim would), and the
+//! fake NVML (tests/fake) for the GPU header.
 
 #[path = "../../tests/common/mod.rs"]
 mod common;
 
+use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use cuslice_core::config::format_uuid;
 use cuslice_core::gpu::{Acquire, GpuSegment};
 use cuslice_core::segment::{Admit, Segment};
 
@@ -23,12 +26,13 @@ struct Fixture {
     _mem: Option<Segment>,
 }
 
-/// One GPU with tenants alpha (30 %, 1.5 s used) and beta (20 %, ceiling
-/// 50 %), and one container whose live process holds 1 GiB of a 4 GiB quota.
+/// The fake's GPU 0 with tenants alpha (30 %, 1.5 s used) and beta (20 %,
+/// ceiling 50 %, no process), and container c1 of tenant alpha, whose live
+/// process holds 1 GiB of a 4 GiB quota.
 fn fixture(name: &str) -> Fixture {
     let dir = std::env::temp_dir().join(format!("cuslice-status-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let gpu_uuid = "GPU-01010101-0101-0101-0101-010101010101".to_string();
+    let gpu_uuid = format_uuid(&common::FAKE_UUID);
     let gpu = GpuSegment::open_or_create(&dir.join("gpu").join(format!("{gpu_uuid}.seg")))
         .expect("gpu seg");
     let now = cuslice_core::gpu::monotonic_ns();
@@ -44,9 +48,20 @@ fn fixture(name: &str) -> Fixture {
     ));
     gpu.end_wait(p, a);
     gpu.release(p, a, now + 1_500_000_000);
-    let mem = Segment::open_or_create(&dir.join("containers").join("c1").join("memory.seg"))
-        .expect("mem seg");
-    let d = mem.register_device(&[1; 16], 4 * GIB).expect("dev");
+    // Container c1, as the OCI hook lays it out: its quota file names
+    // tenant alpha, container.json what it runs, segment/ its memory.
+    let c1 = dir.join("containers").join("c1");
+    std::fs::create_dir_all(&c1).expect("mkdir");
+    std::fs::write(c1.join("quota.toml"), "tenant = \"alpha\"\n").expect("quota");
+    std::fs::write(
+        c1.join("container.json"),
+        r#"{"id":"c1","name":"trainer","image":"pytorch/pytorch:2.3","command":["python3","train.py"]}"#,
+    )
+    .expect("container.json");
+    let mem = Segment::open_or_create(&c1.join("segment").join("memory.seg")).expect("mem seg");
+    let d = mem
+        .register_device(&common::FAKE_UUID, 4 * GIB)
+        .expect("dev");
     let slot = mem.claim_slot(4242).expect("slot");
     assert_eq!(mem.admit(d, slot, GIB), Admit::Granted);
     Fixture {
@@ -63,17 +78,35 @@ impl Drop for Fixture {
     }
 }
 
-fn status_json(f: &Fixture) -> (serde_json::Value, i32) {
-    let out = Command::new(env!("CARGO_BIN_EXE_cuslice"))
-        .args(["status", "--json", "--gpu-dir"])
+/// `cuslice ARGS --gpu-dir ... --containers-root ...` on the fixture, with
+/// the fake NVML (its GPU 0 is the fixture's GPU).
+fn cuslice(f: &Fixture, args: &[&str]) -> Command {
+    let e = common::env();
+    let mut c = Command::new(env!("CARGO_BIN_EXE_cuslice"));
+    c.args(args)
+        .arg("--gpu-dir")
         .arg(f.dir.join("gpu"))
         .arg("--containers-root")
         .arg(f.dir.join("containers"))
+        .env("CUSLICE_REAL_NVML", e.fake.join("libnvidia-ml.so.1"))
+        .env("FAKE_CUDA_STATE", f.dir.join("fake.state"));
+    c
+}
+
+fn status_json(f: &Fixture) -> (serde_json::Value, i32) {
+    let out = cuslice(f, &["status", "--json", "--interval", "0.1"])
         .output()
         .expect("status");
     let v = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
     (v, out.status.code().unwrap_or(-1))
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .expect("hostname")
+        .trim()
+        .to_string()
 }
 
 #[test]
@@ -92,11 +125,39 @@ fn status_json_reports_what_the_segments_hold() {
     assert_eq!(t[1]["name"], "beta");
     assert_eq!(t[1]["ceiling_percent"], 50);
     assert_eq!(t[1]["gpu_time_seconds"], 0.0);
-    let c = &v["containers"][0];
-    assert_eq!(
-        c["devices"][0]["uuid"],
-        "GPU-01010101-0101-0101-0101-010101010101"
+    // What NVML says of the GPU, and what the container is.
+    assert_eq!(g["index"], 0);
+    assert_eq!(g["name"], "cuslice Fake GPU");
+    assert_eq!(g["memory_total_bytes"], 16 * GIB);
+    assert!(g["utilization_percent"].is_u64(), "{g}");
+    assert!(v["nvml_error"].is_null(), "{v}");
+    assert!(
+        v["interval_seconds"].as_f64().is_some_and(|s| s >= 0.1),
+        "{v}"
     );
+    assert_eq!(t[0]["live"], true);
+    assert_eq!(t[0]["pids"], serde_json::json!([4242]));
+    assert_eq!(t[0]["memory_used_bytes"], GIB);
+    assert_eq!(t[0]["memory_limit_bytes"], 4 * GIB);
+    assert_eq!(t[0]["runs"], "trainer pytorch/pytorch:2.3");
+    assert_eq!(
+        t[0]["container"]["command"],
+        serde_json::json!(["python3", "train.py"])
+    );
+    assert_eq!(t[0]["class"], "standard");
+    assert_eq!(t[0]["gpu_percent"], 0.0);
+    assert_eq!(t[0]["throttled_percent"], 0.0);
+    assert!(t[0]["ended_seconds_ago"].is_null());
+    // beta never had a process: listed as ended, for its linger time.
+    assert_eq!(t[1]["live"], false);
+    assert_eq!(t[1]["processes"], 0);
+    assert!(
+        t[1]["ended_seconds_ago"].as_f64().is_some_and(|s| s < 60.0),
+        "{t}"
+    );
+    let c = &v["containers"][0];
+    assert_eq!(c["tenant"], "alpha");
+    assert_eq!(c["devices"][0]["uuid"], f.gpu_uuid.as_str());
     assert_eq!(c["devices"][0]["limit_bytes"], 4 * GIB);
     assert_eq!(c["devices"][0]["used_bytes"], GIB);
     let p = &c["processes"][0];
@@ -104,10 +165,7 @@ fn status_json_reports_what_the_segments_hold() {
         (p["pid"].as_u64(), p["alive"].as_bool()),
         (Some(4242), Some(true))
     );
-    assert_eq!(
-        p["used_bytes"]["GPU-01010101-0101-0101-0101-010101010101"],
-        GIB
-    );
+    assert_eq!(p["used_bytes"][f.gpu_uuid.as_str()], GIB);
     // The process dies (its segment fd closes): status says so.
     f._mem = None;
     let (v, _) = status_json(&f);
@@ -127,13 +185,7 @@ fn a_corrupt_segment_is_reported_and_the_rest_still_shown() {
         "{err}"
     );
     // The human table too.
-    let out = Command::new(env!("CARGO_BIN_EXE_cuslice"))
-        .args(["status", "--gpu-dir"])
-        .arg(f.dir.join("gpu"))
-        .arg("--containers-root")
-        .arg(f.dir.join("containers"))
-        .output()
-        .expect("status");
+    let out = cuslice(&f, &["status"]).output().expect("status");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         text.contains("alpha") && text.contains("1.00 GiB / 4.00 GiB"),
@@ -145,14 +197,9 @@ fn a_corrupt_segment_is_reported_and_the_rest_still_shown() {
     );
 }
 
-#[test]
-fn exporter_serves_the_same_figures() {
-    let f = fixture("exporter");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cuslice"))
-        .args(["exporter", "--listen", "127.0.0.1:0", "--gpu-dir"])
-        .arg(f.dir.join("gpu"))
-        .arg("--containers-root")
-        .arg(f.dir.join("containers"))
+/// The exporter's answer to one scrape of /metrics.
+fn scrape(f: &Fixture) -> String {
+    let mut child = cuslice(f, &["exporter", "--listen", "127.0.0.1:0"])
         .stdout(Stdio::piped())
         .spawn()
         .expect("exporter");
@@ -171,67 +218,144 @@ fn exporter_serves_the_same_figures() {
     s.read_to_string(&mut body).expect("read");
     let _ = child.kill();
     let _ = child.wait();
-    let seg = f
-        .dir
-        .join("containers")
-        .join("c1")
-        .join("memory.seg")
-        .display()
-        .to_string();
+    body
+}
+
+#[test]
+fn exporter_serves_the_same_figures() {
+    let f = fixture("exporter");
+    let body = scrape(&f);
+    // DCGM's labels: NVML's index, the UUID, the model and the host.
+    let gpu = format!(
+        "gpu=\"0\",UUID=\"{}\",modelName=\"cuslice Fake GPU\",Hostname=\"{}\"",
+        f.gpu_uuid,
+        hostname()
+    );
     for want in [
+        format!("cuslice_memory_used_bytes{{{gpu},tenant=\"alpha\"}} 1073741824"),
+        format!("cuslice_memory_limit_bytes{{{gpu},tenant=\"alpha\"}} 4294967296"),
         format!(
-            "cuslice_memory_used_bytes{{gpu=\"GPU-01010101-0101-0101-0101-010101010101\",segment=\"{seg}\"}} 1073741824"
+            "cuslice_process_memory_used_bytes{{{gpu},tenant=\"alpha\",pid=\"4242\"}} 1073741824"
         ),
+        format!("cuslice_compute_used_seconds_total{{{gpu},tenant=\"alpha\"}} 1.5"),
+        format!("cuslice_compute_share_percent{{{gpu},tenant=\"beta\"}} 20"),
+        format!("cuslice_compute_ceiling_percent{{{gpu},tenant=\"beta\"}} 50"),
+        format!("cuslice_tenant_live{{{gpu},tenant=\"alpha\"}} 1"),
+        format!("cuslice_tenant_live{{{gpu},tenant=\"beta\"}} 0"),
         format!(
-            "cuslice_memory_limit_bytes{{gpu=\"GPU-01010101-0101-0101-0101-010101010101\",segment=\"{seg}\"}} 4294967296"
+            "cuslice_tenant_info{{{gpu},tenant=\"alpha\",runs=\"trainer pytorch/pytorch:2.3\",container=\"trainer\",pod=\"\",namespace=\"\",image=\"pytorch/pytorch:2.3\"}} 1"
         ),
-        format!(
-            "cuslice_process_memory_used_bytes{{gpu=\"GPU-01010101-0101-0101-0101-010101010101\",segment=\"{seg}\",pid=\"4242\"}} 1073741824"
-        ),
-        format!(
-            "cuslice_compute_used_seconds_total{{gpu=\"{}\",tenant=\"alpha\"}} 1.5",
-            f.gpu_uuid
-        ),
-        format!(
-            "cuslice_compute_share_percent{{gpu=\"{}\",tenant=\"beta\"}} 20",
-            f.gpu_uuid
-        ),
-        format!(
-            "cuslice_compute_ceiling_percent{{gpu=\"{}\",tenant=\"beta\"}} 50",
-            f.gpu_uuid
-        ),
+        format!("cuslice_gpu_memory_total_bytes{{{gpu}}} 17179869184"),
+        format!("cuslice_gpu_lease_handovers_total{{{gpu}}} 1"),
     ] {
         assert!(body.contains(&want), "missing {want} in:\n{body}");
     }
+    assert!(body.contains("cuslice_gpu_utilization_percent{"), "{body}");
     assert!(body.contains("application/openmetrics-text"), "{body}");
+}
+
+/// Every metric name a PromQL expression mentions: the `cuslice_...` words.
+fn metric_names(expr: &str) -> Vec<String> {
+    let mut out = vec![];
+    let mut rest = expr;
+    while let Some(i) = rest.find("cuslice_") {
+        let tail = &rest[i..];
+        let n = tail
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(tail.len());
+        out.push(tail[..n].to_string());
+        rest = &tail[n..];
+    }
+    out
+}
+
+/// Every string value under the key `key`, anywhere in `v`.
+fn strings_at(v: &serde_json::Value, key: &str, out: &mut Vec<String>) {
+    match v {
+        serde_json::Value::Object(m) => {
+            for (k, x) in m {
+                match x {
+                    serde_json::Value::String(s) if k == key => out.push(s.clone()),
+                    _ => strings_at(x, key, out),
+                }
+            }
+        }
+        serde_json::Value::Array(a) => a.iter().for_each(|x| strings_at(x, key, out)),
+        _ => {}
+    }
+}
+
+#[test]
+fn the_grafana_dashboard_asks_for_metrics_the_exporter_serves() {
+    let path = common::env().root.join("docs/grafana-cuslice.json");
+    let dash: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).expect("read the dashboard"))
+            .unwrap_or_else(|e| panic!("{}: not JSON: {e}", path.display()));
+    let mut exprs = vec![];
+    strings_at(&dash["panels"], "expr", &mut exprs);
+    // The template variables' queries too (label_values(...)).
+    let mut queries = vec![];
+    strings_at(&dash["templating"], "query", &mut queries);
+    let names: BTreeSet<String> = exprs
+        .iter()
+        .chain(&queries)
+        .flat_map(|e| metric_names(e))
+        .collect();
+    // The names the exporter serves: every sample's name.
+    let f = fixture("grafana");
+    let body = scrape(&f);
+    let served: BTreeSet<&str> = body
+        .lines()
+        .filter(|l| !l.starts_with('#') && l.starts_with("cuslice_"))
+        .filter_map(|l| l.split(['{', ' ']).next())
+        .collect();
+    for n in &names {
+        assert!(
+            served.contains(n.as_str()),
+            "the dashboard asks for {n}, which the exporter does not serve; it serves {served:?}"
+        );
+    }
+    // The panels the dashboard is for.
+    for want in [
+        "cuslice_compute_used_seconds_total",
+        "cuslice_compute_throttled_seconds_total",
+        "cuslice_memory_used_bytes",
+        "cuslice_memory_limit_bytes",
+        "cuslice_compute_latency_class",
+        "cuslice_compute_lease_mode",
+    ] {
+        assert!(names.contains(want), "no panel asks for {want}: {names:?}");
+    }
+    let panels = dash["panels"].as_array().map_or(0, Vec::len);
+    assert!(panels >= 4, "{panels} panels");
+}
+
+/// Reads `child`'s stdout as it comes, into a shared buffer.
+fn collect(child: &mut std::process::Child) -> (Arc<Mutex<Vec<u8>>>, std::thread::JoinHandle<()>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let (s, mut stdout) = (seen.clone(), child.stdout.take().expect("stdout"));
+    let reader = std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = stdout.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            s.lock().expect("seen").extend_from_slice(&buf[..n]);
+        }
+    });
+    (seen, reader)
 }
 
 #[test]
 fn top_refreshes_with_the_share_over_the_interval() {
     let f = fixture("top");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cuslice"))
-        .args(["top", "--interval", "0.2", "--gpu-dir"])
-        .arg(f.dir.join("gpu"))
-        .arg("--containers-root")
-        .arg(f.dir.join("containers"))
+    let mut child = cuslice(&f, &["top", "--interval", "0.2"])
         .stdout(Stdio::piped())
         .spawn()
         .expect("top");
     // Read as it comes, until two frames are whole: a frame ends where the
     // next one's clear-screen begins.
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let reader = {
-        let (seen, mut stdout) = (seen.clone(), child.stdout.take().expect("stdout"));
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = stdout.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                seen.lock().expect("seen").extend_from_slice(&buf[..n]);
-            }
-        })
-    };
+    let (seen, reader) = collect(&mut child);
     let text = || String::from_utf8_lossy(&seen.lock().expect("seen")).into_owned();
     // (The frame count is checked below, once top is stopped.)
     let _ = common::poll_until(Duration::from_secs(20), || {
@@ -241,13 +365,70 @@ fn top_refreshes_with_the_share_over_the_interval() {
     let _ = child.wait();
     reader.join().expect("reader");
     let out = text();
-    let frames = out.matches("\x1b[2J").count();
-    assert!(frames >= 2, "refreshes: {frames}\n{out}");
+    let frames: Vec<&str> = out.split("\x1b[2J").filter(|f| !f.is_empty()).collect();
+    assert!(frames.len() >= 2, "refreshes: {}\n{out}", frames.len());
     // From the second frame on, each tenant shows its share over the last
     // interval (nothing ran in between here: 0.0 %).
-    assert!(out.contains("   now") && out.contains("0.0%"), "{out}");
-    assert!(
-        out.contains("alpha") && out.contains("1.00 GiB / 4.00 GiB"),
+    fn alpha(frame: &str) -> Vec<&str> {
+        frame
+            .lines()
+            .find(|l| l.trim_start().starts_with("alpha "))
+            .map(|l| l.split_whitespace().collect::<Vec<_>>())
+            .unwrap_or_else(|| panic!("no alpha row in:\n{frame}"))
+    }
+    // TENANT RUNS(2 words) MEMORY SHARE MAX CLASS MODE GPU% THR% PROCS
+    let first = alpha(frames[0]);
+    let second = alpha(frames[1]);
+    assert_eq!(
+        first[4..],
+        ["30%", "-", "std", "lease", "-", "-", "1"],
         "{out}"
     );
+    assert_eq!(
+        second[4..],
+        ["30%", "-", "std", "lease", "0.0", "0.0", "1"],
+        "{out}"
+    );
+    assert_eq!(second[3], "1.0G/4.0G", "{out}");
+    assert!(
+        frames[1].contains("GPU%") && frames[1].contains("over 0.2s"),
+        "{out}"
+    );
+}
+
+#[test]
+fn top_once_prints_one_frame_within_80_columns() {
+    let f = fixture("once");
+    let out = cuslice(&f, &["top", "--once", "--interval", "0.1"])
+        .env("COLUMNS", "80")
+        .output()
+        .expect("top --once");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        !text.contains('\x1b'),
+        "no escape codes off a terminal:\n{text}"
+    );
+    assert_eq!(text.matches("cuslice top").count(), 1, "{text}");
+    for l in text.lines() {
+        assert!(l.chars().count() <= 80, "wider than 80 columns: {l:?}");
+    }
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("GPU 0  cuslice Fake GPU  mem 0B/16G  util ")),
+        "{text}"
+    );
+    let row = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("alpha "))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        row.contains("trainer pytorch") && row.contains("1.0G/4.0G"),
+        "{row}"
+    );
+    let beta = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("beta "))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(beta.ends_with("ended"), "{beta}");
 }

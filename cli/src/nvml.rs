@@ -1,0 +1,234 @@
+//! NVML, loaded at run time for the GPU header of `status` / `top` and the
+//! exporter's GPU metrics: name, memory used / total, utilization, per GPU.
+//!
+//! The command does not link NVML (it must run on a host without the
+//! NVIDIA driver too): it `dlopen`s `libnvidia-ml.so.1` (or
+//! `$CUSLICE_REAL_NVML`, as the shim does), and without it carries on with
+//! no GPU header, saying why in one line. In the tests, the fake NVML of
+//! tests/fake answers.
+
+use std::ffi::{CStr, CString, c_char, c_int, c_uint, c_void};
+
+type Device = *mut c_void;
+type Ret = c_int;
+
+const NVML_SUCCESS: Ret = 0;
+/// NVML_DEVICE_NAME_V2_BUFFER_SIZE; a UUID needs 80 at most.
+const NAME_BYTES: usize = 96;
+
+#[repr(C)]
+#[derive(Default)]
+struct Memory {
+    total: u64,
+    free: u64,
+    used: u64,
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct Utilization {
+    gpu: c_uint,
+    memory: c_uint,
+}
+
+/// What NVML says about one GPU.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuInfo {
+    /// NVML's index (as `nvidia-smi` numbers the GPUs).
+    pub index: u32,
+    /// `GPU-xxxxxxxx-...`, as cuslice names its GPU segments.
+    pub uuid: String,
+    pub name: String,
+    pub memory_used: u64,
+    pub memory_total: u64,
+    /// Percent of the last sample period a kernel ran; None where NVML
+    /// does not support it on this GPU.
+    pub utilization: Option<u32>,
+}
+
+pub struct Nvml {
+    lib: *mut c_void,
+    shutdown: unsafe extern "C" fn() -> Ret,
+    count: unsafe extern "C" fn(*mut c_uint) -> Ret,
+    by_index: unsafe extern "C" fn(c_uint, *mut Device) -> Ret,
+    name: unsafe extern "C" fn(Device, *mut c_char, c_uint) -> Ret,
+    uuid: unsafe extern "C" fn(Device, *mut c_char, c_uint) -> Ret,
+    memory: unsafe extern "C" fn(Device, *mut Memory) -> Ret,
+    utilization: Option<unsafe extern "C" fn(Device, *mut Utilization) -> Ret>,
+    error_string: Option<unsafe extern "C" fn(Ret) -> *const c_char>,
+}
+
+fn dlerror() -> String {
+    // SAFETY: dlerror returns null or a NUL-terminated string valid until
+    // the next dl* call on this thread; it is copied at once.
+    let e = unsafe { libc::dlerror() };
+    if e.is_null() {
+        return "unknown error".into();
+    }
+    // SAFETY: non-null, NUL-terminated (above).
+    unsafe { CStr::from_ptr(e) }.to_string_lossy().into_owned()
+}
+
+/// `dlsym(lib, name)` as a function pointer of type `F`, None if absent.
+///
+/// # Safety
+///
+/// `lib` is a live handle from dlopen, and `F` is an `unsafe extern "C"
+/// fn` type matching the C prototype of `name`.
+unsafe fn sym<F: Copy>(lib: *mut c_void, name: &str) -> Option<F> {
+    const { assert!(std::mem::size_of::<F>() == std::mem::size_of::<*mut c_void>()) };
+    let c = CString::new(name).ok()?;
+    // SAFETY: a live handle (the caller's promise) and a NUL-terminated name.
+    let p = unsafe { libc::dlsym(lib, c.as_ptr()) };
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: a non-null symbol address reinterpreted as the function
+    // pointer type the caller names for it (same size, asserted above).
+    Some(unsafe { std::mem::transmute_copy::<*mut c_void, F>(&p) })
+}
+
+impl Nvml {
+    /// Loads and initialises NVML. The error is one line: why not.
+    pub fn open() -> Result<Nvml, String> {
+        let path = std::env::var("CUSLICE_REAL_NVML")
+            .ok()
+            .filter(|p| !p.is_empty())
+            .unwrap_or_else(|| "libnvidia-ml.so.1".into());
+        let c = CString::new(path.clone()).map_err(|_| format!("{path:?}: contains NUL"))?;
+        // SAFETY: dlopen with a NUL-terminated name; NVML's constructors
+        // have no preconditions.
+        let lib = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+        if lib.is_null() {
+            return Err(dlerror());
+        }
+        let missing = |n: &str| format!("{path}: no symbol {n}");
+        // SAFETY: `lib` is live; each type below is the symbol's prototype
+        // in nvml.h (handles are pointers, lengths unsigned int).
+        let nvml = unsafe {
+            Nvml {
+                lib,
+                shutdown: sym(lib, "nvmlShutdown").ok_or_else(|| missing("nvmlShutdown"))?,
+                count: sym(lib, "nvmlDeviceGetCount_v2")
+                    .ok_or_else(|| missing("nvmlDeviceGetCount_v2"))?,
+                by_index: sym(lib, "nvmlDeviceGetHandleByIndex_v2")
+                    .ok_or_else(|| missing("nvmlDeviceGetHandleByIndex_v2"))?,
+                name: sym(lib, "nvmlDeviceGetName").ok_or_else(|| missing("nvmlDeviceGetName"))?,
+                uuid: sym(lib, "nvmlDeviceGetUUID").ok_or_else(|| missing("nvmlDeviceGetUUID"))?,
+                memory: sym(lib, "nvmlDeviceGetMemoryInfo")
+                    .ok_or_else(|| missing("nvmlDeviceGetMemoryInfo"))?,
+                utilization: sym(lib, "nvmlDeviceGetUtilizationRates"),
+                error_string: sym(lib, "nvmlErrorString"),
+            }
+        };
+        // SAFETY: resolved from the same library, prototype `nvmlReturn_t
+        // nvmlInit_v2(void)`.
+        let init: unsafe extern "C" fn() -> Ret =
+            unsafe { sym(lib, "nvmlInit_v2") }.ok_or_else(|| missing("nvmlInit_v2"))?;
+        // SAFETY: nvmlInit_v2 takes no arguments.
+        let r = unsafe { init() };
+        if r != NVML_SUCCESS {
+            // Not initialised: Drop must not shut it down.
+            let e = format!("nvmlInit: {}", nvml.error(r));
+            // SAFETY: nothing of the library is used after this.
+            unsafe { libc::dlclose(lib) };
+            std::mem::forget(nvml);
+            return Err(e);
+        }
+        Ok(nvml)
+    }
+
+    fn error(&self, r: Ret) -> String {
+        let Some(f) = self.error_string else {
+            return format!("NVML error {r}");
+        };
+        // SAFETY: nvmlErrorString returns a static NUL-terminated string
+        // (or null, checked).
+        let s = unsafe { f(r) };
+        if s.is_null() {
+            return format!("NVML error {r}");
+        }
+        // SAFETY: non-null, static, NUL-terminated.
+        let text = unsafe { CStr::from_ptr(s) }.to_string_lossy();
+        format!("{text} ({r})")
+    }
+
+    fn string(
+        &self,
+        f: unsafe extern "C" fn(Device, *mut c_char, c_uint) -> Ret,
+        d: Device,
+    ) -> Result<String, Ret> {
+        let mut buf = [0 as c_char; NAME_BYTES];
+        // SAFETY: a device handle NVML gave us and a writable buffer of the
+        // length passed.
+        let r = unsafe { f(d, buf.as_mut_ptr(), NAME_BYTES as c_uint) };
+        if r != NVML_SUCCESS {
+            return Err(r);
+        }
+        buf[NAME_BYTES - 1] = 0;
+        // SAFETY: NUL-terminated within the buffer (forced above).
+        Ok(unsafe { CStr::from_ptr(buf.as_ptr()) }
+            .to_string_lossy()
+            .into_owned())
+    }
+
+    /// Every GPU NVML sees, by index. The error is one line.
+    pub fn gpus(&self) -> Result<Vec<GpuInfo>, String> {
+        let mut n: c_uint = 0;
+        // SAFETY: a valid out pointer.
+        let r = unsafe { (self.count)(&mut n) };
+        if r != NVML_SUCCESS {
+            return Err(format!("nvmlDeviceGetCount: {}", self.error(r)));
+        }
+        let mut out = Vec::with_capacity(n as usize);
+        for i in 0..n {
+            let mut d: Device = std::ptr::null_mut();
+            // SAFETY: an index below the count, a valid out pointer.
+            let r = unsafe { (self.by_index)(i, &mut d) };
+            if r != NVML_SUCCESS {
+                return Err(format!(
+                    "nvmlDeviceGetHandleByIndex({i}): {}",
+                    self.error(r)
+                ));
+            }
+            let uuid = self
+                .string(self.uuid, d)
+                .map_err(|r| format!("nvmlDeviceGetUUID({i}): {}", self.error(r)))?;
+            let name = self
+                .string(self.name, d)
+                .map_err(|r| format!("nvmlDeviceGetName({i}): {}", self.error(r)))?;
+            let mut m = Memory::default();
+            // SAFETY: the handle from above and a valid nvmlMemory_t.
+            let r = unsafe { (self.memory)(d, &mut m) };
+            if r != NVML_SUCCESS {
+                return Err(format!("nvmlDeviceGetMemoryInfo({i}): {}", self.error(r)));
+            }
+            let utilization = self.utilization.and_then(|f| {
+                let mut u = Utilization::default();
+                // SAFETY: the handle from above and a valid
+                // nvmlUtilization_t.
+                (unsafe { f(d, &mut u) } == NVML_SUCCESS).then_some(u.gpu)
+            });
+            out.push(GpuInfo {
+                index: i,
+                uuid,
+                name,
+                memory_used: m.used,
+                memory_total: m.total,
+                utilization,
+            });
+        }
+        Ok(out)
+    }
+}
+
+impl Drop for Nvml {
+    fn drop(&mut self) {
+        // SAFETY: NVML was initialised in `open`; nothing of the library is
+        // used after this.
+        unsafe {
+            (self.shutdown)();
+            libc::dlclose(self.lib);
+        }
+    }
+}
