@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Sets up a fresh Debian/Ubuntu machine to build and test cuslice:
 # libclang (bindgen parses cuda-headers/ at build time), binutils (nm, used
-# by a test), pip (the ABI test downloads NVIDIA's headers from PyPI) and
-# runc (a test starts a real container through cuslice's OCI hook).
+# by a test), pip (the ABI test downloads NVIDIA's headers from PyPI), runc
+# (a test starts a real container through cuslice's OCI hook), podman (the
+# podman tests: CDI and hooks.d, end to end) and tmux (a test reads
+# `cuslice top`'s screen).
 # Then builds the release library and command. Idempotent: installs only
 # what is missing. Needs root or sudo for apt.
 set -euo pipefail
@@ -14,6 +16,8 @@ command -v gcc >/dev/null || need+=(gcc)
 command -v python3 >/dev/null || need+=(python3)
 python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
 command -v runc >/dev/null || need+=(runc)   # the container test starts a real container
+command -v podman >/dev/null || need+=(podman)
+command -v tmux >/dev/null || need+=(tmux)
 
 if [ ${#need[@]} -gt 0 ]; then
     SUDO=

@@ -152,8 +152,11 @@ fn cdi_spec(cuslice: &Path, root: Option<&Path>, lib: Option<&Path>) -> String {
         }
         serde_json::json!({"hookName": stage, "path": cuslice, "args": args})
     };
+    // The lowest CDI version with all this uses (device hooks, named by
+    // OCI stage): a runtime refuses a spec newer than its CDI library
+    // knows, and podman 4.3 (Debian 12) knows up to 0.5.0.
     let spec = serde_json::json!({
-        "cdiVersion": "0.6.0",
+        "cdiVersion": "0.3.0",
         "kind": "cuslice.io/gpu",
         "devices": [{
             "name": "all",

@@ -16,24 +16,6 @@ use std::process::Command;
 
 use cuslice_core::segment::Segment;
 
-fn copy_with_libs(bin: &Path, rootfs: &Path, dest: &str) {
-    let target = rootfs.join(dest.trim_start_matches('/'));
-    std::fs::create_dir_all(target.parent().expect("parent")).expect("mkdir");
-    std::fs::copy(bin, &target).unwrap_or_else(|e| panic!("copy {}: {e}", bin.display()));
-    let out = Command::new("ldd").arg(bin).output().expect("ldd");
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
-        // "libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x...)" or "/lib64/ld-linux-x86-64.so.2 (0x...)"
-        let Some(path) = line.split_whitespace().find(|w| w.starts_with('/')) else {
-            continue;
-        };
-        let t = rootfs.join(path.trim_start_matches('/'));
-        if !t.exists() {
-            std::fs::create_dir_all(t.parent().expect("parent")).expect("mkdir");
-            std::fs::copy(path, &t).unwrap_or_else(|e| panic!("copy {path}: {e}"));
-        }
-    }
-}
-
 struct Bundle {
     dir: PathBuf,
     root: PathBuf,
@@ -74,17 +56,7 @@ fn bundle_in(
     let dir = std::env::temp_dir().join(format!("cuslice-ctr-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let rootfs = dir.join("bundle").join("rootfs");
-    for d in ["proc", "dev", "sys", "tmp", "etc"] {
-        std::fs::create_dir_all(rootfs.join(d)).expect("mkdir");
-    }
-    copy_with_libs(Path::new("/bin/sh"), &rootfs, "/bin/sh");
-    copy_with_libs(Path::new("/bin/cat"), &rootfs, "/bin/cat");
-    copy_with_libs(Path::new("/bin/ls"), &rootfs, "/bin/ls");
-    copy_with_libs(&e.apps.join("memtest"), &rootfs, "/usr/bin/memtest");
-    copy_with_libs(&e.shim, &rootfs, "/tmp/shim-deps-only.so");
-    for lib in ["libcuda.so.1", "libnvidia-ml.so.1"] {
-        copy_with_libs(&e.fake.join(lib), &rootfs, &format!("/usr/lib/fake/{lib}"));
-    }
+    common::rootfs::populate(&rootfs);
     let out = Command::new("runc")
         .args(["spec"])
         .current_dir(dir.join("bundle"))
@@ -408,6 +380,9 @@ fn cdi_spec_names_the_hooks() {
         .output()
         .expect("cdi");
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    // Not newer than the runtimes' CDI libraries know (podman 4.3 refuses
+    // 0.6.0: "unresolvable CDI devices").
+    assert_eq!(v["cdiVersion"], "0.3.0");
     assert_eq!(v["kind"], "cuslice.io/gpu");
     assert_eq!(v["devices"][0]["name"], "all");
     let hooks = &v["devices"][0]["containerEdits"]["hooks"];
@@ -760,4 +735,62 @@ fn a_runtime_mount_in_the_root_is_crossed() {
         !b.rootfs().join("run/cuslice").exists(),
         "created beneath the tmpfs, in the image"
     );
+}
+
+#[test]
+fn the_hook_refuses_to_run_for_a_rootless_runtime() {
+    // A rootless runtime (podman run by a user) runs its hooks in its user
+    // namespace, as that user: `unshare --user --map-root-user` puts the
+    // hook there. Creation fails with one line saying why, before anything
+    // is written.
+    let e = common::env();
+    let dir = std::env::temp_dir().join(format!("cuslice-rootless-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("bundle/rootfs")).expect("mkdir");
+    std::fs::write(
+        dir.join("bundle/config.json"),
+        r#"{"root": {"path": "rootfs"}, "annotations": {"cuslice.io/memory": "1GiB"}}"#,
+    )
+    .expect("config.json");
+    let state = serde_json::json!({
+        "ociVersion": "1.0.2", "id": "rootless-1", "status": "creating",
+        "pid": std::process::id(), "bundle": dir.join("bundle"),
+    });
+    let mut child = Command::new("unshare")
+        .args([
+            "--user",
+            "--map-root-user",
+            env!("CARGO_BIN_EXE_cuslice"),
+            "oci-hook",
+            "create",
+            "--root",
+        ])
+        .arg(dir.join("root"))
+        .arg("--lib")
+        .arg(&e.shim)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("unshare");
+    use std::io::Write as _;
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(state.to_string().as_bytes())
+        .expect("state");
+    let out = child.wait_with_output().expect("hook");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let root_made = dir.join("root").exists();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(out.status.code(), Some(125), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with(
+            "cuslice: oci-hook: the runtime is rootless (this hook runs in a user namespace, as host uid 0): cuslice needs a rootful runtime"
+        ),
+        "{stderr}"
+    );
+    assert!(!root_made, "the hook wrote before refusing");
 }

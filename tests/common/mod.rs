@@ -4,7 +4,8 @@
 //! and without the shim, parses the shim's debug log, and waits for
 //! conditions (never for a guessed time). The fixtures: a simulated
 //! [`Host`], readers of the segments ([`Mem`], [`GpuView`]) and of the fake
-//! driver's state ([`Fake`]), an [`Rng`], and `spin`'s output ([`Spin`]).
+//! driver's state ([`Fake`]), an [`Rng`], `spin`'s output ([`Spin`]), and a
+//! container's root file system ([`rootfs`]).
 
 // Every test binary includes all of this and uses a part of it.
 #![allow(dead_code, unused_imports)]
@@ -12,6 +13,7 @@
 mod fake;
 mod host;
 mod rng;
+pub mod rootfs;
 mod segments;
 mod spin;
 
