@@ -29,16 +29,18 @@ use crate::oci::{ContainerMeta, META_FILE};
 pub struct Sources {
     /// Directories of the per-GPU scheduling segments.
     pub gpu_dirs: Vec<PathBuf>,
-    /// Memory segment files (one per container).
-    pub memory: Vec<PathBuf>,
+    /// Memory segment files given (`--memory-segment`): only those.
+    memory: Vec<PathBuf>,
+    /// Else: the directory holding one directory per container.
+    containers_root: PathBuf,
 }
 
 impl Sources {
-    /// The defaults: `$CUSLICE_GPU_SEGMENT_DIR` or the config default; the
-    /// memory segments given, else every `*/memory.seg` under the
-    /// containers root, those of programs started by `cuslice run`
-    /// (`$XDG_RUNTIME_DIR` or the temp dir), and the default segment
-    /// directory's.
+    /// The GPU segment directory given, else `$CUSLICE_GPU_SEGMENT_DIR`,
+    /// else both the hook's and the shim's default; the memory segments
+    /// given, else (found afresh at every reading, see
+    /// [`memory_files`](Self::memory_files)) those under the containers
+    /// root given or the default one.
     pub fn resolve(
         gpu_dir: Option<PathBuf>,
         memory: Vec<PathBuf>,
@@ -54,46 +56,56 @@ impl Sources {
                 PathBuf::from(config::DEFAULT_GPU_SEGMENT_DIR),
             ],
         };
-        let mut mem = memory;
-        if mem.is_empty() {
-            let root = root.unwrap_or_else(|| PathBuf::from(DEFAULT_CONTAINERS_ROOT));
-            if let Ok(rd) = std::fs::read_dir(&root) {
-                // The hook's layout (<id>/segment/memory.seg), or a segment
-                // right in the container's directory.
-                let mut v: Vec<PathBuf> = rd
-                    .flatten()
-                    .flat_map(|e| {
-                        let d = e.path();
-                        [d.join("segment").join("memory.seg"), d.join("memory.seg")]
-                    })
-                    .filter(|p| p.is_file())
-                    .collect();
-                v.sort();
-                mem.extend(v);
-            }
-            // Programs started by `cuslice run` (its private directories).
-            let runs = std::env::var_os("XDG_RUNTIME_DIR")
-                .map(PathBuf::from)
-                .unwrap_or_else(std::env::temp_dir);
-            if let Ok(rd) = std::fs::read_dir(&runs) {
-                let mut v: Vec<PathBuf> = rd
-                    .flatten()
-                    .filter(|e| e.file_name().to_string_lossy().starts_with("cuslice-run-"))
-                    .map(|e| e.path().join("segment").join("memory.seg"))
-                    .filter(|p| p.is_file())
-                    .collect();
-                v.sort();
-                mem.extend(v);
-            }
-            let local = Path::new(config::DEFAULT_SEGMENT_DIR).join("memory.seg");
-            if local.is_file() {
-                mem.push(local);
-            }
-        }
         Sources {
             gpu_dirs,
-            memory: mem,
+            memory,
+            containers_root: root.unwrap_or_else(|| PathBuf::from(DEFAULT_CONTAINERS_ROOT)),
         }
+    }
+
+    /// The memory segments: those given, else every container's under the
+    /// containers root, those of programs started by `cuslice run` (in
+    /// `$XDG_RUNTIME_DIR` or the temp dir), and the default segment
+    /// directory's. Looked for at every reading: `top` and the exporter
+    /// see containers come and go.
+    pub fn memory_files(&self) -> Vec<PathBuf> {
+        if !self.memory.is_empty() {
+            return self.memory.clone();
+        }
+        let mut mem = vec![];
+        if let Ok(rd) = std::fs::read_dir(&self.containers_root) {
+            // The hook's layout (<id>/segment/memory.seg), or a segment
+            // right in the container's directory.
+            let mut v: Vec<PathBuf> = rd
+                .flatten()
+                .flat_map(|e| {
+                    let d = e.path();
+                    [d.join("segment").join("memory.seg"), d.join("memory.seg")]
+                })
+                .filter(|p| p.is_file())
+                .collect();
+            v.sort();
+            mem.extend(v);
+        }
+        // Programs started by `cuslice run` (its private directories).
+        let runs = std::env::var_os("XDG_RUNTIME_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(std::env::temp_dir);
+        if let Ok(rd) = std::fs::read_dir(&runs) {
+            let mut v: Vec<PathBuf> = rd
+                .flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with("cuslice-run-"))
+                .map(|e| e.path().join("segment").join("memory.seg"))
+                .filter(|p| p.is_file())
+                .collect();
+            v.sort();
+            mem.extend(v);
+        }
+        let local = Path::new(config::DEFAULT_SEGMENT_DIR).join("memory.seg");
+        if local.is_file() {
+            mem.push(local);
+        }
+        mem
     }
 }
 
@@ -257,6 +269,9 @@ pub struct Observer {
     prev: Option<Reading>,
     live_before: HashSet<Key>,
     ended: HashMap<Key, u64>,
+    /// What each tenant ran when last seen live (an ended tenant's row
+    /// keeps it: its processes and files are gone).
+    last_runs: HashMap<Key, String>,
 }
 
 fn file_id(p: &Path) -> Option<(u64, u64)> {
@@ -457,6 +472,7 @@ impl Observer {
             prev: None,
             live_before: HashSet::new(),
             ended: HashMap::new(),
+            last_runs: HashMap::new(),
         }
     }
 
@@ -479,9 +495,13 @@ impl Observer {
             }
         }
         let mut mems = vec![];
-        for p in &self.src.memory {
-            match read_mem(p) {
+        let given = !self.src.memory.is_empty();
+        for p in self.src.memory_files() {
+            match read_mem(&p) {
                 Ok(m) => mems.push(m),
+                // A segment found by looking that went away meanwhile (its
+                // container or program ended) is no error.
+                Err(_) if !given && !p.exists() => {}
                 Err(e) => errors.push(e),
             }
         }
@@ -659,7 +679,13 @@ impl Observer {
                 seen.insert(key.clone());
                 if t.live {
                     self.ended.remove(&key);
+                    self.last_runs.insert(key.clone(), t.runs.clone());
                 } else {
+                    if t.runs == "-"
+                        && let Some(r) = self.last_runs.get(&key)
+                    {
+                        t.runs = r.clone();
+                    }
                     // Seen live by this observer: it ended now. Otherwise
                     // its last sign of activity is the best guess (none
                     // for a tenant with only memory: long ago).
@@ -695,6 +721,7 @@ impl Observer {
         }
         // Forget tenants that are gone from the segments.
         self.ended.retain(|k, _| seen.contains(k));
+        self.last_runs.retain(|k, _| seen.contains(k));
         Snapshot {
             hostname: hostname(),
             interval_seconds: dt.map(secs),

@@ -130,12 +130,15 @@ impl Env {
         ]
     }
 
-    fn slice(&self, compute: &str, program: &str, args: &[&str]) -> Slice {
+    /// `cuslice run FLAGS -- PROGRAM ARGS`.
+    fn slice(&self, flags: &[&str], program: &str, args: &[&str]) -> Slice {
         let e = common::env();
         let child = Command::new(env!("CARGO_BIN_EXE_cuslice"))
             .env_clear()
             .envs(self.vars())
-            .args(["run", "--compute", compute, "--"])
+            .arg("run")
+            .args(flags)
+            .arg("--")
             .arg(e.apps.join(program))
             .args(args)
             .stdout(Stdio::null())
@@ -195,27 +198,27 @@ fn top_on_a_terminal_shows_live_slices_and_lets_an_ended_one_go() {
         "{}.seg",
         cuslice_core::config::format_uuid(&common::FAKE_UUID)
     ));
-    let a = env.slice("50", "spin", &["120", "1000000", "4"]);
-    let b = env.slice("30", "spin", &["120", "1000000", "4"]);
-    let mut c = env.slice("20", "memtest", &["hold", "1048576"]);
-    let names = [a.tenant(), b.tenant(), c.tenant()];
-    // All three registered on the GPU, each with a live process.
-    common::wait_for(
-        || format!("three live tenants in {}", gpu_seg.display()),
-        Duration::from_secs(30),
-        || {
-            let g = cuslice_core::gpu::GpuSegment::open_read_only(&gpu_seg).ok()?;
-            let v = common::GpuView::of(&g);
-            names
-                .iter()
-                .all(|n| {
-                    v.tenants
-                        .iter()
-                        .any(|t| &t.name == n && v.procs.iter().any(|p| p.tenant == t.index))
-                })
-                .then_some(())
-        },
-    );
+    let a = env.slice(&["--compute", "50"], "spin", &["120", "1000000", "4"]);
+    let mut c = env.slice(&["--compute", "20"], "memtest", &["hold", "1048576"]);
+    let wait_registered = |names: &[String]| {
+        common::wait_for(
+            || format!("live tenants {names:?} in {}", gpu_seg.display()),
+            Duration::from_secs(30),
+            || {
+                let g = cuslice_core::gpu::GpuSegment::open_read_only(&gpu_seg).ok()?;
+                let v = common::GpuView::of(&g);
+                names
+                    .iter()
+                    .all(|n| {
+                        v.tenants
+                            .iter()
+                            .any(|t| &t.name == n && v.procs.iter().any(|p| p.tenant == t.index))
+                    })
+                    .then_some(())
+            },
+        )
+    };
+    wait_registered(&[a.tenant(), c.tenant()]);
 
     let tmux = Tmux::new();
     let vars: Vec<String> = env
@@ -243,6 +246,19 @@ fn top_on_a_terminal_shows_live_slices_and_lets_an_ended_one_go() {
     ]);
     let screen = |flag: &str| tmux.screen("top", flag);
     let live = |s: &str, n: &str| row(s, n).is_some_and(|r| r.ends_with(" 1"));
+    common::wait_for(
+        || format!("top's first frame:\n{}", screen("")),
+        Duration::from_secs(30),
+        || live(&screen(""), &a.tenant()).then_some(()),
+    );
+    // A slice that starts while top runs is found, its memory segment too.
+    let b = env.slice(
+        &["--compute", "30", "--memory", "2GiB"],
+        "spin",
+        &["120", "1000000", "4"],
+    );
+    let names = [a.tenant(), b.tenant(), c.tenant()];
+    wait_registered(&names);
 
     // The header, and the three slices live, with their share over the
     // interval and what they run.
@@ -282,7 +298,9 @@ fn top_on_a_terminal_shows_live_slices_and_lets_an_ended_one_go() {
         || {
             let plain = screen("");
             let esc = screen("-e");
-            let ended = row(&plain, &names[2]).is_some_and(|r| r.ends_with(" ended"));
+            // Marked ended, still saying what it ran.
+            let ended = row(&plain, &names[2])
+                .is_some_and(|r| r.ends_with(" ended") && r.contains("memtest hold"));
             let dim = esc
                 .lines()
                 .any(|l| l.contains(&names[2]) && l.contains("\x1b[2m"));
