@@ -440,6 +440,11 @@ fn command_line(args: &[String]) -> String {
     v.join(" ")
 }
 
+/// A container id as `docker ps` shortens it: its first 12 characters.
+fn short_id(id: &str) -> String {
+    id.chars().take(12).collect()
+}
+
 /// The `runs` text of a container the hook recorded.
 pub fn describe(m: &ContainerMeta) -> String {
     let mut parts = vec![];
@@ -452,8 +457,11 @@ pub fn describe(m: &ContainerMeta) -> String {
     if let Some(i) = &m.image {
         parts.push(i.clone());
     }
-    if parts.is_empty() {
+    if parts.is_empty() && !m.command.is_empty() {
         parts.push(command_line(&m.command));
+    }
+    if parts.is_empty() {
+        parts.push(format!("container {}", short_id(&m.id)));
     }
     parts.join(" ")
 }
@@ -656,7 +664,7 @@ impl Observer {
                     && row.container.is_none()
                     && let Some(id) = &m.container_id
                 {
-                    row.runs = format!("container {}", &id[..id.len().min(12)]);
+                    row.runs = format!("container {}", short_id(id));
                 }
                 files.extend(m.file);
             }
@@ -731,5 +739,41 @@ impl Observer {
             containers: r.mems.iter().map(|m| m.view.clone()).collect(),
             errors: r.errors.clone(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_container_is_described_by_what_its_runtime_says() {
+        let m = |name: Option<&str>, pod: Option<&str>, image: Option<&str>, cmd: &[&str]| {
+            ContainerMeta {
+                id: "0123456789abcdef0123".into(),
+                name: name.map(Into::into),
+                pod: pod.map(Into::into),
+                image: image.map(Into::into),
+                command: cmd.iter().map(|c| c.to_string()).collect(),
+            }
+        };
+        let cmd = ["/usr/bin/python3", "train.py"];
+        assert_eq!(
+            describe(&m(
+                Some("trainer"),
+                Some("team-a/train-0"),
+                Some("pytorch:2.3"),
+                &cmd
+            )),
+            "team-a/train-0/trainer pytorch:2.3"
+        );
+        assert_eq!(describe(&m(Some("svc"), None, None, &cmd)), "svc");
+        assert_eq!(describe(&m(None, None, Some("img"), &cmd)), "img");
+        assert_eq!(describe(&m(None, None, None, &cmd)), "python3 train.py");
+        assert_eq!(
+            describe(&m(None, None, None, &[])),
+            "container 0123456789ab"
+        );
+        assert_eq!(short_id("é".repeat(20).as_str()), "é".repeat(12));
     }
 }
