@@ -62,7 +62,17 @@ impl Tmux {
 
 impl Drop for Tmux {
     fn drop(&mut self) {
+        // kill-server leaves the socket file behind: remove it too.
+        let socket = self
+            .cmd()
+            .args(["display-message", "-p", "#{socket_path}"])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_default();
         let _ = self.cmd().arg("kill-server").output();
+        if !socket.is_empty() {
+            let _ = std::fs::remove_file(socket);
+        }
     }
 }
 
