@@ -17,6 +17,7 @@ mod nvml;
 mod oci;
 mod status;
 mod top;
+mod watch;
 
 #[derive(Parser)]
 #[command(
@@ -98,6 +99,15 @@ enum Cmd {
     Cdi {
         #[command(subcommand)]
         cmd: CdiCmd,
+    },
+    /// Host watchdog: every interval, hold each container and `cuslice run`
+    /// session to its slice from NVML's per-process figures (memory over
+    /// quota, GPU processes that bypass the shim, GPU time over share or
+    /// ceiling, tampered segments); report, kill or freeze (see
+    /// /etc/cuslice/watch.toml). One per host.
+    Watch {
+        #[command(flatten)]
+        args: watch::WatchArgs,
     },
     /// Serve the status figures as Prometheus metrics on GET /metrics.
     Exporter {
@@ -318,18 +328,45 @@ extern "C" fn forward(sig: libc::c_int) {
 
 /// Runs the program to its end, forwarding SIGINT/SIGTERM/SIGHUP/SIGQUIT to
 /// it; returns its exit status.
+///
+/// `run` is a child subreaper: a descendant orphaned by its parent is
+/// reparented to it, not to init, so that every process the program starts
+/// stays a descendant of `run` (which is how `cuslice watch` finds the
+/// session's processes, whatever their environment). Such orphans are
+/// reaped as they end; the status returned is still the program's own, and
+/// `run` exits when the program does.
 fn run_child(mut cmd: Command) -> Result<std::process::ExitStatus, String> {
     for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
         // SAFETY: installing a handler that only calls kill.
         unsafe { libc::signal(sig, forward as *const () as libc::sighandler_t) };
     }
-    let mut child = cmd
+    // SAFETY: prctl(PR_SET_CHILD_SUBREAPER, 1) takes no pointers.
+    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
+        eprintln!(
+            "cuslice: cannot become a child subreaper ({}): orphaned processes of the program leave the session",
+            std::io::Error::last_os_error()
+        );
+    }
+    let child = cmd
         .spawn()
         .map_err(|e| format!("cannot run {:?}: {e}", cmd.get_program()))?;
-    CHILD.store(child.id() as i32, Ordering::Relaxed);
-    child
-        .wait()
-        .map_err(|e| format!("cannot wait for the program: {e}"))
+    let pid = child.id() as i32;
+    CHILD.store(pid, Ordering::Relaxed);
+    loop {
+        let mut status = 0;
+        // SAFETY: waitpid for any child into a local.
+        let r = unsafe { libc::waitpid(-1, &mut status, 0) };
+        if r == pid {
+            return Ok(std::process::ExitStatus::from_raw(status));
+        }
+        if r < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EINTR) {
+                return Err(format!("cannot wait for the program: {e}"));
+            }
+        }
+        // Another pid: an orphan of the program, reaped.
+    }
 }
 
 fn run(
@@ -462,6 +499,7 @@ fn main() -> ExitCode {
             linger,
         } => exporter::serve(&listen, status::Observer::new(src.sources(), linger))
             .map(|()| ExitCode::SUCCESS),
+        Cmd::Watch { args } => watch::run(args).map(|()| ExitCode::SUCCESS),
         Cmd::OciHook { stage, root, lib } => {
             let a = oci::HookArgs { root, lib };
             match stage {

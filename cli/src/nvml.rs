@@ -1,5 +1,8 @@
 //! NVML, loaded at run time for the GPU header of `status` / `top` and the
-//! exporter's GPU metrics: name, memory used / total, utilization, per GPU.
+//! exporter's GPU metrics: name, memory used / total, utilization, per GPU;
+//! and for `cuslice watch`, per process: device memory
+//! (`nvmlDeviceGetComputeRunningProcesses_v3`) and SM utilization
+//! (`nvmlDeviceGetProcessUtilization`).
 //!
 //! The command does not link NVML (it must run on a host without the
 //! NVIDIA driver too): it `dlopen`s `libnvidia-ml.so.1` (or
@@ -13,6 +16,10 @@ type Device = *mut c_void;
 type Ret = c_int;
 
 const NVML_SUCCESS: Ret = 0;
+const NVML_ERROR_INSUFFICIENT_SIZE: Ret = 7;
+const NVML_ERROR_NOT_FOUND: Ret = 6;
+/// `usedGpuMemory` when NVML cannot tell (NVML_VALUE_NOT_AVAILABLE).
+const VALUE_NOT_AVAILABLE: u64 = u64::MAX;
 /// NVML_DEVICE_NAME_V2_BUFFER_SIZE; a UUID needs 80 at most.
 const NAME_BYTES: usize = 96;
 
@@ -29,6 +36,70 @@ struct Memory {
 struct Utilization {
     gpu: c_uint,
     memory: c_uint,
+}
+
+/// `nvmlProcessInfo_t` (= `nvmlProcessInfo_v2_t`), what the `_v3` and
+/// `_v2` process listings fill.
+#[repr(C)]
+#[derive(Default, Clone, Copy)]
+struct ProcessInfo {
+    pid: c_uint,
+    used_gpu_memory: u64,
+    gpu_instance_id: c_uint,
+    compute_instance_id: c_uint,
+}
+
+/// `nvmlProcessInfo_v1_t`, what the unversioned listing fills.
+#[repr(C)]
+#[derive(Default, Clone, Copy)]
+struct ProcessInfoV1 {
+    pid: c_uint,
+    used_gpu_memory: u64,
+}
+
+/// `nvmlProcessUtilizationSample_t`.
+#[repr(C)]
+#[derive(Default, Clone, Copy)]
+struct UtilSample {
+    pid: c_uint,
+    time_stamp: u64,
+    sm_util: c_uint,
+    mem_util: c_uint,
+    enc_util: c_uint,
+    dec_util: c_uint,
+}
+
+const _: () = assert!(std::mem::size_of::<ProcessInfo>() == 24);
+const _: () = assert!(std::mem::size_of::<ProcessInfoV1>() == 16);
+const _: () = assert!(std::mem::size_of::<UtilSample>() == 32);
+
+/// One compute process on a GPU, as NVML lists it: its PID in this
+/// process's PID namespace, and the device memory it uses (None: NVML
+/// cannot tell).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GpuProcess {
+    pub pid: u32,
+    pub used: Option<u64>,
+}
+
+/// One process's SM utilization sample: percent of the sample period.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UtilizationSample {
+    pub pid: u32,
+    /// CPU time stamp, microseconds.
+    pub time_us: u64,
+    pub sm: u32,
+}
+
+type ProcsFn<T> = unsafe extern "C" fn(Device, *mut c_uint, *mut T) -> Ret;
+type UtilFn = unsafe extern "C" fn(Device, *mut UtilSample, *mut c_uint, u64) -> Ret;
+
+/// The process listing the library has, newest first.
+#[derive(Clone, Copy)]
+enum Procs {
+    V3(ProcsFn<ProcessInfo>),
+    V2(ProcsFn<ProcessInfo>),
+    V1(ProcsFn<ProcessInfoV1>),
 }
 
 /// What NVML says about one GPU.
@@ -55,6 +126,8 @@ pub struct Nvml {
     uuid: unsafe extern "C" fn(Device, *mut c_char, c_uint) -> Ret,
     memory: unsafe extern "C" fn(Device, *mut Memory) -> Ret,
     utilization: Option<unsafe extern "C" fn(Device, *mut Utilization) -> Ret>,
+    procs: Option<Procs>,
+    process_utilization: Option<UtilFn>,
     error_string: Option<unsafe extern "C" fn(Ret) -> *const c_char>,
 }
 
@@ -118,6 +191,11 @@ impl Nvml {
                 memory: sym(lib, "nvmlDeviceGetMemoryInfo")
                     .ok_or_else(|| missing("nvmlDeviceGetMemoryInfo"))?,
                 utilization: sym(lib, "nvmlDeviceGetUtilizationRates"),
+                procs: sym(lib, "nvmlDeviceGetComputeRunningProcesses_v3")
+                    .map(Procs::V3)
+                    .or_else(|| sym(lib, "nvmlDeviceGetComputeRunningProcesses_v2").map(Procs::V2))
+                    .or_else(|| sym(lib, "nvmlDeviceGetComputeRunningProcesses").map(Procs::V1)),
+                process_utilization: sym(lib, "nvmlDeviceGetProcessUtilization"),
                 error_string: sym(lib, "nvmlErrorString"),
             }
         };
@@ -220,6 +298,181 @@ impl Nvml {
         }
         Ok(out)
     }
+
+    /// Every GPU's index, UUID and handle (for `watch`, which asks per
+    /// process at every pass). The error is one line.
+    pub fn devices(&self) -> Result<Vec<DeviceHandle>, String> {
+        let mut n: c_uint = 0;
+        // SAFETY: a valid out pointer.
+        let r = unsafe { (self.count)(&mut n) };
+        if r != NVML_SUCCESS {
+            return Err(format!("nvmlDeviceGetCount: {}", self.error(r)));
+        }
+        let mut out = Vec::with_capacity(n as usize);
+        for i in 0..n {
+            let mut d: Device = std::ptr::null_mut();
+            // SAFETY: an index below the count, a valid out pointer.
+            let r = unsafe { (self.by_index)(i, &mut d) };
+            if r != NVML_SUCCESS {
+                return Err(format!(
+                    "nvmlDeviceGetHandleByIndex({i}): {}",
+                    self.error(r)
+                ));
+            }
+            let uuid = self
+                .string(self.uuid, d)
+                .map_err(|r| format!("nvmlDeviceGetUUID({i}): {}", self.error(r)))?;
+            out.push(DeviceHandle {
+                index: i,
+                uuid,
+                raw: d,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Whether this NVML lists processes and their utilization (the
+    /// error names what is missing).
+    pub fn check_per_process(&self) -> Result<(), String> {
+        if self.procs.is_none() {
+            return Err("no symbol nvmlDeviceGetComputeRunningProcesses(_v3/_v2)".into());
+        }
+        if self.process_utilization.is_none() {
+            return Err("no symbol nvmlDeviceGetProcessUtilization".into());
+        }
+        Ok(())
+    }
+
+    /// The compute processes on `d` and the memory each uses. `cap` is the
+    /// buffer size to start with (the last count, say); it grows while NVML
+    /// answers INSUFFICIENT_SIZE (processes come and go between calls).
+    pub fn processes(&self, d: &DeviceHandle, cap: usize) -> Result<Vec<GpuProcess>, String> {
+        let Some(procs) = self.procs else {
+            return Err("nvmlDeviceGetComputeRunningProcesses: not in this NVML".into());
+        };
+        let mut cap = cap.clamp(16, 1 << 16);
+        for _ in 0..8 {
+            let mut n = cap as c_uint;
+            let (r, got) = match procs {
+                Procs::V3(f) | Procs::V2(f) => {
+                    let mut buf = vec![ProcessInfo::default(); cap];
+                    // SAFETY: a handle NVML gave us, a count and a buffer
+                    // of that many nvmlProcessInfo_t.
+                    let r = unsafe { f(d.raw, &mut n, buf.as_mut_ptr()) };
+                    buf.truncate((n as usize).min(cap));
+                    (
+                        r,
+                        buf.iter()
+                            .map(|p| (p.pid, p.used_gpu_memory))
+                            .collect::<Vec<_>>(),
+                    )
+                }
+                Procs::V1(f) => {
+                    let mut buf = vec![ProcessInfoV1::default(); cap];
+                    // SAFETY: as above, with nvmlProcessInfo_v1_t.
+                    let r = unsafe { f(d.raw, &mut n, buf.as_mut_ptr()) };
+                    buf.truncate((n as usize).min(cap));
+                    (
+                        r,
+                        buf.iter()
+                            .map(|p| (p.pid, p.used_gpu_memory))
+                            .collect::<Vec<_>>(),
+                    )
+                }
+            };
+            match r {
+                NVML_SUCCESS => {
+                    return Ok(got
+                        .into_iter()
+                        .map(|(pid, used)| GpuProcess {
+                            pid,
+                            used: (used != VALUE_NOT_AVAILABLE).then_some(used),
+                        })
+                        .collect());
+                }
+                NVML_ERROR_INSUFFICIENT_SIZE => {
+                    cap = (n as usize).max(cap).saturating_mul(2).min(1 << 16);
+                }
+                r => {
+                    return Err(format!(
+                        "nvmlDeviceGetComputeRunningProcesses(GPU {}): {}",
+                        d.index,
+                        self.error(r)
+                    ));
+                }
+            }
+        }
+        Err(format!(
+            "nvmlDeviceGetComputeRunningProcesses(GPU {}): the process count kept growing",
+            d.index
+        ))
+    }
+
+    /// SM utilization samples of the processes on `d` taken after
+    /// `last_seen_us` (NVML's CPU time stamps, microseconds); none is no
+    /// error (NOT_FOUND: no sample since then).
+    pub fn process_utilization(
+        &self,
+        d: &DeviceHandle,
+        last_seen_us: u64,
+        cap: usize,
+    ) -> Result<Vec<UtilizationSample>, String> {
+        let Some(f) = self.process_utilization else {
+            return Err("nvmlDeviceGetProcessUtilization: not in this NVML".into());
+        };
+        let mut cap = cap.clamp(16, 1 << 16);
+        for _ in 0..8 {
+            let mut buf = vec![UtilSample::default(); cap];
+            let mut n = cap as c_uint;
+            // SAFETY: a handle NVML gave us, a buffer of `n` samples.
+            let r = unsafe { f(d.raw, buf.as_mut_ptr(), &mut n, last_seen_us) };
+            match r {
+                NVML_SUCCESS => {
+                    buf.truncate((n as usize).min(cap));
+                    return Ok(buf
+                        .iter()
+                        .map(|s| UtilizationSample {
+                            pid: s.pid,
+                            time_us: s.time_stamp,
+                            sm: s.sm_util,
+                        })
+                        .collect());
+                }
+                NVML_ERROR_NOT_FOUND => return Ok(vec![]),
+                NVML_ERROR_INSUFFICIENT_SIZE => {
+                    cap = (n as usize).max(cap).saturating_mul(2).min(1 << 16);
+                }
+                r => {
+                    return Err(format!(
+                        "nvmlDeviceGetProcessUtilization(GPU {}): {}",
+                        d.index,
+                        self.error(r)
+                    ));
+                }
+            }
+        }
+        Err(format!(
+            "nvmlDeviceGetProcessUtilization(GPU {}): the sample count kept growing",
+            d.index
+        ))
+    }
+
+    /// The GPU's utilization (percent of the last sample period a kernel
+    /// ran); None where NVML does not tell.
+    pub fn device_utilization(&self, d: &DeviceHandle) -> Option<u32> {
+        let f = self.utilization?;
+        let mut u = Utilization::default();
+        // SAFETY: a handle NVML gave us and a valid nvmlUtilization_t.
+        (unsafe { f(d.raw, &mut u) } == NVML_SUCCESS).then_some(u.gpu)
+    }
+}
+
+/// A GPU's handle, valid while the [`Nvml`] it came from lives.
+#[derive(Debug, Clone)]
+pub struct DeviceHandle {
+    pub index: u32,
+    pub uuid: String,
+    raw: Device,
 }
 
 impl Drop for Nvml {

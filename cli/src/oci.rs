@@ -42,7 +42,9 @@
 //! `create` also records what the container runs, for `cuslice status` /
 //! `top` (which cannot see into the container's PID namespace):
 //! `<root>/containers/<id>/container.json` holds its name, pod and image
-//! where an annotation of the runtime gives them, and its command line.
+//! where an annotation of the runtime gives them, and its command line;
+//! and, for `cuslice watch`, the inode of its PID namespace and its cgroup
+//! (what maps a host PID to the container, whatever the process does).
 
 use std::collections::BTreeMap;
 use std::ffi::CString;
@@ -126,6 +128,15 @@ pub struct ContainerMeta {
     /// The container's process: its arguments.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub command: Vec<String>,
+    /// For `cuslice watch`, which maps host PIDs to containers by what
+    /// their processes cannot change: the inode of the container's PID
+    /// namespace (its init's `/proc/<pid>/ns/pid` at creation), and its
+    /// init's cgroup (the v2 path, else the memory controller's), used
+    /// where the container shares the host's PID namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid_ns: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<String>,
 }
 
 /// Where runtimes put a container's name, its pod and its image. Podman 4
@@ -165,6 +176,8 @@ fn container_meta(id: &str, ann: &BTreeMap<String, String>, args: &[String]) -> 
         }),
         image: first(&IMAGE_ANNOTATIONS),
         command: args.to_vec(),
+        pid_ns: None,
+        cgroup: None,
     }
 }
 
@@ -369,6 +382,13 @@ pub fn create(a: &HookArgs) -> Result<(), String> {
         .pid
         .filter(|p| *p > 0)
         .ok_or("the OCI state has no container pid")?;
+    let meta = ContainerMeta {
+        pid_ns: crate::watch::procfs::ns_inode(&format!("/proc/{pid}/ns/pid")),
+        cgroup: std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+            .ok()
+            .and_then(|t| crate::watch::procfs::cgroup_of(&t)),
+        ..meta
+    };
     let rootfs = match spec.root {
         Some(r) if r.path.is_absolute() => r.path,
         Some(r) => st.bundle.join(r.path),

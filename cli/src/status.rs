@@ -755,6 +755,7 @@ mod tests {
                 pod: pod.map(Into::into),
                 image: image.map(Into::into),
                 command: cmd.iter().map(|c| c.to_string()).collect(),
+                ..ContainerMeta::default()
             }
         };
         let cmd = ["/usr/bin/python3", "train.py"];

@@ -1,0 +1,1020 @@
+//! `cuslice watch`: the host watchdog. Every interval it reads NVML's
+//! per-process device memory and SM utilization for every GPU, maps each
+//! host PID to its slice (a container made through the OCI hook, or a
+//! `cuslice run` session: `slices`), compares with the slice's quota file
+//! and share, audits the segments, and acts by the host's policy
+//! (`config`): report, kill or freeze. What it finds is one log line when
+//! it starts, when something is done about it and when it ends, a counter
+//! in the exporter and a row in `cuslice status` (`state`).
+//!
+//! A pass reads NVML (three calls per GPU), `/proc/<pid>/stat` of each
+//! process NVML lists (more of `/proc` only for a process not seen
+//! before), one directory listing for the containers, and the segments of
+//! the slices with processes on a GPU (kept mapped between passes). It
+//! spawns nothing.
+
+pub mod checks;
+pub mod config;
+pub mod gpuseg;
+pub mod procfs;
+pub mod slices;
+pub mod state;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use cuslice_core::config::{Config, format_uuid, parse_uuid};
+use cuslice_core::gpu::{GpuSegment, MAX_PROCS, PROC_FREE, monotonic_ns};
+use cuslice_core::segment::{MAX_DEVICES, Segment, UNLIMITED};
+
+use crate::nvml::{DeviceHandle, Nvml};
+use checks::{ComputeSeen, Seen, size};
+use config::{Policy, WatchConfig};
+use procfs::{ProcSource, Procfs};
+use slices::{SliceId, Slices};
+use state::{Count, FindingView, Kind, WatchState};
+
+/// `cuslice watch`'s flags (they override the file).
+#[derive(clap::Args)]
+pub struct WatchArgs {
+    /// Seconds between passes, or a duration like 200ms (default: the
+    /// file's `interval`, else 1s).
+    #[arg(long)]
+    pub interval: Option<String>,
+    /// What to do about a finding (default: the file's `policy`, else
+    /// report).
+    #[arg(long, value_enum)]
+    pub policy: Option<Policy>,
+    /// The watch's configuration file.
+    #[arg(long, default_value = config::DEFAULT_CONFIG)]
+    pub config: PathBuf,
+    /// The hook's host directory (default: the file's `root`, else
+    /// /run/cuslice).
+    #[arg(long)]
+    pub root: Option<PathBuf>,
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_stop(_: libc::c_int) {
+    STOP.store(true, Ordering::Relaxed);
+}
+
+fn log(line: &str) {
+    eprintln!("cuslice watch: {line}");
+}
+
+/// The key of a finding: what, whose, which GPU, which process.
+type Key = (Kind, String, Option<u32>, Option<u32>);
+
+struct Active {
+    view: FindingView,
+    seen: u64,
+}
+
+/// A segment kept mapped between passes, with the file it maps.
+struct Mapped<T> {
+    seg: T,
+    id: (u64, u64),
+    used: u64,
+}
+
+fn file_id(p: &Path) -> Option<(u64, u64)> {
+    std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// Opens `path` with `open`, or reuses the mapping of the same file.
+fn mapped<'a, T>(
+    cache: &'a mut HashMap<PathBuf, Mapped<T>>,
+    path: &Path,
+    pass: u64,
+    open: impl Fn(&Path) -> Result<T, String>,
+) -> Option<Result<&'a T, String>> {
+    let id = file_id(path)?;
+    if cache.get(path).is_none_or(|m| m.id != id) {
+        match open(path) {
+            Ok(seg) => {
+                cache.insert(
+                    path.to_path_buf(),
+                    Mapped {
+                        seg,
+                        id,
+                        used: pass,
+                    },
+                );
+            }
+            Err(e) => {
+                cache.remove(path);
+                return Some(Err(e));
+            }
+        }
+    }
+    let m = cache.get_mut(path)?;
+    m.used = pass;
+    Some(Ok(&m.seg))
+}
+
+/// Sends `sig` to process `pid` if it is still the one that started at
+/// `start` (a pidfd, so that a PID reused meanwhile is never signalled).
+fn signal(pid: u32, start: u64, sig: libc::c_int) -> Result<(), String> {
+    // SAFETY: pidfd_open(pid, 0) has no memory arguments.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::c_int, 0) };
+    if fd < 0 {
+        return Err(format!("pid {pid}: {}", std::io::Error::last_os_error()));
+    }
+    // SAFETY: the syscall just returned this descriptor.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    if Procfs.stat(pid).map(|s| s.start) != Some(start) {
+        return Err(format!("pid {pid}: gone"));
+    }
+    // SAFETY: pidfd_send_signal on our pidfd, no siginfo, no flags.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            fd.as_raw_fd(),
+            sig,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        )
+    };
+    if r != 0 {
+        return Err(format!("pid {pid}: {}", std::io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+/// The memory quota `cfg` gives GPU `index` / `uuid`, and whether that is
+/// certain: a quota given by index is matched against NVML's index, which
+/// need not be the CUDA index the container's processes used.
+fn memory_quota(cfg: &Config, index: u32, uuid: &[u8; 16]) -> (Option<u64>, bool) {
+    let certain = cfg.by_uuid.get(uuid).is_some_and(|l| l.memory.is_some())
+        || cfg.by_index.values().all(|l| l.memory.is_none());
+    (cfg.limits_for(index, uuid).memory, certain)
+}
+
+fn cpu_seconds() -> f64 {
+    // SAFETY: an all-zero rusage is a valid value; getrusage fills it.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage into a valid struct.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+    let t = |v: libc::timeval| v.tv_sec as f64 + v.tv_usec as f64 / 1e6;
+    t(u.ru_utime) + t(u.ru_stime)
+}
+
+/// A slice frozen by `freeze`: its processes and when they are let go.
+struct Frozen {
+    pids: Vec<(u32, u64)>,
+    until: Instant,
+}
+
+pub struct Watch {
+    cfg: WatchConfig,
+    nvml: Nvml,
+    devices: Vec<DeviceHandle>,
+    slices: Slices,
+    pass: u64,
+    active: BTreeMap<Key, Active>,
+    counts: BTreeMap<(Kind, String), u64>,
+    mem_segs: HashMap<PathBuf, Mapped<Segment>>,
+    gpu_segs: HashMap<PathBuf, Mapped<GpuSegment>>,
+    /// Per GPU index: the last utilization time stamp NVML gave (us).
+    last_sample: HashMap<u32, u64>,
+    /// Buffer sizes to start with, per GPU.
+    caps: HashMap<u32, usize>,
+    /// (GPU uuid, tenant) -> (time ns, throttled ns) at the last pass.
+    throttled: HashMap<(String, String), (u64, u64)>,
+    /// (slice, GPU index) -> passes in a row over its share / ceiling.
+    sustain: HashMap<(SliceId, u32), u32>,
+    frozen: HashMap<(SliceId, u32), Frozen>,
+    /// (pid, start) -> its PID as it sees itself.
+    inner: HashMap<(u32, u64), u32>,
+    started: f64,
+    last_pass: f64,
+    last_cpu: f64,
+    errors: Vec<String>,
+    gpu_processes: u32,
+    state_path: PathBuf,
+}
+
+/// Everything a pass needs about one slice's processes on one GPU.
+struct Group {
+    id: SliceId,
+    procs: Vec<Seen>,
+    sm: f64,
+}
+
+impl Watch {
+    fn found(&mut self, key: Key, mut view: FindingView, action: Option<String>) {
+        let pass = self.pass;
+        match self.active.get_mut(&key) {
+            Some(a) => {
+                a.seen = pass;
+                if let Some(act) = action {
+                    log(&format!("{}: {act}", a.view.what));
+                    a.view.action = act;
+                }
+                a.view.figure = view.figure;
+            }
+            None => {
+                let act = action.unwrap_or_else(|| "reported".into());
+                log(&format!("{}: {act}", view.what));
+                *self
+                    .counts
+                    .entry((view.kind, view.tenant.clone()))
+                    .or_insert(0) += 1;
+                view.action = act;
+                view.since_unix = state::now_unix();
+                self.active.insert(key, Active { view, seen: pass });
+            }
+        }
+    }
+
+    fn view(
+        kind: Kind,
+        tenant: &str,
+        slice: &str,
+        gpu: Option<u32>,
+        pid: Option<u32>,
+        figure: String,
+        limit: String,
+        what: String,
+    ) -> FindingView {
+        FindingView {
+            kind,
+            tenant: tenant.to_string(),
+            slice: slice.to_string(),
+            gpu,
+            pid,
+            figure,
+            limit,
+            what,
+            action: String::new(),
+            since_unix: 0.0,
+        }
+    }
+
+    fn kill_all(&self, pids: &[(u32, u64)], sig: libc::c_int) -> Vec<u32> {
+        pids.iter()
+            .filter(|(pid, start)| signal(*pid, *start, sig).is_ok())
+            .map(|(pid, _)| *pid)
+            .collect()
+    }
+
+    fn inner_pid(&mut self, pid: u32, start: u64) -> u32 {
+        *self
+            .inner
+            .entry((pid, start))
+            .or_insert_with(|| Procfs.inner_pid(pid).unwrap_or(pid))
+    }
+
+    /// One pass.
+    pub fn pass(&mut self) {
+        let t0 = Instant::now();
+        self.pass += 1;
+        let pass = self.pass;
+        self.errors.clear();
+        self.slices.refresh(&Procfs);
+        for n in std::mem::take(&mut self.slices.notes) {
+            log(&n);
+        }
+        self.thaw(false);
+
+        // NVML: who is on which GPU, with how much memory and SM time.
+        let mut per_gpu: Vec<(DeviceHandle, Option<u32>, Vec<Group>)> = vec![];
+        let mut nvml_pids = HashSet::new();
+        let devices = self.devices.clone();
+        for d in devices {
+            let cap = self.caps.get(&d.index).copied().unwrap_or(64);
+            let procs = match self.nvml.processes(&d, cap) {
+                Ok(p) => p,
+                Err(e) => {
+                    self.errors.push(e);
+                    continue;
+                }
+            };
+            let last = self.last_sample.get(&d.index).copied().unwrap_or(0);
+            let samples = match self.nvml.process_utilization(&d, last, cap) {
+                Ok(s) => s,
+                Err(e) => {
+                    self.errors.push(e);
+                    vec![]
+                }
+            };
+            self.caps
+                .insert(d.index, (procs.len().max(samples.len()) + 16).max(64));
+            if let Some(m) = samples.iter().map(|s| s.time_us).max() {
+                self.last_sample.insert(d.index, m.max(last));
+            }
+            // Per PID, the mean of its samples since the last pass.
+            let mut sm: HashMap<u32, (u64, u64)> = HashMap::new();
+            for s in &samples {
+                let e = sm.entry(s.pid).or_default();
+                e.0 += u64::from(s.sm.min(100));
+                e.1 += 1;
+            }
+            let util = self.nvml.device_utilization(&d);
+            let mut groups: BTreeMap<SliceId, Group> = BTreeMap::new();
+            for p in procs {
+                nvml_pids.insert(p.pid);
+                let Some((start, Some(id))) = self.slices.slice_of(&Procfs, p.pid) else {
+                    continue;
+                };
+                let g = groups.entry(id.clone()).or_insert_with(|| Group {
+                    id,
+                    procs: vec![],
+                    sm: 0.0,
+                });
+                if let Some((sum, n)) = sm.get(&p.pid) {
+                    g.sm += *sum as f64 / (*n).max(1) as f64;
+                }
+                g.procs.push(Seen {
+                    pid: p.pid,
+                    start,
+                    used: p.used,
+                });
+            }
+            per_gpu.push((d, util, groups.into_values().collect()));
+        }
+        self.gpu_processes = nvml_pids.len() as u32;
+        if pass.is_multiple_of(16) {
+            self.slices.prune(&nvml_pids);
+            self.inner.retain(|(pid, _), _| nvml_pids.contains(pid));
+        }
+
+        for (d, _util, groups) in &per_gpu {
+            for g in groups {
+                self.check_memory(d, g);
+                self.check_registered(d, g);
+            }
+            self.check_compute(d, groups);
+        }
+        self.check_memory_segments();
+        self.audit_gpu_segments(&nvml_pids);
+
+        // Findings not seen in this pass have ended.
+        let ended: Vec<Key> = self
+            .active
+            .iter()
+            .filter(|(_, a)| a.seen != pass)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in ended {
+            if let Some(a) = self.active.remove(&k) {
+                log(&format!("{}: ended", a.view.what));
+            }
+        }
+        self.mem_segs.retain(|_, m| m.used + 8 > pass);
+        self.gpu_segs.retain(|_, m| m.used + 8 > pass);
+        self.last_pass = state::now_unix();
+        let _ = t0;
+    }
+
+    fn check_memory(&mut self, d: &DeviceHandle, g: &Group) {
+        let Some(slice) = self.slices.get(&g.id) else {
+            return;
+        };
+        let Some(cfg) = &slice.quota else { return };
+        let Ok(uuid) = parse_uuid(&d.uuid) else {
+            return;
+        };
+        let (Some(quota), _) = memory_quota(cfg, d.index, &uuid) else {
+            return;
+        };
+        let c = &self.cfg;
+        let Some(over) =
+            checks::memory_over(&g.procs, quota, c.memory_tolerance, c.process_allowance)
+        else {
+            return;
+        };
+        let pids: Vec<String> = g.procs.iter().map(|p| p.pid.to_string()).collect();
+        let what = format!(
+            "{} pid{} {}: GPU {} memory {} > quota {} (+{} tolerance, +{} per process)",
+            slice.label,
+            if pids.len() == 1 { "" } else { "s" },
+            pids.join(","),
+            d.index,
+            size(over.used),
+            size(quota),
+            size(c.memory_tolerance),
+            size(c.process_allowance)
+        );
+        let (tenant, label) = (slice.tenant.clone(), slice.label.clone());
+        let action = match self.cfg.policy {
+            Policy::Kill => {
+                let killed = self.kill_all(&over.kill, libc::SIGKILL);
+                Some(if killed.is_empty() {
+                    "nothing left to kill".to_string()
+                } else {
+                    format!(
+                        "killed pid {}",
+                        killed
+                            .iter()
+                            .map(u32::to_string)
+                            .collect::<Vec<_>>()
+                            .join(",")
+                    )
+                })
+            }
+            _ => None,
+        };
+        let v = Self::view(
+            Kind::Memory,
+            &tenant,
+            &label,
+            Some(d.index),
+            None,
+            size(over.used),
+            size(quota),
+            what,
+        );
+        self.found(
+            (Kind::Memory, slice_key(&g.id), Some(d.index), None),
+            v,
+            action,
+        );
+    }
+
+    /// The PIDs (as each process sees itself) registered with the shim for
+    /// slice `id`: live slots of its memory segment, live process entries
+    /// of its tenant in its GPU segments.
+    fn registered(&mut self, id: &SliceId) -> HashSet<u32> {
+        let mut out = HashSet::new();
+        let pass = self.pass;
+        let Some(slice) = self.slices.get(id) else {
+            return out;
+        };
+        if let Some(p) = &slice.mem_seg
+            && let Some(Ok(seg)) = mapped(&mut self.mem_segs, p, pass, |p| {
+                Segment::open_read_only(p).map_err(|e| e.to_string())
+            })
+        {
+            out.extend(
+                seg.processes()
+                    .into_iter()
+                    .filter(|p| p.alive)
+                    .map(|p| p.pid),
+            );
+        }
+        let tenant = slice.tenant.clone();
+        let dir = slice.gpu_dir.clone();
+        for d in &self.devices {
+            let path = dir.join(format!("{}.seg", d.uuid));
+            if let Some(Ok(g)) = mapped(&mut self.gpu_segs, &path, pass, |p| {
+                GpuSegment::open_read_only(p).map_err(|e| e.to_string())
+            }) {
+                let Some(t) = g.tenants().into_iter().find(|t| t.name == tenant) else {
+                    continue;
+                };
+                for i in 0..MAX_PROCS {
+                    let Some(e) = g.proc_entry(i) else { break };
+                    if e.state.load(Ordering::Acquire) != PROC_FREE
+                        && e.tenant.load(Ordering::Relaxed) as usize == t.index
+                        && g.proc_alive(i)
+                    {
+                        out.insert(e.pid.load(Ordering::Relaxed));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn check_registered(&mut self, d: &DeviceHandle, g: &Group) {
+        let Some(slice) = self.slices.get(&g.id) else {
+            return;
+        };
+        if !slice.quota.as_ref().is_some_and(Config::has_limits) {
+            return;
+        }
+        let (tenant, label) = (slice.tenant.clone(), slice.label.clone());
+        let reg = self.registered(&g.id);
+        for p in &g.procs {
+            let inner = self.inner_pid(p.pid, p.start);
+            if reg.contains(&inner) {
+                continue;
+            }
+            let what = format!(
+                "{label} pid {}: uses GPU {} ({}) but never registered with the shim",
+                p.pid,
+                d.index,
+                p.used.map_or_else(|| "memory unknown".to_string(), size)
+            );
+            let action = (self.cfg.policy == Policy::Kill).then(|| {
+                match signal(p.pid, p.start, libc::SIGKILL) {
+                    Ok(()) => "killed".to_string(),
+                    Err(e) => format!("not killed: {e}"),
+                }
+            });
+            let v = Self::view(
+                Kind::Unregistered,
+                &tenant,
+                &label,
+                Some(d.index),
+                Some(p.pid),
+                p.used.map_or_else(|| "-".into(), size),
+                "registered".into(),
+                what,
+            );
+            self.found(
+                (
+                    Kind::Unregistered,
+                    slice_key(&g.id),
+                    Some(d.index),
+                    Some(p.pid),
+                ),
+                v,
+                action,
+            );
+        }
+    }
+
+    fn check_compute(&mut self, d: &DeviceHandle, groups: &[Group]) {
+        let Ok(uuid) = parse_uuid(&d.uuid) else {
+            return;
+        };
+        let now = monotonic_ns();
+        let pass = self.pass;
+        let mut seen = vec![];
+        let mut ids = vec![];
+        for g in groups {
+            let Some(slice) = self.slices.get(&g.id) else {
+                continue;
+            };
+            let Some(cfg) = &slice.quota else { continue };
+            let spec = gpuseg::spec_for(cfg, d.index, &uuid);
+            // Time waited over the interval, from the GPU segment.
+            let tenant = slice.tenant.clone();
+            let path = slice.gpu_dir.join(format!("{}.seg", d.uuid));
+            let thr = mapped(&mut self.gpu_segs, &path, pass, |p| {
+                GpuSegment::open_read_only(p).map_err(|e| e.to_string())
+            })
+            .and_then(Result::ok)
+            .and_then(|s| s.tenants().into_iter().find(|t| t.name == tenant))
+            .map(|t| t.throttled_ns);
+            let waited = thr.and_then(|now_thr| {
+                let key = (d.uuid.clone(), tenant.clone());
+                let before = self.throttled.insert(key, (now, now_thr));
+                before
+                    .filter(|(t, b)| now > *t && now_thr >= *b)
+                    .map(|(t, b)| 100.0 * (now_thr - b) as f64 / (now - t) as f64)
+            });
+            seen.push(ComputeSeen {
+                tenant,
+                gpu_percent: g.sm,
+                share: spec.map(|s| s.share),
+                ceiling: spec.map(|s| s.max).filter(|m| *m < 100),
+                waited_percent: waited,
+            });
+            ids.push(g);
+        }
+        let over: HashMap<usize, String> =
+            checks::compute_over(&seen, self.cfg.compute_margin, self.cfg.compute_wait)
+                .into_iter()
+                .collect();
+        for (i, g) in ids.iter().enumerate() {
+            let key = (g.id.clone(), d.index);
+            if self.frozen.contains_key(&key) {
+                // Still serving its time: the finding stands.
+                if let Some(a) =
+                    self.active
+                        .get_mut(&(Kind::Compute, slice_key(&g.id), Some(d.index), None))
+                {
+                    a.seen = pass;
+                }
+                continue;
+            }
+            let Some(why) = over.get(&i) else {
+                self.sustain.remove(&key);
+                continue;
+            };
+            let n = self.sustain.entry(key.clone()).or_insert(0);
+            *n += 1;
+            if *n < self.cfg.compute_sustain {
+                continue;
+            }
+            let Some(slice) = self.slices.get(&g.id) else {
+                continue;
+            };
+            let (tenant, label) = (slice.tenant.clone(), slice.label.clone());
+            let what = format!(
+                "{label}: GPU {} {why}, {} passes in a row",
+                d.index, self.cfg.compute_sustain
+            );
+            let pids: Vec<(u32, u64)> = g.procs.iter().map(|p| (p.pid, p.start)).collect();
+            let action = match self.cfg.policy {
+                Policy::Report => None,
+                Policy::Kill => {
+                    let k = self.kill_all(&pids, libc::SIGKILL);
+                    Some(format!(
+                        "killed pid {}",
+                        k.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+                    ))
+                }
+                Policy::Freeze => {
+                    let k = self.kill_all(&pids, libc::SIGSTOP);
+                    self.frozen.insert(
+                        key.clone(),
+                        Frozen {
+                            pids: pids.clone(),
+                            until: Instant::now() + self.cfg.freeze,
+                        },
+                    );
+                    Some(format!(
+                        "froze pid {} for {}s",
+                        k.iter().map(u32::to_string).collect::<Vec<_>>().join(","),
+                        self.cfg.freeze.as_secs()
+                    ))
+                }
+            };
+            self.sustain.remove(&key);
+            let v = Self::view(
+                Kind::Compute,
+                &tenant,
+                &label,
+                Some(d.index),
+                None,
+                format!("{:.0}%", seen[i].gpu_percent),
+                format!(
+                    "share {}%{}",
+                    seen[i].share.unwrap_or(100),
+                    seen[i]
+                        .ceiling
+                        .map_or(String::new(), |c| format!(", ceiling {c}%"))
+                ),
+                what,
+            );
+            self.found(
+                (Kind::Compute, slice_key(&g.id), Some(d.index), None),
+                v,
+                action,
+            );
+        }
+    }
+
+    /// Lets frozen slices go once their time is up (all of them: `all`).
+    fn thaw(&mut self, all: bool) {
+        let now = Instant::now();
+        let due: Vec<(SliceId, u32)> = self
+            .frozen
+            .iter()
+            .filter(|(_, f)| all || f.until <= now)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in due {
+            if let Some(f) = self.frozen.remove(&k) {
+                let woke = self.kill_all(&f.pids, libc::SIGCONT);
+                let label = self
+                    .slices
+                    .get(&k.0)
+                    .map_or_else(|| slice_key(&k.0), |s| s.label.clone());
+                log(&format!(
+                    "{label}: GPU {}: let pid {} go on",
+                    k.1,
+                    woke.iter()
+                        .map(u32::to_string)
+                        .collect::<Vec<_>>()
+                        .join(",")
+                ));
+            }
+        }
+    }
+
+    /// A memory segment whose per-GPU quota differs from the quota file's
+    /// (a process of the container raised its own quota): reported, and
+    /// restored from the file (with `repair`).
+    fn check_memory_segments(&mut self) {
+        let pass = self.pass;
+        let slices: Vec<(SliceId, String, String, Config, PathBuf)> = self
+            .slices
+            .all()
+            .filter_map(|s| {
+                Some((
+                    s.id.clone(),
+                    s.tenant.clone(),
+                    s.label.clone(),
+                    s.quota.clone()?,
+                    s.mem_seg.clone()?,
+                ))
+            })
+            .collect();
+        for (id, tenant, label, cfg, path) in slices {
+            let Some(Ok(seg)) = mapped(&mut self.mem_segs, &path, pass, |p| {
+                Segment::open_read_only(p).map_err(|e| e.to_string())
+            }) else {
+                continue;
+            };
+            let mut wrong = vec![];
+            for i in 0..MAX_DEVICES {
+                let Some(u) = seg.device_usage(i) else {
+                    continue;
+                };
+                let uuid = format_uuid(&u.uuid);
+                let Some(d) = self.devices.iter().find(|d| d.uuid == uuid) else {
+                    continue;
+                };
+                let (q, certain) = memory_quota(&cfg, d.index, &u.uuid);
+                let want = q.unwrap_or(UNLIMITED);
+                if u.limit != want {
+                    wrong.push((i, d.index, u.limit, want, certain));
+                }
+            }
+            for (i, gpu, have, want, certain) in wrong {
+                let shown = |l: u64| {
+                    if l == UNLIMITED {
+                        "none".to_string()
+                    } else {
+                        size(l)
+                    }
+                };
+                let what = format!(
+                    "{label}: memory segment {} says GPU {gpu} quota {}, its quota file {}",
+                    path.display(),
+                    shown(have),
+                    shown(want)
+                );
+                let action = if !self.cfg.repair {
+                    None
+                } else if !certain {
+                    Some("not restored (the quota file gives it by index)".to_string())
+                } else {
+                    Some(match restore_limit(&path, i, want) {
+                        Ok(()) => "restored".to_string(),
+                        Err(e) => format!("not restored: {e}"),
+                    })
+                };
+                let v = Self::view(
+                    Kind::MemorySegment,
+                    &tenant,
+                    &label,
+                    Some(gpu),
+                    None,
+                    shown(have),
+                    shown(want),
+                    what,
+                );
+                self.found(
+                    (Kind::MemorySegment, slice_key(&id), Some(gpu), None),
+                    v,
+                    action,
+                );
+            }
+        }
+    }
+
+    /// The per-GPU segments: audited (and repaired) against the tenants the
+    /// quota files name.
+    fn audit_gpu_segments(&mut self, nvml_pids: &HashSet<u32>) {
+        let mut dirs: Vec<PathBuf> = vec![self.cfg.root.join("gpu")];
+        for s in self.slices.all() {
+            if !dirs.contains(&s.gpu_dir) {
+                dirs.push(s.gpu_dir.clone());
+            }
+        }
+        // PIDs as the processes on a GPU see themselves: a process entry's
+        // PID is alive if one of them has it, or this namespace does.
+        let inner: HashSet<u32> = self.inner.values().copied().collect();
+        let live = |pid: u32| {
+            inner.contains(&pid)
+                || nvml_pids.contains(&pid)
+                || Path::new(&format!("/proc/{pid}")).exists()
+        };
+        let now = monotonic_ns();
+        let devices = self.devices.clone();
+        for dir in dirs {
+            for d in &devices {
+                let path = dir.join(format!("{}.seg", d.uuid));
+                if !path.exists() {
+                    continue;
+                }
+                let Ok(uuid) = parse_uuid(&d.uuid) else {
+                    continue;
+                };
+                let expected: Vec<gpuseg::ExpectedTenant> = self
+                    .slices
+                    .all()
+                    .filter(|s| s.gpu_dir == dir)
+                    .filter_map(|s| {
+                        Some(gpuseg::ExpectedTenant {
+                            name: s.tenant.clone(),
+                            spec: gpuseg::spec_for(s.quota.as_ref()?, d.index, &uuid)?,
+                        })
+                    })
+                    .collect();
+                let a = gpuseg::audit(&path, &expected, &live, now, self.cfg.repair);
+                if let Some(e) = a.error {
+                    self.errors.push(e);
+                }
+                let label = format!("GPU segment {}", path.display());
+                let repaired = (!a.repaired.is_empty())
+                    .then(|| format!("restored ({})", a.repaired.join("; ")));
+                for (tenant, what) in a.findings {
+                    let v = Self::view(
+                        Kind::GpuSegment,
+                        &tenant,
+                        &label,
+                        Some(d.index),
+                        None,
+                        what.clone(),
+                        "-".into(),
+                        format!("{label}: tenant {tenant}: {what}"),
+                    );
+                    self.found(
+                        (
+                            Kind::GpuSegment,
+                            format!("{}:{tenant}:{what}", path.display()),
+                            Some(d.index),
+                            None,
+                        ),
+                        v,
+                        repaired.clone(),
+                    );
+                }
+            }
+        }
+    }
+
+    fn state(&self, running: bool) -> WatchState {
+        WatchState {
+            pid: std::process::id(),
+            running,
+            policy: self.cfg.policy.name().into(),
+            repair: self.cfg.repair,
+            interval_seconds: self.cfg.interval.as_secs_f64(),
+            started_unix: self.started,
+            last_pass_unix: self.last_pass,
+            passes: self.pass,
+            cpu_seconds: cpu_seconds(),
+            last_pass_cpu_seconds: self.last_cpu,
+            slices: self.slices.all().count() as u32,
+            gpu_processes: self.gpu_processes,
+            findings: self.active.values().map(|a| a.view.clone()).collect(),
+            counts: self
+                .counts
+                .iter()
+                .map(|((kind, tenant), n)| Count {
+                    kind: *kind,
+                    tenant: tenant.clone(),
+                    count: *n,
+                })
+                .collect(),
+            errors: self.errors.clone(),
+        }
+    }
+}
+
+/// Writes GPU entry `dev`'s quota of the memory segment at `path`.
+fn restore_limit(path: &Path, dev: usize, limit: u64) -> Result<(), String> {
+    // The segment is the container's (root's) file: opened read-write
+    // through the usual checks, never created.
+    if !path.is_file() {
+        return Err(format!("{}: gone", path.display()));
+    }
+    let seg = Segment::open_or_create(path).map_err(|e| e.to_string())?;
+    let d = seg.device(dev).ok_or("no such device entry")?;
+    d.limit.store(limit, Ordering::Release);
+    Ok(())
+}
+
+fn slice_key(id: &SliceId) -> String {
+    match id {
+        SliceId::Container(c) => format!("container:{c}"),
+        SliceId::Run { pid, start } => format!("run:{pid}:{start}"),
+    }
+}
+
+/// Takes the host's watch lock, `<root>/watch/lock`, for the life of the
+/// process; the error names the PID that holds it.
+fn lock(root: &Path) -> Result<std::fs::File, String> {
+    use std::io::{Read, Seek, Write};
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    let dir = root.join("watch");
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o755)
+        .create(&dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))?;
+    let path = dir.join("lock");
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o644)
+        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+        .open(&path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    // SAFETY: flock on a descriptor we own.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let mut s = String::new();
+        let _ = f.read_to_string(&mut s);
+        let holder = s.trim();
+        return Err(format!(
+            "another cuslice watch{} holds {}: one runs per host",
+            if holder.is_empty() {
+                String::new()
+            } else {
+                format!(" (pid {holder})")
+            },
+            path.display()
+        ));
+    }
+    let _ = f.set_len(0);
+    let _ = f.rewind();
+    let _ = writeln!(f, "{}", std::process::id());
+    Ok(f)
+}
+
+/// `cuslice watch`: runs until SIGTERM / SIGINT.
+pub fn run(a: WatchArgs) -> Result<(), String> {
+    let explicit = a.config.as_os_str() != config::DEFAULT_CONFIG;
+    let mut cfg = config::load(&a.config, explicit)?;
+    if let Some(i) = &a.interval {
+        cfg.interval = config::parse_duration(i).map_err(|e| format!("--interval: {e}"))?;
+    }
+    if let Some(p) = a.policy {
+        cfg.policy = p;
+    }
+    if let Some(r) = a.root {
+        cfg.root = r;
+    }
+    let nvml = Nvml::open().map_err(|e| {
+        format!(
+            "watch: cannot load NVML ({e}): it needs the NVIDIA driver's libnvidia-ml.so.1; set CUSLICE_REAL_NVML to its path"
+        )
+    })?;
+    nvml.check_per_process().map_err(|e| {
+        format!("watch: this NVML cannot list processes ({e}); set CUSLICE_REAL_NVML to a newer libnvidia-ml.so.1")
+    })?;
+    let devices = nvml.devices().map_err(|e| format!("watch: {e}"))?;
+    let _lock = lock(&cfg.root).map_err(|e| format!("watch: {e}"))?;
+    for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+        // SAFETY: installing a handler that only stores to an atomic.
+        unsafe { libc::signal(sig, on_stop as *const () as libc::sighandler_t) };
+    }
+    log(&format!(
+        "pid {}, {} GPU{}, {}",
+        std::process::id(),
+        devices.len(),
+        if devices.len() == 1 { "" } else { "s" },
+        cfg.describe()
+    ));
+    let state_path = state::state_path(&cfg.root);
+    let mut w = Watch {
+        slices: Slices::new(&cfg.root, procfs::ns_inode("/proc/self/ns/pid")),
+        cfg,
+        nvml,
+        devices,
+        pass: 0,
+        active: BTreeMap::new(),
+        counts: BTreeMap::new(),
+        mem_segs: HashMap::new(),
+        gpu_segs: HashMap::new(),
+        last_sample: HashMap::new(),
+        caps: HashMap::new(),
+        throttled: HashMap::new(),
+        sustain: HashMap::new(),
+        frozen: HashMap::new(),
+        inner: HashMap::new(),
+        started: state::now_unix(),
+        last_pass: 0.0,
+        last_cpu: 0.0,
+        errors: vec![],
+        gpu_processes: 0,
+        state_path,
+    };
+    let mut next = Instant::now();
+    let mut said: Option<String> = None;
+    while !STOP.load(Ordering::Relaxed) {
+        let c0 = cpu_seconds();
+        w.pass();
+        w.last_cpu = cpu_seconds() - c0;
+        let e = w.errors.join("; ");
+        if !e.is_empty() && said.as_deref() != Some(e.as_str()) {
+            log(&e);
+        }
+        said = Some(e);
+        if let Err(e) = state::write(&w.state_path, &w.state(true)) {
+            log(&e);
+        }
+        next += w.cfg.interval;
+        let now = Instant::now();
+        if next < now {
+            next = now;
+        }
+        while !STOP.load(Ordering::Relaxed) {
+            let now = Instant::now();
+            if now >= next {
+                break;
+            }
+            std::thread::sleep((next - now).min(Duration::from_millis(50)));
+        }
+    }
+    w.thaw(true);
+    let _ = state::write(&w.state_path, &w.state(false));
+    log("stopped");
+    Ok(())
+}

@@ -1,0 +1,202 @@
+//! What the watch reads about a process, behind a trait so that the
+//! PID-to-slice mapping can be tested on synthetic data. The real source
+//! reads `/proc`: only for the PIDs NVML lists, their ancestors when a PID
+//! is first seen, and the slices' own processes.
+
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::PathBuf;
+
+/// `/proc/<pid>/stat`: the parent and the start time (clock ticks after
+/// boot), which with the PID names one process for good.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stat {
+    pub ppid: u32,
+    pub start: u64,
+}
+
+pub trait ProcSource {
+    fn stat(&self, pid: u32) -> Option<Stat>;
+    /// The inodes of the PID namespaces the process is in, its own first,
+    /// then each parent up to the one this process (the watch) is in.
+    fn pid_namespaces(&self, pid: u32) -> Vec<u64>;
+    /// Its cgroup (v2 path, else the memory or pids controller's).
+    fn cgroup(&self, pid: u32) -> Option<String>;
+    /// Its PID as it sees itself (the last `NSpid` entry).
+    fn inner_pid(&self, pid: u32) -> Option<u32>;
+    fn cmdline(&self, pid: u32) -> Vec<String>;
+    /// The file name of its executable.
+    fn exe_name(&self, pid: u32) -> Option<String>;
+    /// A variable of its initial environment.
+    fn environ(&self, pid: u32, key: &str) -> Option<String>;
+    /// A path as the process sees it (its root directory), from here.
+    fn in_root(&self, pid: u32, path: &std::path::Path) -> PathBuf;
+}
+
+/// The inode of a namespace file.
+pub fn ns_inode(path: &str) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| m.ino())
+}
+
+/// The cgroup of a `/proc/<pid>/cgroup` text: the v2 line's path, else
+/// the memory controller's, else the pids controller's.
+pub fn cgroup_of(text: &str) -> Option<String> {
+    let mut v1 = None;
+    for l in text.lines() {
+        let mut it = l.splitn(3, ':');
+        let (Some(id), Some(ctrl), Some(path)) = (it.next(), it.next(), it.next()) else {
+            continue;
+        };
+        if id == "0" && ctrl.is_empty() {
+            return Some(path.to_string());
+        }
+        let ctrls: Vec<&str> = ctrl.split(',').collect();
+        if ctrls.contains(&"memory") || (v1.is_none() && ctrls.contains(&"pids")) {
+            v1 = Some(path.to_string());
+        }
+    }
+    v1
+}
+
+/// `/proc/<pid>/stat`'s parent and start time; the command name (field 2)
+/// may hold spaces and parentheses, so fields are counted after its last
+/// `)`.
+pub fn parse_stat(text: &str) -> Option<Stat> {
+    let rest = &text[text.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // After the name: state(3) ppid(4) ... starttime(22).
+    Some(Stat {
+        ppid: f.get(1)?.parse().ok()?,
+        start: f.get(19)?.parse().ok()?,
+    })
+}
+
+pub struct Procfs;
+
+const NS_GET_PARENT: libc::c_ulong = 0xb702; // _IO(0xb7, 0x2)
+
+impl ProcSource for Procfs {
+    fn stat(&self, pid: u32) -> Option<Stat> {
+        parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+    }
+
+    fn pid_namespaces(&self, pid: u32) -> Vec<u64> {
+        use std::os::unix::fs::MetadataExt;
+        let mine = ns_inode("/proc/self/ns/pid");
+        let Ok(c) = CString::new(format!("/proc/{pid}/ns/pid")) else {
+            return vec![];
+        };
+        // SAFETY: open with a NUL-terminated path.
+        let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+        if fd < 0 {
+            return vec![];
+        }
+        // SAFETY: open just returned this descriptor; nothing else owns it.
+        let mut cur = unsafe { OwnedFd::from_raw_fd(fd) };
+        let mut out = vec![];
+        // A process may nest PID namespaces (32 levels at most).
+        for _ in 0..33 {
+            let Ok(f) = std::fs::File::open(format!("/proc/self/fd/{}", cur.as_raw_fd())) else {
+                break;
+            };
+            let Ok(m) = f.metadata() else { break };
+            out.push(m.ino());
+            if Some(m.ino()) == mine {
+                break;
+            }
+            // SAFETY: NS_GET_PARENT on a namespace descriptor we own; it
+            // returns a new descriptor or -1.
+            let p = unsafe { libc::ioctl(cur.as_raw_fd(), NS_GET_PARENT) };
+            if p < 0 {
+                break;
+            }
+            // SAFETY: the ioctl just returned this descriptor.
+            cur = unsafe { OwnedFd::from_raw_fd(p) };
+        }
+        out
+    }
+
+    fn cgroup(&self, pid: u32) -> Option<String> {
+        cgroup_of(&std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?)
+    }
+
+    fn inner_pid(&self, pid: u32) -> Option<u32> {
+        let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let l = s.lines().find(|l| l.starts_with("NSpid:"))?;
+        l.split_whitespace().last()?.parse().ok()
+    }
+
+    fn cmdline(&self, pid: u32) -> Vec<String> {
+        std::fs::read(format!("/proc/{pid}/cmdline"))
+            .unwrap_or_default()
+            .split(|b| *b == 0)
+            .filter(|a| !a.is_empty())
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect()
+    }
+
+    fn exe_name(&self, pid: u32) -> Option<String> {
+        let p = std::fs::read_link(format!("/proc/{pid}/exe")).ok()?;
+        let name = p.file_name()?.to_string_lossy().into_owned();
+        // A binary replaced since it started reads "name (deleted)".
+        Some(name.trim_end_matches(" (deleted)").to_string())
+    }
+
+    fn environ(&self, pid: u32, key: &str) -> Option<String> {
+        let raw = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+        let prefix = format!("{key}=");
+        raw.split(|b| *b == 0).find_map(|kv| {
+            kv.strip_prefix(prefix.as_bytes())
+                .map(|v| String::from_utf8_lossy(v).into_owned())
+        })
+    }
+
+    fn in_root(&self, pid: u32, path: &std::path::Path) -> PathBuf {
+        PathBuf::from(format!("/proc/{pid}/root")).join(path.strip_prefix("/").unwrap_or(path))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_fields_are_counted_after_the_name() {
+        let s =
+            "4242 (a (b) c) S 17 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 100";
+        assert_eq!(
+            parse_stat(s),
+            Some(Stat {
+                ppid: 17,
+                start: 987654
+            })
+        );
+        assert_eq!(parse_stat("garbage"), None);
+    }
+
+    #[test]
+    fn the_cgroup_is_the_v2_path_else_memory() {
+        assert_eq!(
+            cgroup_of("0::/system.slice/runc-abc.scope\n").as_deref(),
+            Some("/system.slice/runc-abc.scope")
+        );
+        assert_eq!(
+            cgroup_of("12:pids:/docker/x\n4:cpu,cpuacct:/docker/y\n3:memory:/docker/z\n1:name=systemd:/s\n")
+                .as_deref(),
+            Some("/docker/z")
+        );
+        assert_eq!(cgroup_of(""), None);
+    }
+
+    #[test]
+    fn this_process_is_read_from_proc() {
+        let me = std::process::id();
+        let st = Procfs.stat(me).expect("stat");
+        assert_eq!(st.ppid, std::os::unix::process::parent_id());
+        assert_eq!(Procfs.inner_pid(me), Some(me));
+        let ns = Procfs.pid_namespaces(me);
+        assert_eq!(ns, vec![ns_inode("/proc/self/ns/pid").expect("ns")]);
+        assert!(!Procfs.cmdline(me).is_empty());
+    }
+}

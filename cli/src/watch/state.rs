@@ -1,0 +1,122 @@
+//! What the watch publishes for `cuslice status` and the exporter:
+//! `<root>/watch/state.json`, replaced atomically after every pass.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// What a finding is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// A slice's processes use more device memory than its quota.
+    Memory,
+    /// A GPU process of a slice that never registered with the shim.
+    Unregistered,
+    /// A slice takes markedly more GPU time than its share or ceiling.
+    Compute,
+    /// A memory segment's quota differs from the quota file's.
+    MemorySegment,
+    /// A per-GPU segment holds values no cuslice process writes.
+    GpuSegment,
+}
+
+impl Kind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Memory => "memory",
+            Kind::Unregistered => "unregistered",
+            Kind::Compute => "compute",
+            Kind::MemorySegment => "memory_segment",
+            Kind::GpuSegment => "gpu_segment",
+        }
+    }
+}
+
+/// One finding as it is shown.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FindingView {
+    pub kind: Kind,
+    pub tenant: String,
+    /// `container web-1 (0123456789ab)`, `cuslice run 4242 (python3 x.py)`,
+    /// `GPU segment <path>`.
+    pub slice: String,
+    /// NVML's index of the GPU.
+    #[serde(default)]
+    pub gpu: Option<u32>,
+    /// A host PID.
+    #[serde(default)]
+    pub pid: Option<u32>,
+    /// The figure seen (`3.2 GiB`, `85%`), and the limit it is held to.
+    pub figure: String,
+    pub limit: String,
+    /// The whole line (without the action).
+    pub what: String,
+    /// What was done last (`killed pid 4242`, `frozen for 5s`, `restored`,
+    /// `reported`).
+    pub action: String,
+    pub since_unix: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Count {
+    pub kind: Kind,
+    pub tenant: String,
+    /// Findings that started (each is counted once, however long it lasts).
+    pub count: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WatchState {
+    pub pid: u32,
+    /// False once the watch stopped (it writes that on its way out).
+    pub running: bool,
+    pub policy: String,
+    pub repair: bool,
+    pub interval_seconds: f64,
+    pub started_unix: f64,
+    pub last_pass_unix: f64,
+    pub passes: u64,
+    /// CPU time of the watch since it started (user + system), seconds.
+    pub cpu_seconds: f64,
+    /// What the last pass took, CPU time, seconds.
+    pub last_pass_cpu_seconds: f64,
+    pub slices: u32,
+    pub gpu_processes: u32,
+    pub findings: Vec<FindingView>,
+    pub counts: Vec<Count>,
+    /// What kept the last pass from seeing everything, one line each.
+    pub errors: Vec<String>,
+}
+
+pub fn state_path(root: &Path) -> PathBuf {
+    root.join("watch").join("state.json")
+}
+
+pub fn now_unix() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// Writes `s` to `path` atomically (a temporary file renamed over it).
+pub fn write(path: &Path, s: &WatchState) -> Result<(), String> {
+    let tmp = path.with_extension("json.tmp");
+    let text = serde_json::to_string_pretty(s).map_err(|e| format!("{}: {e}", path.display()))?;
+    std::fs::write(&tmp, text + "\n").map_err(|e| format!("{}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, path).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// The state the watch last wrote; None if there is none (no watch ran)
+/// or it cannot be read.
+pub fn read(path: &Path) -> Option<WatchState> {
+    serde_json::from_slice(&std::fs::read(path).ok()?).ok()
+}
+
+impl WatchState {
+    /// Whether the watch is up: running, and its last pass no older than
+    /// three intervals (and two seconds).
+    pub fn up(&self, now: f64) -> bool {
+        self.running && now - self.last_pass_unix <= 3.0 * self.interval_seconds + 2.0
+    }
+}
