@@ -33,10 +33,8 @@ use std::sync::atomic::{
     AtomicBool, AtomicI64, AtomicPtr, AtomicU8, AtomicU32, AtomicU64, Ordering,
 };
 
-use cuslice_core::config::{
-    Config, DEFAULT_COMPUTE_BURST_MS, DEFAULT_COMPUTE_SLICE_MS, format_uuid,
-};
-use cuslice_core::gpu::{Acquire, GpuSegment, LATENCY_LINGER_NS, Route, TenantSpec};
+use cuslice_core::config::{Config, DEFAULT_COMPUTE_SLICE_MS, format_uuid};
+use cuslice_core::gpu::{Acquire, GpuSegment, LATENCY_LINGER_NS, Route};
 
 use crate::generated::real;
 use crate::sys::*;
@@ -150,35 +148,19 @@ pub use cuslice_core::gpu::monotonic_ns as now_ns;
 pub fn build(cfg: &Config, uuids: &[[u8; 16]]) -> Result<(), String> {
     let slice_ms = cfg.compute_slice_ms.unwrap_or(DEFAULT_COMPUTE_SLICE_MS);
     let slice_ns = u64::from(slice_ms) * 1_000_000;
-    // A latency tenant never saves up a burst before it runs again: its
-    // bucket holds at most one slice unless configured otherwise.
-    let default_burst = if cfg.latency {
-        slice_ms
-    } else {
-        DEFAULT_COMPUTE_BURST_MS
-    };
-    let burst_ns = u64::from(cfg.compute_burst_ms.unwrap_or(default_burst)) * 1_000_000;
     let name = cfg.tenant_name();
     let mut gpus = Vec::with_capacity(uuids.len());
     let mut any = false;
     for (i, uuid) in uuids.iter().enumerate() {
-        let l = cfg.limits_for(i as u32, uuid);
-        if l.compute.is_none() && l.compute_max.is_none() {
+        let Some(spec) = cfg.tenant_spec(i as u32, uuid) else {
             gpus.push(None);
             continue;
-        }
-        let max = l.compute_max.unwrap_or(100) as u32;
-        let share = l.compute.map(u32::from).unwrap_or(max);
+        };
+        let (share, max) = (spec.share, spec.max);
         let path = cfg
             .gpu_segment_dir
             .join(format!("{}.seg", format_uuid(uuid)));
         let seg = GpuSegment::open_or_create(&path).map_err(|e| e.to_string())?;
-        let spec = TenantSpec {
-            share,
-            max,
-            burst_ns,
-            latency: cfg.latency,
-        };
         let (tenant, old) = seg
             .register(&name, spec, now_ns())
             .map_err(|e| e.to_string())?;

@@ -250,12 +250,30 @@ impl Shm {
 
     /// Opens an existing segment read-only (for `cuslice status`).
     pub fn open_read_only(path: &Path, layout: &Layout) -> Result<Shm, SegmentError> {
+        Self::open_existing(path, layout, false)
+    }
+
+    /// Opens an existing segment, never creating it and whoever owns it
+    /// (the host watchdog, as root, reads and repairs tenants' segments):
+    /// read-write if `writable`. The file must be a regular file of the
+    /// layout's size and header.
+    pub fn open_existing(
+        path: &Path,
+        layout: &Layout,
+        writable: bool,
+    ) -> Result<Shm, SegmentError> {
         let c = cpath(path)?;
+        let mode = if writable {
+            libc::O_RDWR
+        } else {
+            libc::O_RDONLY
+        };
         // SAFETY: open with a NUL-terminated path.
+        // O_NONBLOCK: a fifo planted at the path must not block the opener.
         let fd = unsafe {
             libc::open(
                 c.as_ptr(),
-                libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOFOLLOW,
+                mode | libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK,
             )
         };
         if fd < 0 {
@@ -263,6 +281,15 @@ impl Shm {
         }
         let size = layout.header.total_size as usize;
         match fstat(fd, path) {
+            Ok(st) if st.st_mode & libc::S_IFMT != libc::S_IFREG => {
+                // SAFETY: closing our own fd (no Shm owns it yet).
+                unsafe { libc::close(fd) };
+                return Err(SegmentError(format!(
+                    "{}: {} is not a regular file",
+                    path.display(),
+                    layout.what
+                )));
+            }
             Ok(st) if st.st_size as u64 == size as u64 => {}
             Ok(st) => {
                 // SAFETY: closing our own fd (no Shm owns it yet).
@@ -280,7 +307,7 @@ impl Shm {
                 return Err(e);
             }
         }
-        let shm = match Self::map(fd, path, size, false) {
+        let shm = match Self::map(fd, path, size, writable) {
             Ok(s) => s,
             Err(e) => {
                 // SAFETY: as above.

@@ -903,3 +903,51 @@ fn garbage_never_panics() {
     }
     assert!(file("segment_dir = \"/a\\u0000b\"").is_err());
 }
+
+#[test]
+fn what_a_tenant_registers_with_per_gpu() {
+    use crate::gpu::TenantSpec;
+    let p = Path::new("/q.toml");
+    let uuid = [7u8; 16];
+    let other = [8u8; 16];
+    let text = "[all]\ncompute_max = 60\n[device.1]\ncompute = 25\n\
+                [device.GPU-07070707-0707-0707-0707-070707070707]\ncompute = 40\n";
+    let c = parse_file(p, text).expect("file");
+    // The share defaults to the ceiling; the burst to 200 ms.
+    assert_eq!(
+        c.tenant_spec(0, &other),
+        Some(TenantSpec {
+            share: 60,
+            max: 60,
+            burst_ns: 200_000_000,
+            latency: false
+        })
+    );
+    assert_eq!(
+        c.tenant_spec(1, &other).map(|s| (s.share, s.max)),
+        Some((25, 60))
+    );
+    // A UUID entry wins over an index entry.
+    assert_eq!(
+        c.tenant_spec(1, &uuid).map(|s| (s.share, s.max)),
+        Some((40, 60))
+    );
+    // A latency tenant's bucket holds one slice unless configured.
+    let c = parse_file(
+        p,
+        "latency = true\ncompute_slice_ms = 5\n[all]\ncompute = 30\n",
+    )
+    .expect("latency");
+    assert_eq!(
+        c.tenant_spec(0, &uuid),
+        Some(TenantSpec {
+            share: 30,
+            max: 100,
+            burst_ns: 5_000_000,
+            latency: true
+        })
+    );
+    // Memory only: nothing to register.
+    let c = parse_file(p, "[all]\nmemory = \"1GiB\"\n").expect("memory");
+    assert_eq!(c.tenant_spec(0, &uuid), None);
+}

@@ -137,6 +137,32 @@ impl Config {
         l
     }
 
+    /// What the tenant registers with on the device CUDA numbers `index`
+    /// with UUID `uuid` (share, ceiling, burst, class): None where it has
+    /// neither share nor ceiling there. The shim registers exactly this;
+    /// the host watchdog checks the per-GPU segment against it.
+    pub fn tenant_spec(&self, index: u32, uuid: &[u8; 16]) -> Option<crate::gpu::TenantSpec> {
+        let l = self.limits_for(index, uuid);
+        if l.compute.is_none() && l.compute_max.is_none() {
+            return None;
+        }
+        let slice_ms = self.compute_slice_ms.unwrap_or(DEFAULT_COMPUTE_SLICE_MS);
+        // A latency tenant never saves up a burst before it runs again: its
+        // bucket holds at most one slice unless configured otherwise.
+        let default_burst = if self.latency {
+            slice_ms
+        } else {
+            DEFAULT_COMPUTE_BURST_MS
+        };
+        let max = l.compute_max.map_or(100, u32::from);
+        Some(crate::gpu::TenantSpec {
+            share: l.compute.map_or(max, u32::from),
+            max,
+            burst_ns: u64::from(self.compute_burst_ms.unwrap_or(default_burst)) * 1_000_000,
+            latency: self.latency,
+        })
+    }
+
     /// The tenant name: the configured one, else one derived from the
     /// segment directory (unique per container, shared by its processes).
     /// The shim registers under it; `cuslice status` finds a memory

@@ -242,6 +242,18 @@ impl GpuSegment {
         })
     }
 
+    /// Opens an existing segment read-write whoever owns it, never
+    /// creating it: for the host watchdog, which repairs what tenants
+    /// wrote ([`super::audit::repair`]).
+    pub fn open_existing(path: &Path) -> Result<GpuSegment, SegmentError> {
+        let shm = Shm::open_existing(path, &layout(), true)?;
+        Ok(GpuSegment {
+            shm,
+            path: path.to_path_buf(),
+            held_since: AtomicU64::new(NOT_HELD),
+        })
+    }
+
     pub fn sched(&self) -> &Sched {
         // SAFETY: the Sched follows the header; aligned; atomics only.
         unsafe { self.shm.at::<Sched>(HEADER) }

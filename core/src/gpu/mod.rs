@@ -9,6 +9,7 @@
 //! - [`policy`]: what the shim decides on it (who launches freely, who
 //!   waits for the lease, ceilings, the latency class).
 
+pub mod audit;
 pub mod layout;
 pub mod policy;
 
