@@ -135,6 +135,17 @@ impl Segment {
         })
     }
 
+    /// Opens an existing segment read-write whoever owns it, never
+    /// creating it: for the host watchdog, which puts back a quota a
+    /// process of the container overwrote.
+    pub fn open_existing(path: &Path) -> Result<Segment, SegmentError> {
+        let shm = Shm::open_existing(path, &layout(), true)?;
+        Ok(Segment {
+            shm,
+            path: path.to_path_buf(),
+        })
+    }
+
     /// Opens an existing segment read-only (for `cuslice status`).
     pub fn open_read_only(path: &Path) -> Result<Segment, SegmentError> {
         let shm = Shm::open_read_only(path, &layout())?;

@@ -353,7 +353,7 @@ impl Watch {
             self.check_compute(d, groups);
         }
         self.check_memory_segments();
-        self.audit_gpu_segments(&nvml_pids);
+        self.audit_gpu_segments();
 
         // Findings not seen in this pass have ended.
         let ended: Vec<Key> = self
@@ -545,7 +545,7 @@ impl Watch {
                 continue;
             };
             let Some(cfg) = &slice.quota else { continue };
-            let spec = gpuseg::spec_for(cfg, d.index, &uuid);
+            let spec = cfg.tenant_spec(d.index, &uuid);
             // Time waited over the interval, from the GPU segment.
             let tenant = slice.tenant.clone();
             let path = slice.gpu_dir.join(format!("{}.seg", d.uuid));
@@ -767,21 +767,13 @@ impl Watch {
 
     /// The per-GPU segments: audited (and repaired) against the tenants the
     /// quota files name.
-    fn audit_gpu_segments(&mut self, nvml_pids: &HashSet<u32>) {
+    fn audit_gpu_segments(&mut self) {
         let mut dirs: Vec<PathBuf> = vec![self.cfg.root.join("gpu")];
         for s in self.slices.all() {
             if !dirs.contains(&s.gpu_dir) {
                 dirs.push(s.gpu_dir.clone());
             }
         }
-        // PIDs as the processes on a GPU see themselves: a process entry's
-        // PID is alive if one of them has it, or this namespace does.
-        let inner: HashSet<u32> = self.inner.values().copied().collect();
-        let live = |pid: u32| {
-            inner.contains(&pid)
-                || nvml_pids.contains(&pid)
-                || Path::new(&format!("/proc/{pid}")).exists()
-        };
         let now = monotonic_ns();
         let devices = self.devices.clone();
         for dir in dirs {
@@ -793,24 +785,33 @@ impl Watch {
                 let Ok(uuid) = parse_uuid(&d.uuid) else {
                     continue;
                 };
-                let expected: Vec<gpuseg::ExpectedTenant> = self
+                let expected: Vec<gpuseg::Expected> = self
                     .slices
                     .all()
                     .filter(|s| s.gpu_dir == dir)
                     .filter_map(|s| {
-                        Some(gpuseg::ExpectedTenant {
+                        Some(gpuseg::Expected {
                             name: s.tenant.clone(),
-                            spec: gpuseg::spec_for(s.quota.as_ref()?, d.index, &uuid)?,
+                            spec: s.quota.as_ref()?.tenant_spec(d.index, &uuid)?,
                         })
                     })
                     .collect();
-                let a = gpuseg::audit(&path, &expected, &live, now, self.cfg.repair);
+                let pass = self.pass;
+                let a = match mapped(&mut self.gpu_segs, &path, pass, |p| {
+                    GpuSegment::open_read_only(p).map_err(|e| e.to_string())
+                }) {
+                    Some(Ok(seg)) => gpuseg::audit(seg, &path, &expected, now, self.cfg.repair),
+                    Some(Err(e)) => {
+                        self.errors.push(e);
+                        continue;
+                    }
+                    None => continue,
+                };
                 if let Some(e) = a.error {
-                    self.errors.push(e);
+                    self.errors.push(format!("{}: {e}", path.display()));
                 }
                 let label = format!("GPU segment {}", path.display());
-                let repaired = (!a.repaired.is_empty())
-                    .then(|| format!("restored ({})", a.repaired.join("; ")));
+                let action = a.repaired.then(|| "restored".to_string());
                 for (tenant, what) in a.findings {
                     let v = Self::view(
                         Kind::GpuSegment,
@@ -820,17 +821,21 @@ impl Watch {
                         None,
                         what.clone(),
                         "-".into(),
-                        format!("{label}: tenant {tenant}: {what}"),
+                        format!("{label}: {what}"),
                     );
+                    // One finding per tenant entry (or the scheduler
+                    // words) and kind of value: it starts, is restored,
+                    // and ends when the segment is found right again.
+                    let kind = what.rsplit_once(" (").map_or("", |(_, k)| k).to_string();
                     self.found(
                         (
                             Kind::GpuSegment,
-                            format!("{}:{tenant}:{what}", path.display()),
+                            format!("{}:{tenant}:{kind}", path.display()),
                             Some(d.index),
                             None,
                         ),
                         v,
-                        repaired.clone(),
+                        action.clone(),
                     );
                 }
             }
@@ -866,14 +871,11 @@ impl Watch {
     }
 }
 
-/// Writes GPU entry `dev`'s quota of the memory segment at `path`.
+/// Writes GPU entry `dev`'s quota of the memory segment at `path` (a
+/// plain store: admissions read the limit under the entry's lock, so the
+/// next one sees it).
 fn restore_limit(path: &Path, dev: usize, limit: u64) -> Result<(), String> {
-    // The segment is the container's (root's) file: opened read-write
-    // through the usual checks, never created.
-    if !path.is_file() {
-        return Err(format!("{}: gone", path.display()));
-    }
-    let seg = Segment::open_or_create(path).map_err(|e| e.to_string())?;
+    let seg = Segment::open_existing(path).map_err(|e| e.to_string())?;
     let d = seg.device(dev).ok_or("no such device entry")?;
     d.limit.store(limit, Ordering::Release);
     Ok(())
