@@ -9,16 +9,17 @@ use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 
-/// `struct fake_state` of tests/fake/fake_common.h (version 2): a 64-byte
-/// header, 16 device entries of 64 bytes, 128 process slots of 136 bytes
-/// (`int32 pid; u32 gen; u64 used[16]`), then the timeline (from byte
-/// 18496, not read here). The OFD lock on byte `FAKE_LOCK_BASE + slot`
-/// proves a slot's process alive.
-const FAKE_SIZE: usize = 2_123_376;
-const FAKE_VERSION: u32 = 2;
+/// `struct fake_state` of tests/fake/fake_common.h (version 3): a 64-byte
+/// header, 16 device entries of 64 bytes, 128 process slots of 472 bytes
+/// (`int32 pid; u32 gen; u64 used[16];` then what the fake NVML reports,
+/// not read here: `u64 pidns, start_ticks; u32 ctxs[16]; u64 run_ns[16],
+/// first_ns[16]`), then the timeline (from byte 61504, not read here). The
+/// OFD lock on byte `FAKE_LOCK_BASE + slot` proves a slot's process alive.
+const FAKE_SIZE: usize = 2_166_384;
+const FAKE_VERSION: u32 = 3;
 pub const FAKE_SLOTS: usize = 128;
 const FAKE_SLOT_OFF: usize = 1088;
-const FAKE_SLOT_SIZE: usize = 136;
+const FAKE_SLOT_SIZE: usize = 472;
 const FAKE_LOCK_BASE: i64 = 1 << 20;
 const FAKE_MAGIC: u64 = 0x3155_5047_454B_4146; // "FAKEGPU1"
 

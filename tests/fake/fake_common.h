@@ -38,7 +38,7 @@
 #define FAKE_MAX_SLOTS 128
 /* "FAKEGPU1" read as a little-endian u64. */
 #define FAKE_STATE_MAGIC 0x31555047454B4146ULL
-#define FAKE_STATE_VERSION 2u
+#define FAKE_STATE_VERSION 3u
 /* OFD lock on byte FAKE_SLOT_LOCK_BASE + i of the state file proves that the
  * process owning slot i is alive (the kernel drops the lock when it dies).
  * Locks beyond end of file are fine. */
@@ -63,11 +63,19 @@ struct fake_dev_state {
 
 /* One process that allocated through the fake libcuda. used[] mirrors what
  * that process added to dev[].used_bytes, so that the next process to look
- * can give a dead process's memory back (a real GPU frees it at exit). */
+ * can give a dead process's memory back (a real GPU frees it at exit).
+ * The fields after used[] (version 3) are what the fake NVML reports per
+ * process: who it is as any PID namespace sees it, whether it has a context
+ * on a device, and how long each device ran its work. */
 struct fake_slot {
-    _Atomic int32_t pid;  /* 0: free; informational otherwise (PID namespaces) */
+    _Atomic int32_t pid;  /* 0: free; else getpid() in the owner's own PID namespace */
     _Atomic uint32_t gen; /* bumped each time the slot is claimed: tells its owners apart */
     _Atomic uint64_t used[FAKE_MAX_DEVICES];
+    _Atomic uint64_t pidns;       /* inode of the owner's /proc/self/ns/pid (0: unknown) */
+    _Atomic uint64_t start_ticks; /* field 22 of the owner's /proc/self/stat (clock ticks since boot) */
+    _Atomic uint32_t ctxs[FAKE_MAX_DEVICES];     /* live contexts of the owner on each device */
+    _Atomic uint64_t run_ns[FAKE_MAX_DEVICES];   /* ns the device ran the owner's work (retired or dropped mid-way) */
+    _Atomic uint64_t first_ns[FAKE_MAX_DEVICES]; /* CLOCK_MONOTONIC start of the owner's first work there, 0: none */
 };
 
 /* ---- the GPU timeline (fake_cuda.c, "==== timeline", runs it) ---------- *
@@ -412,6 +420,7 @@ static inline void fake_state_reclaim_dead(struct fake_state *s, int fd, int own
                 uint64_t v = atomic_exchange(&s->slot[i].used[d], 0);
                 if (v != 0)
                     atomic_fetch_sub(&s->dev[d].used_bytes, v);
+                atomic_store(&s->slot[i].ctxs[d], 0);
             }
             atomic_store(&s->slot[i].pid, 0);
         }
@@ -435,6 +444,45 @@ static inline int fake_slot_locked(int fd, int slot)
     return fl.l_type != F_UNLCK;
 }
 
+/* ---- processes as /proc shows them ------------------------------------ */
+
+/* Inode of /proc/<pid>/ns/pid (`pid` "self" or a number): names the PID
+ * namespace the same way from every namespace. 0 if it cannot be read. */
+static inline uint64_t fake_pidns(const char *pid)
+{
+    char path[64];
+    struct stat st;
+    snprintf(path, sizeof path, "/proc/%.20s/ns/pid", pid);
+    return stat(path, &st) == 0 ? (uint64_t)st.st_ino : 0;
+}
+
+/* Field 22 (starttime) of /proc/<pid>/stat: clock ticks since boot, the same
+ * in every PID namespace. 0 if it cannot be read. */
+static inline uint64_t fake_start_ticks(const char *pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%.20s/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')'); /* the command name may hold spaces and ')' */
+    if (p == NULL)
+        return 0;
+    p++;
+    /* after ")": field 3 (state) onwards; starttime is the 20th of them */
+    for (int field = 3; field < 22; field++) {
+        p = strchr(p + 1, ' ');
+        if (p == NULL)
+            return 0;
+    }
+    return strtoull(p + 1, NULL, 10);
+}
+
 /* Claims a free (or dead) slot for this process and keeps its lock on `fd`.
  * Returns the slot index or -1 when all are taken. */
 static inline int fake_state_claim_slot(struct fake_state *s, int fd)
@@ -447,6 +495,13 @@ static inline int fake_state_claim_slot(struct fake_state *s, int fd)
             if (v != 0)
                 atomic_fetch_sub(&s->dev[d].used_bytes, v);
         }
+        for (int d = 0; d < FAKE_MAX_DEVICES; d++) {
+            atomic_store(&s->slot[i].ctxs[d], 0);
+            atomic_store(&s->slot[i].run_ns[d], 0);
+            atomic_store(&s->slot[i].first_ns[d], 0);
+        }
+        atomic_store(&s->slot[i].pidns, fake_pidns("self"));
+        atomic_store(&s->slot[i].start_ticks, fake_start_ticks("self"));
         atomic_fetch_add(&s->slot[i].gen, 1);
         atomic_store(&s->slot[i].pid, (int32_t)getpid());
         return i;

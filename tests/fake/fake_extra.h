@@ -184,6 +184,38 @@ typedef struct nvmlUtilization_st {
     unsigned int memory; /* percent of it device memory was read or written */
 } nvmlUtilization_t;
 
+/* Running compute processes, as in nvml.h: v1 (the unversioned function),
+ * v2 (the _v2 function) and nvmlProcessInfo_t (the _v3 function, same layout
+ * as v2). gpuInstanceId / computeInstanceId are 0xFFFFFFFF without MIG. */
+typedef struct nvmlProcessInfo_v1_st {
+    unsigned int pid;                 /* as the caller's PID namespace sees it */
+    unsigned long long usedGpuMemory; /* bytes */
+} nvmlProcessInfo_v1_t;
+
+typedef struct nvmlProcessInfo_v2_st {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+    unsigned int gpuInstanceId;
+    unsigned int computeInstanceId;
+} nvmlProcessInfo_v2_t;
+
+typedef struct nvmlProcessInfo_st {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+    unsigned int gpuInstanceId;
+    unsigned int computeInstanceId;
+} nvmlProcessInfo_t;
+
+/* As in nvml.h: one process's utilization over a sample period. */
+typedef struct nvmlProcessUtilizationSample_st {
+    unsigned int pid;
+    unsigned long long timeStamp; /* CPU time stamp in microseconds (CLOCK_REALTIME) */
+    unsigned int smUtil;          /* percent */
+    unsigned int memUtil;
+    unsigned int encUtil;
+    unsigned int decUtil;
+} nvmlProcessUtilizationSample_t;
+
 nvmlReturn_t nvmlInit(void);
 nvmlReturn_t nvmlInitWithFlags(unsigned int flags);
 nvmlReturn_t nvmlDeviceGetCount(unsigned int *deviceCount);
@@ -196,5 +228,13 @@ const char *nvmlErrorString(nvmlReturn_t result);
 nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length);
 nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *cudaDriverVersion);
 nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *cudaDriverVersion);
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned int *infoCount,
+                                                  nvmlProcessInfo_v1_t *infos);
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount,
+                                                     nvmlProcessInfo_v2_t *infos);
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
+                                                     nvmlProcessInfo_t *infos);
+nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t *utilization,
+                                             unsigned int *processSamplesCount, unsigned long long lastSeenTimeStamp);
 
 #endif /* FAKE_EXTRA_H */

@@ -29,9 +29,13 @@ static struct fake_config g_cfg;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static unsigned g_init_count; /* nvmlInit* minus nvmlShutdown */
-static struct fake_state *g_state;
-static int g_state_fd = -1; /* our own open file description, for liveness probes */
+static struct fake_state *S; /* the shared state, once found */
+static int g_state_fd = -1;   /* our own open file description, for liveness probes */
 static struct nvmlDevice_st g_devs[FAKE_MAX_DEVICES];
+static const int g_slot = -1; /* NVML owns no slot (for fake_timeline.h) */
+
+/* The timeline's simulation: per-process utilization advances it to now. */
+#include "fake_timeline.h"
 
 static void fork_prepare(void) { pthread_mutex_lock(&g_mu); }
 static void fork_release(void) { pthread_mutex_unlock(&g_mu); }
@@ -49,15 +53,15 @@ static inline void setup(void) { pthread_once(&g_once, process_setup); }
 /* Caller holds g_mu. */
 static struct fake_state *state_locked(void)
 {
-    if (g_state != NULL)
-        return g_state;
+    if (S != NULL)
+        return S;
     if (g_cfg.state_path != NULL) {
-        g_state = fake_state_attach(g_cfg.state_path, &g_state_fd);
-        if (g_state == NULL) {
+        S = fake_state_attach(g_cfg.state_path, &g_state_fd);
+        if (S == NULL) {
             fprintf(stderr, "%s: FAKE_CUDA_STATE=\"%s\": %s\n", WHO, g_cfg.state_path, strerror(errno));
             abort();
         }
-        return g_state;
+        return S;
     }
     DIR *d = opendir("/proc/self/fd");
     if (d == NULL)
@@ -78,7 +82,7 @@ static struct fake_state *state_locked(void)
             continue;
         void *p = mmap(NULL, sizeof(struct fake_state), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
         if (p != MAP_FAILED && atomic_load(&((struct fake_state *)p)->magic) == FAKE_STATE_MAGIC) {
-            g_state = p;
+            S = p;
             g_state_fd = fd;
             break;
         }
@@ -87,7 +91,7 @@ static struct fake_state *state_locked(void)
         close(fd);
     }
     closedir(d);
-    return g_state;
+    return S;
 }
 
 /* ---- call log --------------------------------------------------------- */
@@ -424,6 +428,367 @@ nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_
         utilization->memory = 0;
     }
     LOGR(r, "device=%u", idx);
+    return r;
+}
+
+/* ---- processes ----------------------------------------------------------- */
+
+/* One live process of a device, by the fake's ground truth (its slot). */
+struct proc_row {
+    int slot;
+    uint32_t gen;
+    int32_t pid;      /* getpid() in the process's own PID namespace */
+    uint32_t host;    /* its PID in the caller's namespace; 0: not visible there */
+    uint64_t pidns;   /* its PID namespace's inode */
+    uint64_t start;   /* its start time, clock ticks since boot */
+    uint64_t used;    /* bytes it holds on the device, context overhead included */
+    uint64_t run;     /* ns the device ran its work */
+    uint64_t first;   /* CLOCK_MONOTONIC start of its first work on the device, 0: none */
+    bool ctx;         /* it has a live context on the device */
+};
+
+/* Caller holds g_mu. The live processes (their slot's lock is held) of device
+ * idx. With `timeline`, the device's simulation is first advanced to now
+ * (returned in *now), and a process whose kernel is running mid-way is
+ * credited the part of it that has run. */
+static unsigned read_procs(unsigned idx, struct proc_row *rows, bool timeline, uint64_t *now)
+{
+    struct fake_state *s = state_locked();
+    *now = fake_now_ns();
+    if (s == NULL)
+        return 0;
+    if (g_cfg.state_path != NULL)
+        fake_state_reclaim_dead(s, g_state_fd, -1);
+    unsigned n = 0;
+    for (int i = 0; i < FAKE_MAX_SLOTS; i++) {
+        struct fake_slot *sl = &s->slot[i];
+        int32_t pid = atomic_load(&sl->pid);
+        if (pid == 0 || (g_state_fd >= 0 && !fake_slot_locked(g_state_fd, i)))
+            continue;
+        struct proc_row *r = &rows[n++];
+        r->slot = i;
+        r->gen = atomic_load(&sl->gen);
+        r->pid = pid;
+        r->host = 0;
+        r->pidns = atomic_load(&sl->pidns);
+        r->start = atomic_load(&sl->start_ticks);
+        r->used = atomic_load(&sl->used[idx]);
+        r->ctx = atomic_load(&sl->ctxs[idx]) > 0;
+        r->run = 0;
+        r->first = 0;
+    }
+    if (!timeline)
+        return n;
+    tl_lock();
+    *now = fake_now_ns();
+    tl_advance((int)idx, *now);
+    int q = TL->dev[idx].running;
+    for (unsigned k = 0; k < n; k++) {
+        struct proc_row *r = &rows[k];
+        r->run = atomic_load(&s->slot[r->slot].run_ns[idx]);
+        r->first = atomic_load(&s->slot[r->slot].first_ns[idx]);
+        if (q >= 0 && q < NQ && TL->q[q].owner == r->slot && TL->q[q].owner_gen == r->gen &&
+            TL->q[q].head < TL->q[q].tail && *now > TL->q[q].started_ns) {
+            uint64_t ran = *now - TL->q[q].started_ns, cur = TL->q[q].ring[TL->q[q].head % RING].ns;
+            r->run += ran < cur ? ran : cur;
+        }
+    }
+    tl_unlock();
+    return n;
+}
+
+/* Last "NSpid:" entry of /proc/<p>/status: the process's PID in its own
+ * namespace. 0 if unreadable. */
+static int32_t innermost_pid(const char *p)
+{
+    char path[64], buf[4096];
+    snprintf(path, sizeof path, "/proc/%.20s/status", p);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    char *l = strstr(buf, "\nNSpid:");
+    if (l == NULL)
+        return 0;
+    l += 7;
+    long last = 0;
+    for (;;) {
+        while (*l == ' ' || *l == '\t')
+            l++;
+        if (*l < '0' || *l > '9')
+            break;
+        last = strtol(l, &l, 10);
+    }
+    return (int32_t)last;
+}
+
+/* Fills rows[].host: the PID the caller's PID namespace gives each process
+ * (a real NVML reports host PIDs, whatever namespace the process runs in).
+ * Same namespace: its own pid. Else the caller's /proc is searched for the
+ * process in that namespace with that start time whose innermost PID is
+ * the slot's; none (it is not visible from here): 0. */
+static void translate_pids(struct proc_row *rows, unsigned n)
+{
+    uint64_t mine = fake_pidns("self");
+    bool need = false;
+    for (unsigned k = 0; k < n; k++) {
+        if (rows[k].pidns == mine)
+            rows[k].host = (uint32_t)rows[k].pid;
+        else
+            need = true;
+    }
+    if (!need)
+        return;
+    DIR *d = opendir("/proc");
+    if (d == NULL)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] < '1' || e->d_name[0] > '9')
+            continue;
+        uint64_t ns = fake_pidns(e->d_name);
+        if (ns == 0 || ns == mine)
+            continue;
+        uint64_t start = 0;
+        int32_t inner = -1;
+        for (unsigned k = 0; k < n; k++) {
+            struct proc_row *r = &rows[k];
+            if (r->host != 0 || r->pidns != ns)
+                continue;
+            if (start == 0)
+                start = fake_start_ticks(e->d_name);
+            if (start != r->start)
+                continue;
+            if (inner < 0)
+                inner = innermost_pid(e->d_name);
+            if (inner == r->pid)
+                r->host = (uint32_t)strtoul(e->d_name, NULL, 10);
+        }
+    }
+    closedir(d);
+}
+
+/* What nvmlDeviceGetComputeRunningProcesses* list: every live process with a
+ * context on the device, or memory held there, visible from the caller's
+ * PID namespace. `ver` 1: nvmlProcessInfo_v1_t, 2: _v2_t, 3: nvmlProcessInfo_t. */
+static nvmlReturn_t running_procs(nvmlDevice_t device, unsigned *count, void *infos, int ver, unsigned *idx)
+{
+    nvmlReturn_t r = device_index(device, idx);
+    if (r != NVML_SUCCESS)
+        return r;
+    if (count == NULL || (infos == NULL && *count != 0))
+        return NVML_ERROR_INVALID_ARGUMENT;
+    struct proc_row rows[FAKE_MAX_SLOTS];
+    uint64_t now;
+    pthread_mutex_lock(&g_mu);
+    unsigned n = read_procs(*idx, rows, false, &now);
+    pthread_mutex_unlock(&g_mu);
+    translate_pids(rows, n);
+    unsigned m = 0;
+    for (unsigned k = 0; k < n; k++)
+        if (rows[k].host != 0 && (rows[k].ctx || rows[k].used > 0))
+            rows[m++] = rows[k];
+    if (m > *count) {
+        *count = m;
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    for (unsigned k = 0; k < m; k++) {
+        if (ver == 1) {
+            nvmlProcessInfo_v1_t *p = &((nvmlProcessInfo_v1_t *)infos)[k];
+            p->pid = rows[k].host;
+            p->usedGpuMemory = rows[k].used;
+        } else {
+            /* nvmlProcessInfo_v2_t and nvmlProcessInfo_t have one layout */
+            nvmlProcessInfo_t *p = &((nvmlProcessInfo_t *)infos)[k];
+            p->pid = rows[k].host;
+            p->usedGpuMemory = rows[k].used;
+            p->gpuInstanceId = 0xFFFFFFFFu;
+            p->computeInstanceId = 0xFFFFFFFFu;
+        }
+    }
+    *count = m;
+    return NVML_SUCCESS;
+}
+
+_Static_assert(sizeof(nvmlProcessInfo_v2_t) == sizeof(nvmlProcessInfo_t), "v2 and v3 infos share a layout");
+
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned int *infoCount,
+                                                  nvmlProcessInfo_v1_t *infos)
+{
+    setup();
+    unsigned idx = 0, cap = infoCount ? *infoCount : 0;
+    nvmlReturn_t r = running_procs(device, infoCount, infos, 1, &idx);
+    LOGR(r, "device=%u count=%u", idx, cap);
+    return r;
+}
+
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount,
+                                                     nvmlProcessInfo_v2_t *infos)
+{
+    setup();
+    unsigned idx = 0, cap = infoCount ? *infoCount : 0;
+    nvmlReturn_t r = running_procs(device, infoCount, infos, 2, &idx);
+    LOGR(r, "device=%u count=%u", idx, cap);
+    return r;
+}
+
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
+                                                     nvmlProcessInfo_t *infos)
+{
+    setup();
+    unsigned idx = 0, cap = infoCount ? *infoCount : 0;
+    nvmlReturn_t r = running_procs(device, infoCount, infos, 3, &idx);
+    LOGR(r, "device=%u count=%u", idx, cap);
+    return r;
+}
+
+/* ---- per-process utilization ---------------------------------------------- */
+
+/* This process's earlier readings of each device's per-process run times
+ * (a real NVML keeps a buffer of samples the driver took; the fake keeps
+ * what it read at each call, so that a caller passing back a time stamp it
+ * was given measures exactly the interval since that call). */
+#define UTIL_HIST 64
+struct util_reading {
+    uint64_t ts_us, mono_ns;
+    uint32_t gen[FAKE_MAX_SLOTS]; /* 0: the slot was not live */
+    uint64_t run[FAKE_MAX_SLOTS];
+};
+static struct util_reading *g_hist[FAKE_MAX_DEVICES]; /* rings of UTIL_HIST */
+static unsigned g_hist_n[FAKE_MAX_DEVICES];            /* readings ever stored */
+
+static uint64_t realtime_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000ull + (uint64_t)ts.tv_nsec / 1000;
+}
+
+/* Caller holds g_mu. (time, run) of process `r` at the start of the window
+ * that begins at `since` (CLOCK_REALTIME us; `since_m` the same instant on
+ * CLOCK_MONOTONIC): its first work if that is later; else the latest stored
+ * reading at or before `since`; else interpolated between its first work
+ * and the first reading after `since` (or now). */
+static void window_base(unsigned idx, const struct proc_row *r, uint64_t since, uint64_t since_m, uint64_t now,
+                        uint64_t *bt, uint64_t *brun)
+{
+    *bt = r->first;
+    *brun = 0;
+    if (since_m <= r->first)
+        return;
+    const struct util_reading *h = g_hist[idx], *before = NULL, *after = NULL;
+    unsigned have = g_hist_n[idx] < UTIL_HIST ? g_hist_n[idx] : UTIL_HIST;
+    for (unsigned k = 0; h != NULL && k < have; k++) {
+        const struct util_reading *x = &h[k];
+        if (x->gen[r->slot] != r->gen || x->mono_ns < r->first)
+            continue;
+        if (x->ts_us <= since) {
+            if (before == NULL || x->ts_us > before->ts_us)
+                before = x;
+        } else if (after == NULL || x->ts_us < after->ts_us) {
+            after = x;
+        }
+    }
+    if (before != NULL) {
+        *bt = before->mono_ns;
+        *brun = before->run[r->slot];
+        return;
+    }
+    uint64_t et = after ? after->mono_ns : now, erun = after ? after->run[r->slot] : r->run;
+    if (et <= r->first)
+        return;
+    *bt = since_m;
+    *brun = (uint64_t)((double)erun * (double)(since_m - r->first) / (double)(et - r->first));
+}
+
+static nvmlReturn_t process_utilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t *out, unsigned *count,
+                                        unsigned long long since, unsigned *idx)
+{
+    nvmlReturn_t ret = device_index(device, idx);
+    if (ret != NVML_SUCCESS)
+        return ret;
+    if (count == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    struct proc_row rows[FAKE_MAX_SLOTS];
+    struct nvmlProcessUtilizationSample_st samples[FAKE_MAX_SLOTS];
+    uint64_t now;
+    pthread_mutex_lock(&g_mu);
+    unsigned n = read_procs(*idx, rows, true, &now);
+    uint64_t now_us = realtime_us();
+    /* `since` on CLOCK_MONOTONIC (0: all the samples there are) */
+    uint64_t since_m = 0;
+    if (since >= now_us)
+        since_m = now;
+    else if (since != 0)
+        since_m = (now_us - since) * 1000 < now ? now - (now_us - since) * 1000 : 0;
+    unsigned m = 0;
+    for (unsigned k = 0; k < n; k++) {
+        const struct proc_row *r = &rows[k];
+        if (r->first == 0 || since >= now_us)
+            continue;
+        uint64_t bt, brun;
+        window_base(*idx, r, since, since_m, now, &bt, &brun);
+        uint64_t wall = now > bt ? now - bt : 0, ran = r->run > brun ? r->run - brun : 0;
+        if (wall == 0 || ran == 0)
+            continue; /* no work in the window: no sample, as with a real NVML */
+        uint64_t pct = (ran * 100 + wall / 2) / wall;
+        samples[m].pid = (unsigned)r->slot; /* translated below, outside g_mu */
+        samples[m].timeStamp = now_us;
+        samples[m].smUtil = pct > 100 ? 100 : (unsigned)pct;
+        samples[m].memUtil = samples[m].encUtil = samples[m].decUtil = 0;
+        m++;
+    }
+    /* Store this reading for later windows. */
+    if (g_hist[*idx] == NULL)
+        g_hist[*idx] = calloc(UTIL_HIST, sizeof(struct util_reading));
+    if (g_hist[*idx] != NULL) {
+        struct util_reading *h = &g_hist[*idx][g_hist_n[*idx] % UTIL_HIST];
+        memset(h, 0, sizeof *h);
+        h->ts_us = now_us;
+        h->mono_ns = now;
+        for (unsigned k = 0; k < n; k++) {
+            h->gen[rows[k].slot] = rows[k].gen;
+            h->run[rows[k].slot] = rows[k].run;
+        }
+        g_hist_n[*idx]++;
+    }
+    pthread_mutex_unlock(&g_mu);
+    translate_pids(rows, n);
+    unsigned w = 0;
+    for (unsigned j = 0; j < m; j++) {
+        for (unsigned k = 0; k < n; k++) {
+            if ((unsigned)rows[k].slot == samples[j].pid) {
+                samples[j].pid = rows[k].host;
+                break;
+            }
+        }
+        if (samples[j].pid != 0)
+            samples[w++] = samples[j];
+    }
+    if (w == 0) {
+        *count = 0;
+        return NVML_ERROR_NOT_FOUND;
+    }
+    if (out == NULL || *count < w) {
+        *count = w;
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    memcpy(out, samples, w * sizeof samples[0]);
+    *count = w;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t *utilization,
+                                             unsigned int *processSamplesCount, unsigned long long lastSeenTimeStamp)
+{
+    setup();
+    unsigned idx = 0, cap = processSamplesCount ? *processSamplesCount : 0;
+    nvmlReturn_t r = process_utilization(device, utilization, processSamplesCount, lastSeenTimeStamp, &idx);
+    LOGR(r, "device=%u count=%u lastseen=%llu", idx, cap, lastSeenTimeStamp);
     return r;
 }
 

@@ -25,6 +25,8 @@
  *       "Q", wait to be killed.
  *   --hammer-child THREADS   zero-length launches, records and queries from
  *       THREADS threads without pause, print "H", wait to be killed.
+ *   --hold-child BYTES   retain device 0's primary context, allocate BYTES,
+ *       print "H <pid>", wait to be killed.
  *   --private-child   run with FAKE_CUDA_STATE unset and FAKE_CUDA_MEM=8GiB:
  *       legacy 32-bit clamping, and NVML seeing libcuda's private state.
  *   --nodev-child     run with FAKE_CUDA_DEVICES=0: cuInit fails.
@@ -252,6 +254,19 @@ static int queue_child(unsigned ms, unsigned kus)
     for (unsigned t = 0; t < ms * 1000u; t += kus)
         launch_sleep(f, NULL, kus * 1000ull);
     printf("Q\n");
+    sleep(30);
+    return 1;
+}
+
+/* Allocate BYTES on device 0 (beside the primary context), print
+ * "H <getpid()>", and wait to be killed. */
+static int hold_child(uint64_t bytes)
+{
+    child_setup();
+    CUdeviceptr p;
+    if (bytes > 0)
+        CK(cuMemAlloc_v2(&p, bytes), CUDA_SUCCESS);
+    printf("H %ld\n", (long)getpid());
     sleep(30);
     return 1;
 }
@@ -1206,6 +1221,261 @@ static void collect(pid_t pid, int fd, char *buf, size_t cap)
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child failed (status 0x%x): %s", st, buf);
 }
 
+/* ==== NVML: per-process memory and utilization ========================= */
+
+/* The v3 list of device `nd` (at most 64 entries). */
+static unsigned procs_v3(nvmlDevice_t nd, nvmlProcessInfo_t *out)
+{
+    unsigned n = 64;
+    CK(nvmlDeviceGetComputeRunningProcesses_v3(nd, &n, out), NVML_SUCCESS);
+    return n;
+}
+
+/* Bytes the v3 list gives `pid` on `nd`; -1 if it is not listed. */
+static long long proc_mem(nvmlDevice_t nd, unsigned pid)
+{
+    nvmlProcessInfo_t p[64];
+    unsigned n = procs_v3(nd, p);
+    for (unsigned i = 0; i < n; i++)
+        if (p[i].pid == pid)
+            return (long long)p[i].usedGpuMemory;
+    return -1;
+}
+
+/* Starts `--hold-child BYTES` (under `wrap`, a NULL-terminated argv prefix
+ * such as unshare, if given); returns its pid (the wrapper's) and the pid it
+ * printed. */
+static pid_t start_holder(uint64_t bytes, char *const *wrap, long *own_pid, int *fd)
+{
+    char exe[PATH_MAX], nbytes[32];
+    ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    CHECK(k > 0, "readlink /proc/self/exe");
+    exe[k] = '\0';
+    snprintf(nbytes, sizeof nbytes, "%llu", (unsigned long long)bytes);
+    char *argv[16];
+    int a = 0;
+    for (; wrap && wrap[a]; a++)
+        argv[a] = wrap[a];
+    argv[a++] = exe;
+    argv[a++] = "--hold-child";
+    argv[a++] = nbytes;
+    argv[a] = NULL;
+    int pfd[2];
+    CHECK(pipe(pfd) == 0, "pipe");
+    pid_t pid = fork();
+    CHECK(pid >= 0, "fork");
+    if (pid == 0) {
+        dup2(pfd[1], 1);
+        close(pfd[0]);
+        close(pfd[1]);
+        execvp(argv[0], argv);
+        _exit(127);
+    }
+    close(pfd[1]);
+    char buf[64];
+    size_t n = 0;
+    ssize_t r;
+    while (n < sizeof buf - 1 && (r = read(pfd[0], buf + n, 1)) == 1 && buf[n] != '\n')
+        n++;
+    buf[n] = '\0';
+    *fd = pfd[0];
+    *own_pid = buf[0] == 'H' ? atol(buf + 2) : -1;
+    return pid;
+}
+
+static void stop_holder(pid_t pid, int fd)
+{
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    close(fd);
+}
+
+static void test_nvml_processes(nvmlDevice_t nd)
+{
+    unsigned me = (unsigned)getpid(), n;
+    int slot = -1;
+    for (int i = 0; i < FAKE_MAX_SLOTS; i++)
+        if (atomic_load(&S->slot[i].pid) == (int32_t)me)
+            slot = i;
+    CHECK(slot >= 0, "our own slot");
+    /* counts and sizes: real NVML's query protocol */
+    n = 0;
+    CK(nvmlDeviceGetComputeRunningProcesses_v3(nd, &n, NULL), NVML_ERROR_INSUFFICIENT_SIZE);
+    CHECK(n >= 1, "needed count %u", n);
+    unsigned need = n;
+    nvmlProcessInfo_t p3[64];
+    n = 0;
+    CK(nvmlDeviceGetComputeRunningProcesses_v3(nd, &n, p3), NVML_ERROR_INSUFFICIENT_SIZE);
+    EQ(n, need);
+    n = 5;
+    CK(nvmlDeviceGetComputeRunningProcesses_v3(nd, &n, NULL), NVML_ERROR_INVALID_ARGUMENT);
+    CK(nvmlDeviceGetComputeRunningProcesses_v3(nd, NULL, p3), NVML_ERROR_INVALID_ARGUMENT);
+    n = 64;
+    CK(nvmlDeviceGetComputeRunningProcesses_v3(NULL, &n, p3), NVML_ERROR_INVALID_ARGUMENT);
+    n = procs_v3(nd, p3);
+    EQ(n, need);
+    /* our own memory, context overhead included, moves with allocations */
+    long long mine = proc_mem(nd, me);
+    EQ(mine, atomic_load(&S->slot[slot].used[0]));
+    CHECK(mine >= (long long)OVERHEAD, "our usage %lld includes the context", mine);
+    CUdeviceptr extra;
+    CK(cuMemAlloc_v2(&extra, 10 * MiB), CUDA_SUCCESS);
+    EQ(proc_mem(nd, me), mine + 10 * MiB);
+    for (unsigned i = 0; i < n; i++) {
+        EQ(p3[i].gpuInstanceId, 0xFFFFFFFFu);
+        EQ(p3[i].computeInstanceId, 0xFFFFFFFFu);
+    }
+    /* v1 and v2 list the same */
+    nvmlProcessInfo_v1_t p1[64];
+    nvmlProcessInfo_v2_t p2[64];
+    unsigned n1 = 64, n2 = 64;
+    CK(nvmlDeviceGetComputeRunningProcesses(nd, &n1, p1), NVML_SUCCESS);
+    CK(nvmlDeviceGetComputeRunningProcesses_v2(nd, &n2, p2), NVML_SUCCESS);
+    n = procs_v3(nd, p3);
+    EQ(n1, n);
+    EQ(n2, n);
+    for (unsigned i = 0; i < n; i++) {
+        CHECK(p1[i].pid == p3[i].pid && p1[i].usedGpuMemory == p3[i].usedGpuMemory, "v1 entry %u", i);
+        CHECK(p2[i].pid == p3[i].pid && p2[i].usedGpuMemory == p3[i].usedGpuMemory, "v2 entry %u", i);
+    }
+    /* device 1: we hold a context there only if an earlier test left one */
+    nvmlDevice_t nd1;
+    CK(nvmlDeviceGetHandleByIndex_v2(1, &nd1), NVML_SUCCESS);
+    CHECK(proc_mem(nd1, me) == (atomic_load(&S->slot[slot].ctxs[1]) || atomic_load(&S->slot[slot].used[1])
+                                    ? (long long)atomic_load(&S->slot[slot].used[1])
+                                    : -1),
+          "device 1 lists us only with a context or memory there");
+
+    /* another process: listed with exactly what it holds, gone once killed */
+    long inner;
+    int fd;
+    pid_t h = start_holder(48 * MiB, NULL, &inner, &fd);
+    EQ(inner, h);
+    EQ(proc_mem(nd, (unsigned)h), 48 * MiB + OVERHEAD);
+    stop_holder(h, fd);
+    EQ(proc_mem(nd, (unsigned)h), -1);
+
+    /* a process in another PID namespace is listed by the PID we see */
+    const char *uns = access("/usr/bin/unshare", X_OK) == 0 ? "/usr/bin/unshare" : "/bin/unshare";
+    char *wrap_root[] = {(char *)uns, "--pid", "--fork", NULL};
+    char *wrap_user[] = {(char *)uns, "--pid", "--fork", "--user", "--map-root-user", NULL};
+    h = start_holder(24 * MiB, geteuid() == 0 ? wrap_root : wrap_user, &inner, &fd);
+    if (inner <= 0) {
+        printf("selftest: note: cannot run a process in a new PID namespace (%s); namespace translation not "
+               "checked\n", uns);
+        stop_holder(h, fd);
+    } else {
+        EQ(inner, 1); /* it is PID 1 of its namespace */
+        unsigned found = 0, cnt = procs_v3(nd, p3);
+        for (unsigned i = 0; i < cnt; i++) {
+            if (p3[i].usedGpuMemory != 24 * MiB + OVERHEAD)
+                continue;
+            /* the host PID of the namespace's init: a child of unshare's fork */
+            char path[64], buf[512];
+            snprintf(path, sizeof path, "/proc/%u/stat", p3[i].pid);
+            FILE *f = fopen(path, "r");
+            CHECK(f != NULL, "listed pid %u exists here", p3[i].pid);
+            CHECK(fgets(buf, sizeof buf, f) != NULL, "read %s", path);
+            fclose(f);
+            long ppid = 0;
+            char *close_paren = strrchr(buf, ')');
+            CHECK(close_paren && sscanf(close_paren + 2, "%*c %ld", &ppid) == 1, "parse %s", path);
+            CHECK(ppid == h, "pid %u's parent is %ld, want unshare %ld", p3[i].pid, ppid, (long)h);
+            found = p3[i].pid;
+        }
+        CHECK(found != 0 && found != 1, "the namespaced process is listed by its host pid (%u)", found);
+        printf("nvml: PID 1 of a new PID namespace is listed as PID %u\n", found);
+        kill((pid_t)found, SIGKILL);
+        stop_holder(h, fd);
+        EQ(proc_mem(nd, found), -1);
+    }
+    CK(cuMemFree_v2(extra), CUDA_SUCCESS);
+}
+
+static uint64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000ull + (uint64_t)ts.tv_nsec / 1000;
+}
+
+/* smUtil of `pid` since `since` (-1: no sample); *ts: the samples' time. */
+static int util_of(nvmlDevice_t nd, unsigned pid, unsigned long long since, unsigned long long *ts)
+{
+    nvmlProcessUtilizationSample_t u[64];
+    unsigned n = 64;
+    nvmlReturn_t r = nvmlDeviceGetProcessUtilization(nd, u, &n, since);
+    CHECK(r == NVML_SUCCESS || r == NVML_ERROR_NOT_FOUND, "nvmlDeviceGetProcessUtilization: %d", (int)r);
+    int pct = -1;
+    for (unsigned i = 0; r == NVML_SUCCESS && i < n; i++) {
+        if (ts)
+            *ts = u[i].timeStamp;
+        if (u[i].pid == pid)
+            pct = (int)u[i].smUtil;
+        CHECK(u[i].memUtil == 0 && u[i].encUtil == 0 && u[i].decUtil == 0, "other utilizations are 0");
+    }
+    return pct;
+}
+
+static void test_nvml_utilization(nvmlDevice_t nd)
+{
+    unsigned n;
+    nvmlProcessUtilizationSample_t u[64];
+    CK(nvmlDeviceGetProcessUtilization(nd, u, NULL, 0), NVML_ERROR_INVALID_ARGUMENT);
+    n = 64;
+    CK(nvmlDeviceGetProcessUtilization(NULL, u, &n, 0), NVML_ERROR_INVALID_ARGUMENT);
+    /* a window in the future has no samples */
+    n = 64;
+    CK(nvmlDeviceGetProcessUtilization(nd, u, &n, now_us() + 10000000ull), NVML_ERROR_NOT_FOUND);
+    EQ(n, 0);
+
+    /* an idle process (context and memory, no work) beside one that keeps
+     * the device busy for 700 ms */
+    long idle_pid;
+    int idle_fd;
+    pid_t idle = start_holder(MiB, NULL, &idle_pid, &idle_fd);
+    uint64_t t0 = now_us();
+    char start[32];
+    snprintf(start, sizeof start, "%llu", (unsigned long long)(fake_now_ns() + 50000000ull));
+    char *args[] = {"selftest", "--saturate-child", "700", "5000", "4", start, NULL};
+    pid_t sat;
+    int sat_fd;
+    run_self(args, NULL, &sat, &sat_fd);
+    fake_sleep_until_ns(fake_now_ns() + 400000000ull);
+    /* since t0 (before it started: the window opens at its first kernel) */
+    unsigned long long ts = 0;
+    int pct = util_of(nd, (unsigned)sat, t0, &ts);
+    CHECK(pct >= 95, "saturating process: smUtil %d since before it started", pct);
+    CHECK(util_of(nd, (unsigned)idle, t0, NULL) == -1, "an idle process has no sample");
+    n = 0;
+    CK(nvmlDeviceGetProcessUtilization(nd, NULL, &n, t0), NVML_ERROR_INSUFFICIENT_SIZE);
+    CHECK(n >= 1, "needed count %u", n);
+    unsigned need = n;
+    n = 0;
+    CK(nvmlDeviceGetProcessUtilization(nd, u, &n, t0), NVML_ERROR_INSUFFICIENT_SIZE);
+    EQ(n, need);
+    /* since the previous call's time stamp: the interval between the calls */
+    fake_sleep_until_ns(fake_now_ns() + 100000000ull);
+    unsigned long long ts2 = 0;
+    pct = util_of(nd, (unsigned)sat, ts, &ts2);
+    CHECK(pct >= 95, "saturating process: smUtil %d since the previous call", pct);
+    CHECK(ts2 > ts, "time stamps advance");
+    printf("nvml: saturating process: smUtil %d%% since before it started, %d%% over the last 100 ms; idle "
+           "process: no sample\n", util_of(nd, (unsigned)sat, t0, NULL), pct);
+    char buf[64];
+    collect(sat, sat_fd, buf, sizeof buf);
+    /* after it ended: no work since the last call -> no samples at all (we
+     * and the idle process run nothing) */
+    unsigned long long ts3 = 0;
+    util_of(nd, 0, ts2, &ts3);
+    fake_sleep_until_ns(fake_now_ns() + 20000000ull);
+    n = 64;
+    CK(nvmlDeviceGetProcessUtilization(nd, u, &n, ts3 ? ts3 : now_us()), NVML_ERROR_NOT_FOUND);
+    EQ(n, 0);
+    stop_holder(idle, idle_fd);
+    EQ(proc_mem(nd, (unsigned)idle_pid), -1); /* and its memory is given back */
+}
+
 static void test_cross_process_timeline(nvmlDevice_t nd)
 {
     /* Kernels are not preempted: three 100 ms kernels in three processes
@@ -1514,6 +1784,8 @@ int main(int argc, char **argv)
         return queue_child((unsigned)atoi(argv[2]), (unsigned)atoi(argv[3]));
     if (argc == 3 && strcmp(argv[1], "--hammer-child") == 0)
         return hammer_child((unsigned)atoi(argv[2]));
+    if (argc == 3 && strcmp(argv[1], "--hold-child") == 0)
+        return hold_child(strtoull(argv[2], NULL, 10));
     if (argc == 2 && strcmp(argv[1], "--private-child") == 0)
         return private_child();
     if (argc == 2 && strcmp(argv[1], "--nodev-child") == 0)
@@ -1522,7 +1794,7 @@ int main(int argc, char **argv)
         fprintf(stderr,
                 "usage: %s [--timeline-child MS [DEADLINE_NS] | --saturate-child MS KERNEL_US DEPTH START_NS |\n"
                 "    --light-child MS PERIOD_US KERNEL_US START_NS | --queue-child MS KERNEL_US |\n"
-                "    --hammer-child THREADS | --private-child | --nodev-child]\n",
+                "    --hammer-child THREADS | --hold-child BYTES | --private-child | --nodev-child]\n",
                 argv[0]);
         return 2;
     }
@@ -1569,6 +1841,8 @@ int main(int argc, char **argv)
     test_proc_address();
     test_nvml();
     test_dead_process(nd);
+    test_nvml_processes(nd);
+    test_nvml_utilization(nd);
     test_cross_process_timeline(nd);
     test_ring_full(fsleep);
     test_timeslice();
