@@ -290,6 +290,64 @@ pub fn render(s: &Snapshot) -> Result<String, std::fmt::Error> {
         info,
     );
 
+    if let Some(w) = &s.watch {
+        let h = vec![("Hostname".to_string(), host.to_string())];
+        let up = G::default();
+        up.get_or_create(&h).set(i64::from(w.up));
+        reg(
+            &mut r,
+            "watch_up",
+            "1 while cuslice watch runs and its last pass is recent",
+            up,
+        );
+        let last = GF::default();
+        last.get_or_create(&h).set(w.state.last_pass_unix);
+        reg(
+            &mut r,
+            "watch_last_pass_timestamp_seconds",
+            "When cuslice watch last looked (Unix time)",
+            last,
+        );
+        let cpu = CF::default();
+        cpu.get_or_create(&h).inc_by(w.state.cpu_seconds);
+        reg(
+            &mut r,
+            "watch_cpu_seconds",
+            "CPU time cuslice watch has used",
+            cpu,
+        );
+        let total = C::default();
+        for c in &w.state.counts {
+            total
+                .get_or_create(&with(
+                    h.clone(),
+                    &[("kind", c.kind.name()), ("tenant", &c.tenant)],
+                ))
+                .inc_by(c.count);
+        }
+        reg(
+            &mut r,
+            "watch_findings",
+            "Findings of cuslice watch that started, by kind and tenant",
+            total,
+        );
+        let active = G::default();
+        for f in &w.state.findings {
+            active
+                .get_or_create(&with(
+                    h.clone(),
+                    &[("kind", f.kind.name()), ("tenant", &f.tenant)],
+                ))
+                .inc();
+        }
+        reg(
+            &mut r,
+            "watch_active_findings",
+            "Findings of cuslice watch active at its last pass, by kind and tenant",
+            active,
+        );
+    }
+
     let mut out = String::new();
     encode(&mut out, &r)?;
     Ok(out)

@@ -230,6 +230,9 @@ pub fn frame(s: &Snapshot, title: &str, width: usize, with_errors: bool) -> Vec<
             });
         }
     }
+    if let Some(w) = &s.watch {
+        out.extend(watch_lines(w).into_iter().map(Line::plain));
+    }
     if with_errors {
         for e in &s.errors {
             out.push(Line::plain(format!("error: {e}")));
@@ -237,6 +240,32 @@ pub fn frame(s: &Snapshot, title: &str, width: usize, with_errors: bool) -> Vec<
     }
     for l in &mut out {
         l.text = fit(l.text.trim_end(), width);
+    }
+    out
+}
+
+/// The watch's line and one row per active finding: `! KIND TENANT:
+/// what: action`.
+pub fn watch_lines(w: &crate::status::WatchView) -> Vec<String> {
+    let st = &w.state;
+    let mut out = vec![format!(
+        "watch: {}  policy {}  repair {}  every {}s  last pass {:.1}s ago  {} finding{}",
+        if w.up { "up" } else { "DOWN" },
+        st.policy,
+        if st.repair { "on" } else { "off" },
+        st.interval_seconds,
+        w.last_pass_seconds_ago,
+        st.findings.len(),
+        if st.findings.len() == 1 { "" } else { "s" }
+    )];
+    for f in &st.findings {
+        out.push(format!(
+            "  ! {:<14} {}: {}: {}",
+            f.kind.name(),
+            f.tenant,
+            f.what,
+            f.action
+        ));
     }
     out
 }
@@ -349,6 +378,7 @@ mod tests {
             }],
             containers: vec![],
             errors: vec![],
+            watch: None,
         }
     }
 

@@ -33,6 +33,9 @@ pub struct Sources {
     memory: Vec<PathBuf>,
     /// Else: the directory holding one directory per container.
     containers_root: PathBuf,
+    /// What `cuslice watch` last wrote (`<root>/watch/state.json`, next to
+    /// the containers root).
+    pub watch_state: PathBuf,
 }
 
 impl Sources {
@@ -56,10 +59,14 @@ impl Sources {
                 PathBuf::from(config::DEFAULT_GPU_SEGMENT_DIR),
             ],
         };
+        let containers_root = root.unwrap_or_else(|| PathBuf::from(DEFAULT_CONTAINERS_ROOT));
+        let watch_state =
+            crate::watch::state::state_path(containers_root.parent().unwrap_or(Path::new("/")));
         Sources {
             gpu_dirs,
             memory,
-            containers_root: root.unwrap_or_else(|| PathBuf::from(DEFAULT_CONTAINERS_ROOT)),
+            containers_root,
+            watch_state,
         }
     }
 
@@ -130,6 +137,18 @@ pub struct Snapshot {
     pub containers: Vec<ContainerView>,
     /// Segments that could not be read, one line each.
     pub errors: Vec<String>,
+    /// What `cuslice watch` last published (None: no watch ran here).
+    pub watch: Option<WatchView>,
+}
+
+/// `cuslice watch`'s state, and whether it is up now (its last pass no
+/// older than three intervals).
+#[derive(Debug, Serialize)]
+pub struct WatchView {
+    pub up: bool,
+    pub last_pass_seconds_ago: f64,
+    #[serde(flatten)]
+    pub state: crate::watch::state::WatchState,
 }
 
 #[derive(Debug, Serialize)]
@@ -738,6 +757,14 @@ impl Observer {
             gpus,
             containers: r.mems.iter().map(|m| m.view.clone()).collect(),
             errors: r.errors.clone(),
+            watch: crate::watch::state::read(&self.src.watch_state).map(|state| {
+                let now = crate::watch::state::now_unix();
+                WatchView {
+                    up: state.up(now),
+                    last_pass_seconds_ago: (now - state.last_pass_unix).max(0.0),
+                    state,
+                }
+            }),
         }
     }
 }

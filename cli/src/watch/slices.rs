@@ -349,8 +349,8 @@ impl Slices {
         }
     }
 
-    /// What a PID is known as, without reading anything (the kill path
-    /// checks the start time again right before it signals).
+    /// What a PID is known as, without reading anything.
+    #[cfg(test)]
     pub fn cached(&self, pid: u32) -> Option<&(u64, Option<SliceId>)> {
         self.cache.get(&pid)
     }

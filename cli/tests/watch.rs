@@ -1,0 +1,616 @@
+//! `cuslice watch` against the fake driver and the fake NVML, with real
+//! processes under `cuslice run` and in real runc containers: each attack
+//! is reported within two intervals; with `kill`, the slice is back under
+//! its quota within two intervals and the well-behaved tenant beside it
+//! keeps its allocation; a tampered memory or GPU segment is restored; a
+//! second watch refuses to start; bad watch.toml lines are one line.
+//!
+//! Timings: the interval is 250 ms; "within two intervals" is checked from
+//! the moment the attack is in place (the test sees it) to the moment the
+//! watch's state shows the finding, with 250 ms of slack for a loaded
+//! machine (process start-up, the test's own polling).
+
+#[path = "../../tests/common/mod.rs"]
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use cuslice_core::gpu::GpuSegment;
+use cuslice_core::segment::Segment;
+
+const INTERVAL_MS: u64 = 250;
+/// Two intervals and the slack (see the module documentation).
+const TWO_INTERVALS: Duration = Duration::from_millis(2 * INTERVAL_MS + 250);
+
+/// A test's host: a private root for the watch (its lock and state), the
+/// fake GPU's state, the runs' directory.
+struct Host {
+    dir: PathBuf,
+}
+
+impl Host {
+    fn new(name: &str) -> Host {
+        let dir = std::env::temp_dir().join(format!("cuslice-watch-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("root")).expect("mkdir");
+        std::fs::create_dir_all(dir.join("xdg")).expect("mkdir");
+        Host { dir }
+    }
+
+    fn root(&self) -> PathBuf {
+        self.dir.join("root")
+    }
+
+    fn gpu_dir(&self) -> PathBuf {
+        self.root().join("gpu")
+    }
+
+    /// A command on this host's fake GPU.
+    fn cmd(&self, prog: &Path) -> Command {
+        let e = common::env();
+        let mut c = Command::new(prog);
+        c.env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env(
+                "LD_LIBRARY_PATH",
+                format!("{}:{}", e.fake.display(), e.apps.display()),
+            )
+            .env("CUSLICE_LIB", &e.shim)
+            .env("CUSLICE_REAL_NVML", e.fake.join("libnvidia-ml.so.1"))
+            .env("FAKE_CUDA_STATE", self.dir.join("fake.state"))
+            .env("FAKE_CUDA_CTX_OVERHEAD", "1MiB")
+            .env("XDG_RUNTIME_DIR", self.dir.join("xdg"))
+            .env("CUSLICE_GPU_SEGMENT_DIR", self.gpu_dir())
+            .env("CUSLICE_LOG", "warn");
+        c
+    }
+
+    fn cuslice(&self) -> Command {
+        self.cmd(Path::new(env!("CARGO_BIN_EXE_cuslice")))
+    }
+
+    fn config(&self, extra: &str) -> PathBuf {
+        let p = self.dir.join("watch.toml");
+        std::fs::write(
+            &p,
+            format!(
+                "interval = \"{INTERVAL_MS}ms\"\nroot = \"{}\"\n{extra}\n",
+                self.root().display()
+            ),
+        )
+        .expect("write watch.toml");
+        p
+    }
+
+    fn state(&self) -> Option<serde_json::Value> {
+        serde_json::from_slice(&std::fs::read(self.root().join("watch/state.json")).ok()?).ok()
+    }
+
+    /// Starts the watch and waits for its first pass.
+    fn watch(&self, extra: &str) -> Proc {
+        let cfg = self.config(extra);
+        let mut c = self.cuslice();
+        c.args(["watch", "--config"]).arg(&cfg);
+        let p = Proc::spawn(c, "watch");
+        common::wait_for(
+            || format!("the watch never passed:\n{}", p.text()),
+            Duration::from_secs(20),
+            || {
+                self.state()
+                    .filter(|s| s["passes"].as_u64() >= Some(1) && s["running"] == true)
+            },
+        );
+        p
+    }
+
+    /// Waits until the watch's state shows an active finding of `kind`
+    /// whose text contains `needle`; returns it.
+    fn finding(
+        &self,
+        kind: &str,
+        needle: &str,
+        limit: Duration,
+        watch: &Proc,
+    ) -> serde_json::Value {
+        common::wait_for(
+            || {
+                format!(
+                    "no {kind} finding with {needle:?} within {limit:?}; state:\n{}\nwatch:\n{}",
+                    self.state().map(|s| s.to_string()).unwrap_or_default(),
+                    watch.text()
+                )
+            },
+            limit,
+            || {
+                self.state()?["findings"]
+                    .as_array()?
+                    .iter()
+                    .find(|f| {
+                        f["kind"] == kind && f["what"].as_str().is_some_and(|w| w.contains(needle))
+                    })
+                    .cloned()
+            },
+        )
+    }
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A child whose output lines are collected (with when each came).
+struct Proc {
+    child: Child,
+    lines: Arc<Mutex<Vec<(Instant, String)>>>,
+}
+
+impl Proc {
+    fn spawn(mut c: Command, what: &str) -> Proc {
+        c.stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = c
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
+        let lines = Arc::new(Mutex::new(vec![]));
+        for r in [
+            Box::new(child.stdout.take().expect("stdout")) as Box<dyn std::io::Read + Send>,
+            Box::new(child.stderr.take().expect("stderr")),
+        ] {
+            let lines = lines.clone();
+            std::thread::spawn(move || {
+                for l in BufReader::new(r).lines() {
+                    let Ok(l) = l else { break };
+                    lines.lock().expect("lock").push((Instant::now(), l));
+                }
+            });
+        }
+        Proc { child, lines }
+    }
+
+    fn text(&self) -> String {
+        self.lines
+            .lock()
+            .expect("lock")
+            .iter()
+            .map(|(_, l)| format!("{l}\n"))
+            .collect()
+    }
+
+    /// Waits for a line starting with `prefix`; its rest and when it came.
+    fn line(&self, prefix: &str) -> (String, Instant) {
+        common::wait_for(
+            || format!("no line {prefix:?}:\n{}", self.text()),
+            Duration::from_secs(20),
+            || {
+                self.lines
+                    .lock()
+                    .expect("lock")
+                    .iter()
+                    .find_map(|(t, l)| l.strip_prefix(prefix).map(|r| (r.trim().to_string(), *t)))
+            },
+        )
+    }
+
+    fn pid(&self, name: &str) -> u32 {
+        self.line(&format!("{name} ")).0.parse().expect("pid")
+    }
+
+    fn stop(&mut self) {
+        // SAFETY: SIGTERM to our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.child.try_wait().expect("try_wait").is_none() {
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Whether `pid` is a live (not zombie) process.
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, r)| r.trim_start().chars().next() != Some('Z'))
+        })
+        .unwrap_or(false)
+}
+
+/// The memory segment of the `cuslice run` session `run_pid`.
+fn run_seg(h: &Host, run_pid: u32) -> PathBuf {
+    h.dir
+        .join("xdg")
+        .join(format!("cuslice-run-{run_pid}"))
+        .join("segment/memory.seg")
+}
+
+/// A session: `cuslice run LIMITS -- sh -c SCRIPT`, `$M` naming memtest.
+fn session(h: &Host, limits: &[&str], script: &str) -> Proc {
+    let e = common::env();
+    let mut c = h.cuslice();
+    c.arg("run").args(limits).args(["--", "sh", "-c", script]);
+    c.env("M", e.apps.join("memtest"));
+    Proc::spawn(c, "cuslice run")
+}
+
+fn seg_used(p: &Path) -> u64 {
+    let s = Segment::open_read_only(p).expect("segment");
+    s.device_usage(0).map_or(0, |u| u.used)
+}
+
+#[test]
+fn a_bad_watch_toml_is_one_line_naming_file_key_and_value() {
+    let h = Host::new("badcfg");
+    for (text, want) in [
+        (
+            "policy = \"nuke\"\n",
+            "policy: expected report, kill or freeze, got \"nuke\"",
+        ),
+        ("intervl = \"1s\"\n", "got unknown key \"intervl\""),
+        (
+            "interval = \"1 fortnight\"\n",
+            "interval: expected a duration like 1s or 200ms, got \"1 fortnight\"",
+        ),
+        (
+            "memory_tolerance = -1\n",
+            "memory_tolerance: expected a size like 64MiB, got -1",
+        ),
+    ] {
+        let p = h.dir.join("bad.toml");
+        std::fs::write(&p, text).expect("write");
+        let out = h
+            .cuslice()
+            .args(["watch", "--config"])
+            .arg(&p)
+            .output()
+            .expect("watch");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(125), "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.starts_with(&format!("cuslice: {}: ", p.display())),
+            "{err}"
+        );
+        assert!(err.contains(want), "{text}: {err}");
+    }
+    // A flag is checked the same way.
+    let out = h
+        .cuslice()
+        .args(["watch", "--interval", "0"])
+        .output()
+        .expect("watch");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with("cuslice: --interval: expected a duration from 10ms to 1h"),
+        "{err}"
+    );
+    // No NVML: one line naming the library and the variable.
+    let mut c = h.cuslice();
+    c.env("CUSLICE_REAL_NVML", h.dir.join("no-such-libnvidia-ml.so.1"));
+    let out = c
+        .args(["watch", "--root"])
+        .arg(h.root())
+        .output()
+        .expect("watch");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("cannot load NVML") && err.contains("CUSLICE_REAL_NVML"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_second_watch_refuses_to_start_and_a_stopped_one_says_so() {
+    let h = Host::new("twice");
+    let mut first = h.watch("");
+    let pid = first.child.id();
+    let cfg = h.config("");
+    let out = h
+        .cuslice()
+        .args(["watch", "--config"])
+        .arg(&cfg)
+        .output()
+        .expect("second");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert_eq!(
+        err.trim(),
+        format!(
+            "cuslice: watch: another cuslice watch (pid {pid}) holds {}: one runs per host",
+            h.root().join("watch/lock").display()
+        )
+    );
+    assert!(
+        first.child.try_wait().expect("wait").is_none(),
+        "the first watch died"
+    );
+    // `status` shows it up, the exporter exports it.
+    let out = h
+        .cuslice()
+        .args(["status", "--interval", "0", "--containers-root"])
+        .arg(h.root().join("containers"))
+        .output()
+        .expect("status");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("watch: up  policy report  repair on"),
+        "{text}"
+    );
+    first.stop();
+    assert_eq!(
+        first.child.try_wait().expect("wait").and_then(|s| s.code()),
+        Some(0)
+    );
+    let s = h.state().expect("state");
+    assert_eq!(s["running"], false, "{s}");
+    assert!(
+        first.text().contains("cuslice watch: stopped"),
+        "{}",
+        first.text()
+    );
+}
+
+#[test]
+fn a_run_session_over_its_quota_is_killed_newest_first_and_the_tenant_beside_it_keeps_its_memory() {
+    let h = Host::new("runkill");
+    // The tenant beside: 300 MiB of its 1 GiB.
+    let beside = session(
+        &h,
+        &["--memory", "1GiB"],
+        "$M hold 314572800 & echo B $!; wait",
+    );
+    let b_pid = beside.pid("B");
+    beside.line("R held");
+    let b_run = beside.child.id();
+    let b_used = seg_used(&run_seg(&h, b_run));
+    // The attacker: an older process within its quota, then a newer one
+    // that reaches the driver around the shim (it clears LD_PRELOAD) and
+    // takes 2 GiB of the session's 1 GiB. (Raising the quota in the
+    // segment from inside a registered process is the other way over it:
+    // attack-quota; a new process cannot, the shim refuses a segment whose
+    // quota differs from its file's.)
+    let fifo = h.dir.join("go");
+    assert!(
+        Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .expect("mkfifo")
+            .success()
+    );
+    let attacker = session(
+        &h,
+        &["--memory", "1GiB"],
+        &format!(
+            "$M hold 314572800 & echo A1 $!; cat {} >/dev/null; env -u LD_PRELOAD -u CUSLICE_CONFIG $M hold 2147483648 & echo A2 $!; wait",
+            fifo.display()
+        ),
+    );
+    let a1 = attacker.pid("A1");
+    attacker.line("R held");
+    let a_run = attacker.child.id();
+    let watch = h.watch("policy = \"kill\"");
+    std::fs::write(&fifo, b"go").expect("fifo");
+    let a2 = attacker.pid("A2");
+    common::wait_for(
+        || format!("A2 never held its 2 GiB:\n{}", attacker.text()),
+        Duration::from_secs(20),
+        || (attacker.text().matches("R held").count() == 2).then_some(()),
+    );
+    let held = Instant::now();
+    let f = h.finding(
+        "memory",
+        &format!("cuslice run {a_run} "),
+        TWO_INTERVALS,
+        &watch,
+    );
+    assert!(held.elapsed() <= TWO_INTERVALS);
+    // Killed within the same pass: the slice is back under its quota.
+    common::wait_for(
+        || format!("A2 ({a2}) still alive:\n{}", watch.text()),
+        TWO_INTERVALS,
+        || (!alive(a2)).then_some(()),
+    );
+    assert!(
+        f["what"].as_str().is_some_and(|w| w.contains(
+            "GPU 0 memory 2.3 GiB > quota 1.0 GiB (+64 MiB tolerance, +64 MiB per process)"
+        )),
+        "{f}"
+    );
+    let log = watch.text();
+    assert!(
+        log.lines()
+            .any(|l| l.starts_with("cuslice watch: cuslice run ")
+                && l.ends_with(&format!(": killed pid {a2}"))),
+        "{log}"
+    );
+    // The older process of the slice, the tenant beside it: untouched.
+    assert!(alive(a1), "A1 was killed:\n{log}");
+    assert!(alive(b_pid), "the tenant beside was killed:\n{log}");
+    assert_eq!(
+        seg_used(&run_seg(&h, b_run)),
+        b_used,
+        "the tenant beside lost memory"
+    );
+    // The finding ends once the slice is under its quota again.
+    common::wait_for(
+        || format!("the finding never ended:\n{}", watch.text()),
+        TWO_INTERVALS,
+        || {
+            watch
+                .text()
+                .contains("killed pid")
+                .then(|| {
+                    watch
+                        .text()
+                        .lines()
+                        .any(|l| l.ends_with(": ended"))
+                        .then_some(())
+                })
+                .flatten()
+        },
+    );
+    // Counted for the exporter.
+    let s = h.state().expect("state");
+    assert!(
+        s["counts"]
+            .as_array()
+            .expect("counts")
+            .iter()
+            .any(|c| c["kind"] == "memory"
+                && c["tenant"] == format!("run-{a_run}")
+                && c["count"] == 1),
+        "{s}"
+    );
+}
+
+#[test]
+fn a_process_of_a_run_session_that_bypasses_the_shim_is_reported_and_killed() {
+    let h = Host::new("noshim");
+    let watch = h.watch("policy = \"kill\"");
+    // One process clears LD_PRELOAD (and the quota variable): it reaches
+    // the driver without the shim, and is still a descendant of `run`;
+    // its sibling goes through the shim.
+    let s = session(
+        &h,
+        &["--memory", "1GiB"],
+        "env -u LD_PRELOAD -u CUSLICE_CONFIG $M hold 104857600 & echo U $!; $M hold 104857600 & echo S $!; wait",
+    );
+    let (u, s_pid) = (s.pid("U"), s.pid("S"));
+    common::wait_for(
+        || format!("never both held:\n{}", s.text()),
+        Duration::from_secs(20),
+        || (s.text().matches("R held").count() == 2).then_some(()),
+    );
+    let held = Instant::now();
+    let f = h.finding(
+        "unregistered",
+        &format!("pid {u}: uses GPU 0"),
+        TWO_INTERVALS,
+        &watch,
+    );
+    assert!(held.elapsed() <= TWO_INTERVALS);
+    assert_eq!(f["pid"], u, "{f}");
+    common::wait_for(
+        || format!("the unshimmed process {u} still alive:\n{}", watch.text()),
+        TWO_INTERVALS,
+        || (!alive(u)).then_some(()),
+    );
+    assert!(
+        alive(s_pid),
+        "the shimmed sibling was killed:\n{}",
+        watch.text()
+    );
+    assert!(
+        !h.state().expect("state")["findings"]
+            .as_array()
+            .expect("findings")
+            .iter()
+            .any(|f| f["pid"] == s_pid),
+        "the shimmed sibling was reported"
+    );
+}
+
+#[test]
+fn tampered_segments_are_reported_and_restored_within_two_intervals() {
+    let h = Host::new("tamper");
+    // A session with a memory quota and a compute share: it has a memory
+    // segment and a tenant entry in the GPU segment.
+    let s = session(
+        &h,
+        &["--memory", "1GiB", "--compute", "40"],
+        "$M hold 104857600 & echo P $!; wait",
+    );
+    s.pid("P");
+    s.line("R held");
+    let run = s.child.id();
+    let watch = h.watch("");
+    // The quota raised in the memory segment.
+    let seg = Segment::open_existing(&run_seg(&h, run)).expect("segment");
+    seg.device(0)
+        .expect("dev")
+        .limit
+        .store(100 << 30, std::sync::atomic::Ordering::Release);
+    let t = Instant::now();
+    let f = h.finding(
+        "memory_segment",
+        &format!("cuslice run {run} "),
+        TWO_INTERVALS,
+        &watch,
+    );
+    assert!(t.elapsed() <= TWO_INTERVALS);
+    assert!(
+        f["what"]
+            .as_str()
+            .is_some_and(|w| w.contains("quota 100.0 GiB, its quota file 1.0 GiB")),
+        "{f}"
+    );
+    common::wait_for(
+        || format!("the quota was not restored:\n{}", watch.text()),
+        TWO_INTERVALS,
+        || (seg.device_usage(0).map(|u| u.limit) == Some(1 << 30)).then_some(()),
+    );
+    // Its share raised in the GPU segment, while the watch reports only.
+    let gpu_seg = std::fs::read_dir(h.gpu_dir())
+        .expect("gpu dir")
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "seg"))
+        .expect("a GPU segment");
+    let g = GpuSegment::open_existing(&gpu_seg).expect("gpu segment");
+    let name = format!("run-{run}");
+    let idx = g
+        .tenants()
+        .into_iter()
+        .find(|t| t.name == name)
+        .expect("tenant")
+        .index;
+    g.tenant(idx)
+        .expect("tenant")
+        .share
+        .store(100, std::sync::atomic::Ordering::Release);
+    g.tenant(idx)
+        .expect("tenant")
+        .max
+        .store(100, std::sync::atomic::Ordering::Release);
+    let t = Instant::now();
+    let f = h.finding("gpu_segment", &name, TWO_INTERVALS, &watch);
+    assert!(t.elapsed() <= TWO_INTERVALS, "{f}");
+    common::wait_for(
+        || format!("the share was not restored:\n{}", watch.text()),
+        TWO_INTERVALS,
+        || {
+            (g.tenants()
+                .into_iter()
+                .find(|t| t.name == name)
+                .map(|t| t.share)
+                == Some(40))
+            .then_some(())
+        },
+    );
+    assert!(
+        watch
+            .text()
+            .lines()
+            .any(|l| l.starts_with("cuslice watch: GPU segment ") && l.ends_with(": restored")),
+        "{}",
+        watch.text()
+    );
+}
