@@ -48,7 +48,7 @@ pub fn memory_over(
         return None;
     }
     let mut newest: Vec<&Seen> = counted.clone();
-    newest.sort_by(|a, b| (b.start, b.pid).cmp(&(a.start, a.pid)));
+    newest.sort_by_key(|p| std::cmp::Reverse((p.start, p.pid)));
     let mut left = used;
     let mut n = counted.len();
     let mut kill = vec![];

@@ -233,6 +233,7 @@ impl Watch {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn view(
         kind: Kind,
         tenant: &str,

@@ -328,13 +328,11 @@ impl Slices {
                     start: cur_start,
                 });
             }
-            let Some(st) = p.stat(cur) else { return None };
+            let st = p.stat(cur)?;
             if st.ppid <= 1 {
                 return None;
             }
-            let Some(parent) = p.stat(st.ppid) else {
-                return None;
-            };
+            let parent = p.stat(st.ppid)?;
             (cur, cur_start) = (st.ppid, parent.start);
         }
         None
