@@ -42,9 +42,24 @@ for stage in create poststop; do
 JSON
 done
 
+# The host watchdog (cuslice watch), one per host: its unit, enabled where
+# systemd runs (not when staging into DESTDIR). Its policy:
+# /etc/cuslice/watch.toml (absent: report only, every default).
+install -D -m 0644 scripts/cuslice-watch.service "$D/etc/systemd/system/cuslice-watch.service"
+if [ -z "$D" ] && command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
+    systemctl daemon-reload
+    systemctl enable cuslice-watch.service
+    # restart, not start: a reinstall runs the new command.
+    systemctl restart cuslice-watch.service
+    echo "install: cuslice-watch.service enabled and (re)started"
+else
+    echo "install: systemd is not running here (or DESTDIR is set): cuslice-watch.service installed, not enabled; run: systemctl enable --now cuslice-watch"
+fi
+
 echo "install: done"
 echo "  $D/usr/bin/cuslice"
 echo "  $D/usr/lib/cuslice/libcuslice.so"
 echo "  $D/etc/cdi/cuslice.json"
 echo "  $HOOKS/cuslice-create.json, cuslice-poststop.json"
 echo "  $D/run/cuslice/gpu (shared by all tenants)"
+echo "  $D/etc/systemd/system/cuslice-watch.service"
