@@ -434,13 +434,22 @@ fn a_run_session_over_its_quota_is_killed_newest_first_and_the_tenant_beside_it_
         )),
         "{f}"
     );
-    let log = watch.text();
-    assert!(
-        log.lines()
-            .any(|l| l.starts_with("cuslice watch: cuslice run ")
-                && l.ends_with(&format!(": killed pid {a2}"))),
-        "{log}"
+    // The log line (read from the watch's stderr by a thread).
+    common::wait_for(
+        || format!("no line saying A2 ({a2}) was killed:\n{}", watch.text()),
+        Duration::from_secs(5),
+        || {
+            watch
+                .text()
+                .lines()
+                .any(|l| {
+                    l.starts_with("cuslice watch: cuslice run ")
+                        && l.ends_with(&format!(": killed pid {a2}"))
+                })
+                .then_some(())
+        },
     );
+    let log = watch.text();
     // The older process of the slice, the tenant beside it: untouched.
     assert!(alive(a1), "A1 was killed:\n{log}");
     assert!(alive(b_pid), "the tenant beside was killed:\n{log}");
@@ -613,4 +622,161 @@ fn tampered_segments_are_reported_and_restored_within_two_intervals() {
         "{}",
         watch.text()
     );
+}
+
+/// A runc bundle whose hooks use `root`, running `script` (fake driver
+/// inside, FAKE_CUDA_STATE shared with the host's).
+fn bundle(h: &Host, name: &str, script: &str) -> PathBuf {
+    let e = common::env();
+    let dir = h.dir.join(format!("bundle-{name}"));
+    let rootfs = dir.join("rootfs");
+    common::rootfs::populate(&rootfs);
+    std::fs::create_dir_all(rootfs.join("state")).expect("mkdir");
+    let out = Command::new("runc")
+        .arg("spec")
+        .current_dir(&dir)
+        .output()
+        .expect("runc spec");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let path = dir.join("config.json");
+    let mut spec: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).expect("read")).expect("json");
+    let hook = |stage: &str| {
+        serde_json::json!({
+            "path": env!("CARGO_BIN_EXE_cuslice"),
+            "args": ["cuslice", "oci-hook", stage, "--root", h.root(), "--lib", e.shim],
+        })
+    };
+    spec["process"]["terminal"] = false.into();
+    spec["process"]["args"] = serde_json::json!(["/bin/sh", "-c", script]);
+    spec["process"]["env"] = serde_json::json!([
+        "PATH=/usr/bin:/bin",
+        "LD_LIBRARY_PATH=/usr/lib/fake",
+        "FAKE_CUDA_STATE=/state/fake.state",
+        "FAKE_CUDA_CTX_OVERHEAD=1MiB",
+    ]);
+    spec["root"]["readonly"] = false.into();
+    spec["annotations"] = serde_json::json!({"cuslice.io/memory": "1GiB"});
+    spec["hooks"] =
+        serde_json::json!({"createRuntime": [hook("create")], "poststop": [hook("poststop")]});
+    // The fake GPU's state, shared with the host's processes and NVML.
+    spec["mounts"]
+        .as_array_mut()
+        .expect("mounts")
+        .push(serde_json::json!({
+            "destination": "/state", "type": "bind", "source": h.dir, "options": ["rbind", "rw"]
+        }));
+    std::fs::write(&path, serde_json::to_vec_pretty(&spec).expect("encode")).expect("write");
+    dir
+}
+
+#[test]
+fn a_container_over_its_quota_through_the_kill_switch_is_killed_and_its_neighbour_keeps_its_memory()
+{
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    assert_eq!(euid, 0, "the container test needs root");
+    let h = Host::new("ctr");
+    let watch = h.watch("policy = \"kill\"");
+    let id_b = format!("b-cuslice-watch-{}", std::process::id());
+    let id_a = format!("a-cuslice-watch-{}", std::process::id());
+    let run = |dir: &Path, id: &str| {
+        let mut c = Command::new("runc");
+        c.args(["run", "--bundle"]).arg(dir).arg(id);
+        Proc::spawn(c, "runc run")
+    };
+    let cleanup = |id: &str| {
+        let _ = Command::new("runc").args(["kill", id, "KILL"]).output();
+        let _ = Command::new("runc")
+            .args(["delete", "--force", id])
+            .output();
+    };
+    let b = run(&bundle(&h, "b", "memtest hold 314572800"), &id_b);
+    b.line("R held");
+    let b_seg = h
+        .root()
+        .join("containers")
+        .join(&id_b)
+        .join("segment/memory.seg");
+    let b_used = seg_used(&b_seg);
+    // A: an older process within the quota, then one that turns the shim
+    // off with the kill switch (an environment variable the tenant
+    // controls) and takes 2 GiB of the container's 1 GiB.
+    let a = run(
+        &bundle(
+            &h,
+            "a",
+            "memtest hold 314572800 & echo A1 $!; read x </dev/null; CUSLICE_DISABLE=1 memtest hold 2147483648 & echo A2 $!; wait",
+        ),
+        &id_a,
+    );
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        common::wait_for(
+            || format!("A never held both:\n{}", a.text()),
+            Duration::from_secs(20),
+            || (a.text().matches("R held").count() == 2).then_some(()),
+        );
+        let held = Instant::now();
+        let f = h.finding(
+            "memory",
+            &format!("container {}", &id_a[..12]),
+            TWO_INTERVALS,
+            &watch,
+        );
+        assert!(held.elapsed() <= TWO_INTERVALS);
+        // Killed in the pass that found it: the finding ends, A's older
+        // process and the container beside are untouched.
+        common::wait_for(
+            || format!("A never got back under its quota:\n{}", watch.text()),
+            TWO_INTERVALS,
+            || {
+                watch
+                    .text()
+                    .lines()
+                    .any(|l| {
+                        l.contains(&format!("container {}", &id_a[..12])) && l.ends_with(": ended")
+                    })
+                    .then_some(())
+            },
+        );
+        assert!(
+            f["action"]
+                .as_str()
+                .is_some_and(|a| a.starts_with("killed pid ")),
+            "{f}"
+        );
+        let a_seg = h
+            .root()
+            .join("containers")
+            .join(&id_a)
+            .join("segment/memory.seg");
+        let a_live = Segment::open_read_only(&a_seg)
+            .expect("A's segment")
+            .processes()
+            .iter()
+            .filter(|p| p.alive)
+            .count();
+        assert_eq!(
+            a_live,
+            1,
+            "A's older process must live on:\n{}",
+            watch.text()
+        );
+        assert_eq!(seg_used(&b_seg), b_used, "the container beside lost memory");
+        assert!(
+            !watch.text().contains(&format!("container {}", &id_b[..12])),
+            "the container beside was reported:\n{}",
+            watch.text()
+        );
+    }));
+    cleanup(&id_a);
+    cleanup(&id_b);
+    drop((a, b));
+    if let Err(e) = result {
+        std::panic::resume_unwind(e);
+    }
 }
