@@ -157,17 +157,18 @@ fn a_process_around_the_shim_holds_memory_its_container_does_not_see() {
 
 #[test]
 fn a_tenant_forges_the_gpu_segment_and_keeps_it_forged() {
-    let h = Host::new("attacks", "gpuseg");
-    let q = h.quota("greedy", "", "memory = \"64MiB\"\ncompute = \"20%\"");
-    // The tenants the shim would have registered: the attacker's and a
-    // victim's.
+    let h = Host::new("attacks", "gpuseg").context_overhead("1MiB");
+    let q = h.quota(
+        "greedy",
+        "",
+        "memory = \"64MiB\"\ncompute = \"20%\"\ncompute_max = \"30%\"",
+    );
+    // A victim tenant, registered as the shim registers one; the attacker's
+    // own tenant is registered by the shim when the attack calls cuInit.
     std::fs::create_dir_all(h.gpu_dir()).expect("mkdir gpu");
     let seg = GpuSegment::open_or_create(&h.gpu_seg()).expect("gpu segment");
-    let now = gpu::monotonic_ns();
-    seg.register_tenant("victim", 60, 60, 0, now)
+    seg.register_tenant("victim", 60, 60, 0, gpu::monotonic_ns())
         .expect("victim");
-    seg.register_tenant("greedy", 20, 30, 0, now)
-        .expect("greedy");
     let a = attack(&h, bin("attack-gpuseg"), &q, &["60", "5"]);
     assert_eq!(
         a.line,

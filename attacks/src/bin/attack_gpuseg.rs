@@ -1,4 +1,6 @@
-//! `attack-gpuseg [SECONDS [PERIOD_MS]]`: rewrites every per-GPU segment in
+//! `attack-gpuseg [SECONDS [PERIOD_MS]]`: initialises the driver (through
+//! the shim when it is preloaded, which registers its tenant on the GPU),
+//! then rewrites every per-GPU segment in
 //! the GPU segment directory of the configuration the shim would load
 //! (`/run/cuslice/gpu` in a container given its slice by the OCI hook):
 //! its own tenant (the configured tenant name) gets share 100 and ceiling
@@ -12,7 +14,7 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use cuslice_attacks::{arg, die, hold, shim_config};
+use cuslice_attacks::{Driver, arg, die, hold, shim_config};
 use cuslice_core::gpu::GpuSegment;
 
 /// Forges one segment; returns what changed (None: own tenant absent).
@@ -47,6 +49,10 @@ fn main() {
     let period: Option<u64> = std::env::args().nth(2).map(|_| arg(2, "PERIOD_MS", None));
     let cfg = shim_config();
     let me = cfg.tenant_name();
+    // Like any GPU process of the tenant: through the shim (if preloaded,
+    // with a compute share) this registers the tenant in the GPU segment.
+    let drv = Driver::load();
+    drv.init_device0();
     let dir = cfg.gpu_segment_dir.clone();
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| die(&format!("{}: {e}", dir.display())))
