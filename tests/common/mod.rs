@@ -113,7 +113,7 @@ fn build(root: &Path, dir: &Path) {
     // rtldnext, built below); all but those that find the driver
     // themselves are linked against the (fake) driver.
     const HELPERS: [&str; 4] = ["base", "next", "partial_driver", "rtldnext"];
-    const NOT_LINKED: [&str; 3] = ["dlopen", "procaddr", "missing"];
+    const NOT_LINKED: [&str; 4] = ["dlopen", "procaddr", "missing", "attack_noshim"];
     let mut programs: Vec<String> = fs::read_dir(root.join("tests/apps"))
         .expect("read tests/apps")
         .flatten()

@@ -1,0 +1,149 @@
+/*
+ * attack_noshim BYTES [SECONDS]: reaches the CUDA driver around the shim.
+ *
+ * dlopen("libcuda.so.1") (the shim is another soname, so this is the
+ * driver even with the shim preloaded), then finds cuInit, cuDeviceGet,
+ * cuCtxCreate_v2 and cuMemAlloc_v2 by walking the library's own dynamic
+ * symbol table (dlinfo(RTLD_DI_LINKMAP): DT_SYMTAB, DT_STRTAB, and
+ * DT_GNU_HASH or DT_HASH for the symbol count), never through dlsym or
+ * cuGetProcAddress, which the shim hooks. Creates a context on device 0,
+ * allocates BYTES, launches nothing, prints
+ *   ATTACK noshim holding <bytes> bytes on device 0 via <library file>; pid <pid>
+ * and holds them until killed (or SECONDS). Exits 2 on failure.
+ *
+ * Not linked against the driver. Builds with any C11 compiler and glibc:
+ *   cc -O1 -o attack_noshim tests/apps/attack_noshim.c -ldl
+ * Issue #12: what the host watchdog must catch (a GPU process of a sliced
+ * container that never registered with the shim).
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <elf.h>
+#include <link.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef struct CUctx_st *CUcontext;
+typedef unsigned long long CUdeviceptr;
+
+static void die(const char *what)
+{
+    fprintf(stderr, "attack_noshim: %s\n", what);
+    exit(2);
+}
+
+struct dyn_syms {
+    uintptr_t base;
+    const ElfW(Sym) *sym;
+    const char *str;
+    size_t nsym;
+};
+
+/* glibc relocates the d_ptr entries of a writable .dynamic in place (x86_64);
+ * others leave them as offsets from the load base. */
+static uintptr_t dyn_addr(uintptr_t base, ElfW(Addr) v) { return v < base ? base + v : v; }
+
+/* Symbol count from a GNU hash table: one past the highest index of the
+ * last chain. */
+static size_t gnu_hash_count(const uint32_t *h)
+{
+    uint32_t nbuckets = h[0], symoffset = h[1], bloom = h[2];
+    const uint32_t *buckets = h + 4 + bloom * (sizeof(ElfW(Addr)) / 4);
+    const uint32_t *chain = buckets + nbuckets;
+    uint32_t last = 0;
+    for (uint32_t b = 0; b < nbuckets; b++)
+        if (buckets[b] > last)
+            last = buckets[b];
+    if (last < symoffset)
+        return symoffset;
+    while ((chain[last - symoffset] & 1) == 0)
+        last++;
+    return (size_t)last + 1;
+}
+
+static struct dyn_syms find_table(void *handle)
+{
+    struct link_map *lm = NULL;
+    if (dlinfo(handle, RTLD_DI_LINKMAP, &lm) != 0 || lm == NULL)
+        die("dlinfo(RTLD_DI_LINKMAP) failed");
+    struct dyn_syms t = {lm->l_addr, NULL, NULL, 0};
+    const uint32_t *gnu = NULL, *sysv = NULL;
+    for (const ElfW(Dyn) *d = lm->l_ld; d->d_tag != DT_NULL; d++) {
+        switch (d->d_tag) {
+        case DT_SYMTAB: t.sym = (const ElfW(Sym) *)dyn_addr(t.base, d->d_un.d_ptr); break;
+        case DT_STRTAB: t.str = (const char *)dyn_addr(t.base, d->d_un.d_ptr); break;
+        case DT_GNU_HASH: gnu = (const uint32_t *)dyn_addr(t.base, d->d_un.d_ptr); break;
+        case DT_HASH: sysv = (const uint32_t *)dyn_addr(t.base, d->d_un.d_ptr); break;
+        default: break;
+        }
+    }
+    if (t.sym == NULL || t.str == NULL || (gnu == NULL && sysv == NULL))
+        die("libcuda.so.1 has no dynamic symbol table or hash table");
+    t.nsym = sysv != NULL ? sysv[1] /* nchain */ : gnu_hash_count(gnu);
+    return t;
+}
+
+/* The defined function `name` of the table, by a linear scan. */
+static void *lookup(const struct dyn_syms *t, const char *name)
+{
+    for (size_t i = 0; i < t->nsym; i++) {
+        const ElfW(Sym) *s = &t->sym[i];
+        if (s->st_shndx == SHN_UNDEF || ELF64_ST_TYPE(s->st_info) != STT_FUNC)
+            continue;
+        if (strcmp(t->str + s->st_name, name) == 0)
+            return (void *)(t->base + s->st_value);
+    }
+    fprintf(stderr, "attack_noshim: %s not found in libcuda.so.1's symbol table\n", name);
+    exit(2);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || argc > 3) {
+        fprintf(stderr, "usage: %s BYTES [SECONDS]\n", argv[0]);
+        return 2;
+    }
+    unsigned long long bytes = strtoull(argv[1], NULL, 10);
+    double secs = argc == 3 ? atof(argv[2]) : -1;
+    void *h = dlopen("libcuda.so.1", RTLD_NOW);
+    if (h == NULL)
+        die(dlerror());
+    struct dyn_syms t = find_table(h);
+    CUresult (*init)(unsigned) = (CUresult(*)(unsigned))lookup(&t, "cuInit");
+    CUresult (*dev_get)(CUdevice *, int) = (CUresult(*)(CUdevice *, int))lookup(&t, "cuDeviceGet");
+    CUresult (*ctx_create)(CUcontext *, unsigned, CUdevice) =
+        (CUresult(*)(CUcontext *, unsigned, CUdevice))lookup(&t, "cuCtxCreate_v2");
+    CUresult (*mem_alloc)(CUdeviceptr *, size_t) = (CUresult(*)(CUdeviceptr *, size_t))lookup(&t, "cuMemAlloc_v2");
+    /* Which file the functions came from (the driver, not the shim). */
+    Dl_info info;
+    const char *file = dladdr((void *)mem_alloc, &info) && info.dli_fname ? info.dli_fname : "?";
+
+    CUdevice dev;
+    CUcontext ctx;
+    CUdeviceptr p;
+    CUresult r;
+    if ((r = init(0)) != 0 || (r = dev_get(&dev, 0)) != 0 || (r = ctx_create(&ctx, 0, dev)) != 0) {
+        fprintf(stderr, "attack_noshim: driver initialisation failed: CUresult %d\n", r);
+        return 2;
+    }
+    if (bytes > 0 && (r = mem_alloc(&p, (size_t)bytes)) != 0) {
+        fprintf(stderr, "attack_noshim: cuMemAlloc_v2(%llu) failed: CUresult %d\n", bytes, r);
+        return 2;
+    }
+    printf("ATTACK noshim holding %llu bytes on device 0 via %s; pid %ld\n", bytes, file, (long)getpid());
+    fflush(stdout);
+    if (secs < 0) {
+        for (;;)
+            pause();
+    }
+    struct timespec ts = {(time_t)secs, (long)((secs - (double)(time_t)secs) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0) {
+    }
+    return 0;
+}
