@@ -47,6 +47,12 @@ extern "C" fn on_load() {
         );
     }
     match parse_disable(env(c"CUSLICE_DISABLE")) {
+        // The mounted quota file is authoritative over the environment, the
+        // kill switch included: a tenant must not switch its limits off.
+        Some(true) if quota_file_mounted() => crate::warn!(
+            "CUSLICE_DISABLE is set but ignored: {} exists and is authoritative",
+            cuslice_core::config::DEFAULT_CONFIG_PATH
+        ),
         Some(d) => crate::ffi::set_disabled(d),
         None => crate::warn!(
             "CUSLICE_DISABLE={} is not 1/0 (or true/false, yes/no, on/off); cuslice stays active",
@@ -59,6 +65,26 @@ extern "C" fn on_load() {
     // SAFETY: registering plain extern "C" handlers with no preconditions.
     unsafe { libc::pthread_atfork(Some(before_fork), None, Some(after_fork_child)) };
     crate::debug!("loaded");
+}
+
+/// Whether the quota file a container's slice mounts exists (checked with
+/// `access`, from the library constructor: no allocation).
+fn quota_file_mounted() -> bool {
+    const _: () = {
+        // The path checked is core's default quota file.
+        let (a, b) = (
+            b"/etc/cuslice/quota.toml".as_slice(),
+            cuslice_core::config::DEFAULT_CONFIG_PATH.as_bytes(),
+        );
+        assert!(a.len() == b.len());
+        let mut i = 0;
+        while i < a.len() {
+            assert!(a[i] == b[i]);
+            i += 1;
+        }
+    };
+    // SAFETY: access with a NUL-terminated constant path.
+    unsafe { libc::access(c"/etc/cuslice/quota.toml".as_ptr(), libc::F_OK) == 0 }
 }
 
 extern "C" fn before_fork() {

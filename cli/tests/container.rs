@@ -156,7 +156,8 @@ fn an_annotated_container_gets_its_slice() {
         if (echo x > /etc/cuslice/quota.toml) 2>/dev/null; then echo QUOTA writable; else echo QUOTA read-only; fi; \
         if (echo x > /etc/probe) 2>/dev/null; then echo ROOT writable; else echo ROOT read-only; fi; \
         cat /etc/cuslice/quota.toml; \
-        memtest alloc 419430400; memtest alloc 209715200; ls /run/cuslice";
+        memtest alloc 419430400; memtest alloc 209715200; \
+        CUSLICE_DISABLE=1 memtest alloc 419430400; ls /run/cuslice";
     let b = bundle(
         "ok",
         serde_json::json!({"cuslice.io/memory": "1GiB"}),
@@ -184,9 +185,15 @@ fn an_annotated_container_gets_its_slice() {
     assert!(stdout.contains("memory = 1073741824"), "{stdout}");
     // 1 GiB quota less the 640 MiB context charge leaves 384 MiB: 400 MiB is
     // refused, 200 MiB granted.
+    // The kill switch is the tenant's environment: with the quota file
+    // mounted it is ignored, and says so.
     assert!(
-        stdout.contains("R alloc=2\nR alloc=0"),
-        "the quota holds inside:\n{stdout}\n{stderr}"
+        stdout.contains("R alloc=2\nR alloc=0\nR alloc=2"),
+        "the quota holds inside, CUSLICE_DISABLE=1 included:\n{stdout}\n{stderr}"
+    );
+    assert!(
+        stderr.contains("CUSLICE_DISABLE is set but ignored: /etc/cuslice/quota.toml exists"),
+        "{stdout}\n{stderr}"
     );
     assert!(
         stdout.contains("gpu") && stdout.contains("segment"),
