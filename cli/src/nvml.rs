@@ -457,6 +457,15 @@ impl Nvml {
         ))
     }
 
+    /// The device memory in use on the GPU, all processes together (one
+    /// cheap call: the watch lists the processes again only when this
+    /// moves).
+    pub fn memory_used(&self, d: &DeviceHandle) -> Option<u64> {
+        let mut m = Memory::default();
+        // SAFETY: a handle NVML gave us and a valid nvmlMemory_t.
+        (unsafe { (self.memory)(d.raw, &mut m) } == NVML_SUCCESS).then_some(m.used)
+    }
+
     /// The GPU's utilization (percent of the last sample period a kernel
     /// ran); None where NVML does not tell.
     pub fn device_utilization(&self, d: &DeviceHandle) -> Option<u32> {
