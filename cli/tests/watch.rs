@@ -928,3 +928,225 @@ fn a_container_raising_its_own_quota_is_restored_and_killed_and_the_container_be
     assert!(s["action"] == "restored", "memory segment: {s}");
     a_sibling_and_the_neighbour_are_untouched(&h, &watch, &a, &b);
 }
+
+/// The GPU time (percent of the wall time) a `spin` session got between
+/// `from` and `to`, from its `P <ms> <GPU ms>` progress lines (each taken
+/// when it came).
+fn spin_fraction(p: &Proc, from: Instant, to: Instant) -> Option<f64> {
+    let lines = p.lines.lock().expect("lock");
+    let samples: Vec<(Instant, f64, f64)> = lines
+        .iter()
+        .filter_map(|(t, l)| {
+            let mut w = l.strip_prefix("P ")?.split(' ');
+            Some((*t, w.next()?.parse().ok()?, w.next()?.parse().ok()?))
+        })
+        .collect();
+    let at = |x: Instant| samples.iter().rev().find(|s| s.0 <= x).copied();
+    let (a, b) = (at(from)?, at(to)?);
+    (b.1 > a.1).then(|| 100.0 * (b.2 - a.2) / (b.1 - a.1))
+}
+
+/// Two well-behaved tenants (shares 30 and 70) saturate the fake GPU with
+/// 1 ms kernels; after 1 s attack-gpuseg (its own tenant, share 10) forges
+/// the GPU segment, once or every `period_ms`. Returns the two tenants'
+/// parts of the GPU time they got together, over 3.5 s from two intervals
+/// after the attack line, and that line's time.
+fn split_under_gpuseg(
+    h: &Host,
+    watch: Option<&Proc>,
+    period_ms: Option<u64>,
+) -> (f64, f64, Instant, Vec<Proc>) {
+    let a = session(h, &["--compute", "30"], "exec $S 7 1000000 4");
+    let b = session(h, &["--compute", "70"], "exec $S 7 1000000 4");
+    a.line("P ");
+    b.line("P ");
+    std::thread::sleep(Duration::from_millis(1000));
+    let g = common::attack_bin("attack-gpuseg");
+    let mut c = h.cuslice();
+    c.args(["run", "--compute", "10", "--"]).arg(g).arg("6");
+    if let Some(p) = period_ms {
+        c.arg(p.to_string());
+    }
+    let atk = Proc::spawn(c, "attack-gpuseg");
+    let (line, t) = atk.line("ATTACK gpuseg ");
+    assert!(
+        line.contains("share 30 -> 1") && line.contains("share 70 -> 1"),
+        "{line}"
+    );
+    if let Some(w) = watch {
+        h.finding("gpu_segment", "share", TWO_INTERVALS, w);
+        assert!(t.elapsed() <= TWO_INTERVALS);
+    }
+    let from = t + 2 * Duration::from_millis(INTERVAL_MS);
+    let to = from + Duration::from_millis(3500);
+    let done = |p: &Proc| {
+        common::poll_until(Duration::from_secs(10), || {
+            p.text().lines().any(|l| l.starts_with("R ")).then_some(())
+        })
+    };
+    if done(&a).is_none() || done(&b).is_none() {
+        eprintln!(
+            "A:\n{}\nB:\n{}\nwatch:\n{}",
+            a.text(),
+            b.text(),
+            watch.map(|w| w.text()).unwrap_or_default()
+        );
+    }
+    let fa = spin_fraction(&a, from, to).unwrap_or(0.0);
+    let fb = spin_fraction(&b, from, to).unwrap_or(0.0);
+    let total = fa + fb;
+    eprintln!(
+        "gpuseg split: period {period_ms:?}, watch {}: A (30) {:.1} % of {total:.1}, B (70) {:.1} %",
+        watch.is_some(),
+        100.0 * fa / total,
+        100.0 * fb / total
+    );
+    (100.0 * fa / total, 100.0 * fb / total, t, vec![a, b, atk])
+}
+
+#[test]
+fn a_forged_gpu_segment_is_restored_and_the_shares_hold_again_and_a_fast_forger_gets_nobody_killed()
+{
+    // Without the watch: the forged shares stay, the split is 50/50.
+    let h = Host::new("gpuseg-none");
+    let (a, b, _, _) = split_under_gpuseg(&h, None, None);
+    assert!(
+        a > 40.0 && b < 60.0,
+        "the attack did not skew the split: {a:.1} / {b:.1}"
+    );
+    drop(h);
+    // With it: reported (in split_under_gpuseg) and restored within two
+    // intervals; from then on the split is the shares' (compute.rs's
+    // tolerance).
+    let h = Host::new("gpuseg-once");
+    let w = h.watch("policy = \"kill\"");
+    let (a, b, _, _) = split_under_gpuseg(&h, Some(&w), None);
+    assert!(
+        (a - 30.0).abs() <= 3.0 && (b - 70.0).abs() <= 3.0,
+        "after the repair: {a:.1} / {b:.1}, want 30 / 70 ± 3\n{}",
+        w.text()
+    );
+    drop((w, h));
+    // A forger that rewrites every 20 ms (faster than the 250 ms passes)
+    // keeps the split skewed while it writes (measured: about 50 / 50; the
+    // repair does not keep the shares then), and the compute check, which
+    // sees the well-behaved tenants over and under their shares, must not
+    // kill either of them: both run to their end.
+    let h = Host::new("gpuseg-fast");
+    let w = h.watch("policy = \"kill\"");
+    let (a, b, _, procs) = split_under_gpuseg(&h, Some(&w), Some(20));
+    eprintln!("a forger rewriting every 20 ms, the watch repairing every 250 ms: {a:.1} / {b:.1}");
+    for p in &procs[..2] {
+        assert!(
+            p.text().lines().any(|l| l.starts_with("R ")),
+            "a well-behaved tenant did not finish:\n{}\nwatch:\n{}",
+            p.text(),
+            w.text()
+        );
+    }
+    assert!(!w.text().contains(": killed"), "{}", w.text());
+}
+
+/// A tenant (share 20, ceiling 30) whose process registered through the
+/// shim and then keeps the GPU busy around its limiter (attack_noshim with
+/// kernels), beside a well-behaved one (share 70, `spin`); the watch under
+/// `policy`. Returns the watch, the sessions, the offender's PID, the
+/// attack line's time and the neighbour's spin PID.
+fn over_its_ceiling(h: &Host, policy: &str) -> (Proc, Proc, Proc, u32, Instant, u32) {
+    let w = h.watch(&format!("policy = \"{policy}\"\nfreeze_seconds = 1"));
+    let n = session(h, &["--compute", "70"], "$S 30 1000000 4 & echo W $!; wait");
+    let spin = n.pid("W");
+    n.line("P ");
+    let o = session(
+        h,
+        &["--compute", "20", "--compute-max", "30"],
+        "exec $N 1048576 -1 1000 register",
+    );
+    let (line, t) = o.line("ATTACK noshim holding 1048576 bytes");
+    assert!(
+        line.contains(", keeping it busy, registered; pid "),
+        "{line}"
+    );
+    let pid: u32 = line
+        .rsplit(' ')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("pid");
+    (w, n, o, pid, t, spin)
+}
+
+/// The process state letter of `pid` (`/proc/<pid>/stat`).
+fn proc_state(pid: u32) -> Option<char> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    s.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+/// The compute finding's window: `compute_sustain` (2) passes in a row,
+/// after a first pass that sees the process start, and the slack.
+const SUSTAINED: Duration = Duration::from_millis(3 * INTERVAL_MS + 250);
+
+#[test]
+fn a_tenant_over_its_ceiling_around_the_limiter_is_frozen_then_let_go_and_its_neighbour_runs_on() {
+    let h = Host::new("freeze");
+    let (w, n, _o, pid, t, spin) = over_its_ceiling(&h, "freeze");
+    let f = h.finding("compute", "> ceiling 30%", SUSTAINED, &w);
+    assert!(t.elapsed() <= SUSTAINED, "{f}");
+    assert!(
+        f["action"]
+            .as_str()
+            .is_some_and(|a| a == format!("froze pid {pid} for 1s")),
+        "{f}"
+    );
+    common::wait_for(
+        || format!("{pid} not stopped: {:?}", proc_state(pid)),
+        Duration::from_secs(1),
+        || (proc_state(pid) == Some('T')).then_some(()),
+    );
+    let frozen = Instant::now();
+    // Let go after the freeze period (the pass after it ends).
+    common::wait_for(
+        || format!("{pid} never let go:\n{}", w.text()),
+        Duration::from_secs(1) + TWO_INTERVALS,
+        || {
+            w.text()
+                .lines()
+                .any(|l| l.ends_with(&format!(": let pid {pid} go on")))
+                .then_some(())
+        },
+    );
+    assert!(frozen.elapsed() >= Duration::from_millis(900));
+    common::wait_for(
+        || format!("{pid} still stopped: {:?}", proc_state(pid)),
+        Duration::from_secs(1),
+        || (proc_state(pid) != Some('T')).then_some(()),
+    );
+    // The neighbour: never stopped, never reported.
+    assert!(alive(spin) && proc_state(spin) != Some('T'));
+    assert!(
+        !w.text().contains(&format!("cuslice run {} ", n.child.id())),
+        "{}",
+        w.text()
+    );
+}
+
+#[test]
+fn a_tenant_over_its_ceiling_around_the_limiter_is_killed_and_its_neighbour_runs_on() {
+    let h = Host::new("ckill");
+    let (w, n, _o, pid, t, spin) = over_its_ceiling(&h, "kill");
+    let f = h.finding("compute", "> ceiling 30%", SUSTAINED, &w);
+    assert!(t.elapsed() <= SUSTAINED, "{f}");
+    assert_eq!(f["action"], format!("killed pid {pid}"), "{f}");
+    common::wait_for(
+        || format!("{pid} still alive"),
+        TWO_INTERVALS,
+        || (!alive(pid)).then_some(()),
+    );
+    // It was registered: never reported as unregistered.
+    assert!(!w.text().contains("never registered"), "{}", w.text());
+    assert!(alive(spin));
+    assert!(
+        !w.text().contains(&format!("cuslice run {} ", n.child.id())),
+        "{}",
+        w.text()
+    );
+}
