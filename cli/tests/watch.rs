@@ -1,9 +1,14 @@
 //! `cuslice watch` against the fake driver and the fake NVML, with real
-//! processes under `cuslice run` and in real runc containers: each attack
-//! is reported within two intervals; with `kill`, the slice is back under
-//! its quota within two intervals and the well-behaved tenant beside it
-//! keeps its allocation; a tampered memory or GPU segment is restored; a
-//! second watch refuses to start; bad watch.toml lines are one line.
+//! processes under `cuslice run` and in real runc containers, and the real
+//! attacks of `attacks/` (`attack_noshim`, `attack-quota`,
+//! `attack-gpuseg`; the Rust ones built by `common::attack_bin`): each
+//! attack is reported within two intervals; with `kill`, the slice is back
+//! under its quota within two intervals and the well-behaved tenant beside
+//! it keeps its allocation; a tampered memory or GPU segment is restored,
+//! after which shares hold again (and a fast forger gets nobody killed); a
+//! tenant over its ceiling around the limiter is frozen then let go, or
+//! killed; a second watch refuses to start; bad watch.toml lines are one
+//! line.
 //!
 //! Timings: the interval is 250 ms; "within two intervals" is checked from
 //! the moment the attack is in place (the test sees it) to the moment the
