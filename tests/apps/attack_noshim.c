@@ -1,5 +1,6 @@
 /*
- * attack_noshim BYTES [SECONDS]: reaches the CUDA driver around the shim.
+ * attack_noshim BYTES [SECONDS [KERNEL_US [register]]]: reaches the CUDA
+ * driver around the shim.
  *
  * dlopen("libcuda.so.1") (the shim is another soname, so this is the
  * driver even with the shim preloaded), then finds cuInit, cuDeviceGet,
@@ -7,9 +8,19 @@
  * symbol table (dlinfo(RTLD_DI_LINKMAP): DT_SYMTAB, DT_STRTAB, and
  * DT_GNU_HASH or DT_HASH for the symbol count), never through dlsym or
  * cuGetProcAddress, which the shim hooks. Creates a context on device 0,
- * allocates BYTES, launches nothing, prints
+ * allocates BYTES, prints
  *   ATTACK noshim holding <bytes> bytes on device 0 via <library file>; pid <pid>
- * and holds them until killed (or SECONDS). Exits 2 on failure.
+ * and holds them until killed (or SECONDS; a negative SECONDS: until
+ * killed). With KERNEL_US > 0 it also keeps the GPU busy meanwhile, around
+ * the shim's GPU-time limiter: "sleep_kernel"s of KERNEL_US from the module
+ * "fake-image" (the fake driver's; on a real GPU there is no such module and
+ * it exits 2), 8 launched back to back then a cuCtxSynchronize, again and
+ * again. With "register", it first calls cuInit as the program's own
+ * dlsym(RTLD_DEFAULT) finds it (the shim's hook when the shim is
+ * preloaded), so that the shim registers the process in its container's
+ * segments as any tenant process: a registered process whose memory and
+ * kernels still bypass the shim's limits (the watch's compute and memory
+ * checks, not its "unregistered" one, must catch it). Exits 2 on failure.
  *
  * Not linked against the driver. Builds with any C11 compiler and glibc:
  *   cc -O1 -o attack_noshim tests/apps/attack_noshim.c -ldl
@@ -31,6 +42,8 @@ typedef int CUresult;
 typedef int CUdevice;
 typedef struct CUctx_st *CUcontext;
 typedef unsigned long long CUdeviceptr;
+typedef struct CUmod_st *CUmodule;
+typedef struct CUfunc_st *CUfunction;
 
 static void die(const char *what)
 {
@@ -105,12 +118,23 @@ static void *lookup(const struct dyn_syms *t, const char *name)
 
 int main(int argc, char **argv)
 {
-    if (argc < 2 || argc > 3) {
-        fprintf(stderr, "usage: %s BYTES [SECONDS]\n", argv[0]);
+    if (argc < 2 || argc > 5 || (argc == 5 && strcmp(argv[4], "register") != 0)) {
+        fprintf(stderr, "usage: %s BYTES [SECONDS [KERNEL_US [register]]]\n", argv[0]);
         return 2;
     }
     unsigned long long bytes = strtoull(argv[1], NULL, 10);
-    double secs = argc == 3 ? atof(argv[2]) : -1;
+    double secs = argc >= 3 ? atof(argv[2]) : -1;
+    unsigned long long kernel_ns = argc >= 4 ? strtoull(argv[3], NULL, 10) * 1000ULL : 0;
+    if (argc == 5) {
+        /* The ordinary way: with the shim preloaded, its cuInit, which
+         * registers this process with its slice. */
+        CUresult (*shim_init)(unsigned) = (CUresult(*)(unsigned))dlsym(RTLD_DEFAULT, "cuInit");
+        CUresult r = shim_init != NULL ? shim_init(0) : -1;
+        if (r != 0) {
+            fprintf(stderr, "attack_noshim: cuInit through dlsym(RTLD_DEFAULT) failed: %d\n", r);
+            return 2;
+        }
+    }
     void *h = dlopen("libcuda.so.1", RTLD_NOW);
     if (h == NULL)
         die(dlerror());
@@ -136,8 +160,45 @@ int main(int argc, char **argv)
         fprintf(stderr, "attack_noshim: cuMemAlloc_v2(%llu) failed: CUresult %d\n", bytes, r);
         return 2;
     }
-    printf("ATTACK noshim holding %llu bytes on device 0 via %s; pid %ld\n", bytes, file, (long)getpid());
+    CUfunction fn = NULL;
+    CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                       void *, void **, void **) = NULL;
+    CUresult (*sync)(void) = NULL;
+    if (kernel_ns > 0) {
+        CUresult (*load)(CUmodule *, const void *) = (CUresult(*)(CUmodule *, const void *))lookup(&t, "cuModuleLoadData");
+        CUresult (*get_fn)(CUfunction *, CUmodule, const char *) =
+            (CUresult(*)(CUfunction *, CUmodule, const char *))lookup(&t, "cuModuleGetFunction");
+        launch = (CUresult(*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *,
+                              void **, void **))lookup(&t, "cuLaunchKernel");
+        sync = (CUresult(*)(void))lookup(&t, "cuCtxSynchronize");
+        CUmodule mod;
+        if ((r = load(&mod, "fake-image")) != 0 || (r = get_fn(&fn, mod, "sleep_kernel")) != 0) {
+            fprintf(stderr, "attack_noshim: no sleep_kernel (the fake driver's): CUresult %d\n", r);
+            return 2;
+        }
+    }
+    printf("ATTACK noshim holding %llu bytes on device 0 via %s%s%s; pid %ld\n", bytes, file,
+           kernel_ns > 0 ? ", keeping it busy" : "", argc == 5 ? ", registered" : "", (long)getpid());
     fflush(stdout);
+    if (kernel_ns > 0) {
+        struct timespec t0, now;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        void *params[] = {&kernel_ns};
+        for (;;) {
+            for (int i = 0; i < 8; i++)
+                if ((r = launch(fn, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL)) != 0) {
+                    fprintf(stderr, "attack_noshim: cuLaunchKernel: CUresult %d\n", r);
+                    return 2;
+                }
+            if ((r = sync()) != 0) {
+                fprintf(stderr, "attack_noshim: cuCtxSynchronize: CUresult %d\n", r);
+                return 2;
+            }
+            clock_gettime(CLOCK_MONOTONIC, &now);
+            if (secs >= 0 && (double)(now.tv_sec - t0.tv_sec) + (now.tv_nsec - t0.tv_nsec) / 1e9 >= secs)
+                return 0;
+        }
+    }
     if (secs < 0) {
         for (;;)
             pause();

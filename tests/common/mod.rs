@@ -202,6 +202,31 @@ pub fn env() -> &'static Env {
     })
 }
 
+/// A binary of the `cuslice-attacks` package (`attack-quota`,
+/// `attack-gpuseg`), for tests outside that package, where Cargo sets no
+/// `CARGO_BIN_EXE_*` for it: built here with `cargo build -p
+/// cuslice-attacks --bins` in this test's profile (once per test process;
+/// a no-op when up to date), so the binary is never a stale one left under
+/// target/ by an earlier build, and found next to this test binary's
+/// profile directory (target/<profile>/<name>).
+pub fn attack_bin(name: &str) -> PathBuf {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    let profile = profile_dir();
+    BUILT.get_or_init(|| {
+        let mut cargo = Command::new(env!("CARGO"));
+        cargo
+            .args(["build", "-p", "cuslice-attacks", "--bins"])
+            .current_dir(repo());
+        if profile.file_name().is_some_and(|n| n == "release") {
+            cargo.arg("--release");
+        }
+        sh(&mut cargo);
+    });
+    let p = profile.join(name);
+    assert!(p.exists(), "{} was not built", p.display());
+    p
+}
+
 unsafe extern "C" {
     #[link_name = "flock"]
     fn libc_flock(fd: i32, op: i32) -> i32;

@@ -26,7 +26,8 @@ pub fn copy_with_libs(bin: &Path, rootfs: &Path, dest: &str) {
     }
 }
 
-/// Fills `rootfs`: /bin/sh, cat, ls, /usr/bin/memtest, the fake
+/// Fills `rootfs`: /bin/sh, cat, ls, /usr/bin/memtest and
+/// /usr/bin/attack_noshim, the fake
 /// libcuda.so.1 / libnvidia-ml.so.1 in /usr/lib/fake, the shim's library
 /// dependencies, and empty /proc, /dev, /sys, /tmp, /etc.
 pub fn populate(rootfs: &Path) {
@@ -38,6 +39,11 @@ pub fn populate(rootfs: &Path) {
     copy_with_libs(Path::new("/bin/cat"), rootfs, "/bin/cat");
     copy_with_libs(Path::new("/bin/ls"), rootfs, "/bin/ls");
     copy_with_libs(&e.apps.join("memtest"), rootfs, "/usr/bin/memtest");
+    copy_with_libs(
+        &e.apps.join("attack_noshim"),
+        rootfs,
+        "/usr/bin/attack_noshim",
+    );
     copy_with_libs(&e.shim, rootfs, "/tmp/shim-deps-only.so");
     for lib in ["libcuda.so.1", "libnvidia-ml.so.1"] {
         copy_with_libs(&e.fake.join(lib), rootfs, &format!("/usr/lib/fake/{lib}"));

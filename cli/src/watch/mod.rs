@@ -60,6 +60,13 @@ pub struct WatchArgs {
 
 static STOP: AtomicBool = AtomicBool::new(false);
 
+/// How long after a GPU's segment was last found tampered with the compute
+/// check only reports on that GPU (see `check_compute`): the forged values'
+/// effect and the catch-up after their repair (measured on the fake GPU:
+/// a tenant forged above its share for a while is then held back while the
+/// others catch up, for a few seconds).
+const TAMPER_QUIET: Duration = Duration::from_secs(10);
+
 extern "C" fn on_stop(_: libc::c_int) {
     STOP.store(true, Ordering::Relaxed);
 }
@@ -204,6 +211,8 @@ pub struct Watch {
     /// (slice, GPU index) -> passes in a row over its share / ceiling.
     sustain: HashMap<(SliceId, u32), u32>,
     frozen: HashMap<(SliceId, u32), Frozen>,
+    /// Per GPU index: when its GPU segment was last found tampered with.
+    tampered: HashMap<u32, Instant>,
     /// (pid, start) -> its PID as it sees itself.
     inner: HashMap<(u32, u64), u32>,
     started: f64,
@@ -227,7 +236,7 @@ impl Watch {
         match self.active.get_mut(&key) {
             Some(a) => {
                 a.seen = pass;
-                if let Some(act) = action {
+                if let Some(act) = action.filter(|act| *act != a.view.action) {
                     log(&format!("{}: {act}", a.view.what));
                     a.view.action = act;
                 }
@@ -647,7 +656,20 @@ impl Watch {
                 d.index, self.cfg.compute_sustain
             );
             let pids: Vec<(u32, u64)> = g.procs.iter().map(|p| (p.pid, p.start)).collect();
+            // Whoever can write the GPU segment (every tenant) can make a
+            // well-behaved tenant take more than its share: by forging the
+            // shares, and by the catch-up after they are restored. Shortly
+            // after a tampered segment, the finding is reported only.
+            let forged = self
+                .tampered
+                .get(&d.index)
+                .is_some_and(|t| t.elapsed() < TAMPER_QUIET);
             let action = match self.cfg.policy {
+                _ if forged => Some(format!(
+                    "not acted on: GPU {}'s segment was tampered with within {}s (the split may be forged)",
+                    d.index,
+                    TAMPER_QUIET.as_secs()
+                )),
                 Policy::Report => None,
                 Policy::Kill => {
                     let k = self.kill_all(&pids, libc::SIGKILL);
@@ -672,7 +694,10 @@ impl Watch {
                     ))
                 }
             };
-            self.sustain.remove(&key);
+            if !forged && self.cfg.policy != Policy::Report {
+                // Acted on: it must last `compute_sustain` passes again.
+                self.sustain.remove(&key);
+            }
             let v = Self::view(
                 Kind::Compute,
                 &tenant,
@@ -854,6 +879,9 @@ impl Watch {
                 }
                 let label = format!("GPU segment {}", path.display());
                 let action = a.repaired.then(|| "restored".to_string());
+                if !a.findings.is_empty() {
+                    self.tampered.insert(d.index, Instant::now());
+                }
                 for (tenant, what) in a.findings {
                     let v = Self::view(
                         Kind::GpuSegment,
@@ -1023,6 +1051,7 @@ pub fn run(a: WatchArgs) -> Result<(), String> {
         throttled: HashMap::new(),
         sustain: HashMap::new(),
         frozen: HashMap::new(),
+        tampered: HashMap::new(),
         inner: HashMap::new(),
         started: state::now_unix(),
         last_pass: 0.0,
