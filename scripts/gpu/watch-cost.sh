@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The host watchdog's own cost (issue #12: under 1 % of one CPU core at a
 # 1 s interval with 64 GPU processes): N GPU processes that hold 64 MiB
-# each (src/hold.c), in 8 `cuslice run` sessions, watched by
+# each (src/hold.c), in 8 `cuslice run` sessions of 8 GiB (each process
+# is charged its context, 640 MiB by default), watched by
 # `cuslice watch --interval 1 --policy report` for SECONDS; prints the
 # watchdog's CPU time (user + system, from /proc/PID/stat) as a percent
 # of one core, with its start-up excluded.
@@ -23,7 +24,7 @@ cleanup() {
 }
 trap cleanup EXIT
 for s in $(seq 8); do
-    setsid "$CLI" run --memory 2GiB --compute 10 -- bash -c \
+    setsid "$CLI" run --memory 8GiB --compute 10 -- bash -c \
         "for i in \$(seq $per); do '$OUT/hold' 64 $((SECS + 300)) & done; wait" \
         >"$OUT/session-$s.txt" 2>&1 &
     pgids+=($!)
