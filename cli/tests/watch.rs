@@ -1155,3 +1155,80 @@ fn a_tenant_over_its_ceiling_around_the_limiter_is_killed_and_its_neighbour_runs
         w.text()
     );
 }
+
+/// How many times the watch (`pid`) listed a GPU's processes, by the fake
+/// driver's call log.
+fn listings(log: &Path, pid: u32) -> usize {
+    let prefix = format!("{pid} nvmlDeviceGetComputeRunningProcesses");
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.starts_with(&prefix))
+        .count()
+}
+
+#[test]
+fn a_steady_gpu_is_not_listed_every_pass_and_a_process_in_place_of_one_of_its_footprint_is_found_at_once()
+ {
+    // NVML's process listing is dear (about 20 ms of CPU with 64
+    // processes on an H100): the watch reuses it while the GPU's memory in
+    // use stays the same. A process that starts as another of exactly its
+    // footprint ends leaves that figure unchanged; the watch must still
+    // see it within two intervals (here 1 s, so that both happen between
+    // two passes), not at the next full listing ten passes later.
+    let h = Host::new("listing");
+    let log = h.dir.join("fake.log");
+    let go = h.dir.join("go");
+    let cfg = h.dir.join("watch-1s.toml");
+    std::fs::write(
+        &cfg,
+        format!("interval = \"1s\"\nroot = \"{}\"\n", h.root().display()),
+    )
+    .expect("write watch.toml");
+    let s = session(
+        &h,
+        &["--memory", "1GiB"],
+        &format!(
+            "$M hold 104857600 & A=$!; echo A $A; \
+             while [ ! -e {go} ]; do sleep 0.01; done; \
+             kill $A; wait $A; $N 104857600 & echo U $!; wait",
+            go = go.display()
+        ),
+    );
+    s.pid("A");
+    s.line("R held");
+    let mut c = h.cuslice();
+    c.env("FAKE_CUDA_LOG", &log)
+        .args(["watch", "--config"])
+        .arg(&cfg);
+    let watch = Proc::spawn(c, "watch");
+    let wpid = watch.child.id();
+    let passes = || h.state().and_then(|s| s["passes"].as_u64()).unwrap_or(0);
+    // The first listing, then reuse until the full listing ten passes on.
+    common::wait_for(
+        || format!("the watch never listed twice:\n{}", watch.text()),
+        Duration::from_secs(30),
+        || (listings(&log, wpid) >= 2).then_some(()),
+    );
+    let p = passes();
+    assert!(
+        p >= 10 && listings(&log, wpid) == 2,
+        "{} listings in {p} passes of a steady GPU",
+        listings(&log, wpid)
+    );
+    std::fs::write(&go, "").expect("go");
+    let (_, started) = s.line("ATTACK noshim holding 104857600 bytes");
+    let u = s.pid("U");
+    h.finding(
+        "unregistered",
+        &format!("pid {u}: uses GPU 0"),
+        Duration::from_millis(2250),
+        &watch,
+    );
+    assert!(
+        started.elapsed() <= Duration::from_millis(2250),
+        "found {:?} after the process started:\n{}",
+        started.elapsed(),
+        watch.text()
+    );
+}

@@ -177,6 +177,13 @@ fn cpu_seconds() -> f64 {
 /// the same to the byte).
 const FULL_LIST_EVERY: u64 = 10;
 
+/// Whether process `pid` exists (kill with signal 0: no /proc read).
+fn alive(pid: u32) -> bool {
+    // SAFETY: signal 0 only checks that the process exists.
+    let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
 /// A GPU's process listing and the memory in use when it was taken.
 struct Listed {
     used: u64,
@@ -313,17 +320,37 @@ impl Watch {
         let devices = self.devices.clone();
         for d in devices {
             let cap = self.caps.get(&d.index).copied().unwrap_or(64);
+            let last = self.last_sample.get(&d.index).copied().unwrap_or(0);
+            let samples = match self.nvml.process_utilization(&d, last, cap) {
+                Ok(s) => s,
+                Err(e) => {
+                    self.errors.push(e);
+                    vec![]
+                }
+            };
             // Listing the processes is NVML's dearest call (about 20 ms of
-            // CPU with 64 processes on an H100, measured): it is made again
-            // only when the GPU's memory in use moved (a process started,
-            // ended, allocated or freed), and at least every
-            // `FULL_LIST_EVERY` passes.
+            // CPU with 64 processes on an H100, measured): the last listing
+            // is reused while it is provably current, and taken again when
+            // the GPU's memory in use moved (a process started, ended,
+            // allocated or freed), a listed process ended, a process the
+            // listing lacks ran kernels, or `FULL_LIST_EVERY` passes went
+            // by. What a reuse can miss: a process that starts in the same
+            // interval as another of exactly its footprint ends, and then
+            // neither allocates nor launches (it holds only what the other
+            // gave back) until the next full listing.
             let used = self.nvml.memory_used(&d);
-            let fresh = match (self.listed.get(&d.index), used) {
-                (Some(l), Some(u)) => l.used == u && pass - l.pass < FULL_LIST_EVERY,
+            let current = match (self.listed.get(&d.index), used) {
+                (Some(l), Some(u)) => {
+                    l.used == u
+                        && pass - l.pass < FULL_LIST_EVERY
+                        && l.procs.iter().all(|p| alive(p.pid))
+                        && samples
+                            .iter()
+                            .all(|s| l.procs.iter().any(|p| p.pid == s.pid))
+                }
                 _ => false,
             };
-            let procs = if fresh {
+            let procs = if current {
                 self.listed[&d.index].procs.clone()
             } else {
                 match self.nvml.processes(&d, cap) {
@@ -345,14 +372,6 @@ impl Watch {
                         self.errors.push(e);
                         continue;
                     }
-                }
-            };
-            let last = self.last_sample.get(&d.index).copied().unwrap_or(0);
-            let samples = match self.nvml.process_utilization(&d, last, cap) {
-                Ok(s) => s,
-                Err(e) => {
-                    self.errors.push(e);
-                    vec![]
                 }
             };
             self.caps
