@@ -1387,6 +1387,10 @@ static void test_nvml_processes(nvmlDevice_t nd)
         printf("nvml: PID 1 of a new PID namespace is listed as PID %u\n", found);
         kill((pid_t)found, SIGKILL);
         stop_holder(h, fd);
+        /* `found` is unshare's child, not ours: it dies (and its lock on the
+         * state goes) on its own time; wait for it, up to 5 s. */
+        for (int i = 0; i < 500 && proc_mem(nd, found) != -1; i++)
+            usleep(10000);
         EQ(proc_mem(nd, found), -1);
     }
     CK(cuMemFree_v2(extra), CUDA_SUCCESS);
