@@ -455,9 +455,25 @@ fn install_script_lays_out_a_host() {
         "etc/cdi/cuslice.json",
         "usr/share/containers/oci/hooks.d/cuslice-create.json",
         "usr/share/containers/oci/hooks.d/cuslice-poststop.json",
+        "etc/systemd/system/cuslice-watch.service",
     ] {
         assert!(dest.join(f).is_file(), "{f} not installed");
     }
+    // The watchdog's unit runs the installed command; staged into DESTDIR
+    // it is installed but not enabled, and says so.
+    let unit = std::fs::read_to_string(dest.join("etc/systemd/system/cuslice-watch.service"))
+        .expect("unit");
+    assert!(
+        unit.contains("\nExecStart=/usr/bin/cuslice watch\n"),
+        "{unit}"
+    );
+    assert!(unit.contains("\nWantedBy=multi-user.target"), "{unit}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout)
+            .contains("cuslice-watch.service installed, not enabled"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     let hook: serde_json::Value = serde_json::from_slice(
         &std::fs::read(dest.join("usr/share/containers/oci/hooks.d/cuslice-create.json"))
             .expect("read"),

@@ -809,9 +809,14 @@ impl Watch {
                 }
             }
             for (i, gpu, have, want, certain) in wrong {
+                // Sizes that differ but round alike are shown in bytes
+                // (a raise of 1 MiB on 8 GiB reads "8.0 GiB" otherwise).
+                let exact = size(have) == size(want);
                 let shown = |l: u64| {
                     if l == UNLIMITED {
                         "none".to_string()
+                    } else if exact {
+                        format!("{l} bytes")
                     } else {
                         size(l)
                     }
