@@ -334,10 +334,10 @@ impl Watch {
             // the GPU's memory in use moved (a process started, ended,
             // allocated or freed), a listed process ended, a process the
             // listing lacks ran kernels, or `FULL_LIST_EVERY` passes went
-            // by. What a reuse can miss: a process that starts in the same
-            // interval as another of exactly its footprint ends, and then
-            // neither allocates nor launches (it holds only what the other
-            // gave back) until the next full listing.
+            // by. What a reuse can miss until the next full listing: a
+            // process that starts in the same interval in which listed
+            // processes free (without ending) exactly what it takes, and
+            // then neither allocates nor launches.
             let used = self.nvml.memory_used(&d);
             let current = match (self.listed.get(&d.index), used) {
                 (Some(l), Some(u)) => {
