@@ -34,7 +34,9 @@ use std::sync::atomic::{
 };
 
 use cuslice_core::config::{Config, DEFAULT_COMPUTE_SLICE_MS, format_uuid};
-use cuslice_core::gpu::{Acquire, GpuSegment, LATENCY_LINGER_NS, Route};
+use cuslice_core::gpu::{
+    Acquire, GpuSegment, LATENCY_LINGER_NS, Route, futex_wait, futex_wake_all,
+};
 
 use crate::generated::real;
 use crate::sys::*;
@@ -269,41 +271,6 @@ fn capturing(stream: CUstream) -> bool {
     // SAFETY: real driver call with a valid out pointer.
     let r = unsafe { real::cuStreamIsCapturing(stream, &mut st) };
     r == CUresult::CUDA_SUCCESS && st != CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE
-}
-
-fn futex_wait(word: &AtomicU32, expected: u32, timeout_ns: u64) {
-    let ts = libc::timespec {
-        tv_sec: (timeout_ns / 1_000_000_000) as _,
-        tv_nsec: (timeout_ns % 1_000_000_000) as _,
-    };
-    // SAFETY: FUTEX_WAIT (shared: the word is in a MAP_SHARED file mapping
-    // other processes wake) on a live 4-byte aligned atomic.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAIT,
-            expected,
-            &ts as *const libc::timespec,
-            0usize,
-            0u32,
-        );
-    }
-}
-
-fn futex_wake_all(word: &AtomicU32) {
-    // SAFETY: FUTEX_WAKE on a live atomic.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAKE,
-            i32::MAX,
-            0usize,
-            0usize,
-            0u32,
-        );
-    }
 }
 
 impl Gpu {

@@ -252,44 +252,22 @@ impl Nvml {
 
     /// Every GPU NVML sees, by index. The error is one line.
     pub fn gpus(&self) -> Result<Vec<GpuInfo>, String> {
-        let mut n: c_uint = 0;
-        // SAFETY: a valid out pointer.
-        let r = unsafe { (self.count)(&mut n) };
-        if r != NVML_SUCCESS {
-            return Err(format!("nvmlDeviceGetCount: {}", self.error(r)));
-        }
-        let mut out = Vec::with_capacity(n as usize);
-        for i in 0..n {
-            let mut d: Device = std::ptr::null_mut();
-            // SAFETY: an index below the count, a valid out pointer.
-            let r = unsafe { (self.by_index)(i, &mut d) };
-            if r != NVML_SUCCESS {
-                return Err(format!(
-                    "nvmlDeviceGetHandleByIndex({i}): {}",
-                    self.error(r)
-                ));
-            }
-            let uuid = self
-                .string(self.uuid, d)
-                .map_err(|r| format!("nvmlDeviceGetUUID({i}): {}", self.error(r)))?;
+        let mut out = vec![];
+        for d in self.devices()? {
+            let i = d.index;
             let name = self
-                .string(self.name, d)
+                .string(self.name, d.raw)
                 .map_err(|r| format!("nvmlDeviceGetName({i}): {}", self.error(r)))?;
             let mut m = Memory::default();
-            // SAFETY: the handle from above and a valid nvmlMemory_t.
-            let r = unsafe { (self.memory)(d, &mut m) };
+            // SAFETY: a handle NVML gave us and a valid nvmlMemory_t.
+            let r = unsafe { (self.memory)(d.raw, &mut m) };
             if r != NVML_SUCCESS {
                 return Err(format!("nvmlDeviceGetMemoryInfo({i}): {}", self.error(r)));
             }
-            let utilization = self.utilization.and_then(|f| {
-                let mut u = Utilization::default();
-                // SAFETY: the handle from above and a valid
-                // nvmlUtilization_t.
-                (unsafe { f(d, &mut u) } == NVML_SUCCESS).then_some(u.gpu)
-            });
+            let utilization = self.device_utilization(&d);
             out.push(GpuInfo {
                 index: i,
-                uuid,
+                uuid: d.uuid,
                 name,
                 memory_used: m.used,
                 memory_total: m.total,

@@ -136,8 +136,8 @@ pub fn repair(seg: &GpuSegment, expected: &[Expected], now: u64) -> Vec<Finding>
         let s = seg.sched();
         s.generation.fetch_add(1, Ordering::AcqRel);
         s.lat_gen.fetch_add(1, Ordering::AcqRel);
-        wake_all(&s.generation);
-        wake_all(&s.lat_gen);
+        super::futex_wake_all(&s.generation);
+        super::futex_wake_all(&s.lat_gen);
     }
     found
 }
@@ -509,22 +509,6 @@ fn check_sched(seg: &GpuSegment, now: u64, out: &mut Vec<Finding>, fix: bool) {
         if fix {
             s.lat_until.store(0, Ordering::Relaxed);
         }
-    }
-}
-
-/// Wakes every process sleeping on a futex word of the shared mapping.
-fn wake_all(word: &AtomicU32) {
-    // SAFETY: FUTEX_WAKE (shared: the word lives in a MAP_SHARED file
-    // mapping) on a valid, aligned u32; wakes at most i32::MAX waiters and
-    // touches no memory.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAKE,
-            i32::MAX,
-            std::ptr::null::<libc::timespec>(),
-        );
     }
 }
 

@@ -13,6 +13,8 @@ pub mod audit;
 pub mod layout;
 pub mod policy;
 
+use std::sync::atomic::AtomicU32;
+
 pub use layout::*;
 pub use policy::*;
 
@@ -26,4 +28,45 @@ pub fn monotonic_ns() -> u64 {
     // SAFETY: clock_gettime (vDSO) into a valid timespec.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Sleeps while the segment word `word` holds `expected`, at most
+/// `timeout_ns` (the caller looks again: a wake-up it missed costs at most
+/// that long).
+pub fn futex_wait(word: &AtomicU32, expected: u32, timeout_ns: u64) {
+    let ts = libc::timespec {
+        tv_sec: (timeout_ns / 1_000_000_000) as _,
+        tv_nsec: (timeout_ns % 1_000_000_000) as _,
+    };
+    // SAFETY: FUTEX_WAIT (shared: the word is in a MAP_SHARED file mapping
+    // other processes wake) on a live 4-byte aligned atomic; the kernel only
+    // sleeps if the word still holds `expected`.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT,
+            expected,
+            &ts as *const libc::timespec,
+            0usize,
+            0u32,
+        );
+    }
+}
+
+/// Wakes every process sleeping on the segment word `word`.
+pub fn futex_wake_all(word: &AtomicU32) {
+    // SAFETY: FUTEX_WAKE (shared) on a live atomic; wakes sleepers, touches
+    // no memory.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE,
+            i32::MAX,
+            0usize,
+            0usize,
+            0u32,
+        );
+    }
 }
