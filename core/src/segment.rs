@@ -521,16 +521,27 @@ fn now_secs() -> u64 {
 mod tests {
     use super::*;
 
-    fn tmp(name: &str) -> PathBuf {
+    /// A test's directory, removed when it is dropped.
+    struct Dir(PathBuf);
+
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// A segment path in a fresh directory that lives as long as the `Dir`.
+    fn tmp(name: &str) -> (Dir, PathBuf) {
         let d =
             std::env::temp_dir().join(format!("cuslice-seg-test-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
-        d.join("memory.seg")
+        let p = d.join("memory.seg");
+        (Dir(d), p)
     }
 
     #[test]
     fn admission_is_exact_to_the_byte() {
-        let p = tmp("exact");
+        let (_dir, p) = tmp("exact");
         let s = Segment::open_or_create(&p).expect("open");
         let slot = s.claim_slot(1).expect("slot");
         let d = s.register_device(&[7; 16], 1000).expect("dev");
@@ -551,7 +562,7 @@ mod tests {
 
     #[test]
     fn differing_limit_for_same_gpu_is_refused() {
-        let p = tmp("limits");
+        let (_dir, p) = tmp("limits");
         let s = Segment::open_or_create(&p).expect("open");
         s.register_device(&[1; 16], 4 << 30).expect("first");
         let e = s.register_device(&[1; 16], 8 << 30).expect_err("second");
@@ -564,7 +575,7 @@ mod tests {
 
     #[test]
     fn foreign_files_are_refused() {
-        let p = tmp("foreign");
+        let (_dir, p) = tmp("foreign");
         std::fs::create_dir_all(p.parent().expect("dir")).expect("mkdir");
         std::fs::write(&p, b"hello").expect("write");
         let e = Segment::open_or_create(&p).err().expect("must refuse");
@@ -582,7 +593,7 @@ mod tests {
 
     #[test]
     fn a_second_open_file_description_sees_our_slot_alive() {
-        let p = tmp("alive");
+        let (_dir, p) = tmp("alive");
         let a = Segment::open_or_create(&p).expect("open a");
         let b = Segment::open_or_create(&p).expect("open b");
         let slot = a.claim_slot(1).expect("slot");
@@ -595,7 +606,7 @@ mod tests {
 
     #[test]
     fn claiming_the_slot_of_a_holder_that_died_in_the_lock() {
-        let p = tmp("reuse");
+        let (_dir, p) = tmp("reuse");
         let b = Segment::open_or_create(&p).expect("open b");
         let d = b.register_device(&[5; 16], 100).expect("dev");
         {
@@ -617,7 +628,7 @@ mod tests {
 
     #[test]
     fn dead_slot_usage_is_reclaimed() {
-        let p = tmp("reclaim");
+        let (_dir, p) = tmp("reclaim");
         let b = Segment::open_or_create(&p).expect("open b");
         let d = b.register_device(&[3; 16], 100).expect("dev");
         {
@@ -635,7 +646,7 @@ mod tests {
 
     #[test]
     fn lock_of_a_dead_holder_is_taken_over_and_usage_recomputed() {
-        let p = tmp("steal");
+        let (_dir, p) = tmp("steal");
         let b = Segment::open_or_create(&p).expect("open b");
         let d = b.register_device(&[4; 16], 100).expect("dev");
         let me = b.claim_slot(2).expect("slot");
@@ -664,7 +675,7 @@ mod tests {
         // that names no slot (garbage) has no live holder: it is taken over
         // and `used` recomputed from the slots. Before: every admission and
         // credit of the container spun for ever.
-        let p = tmp("hostile-lock");
+        let (_dir, p) = tmp("hostile-lock");
         let s = Segment::open_or_create(&p).expect("open");
         let slot = s.claim_slot(1).expect("slot");
         let d = s.register_device(&[9; 16], 100).expect("dev");

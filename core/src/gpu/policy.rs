@@ -719,11 +719,29 @@ mod tests {
 
     const SLICE: u64 = 20_000_000;
 
-    fn seg(name: &str) -> GpuSegment {
+    /// A test's segment; its directory is removed when it is dropped.
+    struct Seg(GpuSegment);
+
+    impl std::ops::Deref for Seg {
+        type Target = GpuSegment;
+        fn deref(&self) -> &GpuSegment {
+            &self.0
+        }
+    }
+
+    impl Drop for Seg {
+        fn drop(&mut self) {
+            if let Some(d) = self.0.path.parent() {
+                let _ = std::fs::remove_dir_all(d);
+            }
+        }
+    }
+
+    fn seg(name: &str) -> Seg {
         let d =
             std::env::temp_dir().join(format!("cuslice-gpu-test-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
-        GpuSegment::open_or_create(&d.join("gpu.seg")).expect("open")
+        Seg(GpuSegment::open_or_create(&d.join("gpu.seg")).expect("open"))
     }
 
     /// Simulates busy tenants on a saturated GPU for `ms` of virtual time;
@@ -1087,7 +1105,7 @@ mod tests {
 
     /// A segment with tenant "t" (share 50, ceiling `max`) and one live
     /// process of it waiting since 0: (observer, the process's open, t, p).
-    fn one_waiter(name: &str, max: u32) -> (GpuSegment, GpuSegment, usize, usize) {
+    fn one_waiter(name: &str, max: u32) -> (Seg, GpuSegment, usize, usize) {
         let g = seg(&format!("hostile-{name}"));
         let (t, _) = g.register_tenant("t", 50, max, 0, 0).expect("t");
         let a = GpuSegment::open_or_create(&g.path).expect("a");
@@ -1452,7 +1470,7 @@ mod tests {
         share: u32,
         max: u32,
         latency: bool,
-    ) -> (GpuSegment, GpuSegment, usize, usize) {
+    ) -> (Seg, GpuSegment, usize, usize) {
         let g = seg(&format!("free-{name}"));
         let spec = TenantSpec {
             share,
