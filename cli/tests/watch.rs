@@ -1232,3 +1232,49 @@ fn a_steady_gpu_is_not_listed_every_pass_and_a_process_in_place_of_one_of_its_fo
         watch.text()
     );
 }
+
+#[test]
+fn a_tenant_over_its_share_around_the_limiter_is_found_while_its_neighbour_gets_less_than_its_own()
+{
+    // No ceiling this time: a tenant of share 20 that registered through
+    // the shim and then launches around its limiter takes about half of
+    // the GPU beside a saturating tenant of share 70. The neighbour never
+    // waits for cuslice's lease (the GPU time-slices between them), so
+    // its waited time says nothing; what it asked for (its demand) does.
+    let h = Host::new("share");
+    let w = h.watch("policy = \"kill\"");
+    let n = session(
+        &h,
+        &["--compute", "70"],
+        "$S 30 1000000 4 & echo W $!; wait",
+    );
+    let spin = n.pid("W");
+    n.line("P ");
+    let o = session(&h, &["--compute", "20"], "exec $N 1048576 -1 1000 register");
+    let (line, t) = o.line("ATTACK noshim holding 1048576 bytes");
+    let pid: u32 = line
+        .rsplit(' ')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("pid");
+    let f = h.finding("compute", "> share 20%", SUSTAINED + TWO_INTERVALS, &w);
+    assert!(t.elapsed() <= SUSTAINED + TWO_INTERVALS, "{f}");
+    assert!(
+        f["what"]
+            .as_str()
+            .is_some_and(|s| s.contains("of its 70% and asked for")),
+        "{f}"
+    );
+    assert_eq!(f["action"], format!("killed pid {pid}"), "{f}");
+    common::wait_for(
+        || format!("{pid} still alive"),
+        TWO_INTERVALS,
+        || (!alive(pid)).then_some(()),
+    );
+    assert!(alive(spin));
+    assert!(
+        !w.text().contains(&format!("cuslice run {} ", n.child.id())),
+        "{}",
+        w.text()
+    );
+}

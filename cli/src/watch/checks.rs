@@ -80,12 +80,19 @@ pub struct ComputeSeen {
     /// Percent of the interval its processes waited for the GPU (from the
     /// GPU segment's throttled time; None: unknown).
     pub waited_percent: Option<f64>,
+    /// What it asked of the GPU: its last demand window's charged GPU time
+    /// per wall time, percent (from the GPU segment; None: unknown). A
+    /// tenant crowded out by one that launches around its limiter never
+    /// waits for cuslice's lease (the GPU time-slices between them), but
+    /// asks for more than it gets.
+    pub demand_percent: Option<f64>,
 }
 
 /// The slices (indices into `seen`) that take markedly more GPU time than
 /// they may, and why: over their ceiling by more than `margin` points, or
 /// over their share by more than `margin` while another slice with a share
-/// got less than its own and waited at least `wait` percent of the interval.
+/// got less than its own and wanted more: it waited at least `wait` percent
+/// of the interval, or asked for at least its share.
 pub fn compute_over(seen: &[ComputeSeen], margin: u32, wait: u32) -> Vec<(usize, String)> {
     let m = f64::from(margin);
     let mut out = vec![];
@@ -106,21 +113,27 @@ pub fn compute_over(seen: &[ComputeSeen], margin: u32, wait: u32) -> Vec<(usize,
         if s.gpu_percent <= f64::from(share) + m {
             continue;
         }
-        let victim = seen.iter().enumerate().find(|(j, o)| {
-            *j != i
-                && o.share.is_some_and(|os| o.gpu_percent < f64::from(os))
-                && o.waited_percent.is_some_and(|w| w >= f64::from(wait))
+        let victim = seen.iter().enumerate().find_map(|(j, o)| {
+            let os = f64::from(o.share?);
+            if j == i || o.gpu_percent >= os {
+                return None;
+            }
+            if let Some(w) = o.waited_percent.filter(|w| *w >= f64::from(wait)) {
+                return Some((o, format!("waited {w:.0}% of the interval")));
+            }
+            o.demand_percent
+                .filter(|d| *d >= os)
+                .map(|d| (o, format!("asked for {d:.0}%")))
         });
-        if let Some((_, v)) = victim {
+        if let Some((v, wanted)) = victim {
             out.push((
                 i,
                 format!(
-                    "GPU time {:.0}% > share {share}% (+{margin} points) while {} got {:.0}% of its {}% and waited {:.0}% of the interval",
+                    "GPU time {:.0}% > share {share}% (+{margin} points) while {} got {:.0}% of its {}% and {wanted}",
                     s.gpu_percent,
                     v.tenant,
                     v.gpu_percent,
                     v.share.unwrap_or(0),
-                    v.waited_percent.unwrap_or(0.0)
                 ),
             ));
         }
@@ -219,6 +232,7 @@ mod tests {
             share,
             ceiling,
             waited_percent: waited,
+            demand_percent: None,
         }
     }
 
@@ -267,6 +281,24 @@ mod tests {
             )
             .is_empty()
         );
+        // b never waits for the lease (the GPU time-slices between them: a
+        // launches around its limiter) but asks for 100% and gets 45% of
+        // its 70%: a is held; asking for less than its share, it is not.
+        let asked = |d: f64| {
+            let mut b = cs("b", 45.0, Some(70), None, Some(0.0));
+            b.demand_percent = Some(d);
+            compute_over(&[cs("a", 55.0, Some(20), None, Some(0.0)), b], 10, 10)
+        };
+        let v = asked(100.0);
+        assert_eq!(
+            v,
+            vec![(
+                0,
+                "GPU time 55% > share 20% (+10 points) while b got 45% of its 70% and asked for 100%"
+                    .to_string()
+            )]
+        );
+        assert!(asked(40.0).is_empty());
         // No share configured: nothing to hold it to.
         assert!(compute_over(&[cs("a", 100.0, None, None, None)], 10, 10).is_empty());
     }

@@ -616,15 +616,19 @@ impl Watch {
             };
             let Some(cfg) = &slice.quota else { continue };
             let spec = cfg.tenant_spec(d.index, &uuid);
-            // Time waited over the interval, from the GPU segment.
+            // Time waited over the interval, and what it asked of the GPU
+            // (its last demand window), from the GPU segment.
             let tenant = slice.tenant.clone();
             let path = slice.gpu_dir.join(format!("{}.seg", d.uuid));
-            let thr = mapped(&mut self.gpu_segs, &path, pass, |p| {
+            let view = mapped(&mut self.gpu_segs, &path, pass, |p| {
                 GpuSegment::open_read_only(p).map_err(|e| e.to_string())
             })
             .and_then(Result::ok)
-            .and_then(|s| s.tenants().into_iter().find(|t| t.name == tenant))
-            .map(|t| t.throttled_ns);
+            .and_then(|s| s.tenants().into_iter().find(|t| t.name == tenant));
+            let thr = view.as_ref().map(|t| t.throttled_ns);
+            let demand = view
+                .as_ref()
+                .map(|t| f64::from(t.demand_pm.min(1000)) / 10.0);
             let waited = thr.and_then(|now_thr| {
                 let key = (d.uuid.clone(), tenant.clone());
                 let before = self.throttled.insert(key, (now, now_thr));
@@ -638,6 +642,7 @@ impl Watch {
                 share: spec.map(|s| s.share),
                 ceiling: spec.map(|s| s.max).filter(|m| *m < 100),
                 waited_percent: waited,
+                demand_percent: demand,
             });
             ids.push(g);
         }
