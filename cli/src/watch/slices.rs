@@ -86,7 +86,22 @@ fn run_command(args: &[String]) -> String {
     {
         *first = n.to_string_lossy().into_owned();
     }
-    v.join(" ")
+    one_line(&v.join(" "), 60)
+}
+
+/// `s` on one line (control characters as `?`), cut to `max` characters
+/// with `…`: a session's command goes into one-line log messages.
+fn one_line(s: &str, max: usize) -> String {
+    let mut out: String = s
+        .chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .take(max + 1)
+        .collect();
+    if out.chars().count() > max {
+        out = out.chars().take(max - 1).collect();
+        out.push('…');
+    }
+    out
 }
 
 fn read_quota(path: &Path, shown: &Path) -> Result<Config, String> {
@@ -359,6 +374,38 @@ pub mod tests {
     use super::*;
     use crate::watch::procfs::Stat;
     use std::collections::HashMap;
+
+    #[test]
+    fn a_session_is_named_on_one_short_line() {
+        let args = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            run_command(&args(&[
+                "/usr/bin/cuslice",
+                "run",
+                "--memory",
+                "1GiB",
+                "--",
+                "/opt/x/train",
+                "-n",
+                "3"
+            ])),
+            "train -n 3"
+        );
+        let long = run_command(&args(&[
+            "cuslice",
+            "run",
+            "--",
+            "sh",
+            "-c",
+            "python3 serve.py &\nwhile true; do sleep 1; done # and a great deal more script than fits",
+        ]));
+        assert_eq!(long.chars().count(), 60, "{long}");
+        assert!(long.ends_with('…') && !long.contains('\n'), "{long}");
+        assert!(
+            long.starts_with("sh -c python3 serve.py &?while true"),
+            "{long}"
+        );
+    }
 
     /// A synthetic /proc.
     #[derive(Default)]
