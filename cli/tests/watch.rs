@@ -1278,3 +1278,56 @@ fn a_tenant_over_its_share_around_the_limiter_is_found_while_its_neighbour_gets_
         w.text()
     );
 }
+
+/// What tenant `name` asked of the GPU in its last demand window, per
+/// mille, by the GPU segments in the host's GPU directory.
+fn demand_pm(h: &Host, name: &str) -> Option<u32> {
+    std::fs::read_dir(h.gpu_dir())
+        .ok()?
+        .flatten()
+        .filter_map(|e| GpuSegment::open_read_only(&e.path()).ok())
+        .find_map(|g| g.tenants().into_iter().find(|t| t.name == name))
+        .map(|t| t.demand_pm)
+}
+
+#[test]
+fn a_neighbour_that_takes_the_time_an_idle_tenant_left_is_not_held_to_its_share() {
+    // Shares are work-conserving: time a tenant leaves idle goes to the
+    // others. A tenant that stops launching (a data-loading phase, an idle
+    // service; here: stopped) keeps its last demand figure in the segment;
+    // the watch must not read it as "crowded out" and kill the neighbour
+    // that took the time (found by review: it did).
+    let h = Host::new("idle");
+    let w = h.watch("policy = \"kill\"");
+    let a = session(
+        &h,
+        &["--compute", "30"],
+        "$S 30 1000000 4 & echo W $!; wait",
+    );
+    let a_spin = a.pid("W");
+    a.line("P ");
+    let tenant = format!("run-{}", a.child.id());
+    common::wait_for(
+        || format!("{tenant} never asked for its share"),
+        Duration::from_secs(10),
+        || (demand_pm(&h, &tenant)? >= 300).then_some(()),
+    );
+    // SAFETY: SIGSTOP to a process this test started: an idle phase.
+    unsafe { libc::kill(a_spin as i32, libc::SIGSTOP) };
+    let b = session(
+        &h,
+        &["--compute", "70"],
+        "$S 30 1000000 4 & echo W $!; wait",
+    );
+    let b_spin = b.pid("W");
+    b.line("P ");
+    // Twelve passes: six times the sustain count.
+    std::thread::sleep(Duration::from_millis(12 * INTERVAL_MS));
+    let text = w.text();
+    // SAFETY: as above.
+    unsafe { libc::kill(a_spin as i32, libc::SIGCONT) };
+    assert!(
+        alive(b_spin) && !text.contains(&format!("cuslice run {} ", b.child.id())),
+        "the neighbour was reported or killed while the other tenant idled:\n{text}"
+    );
+}

@@ -121,8 +121,10 @@ pub fn compute_over(seen: &[ComputeSeen], margin: u32, wait: u32) -> Vec<(usize,
             if let Some(w) = o.waited_percent.filter(|w| *w >= f64::from(wait)) {
                 return Some((o, format!("waited {w:.0}% of the interval")));
             }
+            // Asked for its share and got some time, only less: a tenant
+            // that got none is idle or stopped, whatever its figure says.
             o.demand_percent
-                .filter(|d| *d >= os)
+                .filter(|d| *d >= os && o.gpu_percent > 0.0)
                 .map(|d| (o, format!("asked for {d:.0}%")))
         });
         if let Some((v, wanted)) = victim {

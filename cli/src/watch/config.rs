@@ -225,7 +225,7 @@ pub fn parse(path: &Path, text: &str) -> Result<WatchConfig, String> {
                 int_value(v, 1, 100, "a number of passes").map(|n| c.compute_sustain = n)
             }
             "compute_wait" => {
-                int_value(v, 0, 100, "a percentage of the interval").map(|n| c.compute_wait = n)
+                int_value(v, 1, 100, "a percentage of the interval").map(|n| c.compute_wait = n)
             }
             "freeze_seconds" => match v {
                 toml::Value::Integer(i) if (1..=3600).contains(i) => {
@@ -406,6 +406,12 @@ root = "/srv/cuslice"
             (
                 "compute_sustain = 0",
                 "/etc/cuslice/watch.toml: compute_sustain: expected a number of passes from 1 to 100, got 0",
+            ),
+            (
+                // 0 would count every tenant under its share, an idle one
+                // included, as waiting.
+                "compute_wait = 0",
+                "/etc/cuslice/watch.toml: compute_wait: expected a percentage of the interval from 1 to 100, got 0",
             ),
             (
                 "freeze_seconds = \"5\"",

@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use cuslice_core::config::{Config, format_uuid, parse_uuid};
-use cuslice_core::gpu::{GpuSegment, MAX_PROCS, PROC_FREE, monotonic_ns};
+use cuslice_core::gpu::{DEMAND_WINDOW_NS, GpuSegment, MAX_PROCS, PROC_FREE, monotonic_ns};
 use cuslice_core::segment::{MAX_DEVICES, Segment, UNLIMITED};
 
 use crate::nvml::{DeviceHandle, Nvml};
@@ -177,11 +177,19 @@ fn cpu_seconds() -> f64 {
 /// the same to the byte).
 const FULL_LIST_EVERY: u64 = 10;
 
-/// Whether process `pid` exists (kill with signal 0: no /proc read).
-fn alive(pid: u32) -> bool {
-    // SAFETY: signal 0 only checks that the process exists.
-    let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
-    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+/// Whether process `pid` is exiting (`PF_EXITING` in the flags of
+/// `/proc/<pid>/stat`): it gave its registration back and the driver has
+/// not torn its context down yet.
+fn exiting(pid: u32) -> bool {
+    const PF_EXITING: u64 = 0x4;
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            let rest = s.get(s.rfind(')')? + 2..)?;
+            // After the name: state ppid pgrp session tty_nr tpgid flags.
+            rest.split(' ').nth(6)?.parse::<u64>().ok()
+        })
+        .is_some_and(|f| f & PF_EXITING != 0)
 }
 
 /// A GPU's process listing and the memory in use when it was taken.
@@ -189,6 +197,9 @@ struct Listed {
     used: u64,
     pass: u64,
     procs: Vec<crate::nvml::GpuProcess>,
+    /// Each listed process's start time when listed (None: gone already):
+    /// a PID reused since is not the process the listing names.
+    starts: Vec<Option<u64>>,
 }
 
 /// A slice frozen by `freeze`: its processes and when they are let go.
@@ -213,6 +224,8 @@ pub struct Watch {
     caps: HashMap<u32, usize>,
     /// Per GPU index: the last process listing.
     listed: HashMap<u32, Listed>,
+    /// (pid, start) -> the pass that first saw it unregistered.
+    unregistered: HashMap<(u32, u64), u64>,
     /// (GPU uuid, tenant) -> (time ns, throttled ns) at the last pass.
     throttled: HashMap<(String, String), (u64, u64)>,
     /// (slice, GPU index) -> passes in a row over its share / ceiling.
@@ -343,7 +356,10 @@ impl Watch {
                 (Some(l), Some(u)) => {
                     l.used == u
                         && pass - l.pass < FULL_LIST_EVERY
-                        && l.procs.iter().all(|p| alive(p.pid))
+                        && l.procs
+                            .iter()
+                            .zip(&l.starts)
+                            .all(|(p, st)| Procfs.stat(p.pid).map(|x| x.start) == *st)
                         && samples
                             .iter()
                             .all(|s| l.procs.iter().any(|p| p.pid == s.pid))
@@ -361,6 +377,10 @@ impl Watch {
                                 Listed {
                                     used: u,
                                     pass,
+                                    starts: p
+                                        .iter()
+                                        .map(|q| Procfs.stat(q.pid).map(|x| x.start))
+                                        .collect(),
                                     procs: p.clone(),
                                 },
                             );
@@ -413,6 +433,8 @@ impl Watch {
         if pass.is_multiple_of(16) {
             self.slices.prune(&nvml_pids);
             self.inner.retain(|(pid, _), _| nvml_pids.contains(pid));
+            self.unregistered
+                .retain(|(pid, _), _| nvml_pids.contains(pid));
         }
 
         for (d, _util, groups) in &per_gpu {
@@ -451,7 +473,7 @@ impl Watch {
         let Ok(uuid) = parse_uuid(&d.uuid) else {
             return;
         };
-        let (Some(quota), _) = memory_quota(cfg, d.index, &uuid) else {
+        let (Some(quota), certain) = memory_quota(cfg, d.index, &uuid) else {
             return;
         };
         let c = &self.cfg;
@@ -474,6 +496,12 @@ impl Watch {
         );
         let (tenant, label) = (slice.tenant.clone(), slice.label.clone());
         let action = match self.cfg.policy {
+            // A quota given by index is matched against NVML's index, which
+            // need not be the GPU the container's processes call that index:
+            // reported, never acted on.
+            Policy::Kill if !certain => {
+                Some("not acted on: the quota file gives this quota by index".to_string())
+            }
             Policy::Kill => {
                 let killed = self.kill_all(&over.kill, libc::SIGKILL);
                 Some(if killed.is_empty() {
@@ -557,23 +585,44 @@ impl Watch {
         let Some(slice) = self.slices.get(&g.id) else {
             return;
         };
-        if !slice.quota.as_ref().is_some_and(Config::has_limits) {
+        let Ok(uuid) = parse_uuid(&d.uuid) else {
+            return;
+        };
+        // What the shim registers a process in: a slot of the memory
+        // segment where the slice has a memory quota on any GPU, an entry
+        // of this GPU's segment where it has a share or ceiling here. A
+        // slice limited on other GPUs only gives a process that uses this
+        // one nothing to register in.
+        let Some(cfg) = slice.quota.as_ref() else {
+            return;
+        };
+        let any_memory = cfg.all.memory.is_some()
+            || cfg.by_index.values().any(|l| l.memory.is_some())
+            || cfg.by_uuid.values().any(|l| l.memory.is_some());
+        if !any_memory && cfg.tenant_spec(d.index, &uuid).is_none() {
             return;
         }
         let (tenant, label) = (slice.tenant.clone(), slice.label.clone());
         let reg = self.registered(&g.id);
+        let pass = self.pass;
         for p in &g.procs {
             let inner = self.inner_pid(p.pid, p.start);
-            if reg.contains(&inner) {
+            if reg.contains(&inner) || exiting(p.pid) {
+                self.unregistered.remove(&(p.pid, p.start));
                 continue;
             }
+            // Reported at once, acted on only when seen in two passes in a
+            // row: a process that exits normally gives its slot back before
+            // the driver has torn its context down, and NVML lists it until
+            // then (skipped above once the kernel marks it exiting).
+            let first = *self.unregistered.entry((p.pid, p.start)).or_insert(pass);
             let what = format!(
                 "{label} pid {}: uses GPU {} ({}) but never registered with the shim",
                 p.pid,
                 d.index,
                 p.used.map_or_else(|| "memory unknown".to_string(), size)
             );
-            let action = (self.cfg.policy == Policy::Kill).then(|| {
+            let action = (self.cfg.policy == Policy::Kill && first < pass).then(|| {
                 match signal(p.pid, p.start, libc::SIGKILL) {
                     Ok(()) => "killed".to_string(),
                     Err(e) => format!("not killed: {e}"),
@@ -626,8 +675,15 @@ impl Watch {
             .and_then(Result::ok)
             .and_then(|s| s.tenants().into_iter().find(|t| t.name == tenant));
             let thr = view.as_ref().map(|t| t.throttled_ns);
+            // Its demand counts only while it is current: a tenant rolls its
+            // demand window at its own launches, so one that stopped (a
+            // data-loading phase, an idle service, a frozen slice) keeps its
+            // last figure in the segment, and its neighbours rightly took the
+            // time it left.
+            let frozen = self.frozen.contains_key(&(g.id.clone(), d.index));
             let demand = view
                 .as_ref()
+                .filter(|t| !frozen && now.saturating_sub(t.last_activity) <= 2 * DEMAND_WINDOW_NS)
                 .map(|t| f64::from(t.demand_pm.min(1000)) / 10.0);
             let waited = thr.and_then(|now_thr| {
                 let key = (d.uuid.clone(), tenant.clone());
@@ -1077,6 +1133,7 @@ pub fn run(a: WatchArgs) -> Result<(), String> {
         last_sample: HashMap::new(),
         caps: HashMap::new(),
         listed: HashMap::new(),
+        unregistered: HashMap::new(),
         throttled: HashMap::new(),
         sustain: HashMap::new(),
         frozen: HashMap::new(),
