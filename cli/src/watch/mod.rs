@@ -163,6 +163,19 @@ fn memory_quota(cfg: &Config, index: u32, uuid: &[u8; 16]) -> (Option<u64>, bool
     (cfg.limits_for(index, uuid).memory, certain)
 }
 
+/// Whether `cfg`'s compute share and ceiling for GPU `uuid` are certain: a
+/// share or ceiling given by index is matched against NVML's index, which
+/// need not be the GPU the tenant's processes call that index.
+fn compute_certain(cfg: &Config, uuid: &[u8; 16]) -> bool {
+    cfg.by_uuid
+        .get(uuid)
+        .is_some_and(|l| l.compute.is_some() || l.compute_max.is_some())
+        || cfg
+            .by_index
+            .values()
+            .all(|l| l.compute.is_none() && l.compute_max.is_none())
+}
+
 fn cpu_seconds() -> f64 {
     // SAFETY: an all-zero rusage is a valid value; getrusage fills it.
     let mut u: libc::rusage = unsafe { std::mem::zeroed() };
@@ -659,12 +672,16 @@ impl Watch {
         let pass = self.pass;
         let mut seen = vec![];
         let mut ids = vec![];
+        let mut uncertain = HashSet::new();
         for g in groups {
             let Some(slice) = self.slices.get(&g.id) else {
                 continue;
             };
             let Some(cfg) = &slice.quota else { continue };
             let spec = cfg.tenant_spec(d.index, &uuid);
+            if !compute_certain(cfg, &uuid) {
+                uncertain.insert(g.id.clone());
+            }
             // Time waited over the interval, and what it asked of the GPU
             // (its last demand window), from the GPU segment.
             let tenant = slice.tenant.clone();
@@ -745,6 +762,9 @@ impl Watch {
                 .get(&d.index)
                 .is_some_and(|t| t.elapsed() < TAMPER_QUIET);
             let action = match self.cfg.policy {
+                _ if uncertain.contains(&g.id) => Some(
+                    "not acted on: the quota file gives this share or ceiling by index".to_string(),
+                ),
                 _ if forged => Some(format!(
                     "not acted on: GPU {}'s segment was tampered with within {}s (the split may be forged)",
                     d.index,
@@ -942,9 +962,12 @@ impl Watch {
                     .all()
                     .filter(|s| s.gpu_dir == dir)
                     .filter_map(|s| {
+                        // A share given by index may be another GPU's: such
+                        // a tenant is not judged (nor "repaired") here.
+                        let q = s.quota.as_ref().filter(|q| compute_certain(q, &uuid))?;
                         Some(gpuseg::Expected {
                             name: s.tenant.clone(),
-                            spec: s.quota.as_ref()?.tenant_spec(d.index, &uuid)?,
+                            spec: q.tenant_spec(d.index, &uuid)?,
                         })
                     })
                     .collect();
