@@ -132,6 +132,12 @@ pub fn repair(seg: &GpuSegment, expected: &[Expected], now: u64) -> Vec<Finding>
     }
     seg.reclaim_dead();
     check(seg, expected, now, &mut Vec::new(), true);
+    if found
+        .iter()
+        .any(|f| matches!(f.kind, "tenant-config" | "vtime"))
+    {
+        level_vtimes(seg);
+    }
     {
         let s = seg.sched();
         s.generation.fetch_add(1, Ordering::AcqRel);
@@ -140,6 +146,30 @@ pub fn repair(seg: &GpuSegment, expected: &[Expected], now: u64) -> Vec<Finding>
         super::futex_wake_all(&s.lat_gen);
     }
     found
+}
+
+/// Starts every registered tenant's virtual time afresh at the least of
+/// them. Virtual time is GPU time divided by share: while shares were
+/// forged, the tenants' virtual times moved at the forged rates, so after
+/// the shares are restored, whoever ran less at a forged share of 1 would
+/// be owed up to a slice x 100 of its real share (seconds of the GPU to
+/// itself: measured on the fake GPU, 30/70 read 20/80 and 37/63 over the
+/// next 3.5 s). Level, the split is the shares' from the repair on.
+fn level_vtimes(seg: &GpuSegment) {
+    let tenants: Vec<&Tenant> = (0..MAX_TENANTS)
+        .filter_map(|i| seg.tenant(i))
+        .filter(|t| t.state.load(Ordering::Acquire) == READY)
+        .collect();
+    let Some(least) = tenants
+        .iter()
+        .map(|t| t.vtime.load(Ordering::Acquire))
+        .min()
+    else {
+        return;
+    };
+    for t in tenants {
+        t.vtime.store(least, Ordering::Release);
+    }
 }
 
 fn check(seg: &GpuSegment, expected: &[Expected], now: u64, out: &mut Vec<Finding>, fix: bool) {
@@ -644,6 +674,21 @@ mod tests {
         assert_eq!(batch.class.load(Ordering::Relaxed), CLASS_STANDARD);
         assert_eq!(train.share.load(Ordering::Relaxed), 50);
         assert_eq!(audit(&g, &expected, NOW), vec![]);
+        // Virtual times that moved at the forged shares start afresh, level.
+        batch.vtime.store(7_000_000_000, Ordering::Relaxed);
+        train.vtime.store(9_000_000_000, Ordering::Relaxed);
+        tenant(&g, "web")
+            .vtime
+            .store(8_000_000_000, Ordering::Relaxed);
+        batch.share.store(100, Ordering::Relaxed);
+        assert_eq!(kinds(&repair(&g, &expected, NOW)), ["tenant-config"]);
+        for name in ["web", "train", "batch"] {
+            assert_eq!(
+                tenant(&g, name).vtime.load(Ordering::Relaxed),
+                7_000_000_000,
+                "{name}"
+            );
+        }
     }
 
     #[test]
