@@ -81,7 +81,6 @@ pub struct Slice {
     /// session's directory must belong to before the watch writes it: the
     /// `cuslice run` process's uid (None: a container's, under the
     /// root-only `<root>/containers`).
-    #[allow(dead_code)] // Read by open_mem_seg_for_repair, for mod.rs.
     pub mem_seg_owner: Option<u32>,
 }
 
@@ -231,23 +230,47 @@ fn read_quota(path: &Path, shown: &Path, owner: Option<u32>) -> Result<Config, S
     config::parse_file(shown, &text).map_err(|e| e.to_string())
 }
 
+/// The memory segment of a slice, as the watch may write it: see
+/// [`Slice::open_mem_seg_for_repair`].
+#[allow(dead_code)] // For mod.rs's check_memory_segments.
+#[derive(Debug)]
+pub struct RepairTarget {
+    /// The segment's directory, pinned (None: a container's, by path).
+    _dir: Option<OwnedFd>,
+    path: PathBuf,
+}
+
+#[allow(dead_code)] // For mod.rs's check_memory_segments.
+impl RepairTarget {
+    /// The path to open the segment by, valid while this lives:
+    /// `/proc/self/fd/<its directory>/memory.seg` for a session (its
+    /// last component a plain name, opened without following a link).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
 impl Slice {
-    /// Opens this slice's memory segment for the watch to write (restore
-    /// its quota), or says why not: the slice may not be repaired, or (a
-    /// session) the segment, its directory or the session's directory is
-    /// a link or not the run process's user's. Each step is opened from
-    /// the one above without following links and checked on the open
-    /// descriptor, so nothing can be swapped in between: the file is one
-    /// the session's user could write themselves. Write it through
-    /// `/proc/self/fd/<fd>` of the returned file while holding it.
+    /// This slice's memory segment for the watch to write (restore its
+    /// quota), or why not: the slice may not be repaired (a session whose
+    /// quota file is not what `cuslice run` wrote), or (a session) the
+    /// segment, its directory or the session's directory is a link or not
+    /// the run process's user's. Each step is opened from the one above
+    /// without following links and checked on the open descriptor, and the
+    /// segment's directory stays open: what is written is a file in a
+    /// directory of the session's user, never one reached through a link
+    /// they planted.
     #[allow(dead_code)] // For mod.rs's check_memory_segments.
-    pub fn open_mem_seg_for_repair(&self) -> Result<std::fs::File, String> {
+    pub fn open_mem_seg_for_repair(&self) -> Result<RepairTarget, String> {
         if !self.repair {
             return Err("its quota file is not what `cuslice run` wrote".into());
         }
         let path = self.mem_seg.as_deref().ok_or("no memory segment")?;
         let Some(uid) = self.mem_seg_owner else {
-            return open_regular(path, None);
+            return Ok(RepairTarget {
+                _dir: None,
+                path: path.to_path_buf(),
+            });
         };
         let (Some(seg_dir), Some(name)) = (path.parent(), path.file_name()) else {
             return Err("no memory segment".into());
@@ -288,7 +311,10 @@ impl Slice {
             libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK,
         )?;
         check_file(&f, false, Some(uid)).map_err(|e| named(path, e))?;
-        Ok(std::fs::File::from(f))
+        Ok(RepairTarget {
+            path: PathBuf::from(format!("/proc/self/fd/{}", s.as_raw_fd())).join(name),
+            _dir: Some(s),
+        })
     }
 }
 
@@ -1205,7 +1231,8 @@ pub mod tests {
         let (r, _) = session(&fp, good);
         assert!(r.open_mem_seg_for_repair().is_err(), "no segment yet");
         std::fs::write(d.join("segment/memory.seg"), "x").expect("seg");
-        assert!(r.open_mem_seg_for_repair().is_ok());
+        let t = r.open_mem_seg_for_repair().expect("the user's own segment");
+        assert_eq!(std::fs::read(t.path()).expect("reopen"), b"x");
         let victim = root.join("victim");
         std::fs::create_dir_all(&victim).expect("mkdir");
         std::fs::write(victim.join("memory.seg"), "x").expect("seg");
