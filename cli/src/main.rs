@@ -251,14 +251,18 @@ fn check_gpus(s: &str) -> Result<(), String> {
 }
 
 /// A private directory for this run's quota file and segment, removed when
-/// the program ends.
+/// the program ends: `$XDG_RUNTIME_DIR`, else `$TMPDIR`, else /tmp (empty
+/// counts as unset), + `cuslice-run-<pid>`. `cuslice watch` derives the
+/// same path from the run process's environment (watch/slices.rs,
+/// `load_run`): keep the two alike.
 struct RunDir(PathBuf);
 
 impl RunDir {
     fn create() -> Result<RunDir, String> {
-        let base = std::env::var_os("XDG_RUNTIME_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(std::env::temp_dir);
+        let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
+        let base = var("XDG_RUNTIME_DIR")
+            .or_else(|| var("TMPDIR"))
+            .map_or_else(|| PathBuf::from("/tmp"), PathBuf::from);
         let dir = base.join(format!("cuslice-run-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir)

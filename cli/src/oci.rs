@@ -137,6 +137,16 @@ pub struct ContainerMeta {
     pub pid_ns: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cgroup: Option<String>,
+    /// The container's init as the hook saw it: its host PID and its start
+    /// time (field 22 of `/proc/<pid>/stat`). Inode numbers of namespaces
+    /// are reused once freed: `cuslice watch` matches processes to this
+    /// record only while this process lives, so that a record left behind
+    /// (a container stopped but not deleted, a missed poststop) never
+    /// claims the processes of a namespace that later got the same inode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub init_pid: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub init_start: Option<u64>,
 }
 
 /// Where runtimes put a container's name, its pod and its image. Podman 4
@@ -178,6 +188,8 @@ fn container_meta(id: &str, ann: &BTreeMap<String, String>, args: &[String]) -> 
         command: args.to_vec(),
         pid_ns: None,
         cgroup: None,
+        init_pid: None,
+        init_start: None,
     }
 }
 
@@ -387,6 +399,11 @@ pub fn create(a: &HookArgs) -> Result<(), String> {
         cgroup: std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
             .ok()
             .and_then(|t| crate::watch::procfs::cgroup_of(&t)),
+        init_pid: u32::try_from(pid).ok(),
+        init_start: std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|t| crate::watch::procfs::parse_stat(&t))
+            .map(|s| s.start),
         ..meta
     };
     let rootfs = match spec.root {

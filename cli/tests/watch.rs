@@ -1331,3 +1331,145 @@ fn a_neighbour_that_takes_the_time_an_idle_tenant_left_is_not_held_to_its_share(
         "the neighbour was reported or killed while the other tenant idled:\n{text}"
     );
 }
+/// A session whose user rewrote its quota file before the watch read it
+/// (tenant, memory segment directory and limits of the user's choosing,
+/// here another session's segment and a 100 GiB quota): the watch takes no
+/// path from that file. The other session's memory segment keeps its
+/// quota, and the rewrite is one line naming the file and the keys.
+#[test]
+fn a_run_sessions_rewritten_quota_file_does_not_steer_the_watch_into_another_tenants_segment() {
+    let h = Host::new("deputy");
+    let w = h.watch("");
+    let v = session(
+        &h,
+        &["--memory", "1GiB"],
+        "$M hold 104857600 & echo A $!; wait",
+    );
+    v.line("R held");
+    let vseg = run_seg(&h, v.child.id());
+    let limit = || {
+        Segment::open_read_only(&vseg)
+            .expect("segment")
+            .device_usage(0)
+            .map_or(0, |u| u.limit)
+    };
+    assert_eq!(limit(), 1 << 30);
+    let vdir = vseg.parent().expect("dir").display().to_string();
+    let script = format!(
+        "Q=$XDG_RUNTIME_DIR/cuslice-run-$PPID/quota.toml; \
+         printf 'tenant = \"x\"\\nsegment_dir = \"{vdir}\"\\n[all]\\nmemory = \"100GiB\"\\n' > $Q; \
+         unset LD_PRELOAD; exec $N 1048576 -1"
+    );
+    let x = session(&h, &["--memory", "1GiB"], &script);
+    x.line("ATTACK noshim holding");
+    let label = format!("cuslice run {} ", x.child.id());
+    // The watch has seen the session (its process is not registered where
+    // `cuslice run` put the session)...
+    h.finding("unregistered", &label, Duration::from_secs(5), &w);
+    // ... and over the next passes it does not write the other's segment.
+    let until = Instant::now() + Duration::from_millis(4 * INTERVAL_MS);
+    while Instant::now() < until {
+        assert_eq!(
+            limit(),
+            1 << 30,
+            "the other session's quota was changed by the watch:\n{}",
+            w.text()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let quota = h
+        .dir
+        .join(format!("xdg/cuslice-run-{}/quota.toml", x.child.id()));
+    common::wait_for(
+        || format!("the rewrite was not named:\n{}", w.text()),
+        TWO_INTERVALS,
+        || {
+            w.text()
+                .lines()
+                .find(|l| {
+                    l.contains(&label)
+                        && l.contains(&quota.display().to_string())
+                        && l.contains("tenant")
+                        && l.contains("segment_dir")
+                })
+                .map(str::to_string)
+        },
+    );
+    assert!(
+        !w.text()
+            .contains(&format!("memory segment {}", vseg.display())),
+        "the other session's segment was judged by the rewritten file:\n{}",
+        w.text()
+    );
+}
+
+/// A session's quota file is the user's: made a FIFO, or a symbolic link
+/// to /dev/zero, it is one line and the session goes unchecked by it; the
+/// watch (one thread) neither blocks on the FIFO nor reads /dev/zero, and
+/// goes on passing.
+#[test]
+fn a_fifo_or_a_link_to_dev_zero_as_a_run_sessions_quota_file_does_not_stop_the_watch() {
+    let h = Host::new("fifo");
+    let w = h.watch("");
+    let fifo = session(
+        &h,
+        &["--memory", "1GiB"],
+        "Q=$XDG_RUNTIME_DIR/cuslice-run-$PPID/quota.toml; rm -f $Q; mkfifo $Q; \
+         unset LD_PRELOAD; exec $N 1048576 -1",
+    );
+    fifo.line("ATTACK noshim holding");
+    let zero = session(
+        &h,
+        &["--memory", "1GiB"],
+        "Q=$XDG_RUNTIME_DIR/cuslice-run-$PPID/quota.toml; rm -f $Q; ln -s /dev/zero $Q; \
+         unset LD_PRELOAD; exec $N 1048576 -1",
+    );
+    zero.line("ATTACK noshim holding");
+    for (s, want) in [(&fifo, "expected a regular file"), (&zero, "symbolic link")] {
+        let label = format!("cuslice run {} ", s.child.id());
+        common::wait_for(
+            || {
+                format!(
+                    "no line naming {label}'s quota file ({want}):\n{}",
+                    w.text()
+                )
+            },
+            Duration::from_secs(5),
+            || {
+                w.text()
+                    .lines()
+                    .find(|l| l.contains(&label) && l.contains("quota.toml") && l.contains(want))
+                    .map(str::to_string)
+            },
+        );
+    }
+    let passes = || h.state().and_then(|s| s["passes"].as_u64()).unwrap_or(0);
+    let p0 = passes();
+    common::wait_for(
+        || format!("the watch stopped passing after {p0}:\n{}", w.text()),
+        Duration::from_millis(4 * INTERVAL_MS + 500),
+        || (passes() >= p0 + 3).then_some(()),
+    );
+}
+
+/// A process of a session that enters a PID namespace of its own (as
+/// `unshare -Urpf` does without privileges) stays in the session: the
+/// parent chain is read from the host's /proc, in host PIDs.
+#[test]
+fn a_run_process_in_its_own_pid_namespace_stays_in_the_session() {
+    let h = Host::new("unshare");
+    let w = h.watch("");
+    let x = session(
+        &h,
+        &["--memory", "1GiB"],
+        "unset LD_PRELOAD; exec unshare -pf $N 1048576 -1",
+    );
+    let (_, held) = x.line("ATTACK noshim holding");
+    let f = h.finding(
+        "unregistered",
+        &format!("cuslice run {} ", x.child.id()),
+        TWO_INTERVALS,
+        &w,
+    );
+    assert!(held.elapsed() <= TWO_INTERVALS, "{f}");
+}

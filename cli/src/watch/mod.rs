@@ -913,10 +913,18 @@ impl Watch {
                 } else if !certain {
                     Some("not restored (the quota file gives it by index)".to_string())
                 } else {
-                    Some(match restore_limit(&path, i, want) {
-                        Ok(()) => "restored".to_string(),
-                        Err(e) => format!("not restored: {e}"),
-                    })
+                    // Only a file the slice's own user could write (a
+                    // session's file must be what `cuslice run` wrote).
+                    let target = self.slices.get(&id).map_or_else(
+                        || Err("the slice is gone".to_string()),
+                        slices::Slice::open_mem_seg_for_repair,
+                    );
+                    Some(
+                        match target.and_then(|t| restore_limit(t.path(), i, want)) {
+                            Ok(()) => "restored".to_string(),
+                            Err(e) => format!("not restored: {e}"),
+                        },
+                    )
                 };
                 let v = Self::view(
                     Kind::MemorySegment,

@@ -29,6 +29,9 @@ pub trait ProcSource {
     fn exe_name(&self, pid: u32) -> Option<String>;
     /// A variable of its initial environment.
     fn environ(&self, pid: u32, key: &str) -> Option<String>;
+    /// Its real user ID (`Uid:` of `/proc/<pid>/status`, as this process
+    /// sees it).
+    fn uid(&self, pid: u32) -> Option<u32>;
     /// A path as the process sees it (its root directory), from here.
     fn in_root(&self, pid: u32, path: &std::path::Path) -> PathBuf;
 }
@@ -152,9 +155,20 @@ impl ProcSource for Procfs {
         })
     }
 
+    fn uid(&self, pid: u32) -> Option<u32> {
+        let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        uid_of(&s)
+    }
+
     fn in_root(&self, pid: u32, path: &std::path::Path) -> PathBuf {
         PathBuf::from(format!("/proc/{pid}/root")).join(path.strip_prefix("/").unwrap_or(path))
     }
+}
+
+/// The real user ID of a `/proc/<pid>/status` text.
+pub fn uid_of(status: &str) -> Option<u32> {
+    let l = status.lines().find(|l| l.starts_with("Uid:"))?;
+    l.split_whitespace().nth(1)?.parse().ok()
 }
 
 #[cfg(test)]
@@ -198,5 +212,11 @@ mod tests {
         let ns = Procfs.pid_namespaces(me);
         assert_eq!(ns, vec![ns_inode("/proc/self/ns/pid").expect("ns")]);
         assert!(!Procfs.cmdline(me).is_empty());
+        // SAFETY: getuid has no preconditions.
+        assert_eq!(Procfs.uid(me), Some(unsafe { libc::getuid() }));
+        assert_eq!(
+            uid_of("Name:\tx\nUid:\t1000\t1001\t1002\t1003\n"),
+            Some(1000)
+        );
     }
 }

@@ -2,26 +2,43 @@
 //!
 //! - **A container** made through the OCI hook: `<root>/containers/<id>/`
 //!   holds its quota file, its memory segment and `container.json`, where
-//!   the hook recorded the inode of the container's PID namespace and its
-//!   cgroup. A process belongs to it if its PID namespace, or any parent of
-//!   it (a process may nest namespaces), is the container's; failing that
-//!   (a container sharing the host's PID namespace, or one recorded by an
-//!   older hook) if its cgroup is the container's or below it. Neither can
-//!   be changed from inside a container without privileges it lacks.
+//!   the hook recorded the inode of the container's PID namespace, its
+//!   cgroup and its init (host PID and start time). A process belongs to it
+//!   if its PID namespace, or any parent of it (a process may nest
+//!   namespaces), is the container's; failing that (a container sharing
+//!   the host's PID namespace, or one recorded by an older hook) if its
+//!   cgroup is the container's or below it. Neither can be changed from
+//!   inside a container without privileges it lacks. A record whose init
+//!   is gone matches nothing (namespace inodes are reused: a stale record
+//!   would claim whatever namespace got its inode next) until its
+//!   `container.json` is written again.
 //! - **A `cuslice run` session**: every descendant of a `cuslice run`
 //!   process (an executable named `cuslice` with `run` as its first
 //!   argument), found through the parent chain (`cuslice run` is a child
-//!   subreaper, so orphans stay its descendants). Its quota file,
-//!   `$XDG_RUNTIME_DIR` (else `$TMPDIR`, else /tmp) of the run process's
-//!   initial environment + `cuslice-run-<pid>/quota.toml`, is read once,
-//!   when the session is first seen: the user owns that file and could
-//!   edit it later.
+//!   subreaper, so orphans stay its descendants), in host PIDs whatever PID
+//!   namespaces its processes enter. Where its files are is derived as
+//!   `cuslice run` derives them, from the run process's PID (as it sees
+//!   itself) and initial environment: `$XDG_RUNTIME_DIR` (else `$TMPDIR`,
+//!   else /tmp) + `cuslice-run-<pid>/`, its GPU segment directory
+//!   `$CUSLICE_GPU_SEGMENT_DIR` (else the default). Its quota file there is
+//!   read once, when the session is first seen (the user owns that file and
+//!   could edit it later), opened without following a link or blocking,
+//!   and only as a regular file of the run process's user of at most
+//!   1 MiB. Only its limits are taken from it: a file whose `tenant`,
+//!   `segment_dir` or `gpu_segment_dir` is not what `cuslice run` wrote is
+//!   reported, and the session's segments are then never written by the
+//!   watch (`repair`).
 //!
 //! The answer for a PID is cached under (PID, start time), so a pass reads
 //! `/proc/<pid>/stat` once per process NVML lists, and the rest only for a
 //! process not seen before.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::ffi::CString;
+use std::io::Read;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use cuslice_core::config::{self, Config};
@@ -53,6 +70,26 @@ pub struct Slice {
     pub gpu_dir: PathBuf,
     pub pid_ns: Option<u64>,
     pub cgroup: Option<String>,
+    /// A container's init (host PID, start time), as its hook recorded it
+    /// (None: an older hook's record).
+    pub init: Option<(u32, u64)>,
+    /// Whether the watch may write this slice's memory segment (restore its
+    /// quota): false for a session whose quota file is not what `cuslice
+    /// run` wrote. See [`Slice::open_mem_seg_for_repair`].
+    pub repair: bool,
+    /// The user the memory segment and the directories above it up to the
+    /// session's directory must belong to before the watch writes it: the
+    /// `cuslice run` process's uid (None: a container's, under the
+    /// root-only `<root>/containers`).
+    pub mem_seg_owner: Option<u32>,
+}
+
+/// `container.json`'s identity: device, inode, modification time (s, ns).
+type FileId = (u64, u64, i64, i64);
+
+fn file_id(p: &Path) -> Option<FileId> {
+    let m = std::fs::metadata(p).ok()?;
+    Some((m.dev(), m.ino(), m.mtime(), m.mtime_nsec()))
 }
 
 pub struct Slices {
@@ -62,6 +99,14 @@ pub struct Slices {
     host_ns: Option<u64>,
     pub containers: BTreeMap<String, Slice>,
     pub runs: BTreeMap<(u32, u64), Slice>,
+    /// The `container.json` each container (loaded or stale) was read from.
+    meta_ids: HashMap<String, FileId>,
+    /// Containers whose recorded init is gone: not loaded again until their
+    /// `container.json` changes.
+    stale: HashSet<String>,
+    /// `cuslice run` processes seen while a host-wide quota file applied:
+    /// no slices of their own (noted once).
+    shared_runs: HashSet<(u32, u64)>,
     /// PID -> (start time, its slice).
     cache: HashMap<u32, (u64, Option<SliceId>)>,
     /// PID -> (start time, whether it is a `cuslice run` process).
@@ -104,11 +149,183 @@ fn one_line(s: &str, max: usize) -> String {
     out
 }
 
-fn read_quota(path: &Path, shown: &Path) -> Result<Config, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", shown.display()))?;
-    let text = String::from_utf8(bytes)
-        .map_err(|_| format!("{}: expected UTF-8 text", shown.display()))?;
+/// Opens `path` for reading without following a link in its last
+/// component and without blocking (a FIFO), as a regular file, owned by
+/// `owner` if given.
+fn open_regular(path: &Path, owner: Option<u32>) -> Result<std::fs::File, String> {
+    let c = CString::new(path.as_os_str().as_bytes()).map_err(|_| "a NUL in its path")?;
+    // SAFETY: open with a NUL-terminated path; the descriptor is owned
+    // below.
+    let fd = unsafe {
+        libc::open(
+            c.as_ptr(),
+            libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY,
+        )
+    };
+    if fd < 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(if e.raw_os_error() == Some(libc::ELOOP) {
+            "expected a regular file, got a symbolic link".to_string()
+        } else {
+            e.to_string()
+        });
+    }
+    // SAFETY: open just returned this descriptor; nothing else owns it.
+    let f = unsafe { std::fs::File::from_raw_fd(fd) };
+    check_file(&f, false, owner)?;
+    Ok(f)
+}
+
+/// `f` is a regular file (`dir`: a directory) owned by `owner` if given.
+fn check_file(f: &impl AsRawFd, dir: bool, owner: Option<u32>) -> Result<(), String> {
+    // SAFETY: libc::stat is plain data; all zeroes is a valid value.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat on a descriptor the caller holds, into a local.
+    if unsafe { libc::fstat(f.as_raw_fd(), &mut st) } != 0 {
+        return Err(std::io::Error::last_os_error().to_string());
+    }
+    let (want, want_name) = if dir {
+        (libc::S_IFDIR, "a directory")
+    } else {
+        (libc::S_IFREG, "a regular file")
+    };
+    if st.st_mode & libc::S_IFMT != want {
+        let got = match st.st_mode & libc::S_IFMT {
+            libc::S_IFIFO => "a FIFO",
+            libc::S_IFDIR => "a directory",
+            libc::S_IFREG => "a regular file",
+            libc::S_IFCHR => "a character device",
+            libc::S_IFBLK => "a block device",
+            libc::S_IFSOCK => "a socket",
+            _ => "something else",
+        };
+        return Err(format!("expected {want_name}, got {got}"));
+    }
+    if let Some(u) = owner
+        && st.st_uid != u
+    {
+        return Err(format!(
+            "owned by uid {}, not by the session's uid {u}",
+            st.st_uid
+        ));
+    }
+    Ok(())
+}
+
+/// Reads and parses the quota file at `path` (`shown` names it), a
+/// regular file of at most [`config::MAX_FILE_BYTES`] owned by `owner` if
+/// given: a FIFO, a link to /dev/zero or a huge file never stalls the
+/// watch.
+fn read_quota(path: &Path, shown: &Path, owner: Option<u32>) -> Result<Config, String> {
+    let named = |e: String| format!("{}: {e}", shown.display());
+    let f = open_regular(path, owner).map_err(named)?;
+    let mut bytes = Vec::new();
+    f.take(config::MAX_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| named(e.to_string()))?;
+    if bytes.len() as u64 > config::MAX_FILE_BYTES {
+        return Err(named("expected at most 1MiB, got a larger file".into()));
+    }
+    let text = String::from_utf8(bytes).map_err(|_| named("expected UTF-8 text".into()))?;
     config::parse_file(shown, &text).map_err(|e| e.to_string())
+}
+
+/// The memory segment of a slice, as the watch may write it: see
+/// [`Slice::open_mem_seg_for_repair`].
+#[derive(Debug)]
+pub struct RepairTarget {
+    /// The segment's directory, pinned (None: a container's, by path).
+    _dir: Option<OwnedFd>,
+    path: PathBuf,
+}
+
+impl RepairTarget {
+    /// The path to open the segment by, valid while this lives:
+    /// `/proc/self/fd/<its directory>/memory.seg` for a session (its
+    /// last component a plain name, opened without following a link).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Slice {
+    /// This slice's memory segment for the watch to write (restore its
+    /// quota), or why not: the slice may not be repaired (a session whose
+    /// quota file is not what `cuslice run` wrote), or (a session) the
+    /// segment, its directory or the session's directory is a link or not
+    /// the run process's user's. Each step is opened from the one above
+    /// without following links and checked on the open descriptor, and the
+    /// segment's directory stays open: what is written is a file in a
+    /// directory of the session's user, never one reached through a link
+    /// they planted.
+    pub fn open_mem_seg_for_repair(&self) -> Result<RepairTarget, String> {
+        if !self.repair {
+            return Err("its quota file is not what `cuslice run` wrote".into());
+        }
+        let path = self.mem_seg.as_deref().ok_or("no memory segment")?;
+        let Some(uid) = self.mem_seg_owner else {
+            return Ok(RepairTarget {
+                _dir: None,
+                path: path.to_path_buf(),
+            });
+        };
+        let (Some(seg_dir), Some(name)) = (path.parent(), path.file_name()) else {
+            return Err("no memory segment".into());
+        };
+        let (Some(run_dir), Some(seg_name)) = (seg_dir.parent(), seg_dir.file_name()) else {
+            return Err("no memory segment".into());
+        };
+        let at = |dir: Option<&OwnedFd>, p: &Path, flags: libc::c_int| -> Result<OwnedFd, String> {
+            let c = CString::new(p.as_os_str().as_bytes()).map_err(|_| "a NUL in its path")?;
+            let base = dir.map_or(libc::AT_FDCWD, AsRawFd::as_raw_fd);
+            // SAFETY: openat with a NUL-terminated path and a descriptor we
+            // hold (or AT_FDCWD).
+            let fd = unsafe { libc::openat(base, c.as_ptr(), flags | libc::O_CLOEXEC) };
+            if fd < 0 {
+                return Err(format!(
+                    "{}: {}",
+                    p.display(),
+                    std::io::Error::last_os_error()
+                ));
+            }
+            // SAFETY: openat just returned this descriptor.
+            Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+        };
+        let named = |p: &Path, e: String| format!("{}: {e}", p.display());
+        // The session's directory: wherever its base leads (the user's
+        // XDG_RUNTIME_DIR may be a link), but the user's own.
+        let d = at(None, run_dir, libc::O_RDONLY | libc::O_DIRECTORY)?;
+        check_file(&d, true, Some(uid)).map_err(|e| named(run_dir, e))?;
+        let s = at(
+            Some(&d),
+            Path::new(seg_name),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
+        )?;
+        check_file(&s, true, Some(uid)).map_err(|e| named(seg_dir, e))?;
+        let f = at(
+            Some(&s),
+            Path::new(name),
+            libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK,
+        )?;
+        check_file(&f, false, Some(uid)).map_err(|e| named(path, e))?;
+        Ok(RepairTarget {
+            path: PathBuf::from(format!("/proc/self/fd/{}", s.as_raw_fd())).join(name),
+            _dir: Some(s),
+        })
+    }
+}
+
+/// Whether the container record's init (PID, start time) still runs; a
+/// record without one (an older hook's) is taken as live.
+fn init_alive(p: &dyn ProcSource, init: Option<(u32, u64)>) -> bool {
+    init.is_none_or(|(pid, start)| p.stat(pid).is_some_and(|s| s.start == start))
+}
+
+/// Whether `/etc/cuslice/quota.toml` exists as the run process `pid` sees
+/// it (the shim then follows it).
+fn host_wide_quota(p: &dyn ProcSource, pid: u32) -> bool {
+    let path = p.in_root(pid, Path::new(config::DEFAULT_CONFIG_PATH));
+    !matches!(std::fs::metadata(path), Err(e) if e.kind() == std::io::ErrorKind::NotFound)
 }
 
 fn any_memory(c: &Config) -> bool {
@@ -124,6 +341,9 @@ impl Slices {
             host_ns,
             containers: BTreeMap::new(),
             runs: BTreeMap::new(),
+            meta_ids: HashMap::new(),
+            stale: HashSet::new(),
+            shared_runs: HashSet::new(),
             cache: HashMap::new(),
             run_check: HashMap::new(),
             notes: vec![],
@@ -141,8 +361,10 @@ impl Slices {
         self.containers.values().chain(self.runs.values())
     }
 
-    /// Finds containers that came or went and sessions that ended. One
-    /// directory listing, and one `stat` per live session.
+    /// Finds containers that came, went, were written again or whose init
+    /// ended, and sessions that ended. One directory listing, and per
+    /// container one `stat` of its `container.json` and one read of its
+    /// init's `/proc/<pid>/stat`; one `stat` per live session.
     pub fn refresh(&mut self, p: &dyn ProcSource) {
         let dir = self.root.join("containers");
         let mut ids: Vec<String> = std::fs::read_dir(&dir)
@@ -156,19 +378,47 @@ impl Slices {
         let before = self.containers.len();
         self.containers
             .retain(|id, _| ids.binary_search(id).is_ok());
+        self.meta_ids.retain(|id, _| ids.binary_search(id).is_ok());
+        self.stale.retain(|id| ids.binary_search(id).is_ok());
         let mut changed = before != self.containers.len();
         for id in ids {
-            if self.containers.contains_key(&id) {
+            let meta = dir.join(&id).join(META_FILE);
+            let now = file_id(&meta);
+            if self.meta_ids.get(&id) != now.as_ref() {
+                // New, or written again (a container restarted under the
+                // same id): read afresh.
+                changed |= self.containers.remove(&id).is_some();
+                self.stale.remove(&id);
+                self.meta_ids.remove(&id);
+            } else if self.stale.contains(&id) {
                 continue;
             }
-            if let Some(s) = self.load_container(&dir.join(&id), &id) {
-                self.containers.insert(id, s);
+            if let Some(c) = self.containers.get(&id) {
+                if init_alive(p, c.init) {
+                    continue;
+                }
+                let c = self.containers.remove(&id).map(|c| c.label);
+                self.stale_note(c.as_deref().unwrap_or(&id), &meta);
+                self.stale.insert(id);
                 changed = true;
+                continue;
+            }
+            let Some(now) = now else { continue };
+            if let Some(s) = self.load_container(&dir.join(&id), &id) {
+                self.meta_ids.insert(id.clone(), now);
+                if init_alive(p, s.init) {
+                    self.containers.insert(id, s);
+                    changed = true;
+                } else {
+                    self.stale_note(&s.label, &meta);
+                    self.stale.insert(id);
+                }
             }
         }
         let before = self.runs.len();
-        self.runs
-            .retain(|(pid, start), _| p.stat(*pid).is_some_and(|s| s.start == *start));
+        let alive = |(pid, start): &(u32, u64)| p.stat(*pid).is_some_and(|s| s.start == *start);
+        self.runs.retain(|k, _| alive(k));
+        self.shared_runs.retain(alive);
         changed |= before != self.runs.len();
         if changed {
             // A new container may own processes seen outside any slice;
@@ -183,12 +433,19 @@ impl Slices {
         }
     }
 
+    fn stale_note(&mut self, label: &str, meta: &Path) {
+        self.notes.push(format!(
+            "{label}: the init process {} records is gone (a container stopped but not deleted, or a record left behind): its record matches no process until it is written again",
+            meta.display()
+        ));
+    }
+
     fn load_container(&mut self, dir: &Path, id: &str) -> Option<Slice> {
         // The hook writes the quota file, then container.json: until both
         // are there, try again at the next pass.
         let meta_bytes = std::fs::read(dir.join(META_FILE)).ok()?;
         let q = dir.join("quota.toml");
-        let quota = match read_quota(&q, &q) {
+        let quota = match read_quota(&q, &q, None) {
             Ok(c) => Some(c),
             Err(e) => {
                 self.notes
@@ -206,14 +463,28 @@ impl Slices {
         let (pid_ns, cgroup) = meta
             .as_ref()
             .map_or((None, None), |m| (m.pid_ns, m.cgroup.clone()));
+        let init = meta
+            .as_ref()
+            .and_then(|m| Some((m.init_pid?, m.init_start?)));
+        let older = "(made by an older cuslice oci-hook)";
+        let no_init = if init.is_none() {
+            "; nor its init process: a record left behind is not told from a live one"
+        } else {
+            ""
+        };
         if pid_ns.is_none() && cgroup.is_none() {
             self.notes.push(format!(
-                "{label}: {} records no PID namespace or cgroup (made by an older cuslice oci-hook): its processes cannot be told apart, it is not checked",
+                "{label}: {} records no PID namespace or cgroup {older}: its processes cannot be told apart, it is not checked",
                 dir.join(META_FILE).display()
             ));
         } else if pid_ns.is_none() {
             self.notes.push(format!(
-                "{label}: {} records no PID namespace (made by an older cuslice oci-hook): its processes are found by cgroup",
+                "{label}: {} records no PID namespace {older}: its processes are found by cgroup{no_init}",
+                dir.join(META_FILE).display()
+            ));
+        } else if init.is_none() {
+            self.notes.push(format!(
+                "{label}: {} records no init process {older}: a record left behind is not told from a live one",
                 dir.join(META_FILE).display()
             ));
         }
@@ -231,47 +502,111 @@ impl Slices {
             gpu_dir: self.root.join("gpu"),
             pid_ns,
             cgroup,
+            init,
+            repair: true,
+            mem_seg_owner: None,
         })
     }
 
+    /// A session, its files derived as `cuslice run` derives them; only the
+    /// limits are taken from its quota file.
     fn load_run(&mut self, p: &dyn ProcSource, pid: u32, start: u64) -> Slice {
         let inner = p.inner_pid(pid).unwrap_or(pid);
-        let base = p
-            .environ(pid, "XDG_RUNTIME_DIR")
-            .filter(|v| !v.is_empty())
-            .or_else(|| p.environ(pid, "TMPDIR").filter(|v| !v.is_empty()))
-            .unwrap_or_else(|| "/tmp".into());
-        let shown = Path::new(&base)
-            .join(format!("cuslice-run-{inner}"))
-            .join("quota.toml");
+        // As `cuslice run` (RunDir, run): empty counts as unset.
+        let env = |k: &str| p.environ(pid, k).filter(|v| !v.is_empty());
+        let base = PathBuf::from(
+            env("XDG_RUNTIME_DIR")
+                .or_else(|| env("TMPDIR"))
+                .unwrap_or_else(|| "/tmp".into()),
+        );
+        let run_dir = base.join(format!("cuslice-run-{inner}"));
+        let seg_dir = run_dir.join("segment");
+        let gpu = env("CUSLICE_GPU_SEGMENT_DIR").map_or_else(
+            || PathBuf::from(config::DEFAULT_GPU_SEGMENT_DIR),
+            PathBuf::from,
+        );
+        let tenant = format!("run-{inner}");
+        let shown = run_dir.join("quota.toml");
         let label = format!("cuslice run {pid} ({})", run_command(&p.cmdline(pid)));
-        let quota = match read_quota(&p.in_root(pid, &shown), &shown) {
-            Ok(c) => Some(c),
+        let uid = p.uid(pid);
+        let mut slice = Slice {
+            id: SliceId::Run { pid, start },
+            tenant: tenant.clone(),
+            label: label.clone(),
+            quota: None,
+            mem_seg: None,
+            gpu_dir: p.in_root(pid, &gpu),
+            pid_ns: None,
+            cgroup: None,
+            init: None,
+            repair: false,
+            mem_seg_owner: uid,
+        };
+        let Some(uid) = uid else {
+            self.notes
+                .push(format!("{label}: cannot read its user: not checked"));
+            return slice;
+        };
+        if !base.is_absolute() || !gpu.is_absolute() {
+            // `cuslice run` itself refuses such a quota file.
+            self.notes.push(format!(
+                "{label}: its runtime or GPU segment directory ({}, {}) is not an absolute path: not checked",
+                base.display(),
+                gpu.display()
+            ));
+            return slice;
+        }
+        let cfg = match read_quota(&p.in_root(pid, &shown), &shown, Some(uid)) {
+            Ok(c) => c,
             Err(e) => {
                 // `run` without limits writes no quota file (it becomes the
                 // program): nothing to hold it to.
                 self.notes.push(format!("{label}: {e}: not checked"));
-                None
+                return slice;
             }
         };
-        Slice {
-            id: SliceId::Run { pid, start },
-            tenant: quota
-                .as_ref()
-                .map_or_else(|| format!("run-{inner}"), Config::tenant_name),
-            label,
-            mem_seg: quota
-                .as_ref()
-                .filter(|c| any_memory(c))
-                .map(|c| p.in_root(pid, &c.segment_dir.join("memory.seg"))),
-            gpu_dir: quota.as_ref().map_or_else(
-                || PathBuf::from(config::DEFAULT_GPU_SEGMENT_DIR),
-                |c| p.in_root(pid, &c.gpu_segment_dir),
-            ),
-            quota,
-            pid_ns: None,
-            cgroup: None,
+        if let Some(c) = self.containers.values().find(|c| c.tenant == tenant) {
+            self.notes.push(format!(
+                "{label}: its tenant {tenant} is also {}'s: not checked",
+                c.label
+            ));
+            return slice;
         }
+        let mut wrong = vec![];
+        if cfg.tenant.as_deref() != Some(tenant.as_str()) {
+            wrong.push(format!(
+                "tenant {:?} (`cuslice run` wrote {tenant:?})",
+                cfg.tenant_name()
+            ));
+        }
+        for (key, have, want) in [
+            ("segment_dir", &cfg.segment_dir, &seg_dir),
+            ("gpu_segment_dir", &cfg.gpu_segment_dir, &gpu),
+        ] {
+            if have != want {
+                wrong.push(format!(
+                    "{key} {:?} (`cuslice run` wrote {:?})",
+                    have.display().to_string(),
+                    want.display().to_string()
+                ));
+            }
+        }
+        if !wrong.is_empty() {
+            // Held to the limits there (the user could have asked `run` for
+            // any), as tenant run-<pid> at the places `run` gave it: a
+            // process registered elsewhere is unregistered here. Its
+            // segments are never written by the watch.
+            self.notes.push(format!(
+                "{label}: {}: {} not what `cuslice run` wrote: its segments are not repaired; it is checked against the file's limits as tenant {tenant} with its memory segment in {}",
+                shown.display(),
+                wrong.join(", "),
+                seg_dir.display()
+            ));
+        }
+        slice.repair = wrong.is_empty();
+        slice.mem_seg = any_memory(&cfg).then(|| p.in_root(pid, &seg_dir.join("memory.seg")));
+        slice.quota = Some(cfg);
+        slice
     }
 
     fn is_run(&mut self, p: &dyn ProcSource, pid: u32, start: u64) -> bool {
@@ -327,16 +662,30 @@ impl Slices {
             return Some(c.id.clone());
         }
         // A process in a PID namespace of its own that is no container's
-        // is in no session either (its ancestors are not ours to read).
-        if namespaces.first().is_some_and(|n| Some(*n) != host) && host.is_some() {
-            return None;
-        }
+        // (`unshare -Urpf` needs no privilege) is walked up like any
+        // other: /proc/<pid>/stat, read here, gives its parent in host
+        // PIDs.
         let (mut cur, mut cur_start) = (pid, start);
         for _ in 0..4096 {
             if self.is_run(p, cur, cur_start) {
-                if !self.runs.contains_key(&(cur, cur_start)) {
+                let key = (cur, cur_start);
+                if self.shared_runs.contains(&key) {
+                    return None;
+                }
+                if !self.runs.contains_key(&key) {
+                    if host_wide_quota(p, cur) {
+                        // The shim follows that file, not the session's:
+                        // so does the watch (no slice of its own).
+                        self.notes.push(format!(
+                            "cuslice run {cur} ({}): {} exists, its processes follow it, not the session's quota file: not checked as a slice of its own",
+                            run_command(&p.cmdline(cur)),
+                            config::DEFAULT_CONFIG_PATH
+                        ));
+                        self.shared_runs.insert(key);
+                        return None;
+                    }
                     let s = self.load_run(p, cur, cur_start);
-                    self.runs.insert((cur, cur_start), s);
+                    self.runs.insert(key, s);
                 }
                 return Some(SliceId::Run {
                     pid: cur,
@@ -424,6 +773,8 @@ pub mod tests {
         pub exe: String,
         pub args: Vec<String>,
         pub env: Vec<(String, String)>,
+        /// None: this test's own user (who owns the files it writes).
+        pub uid: Option<u32>,
     }
 
     impl ProcSource for FakeProc {
@@ -463,6 +814,11 @@ pub mod tests {
                 .iter()
                 .find(|(k, _)| k == key)
                 .map(|(_, v)| v.clone())
+        }
+        fn uid(&self, pid: u32) -> Option<u32> {
+            // SAFETY: geteuid has no preconditions.
+            let me = unsafe { libc::geteuid() };
+            self.procs.get(&pid).map(|p| p.uid.unwrap_or(me))
         }
         fn in_root(&self, _pid: u32, path: &Path) -> PathBuf {
             self.root.join(path.strip_prefix("/").unwrap_or(path))
@@ -645,6 +1001,302 @@ pub mod tests {
         s.refresh(&fp);
         assert!(s.cached(10).is_none());
         assert_eq!(s.slice_of(&fp, 10).map(|x| x.1), Some(None));
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    fn run_proc(xdg: &str, env: &[(&str, &str)]) -> FakeP {
+        let mut r = p(
+            1,
+            20,
+            &[HOST],
+            "/user",
+            "cuslice",
+            &["cuslice", "run", "--memory", "2GiB", "--", "prog"],
+        );
+        r.env = std::iter::once(("XDG_RUNTIME_DIR", xdg))
+            .chain(env.iter().copied())
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        r
+    }
+
+    #[test]
+    fn a_container_whose_init_is_gone_matches_nothing_until_its_record_is_written_again() {
+        let root = tmp("stale");
+        let meta = |start: u64| serde_json::json!({"id": "aaa", "pid_ns": 111, "cgroup": "/ctr/aaa", "init_pid": 10, "init_start": start});
+        container(&root, "aaa", meta(5), QUOTA);
+        let mut fp = FakeProc::default();
+        fp.procs
+            .insert(10, p(1, 5, &[111, HOST], "/ctr/aaa", "sh", &[]));
+        fp.procs
+            .insert(11, p(10, 6, &[111, HOST], "/ctr/aaa", "python3", &[]));
+        let mut s = Slices::new(&root, Some(HOST));
+        s.refresh(&fp);
+        assert!(s.notes.is_empty(), "{:?}", s.notes);
+        assert_eq!(
+            s.slice_of(&fp, 11).map(|x| x.1),
+            Some(Some(SliceId::Container("aaa".into())))
+        );
+        // The container ends, its record stays (not deleted yet); the
+        // namespace inode goes to an unrelated process tree.
+        fp.procs.clear();
+        fp.procs
+            .insert(30, p(1, 50, &[111, HOST], "/other", "python3", &[]));
+        s.refresh(&fp);
+        assert!(s.containers.is_empty());
+        assert_eq!(s.notes.len(), 1, "{:?}", s.notes);
+        assert!(s.notes[0].contains("init process") && s.notes[0].contains("is gone"));
+        assert_eq!(s.slice_of(&fp, 30).map(|x| x.1), Some(None));
+        // Said once, not loaded again while the record is unchanged.
+        s.refresh(&fp);
+        assert_eq!(s.notes.len(), 1, "{:?}", s.notes);
+        assert!(s.containers.is_empty());
+        // Restarted under the same id: the new record is read.
+        fp.procs
+            .insert(40, p(1, 60, &[111, HOST], "/ctr/aaa", "sh", &[]));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        container(
+            &root,
+            "aaa",
+            serde_json::json!({"id": "aaa", "pid_ns": 111, "cgroup": "/ctr/aaa", "init_pid": 40, "init_start": 60}),
+            QUOTA,
+        );
+        s.refresh(&fp);
+        assert_eq!(s.containers.len(), 1);
+        fp.procs
+            .insert(41, p(40, 61, &[111, HOST], "/ctr/aaa", "python3", &[]));
+        assert_eq!(
+            s.slice_of(&fp, 41).map(|x| x.1),
+            Some(Some(SliceId::Container("aaa".into())))
+        );
+        // A record found stale at its first reading is not loaded either.
+        container(
+            &root,
+            "bbb",
+            serde_json::json!({"id": "bbb", "pid_ns": 222, "init_pid": 70, "init_start": 1}),
+            QUOTA,
+        );
+        s.refresh(&fp);
+        assert!(!s.containers.contains_key("bbb"));
+        assert!(
+            s.notes
+                .last()
+                .is_some_and(|n| n.starts_with("container bbb: ") && n.contains("is gone"))
+        );
+        // An older hook's record: one note, taken as live.
+        container(
+            &root,
+            "ccc",
+            serde_json::json!({"id": "ccc", "pid_ns": 333}),
+            QUOTA,
+        );
+        let n = s.notes.len();
+        s.refresh(&fp);
+        s.refresh(&fp);
+        assert!(s.containers.contains_key("ccc"));
+        assert_eq!(s.notes.len(), n + 1, "{:?}", s.notes);
+        assert!(
+            s.notes[n].contains("records no init process"),
+            "{}",
+            s.notes[n]
+        );
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn a_session_takes_only_limits_from_its_quota_file() {
+        let root = tmp("runfile");
+        let run_root = root.join("runroot");
+        let d = run_root.join("xdg/cuslice-run-500");
+        std::fs::create_dir_all(d.join("segment")).expect("mkdir");
+        let mut fp = FakeProc {
+            root: run_root.clone(),
+            ..FakeProc::default()
+        };
+        fp.procs
+            .insert(1, p(0, 1, &[HOST], "/", "systemd", &["init"]));
+        fp.procs.insert(
+            500,
+            run_proc("/xdg", &[("CUSLICE_GPU_SEGMENT_DIR", "/gpu")]),
+        );
+        fp.procs
+            .insert(501, p(500, 21, &[HOST], "/user", "python3", &[]));
+        let session = |fp: &FakeProc, quota: &str| {
+            std::fs::write(d.join("quota.toml"), quota).expect("quota");
+            let mut s = Slices::new(&root, Some(HOST));
+            s.refresh(fp);
+            assert_eq!(
+                s.slice_of(fp, 501).map(|x| x.1),
+                Some(Some(SliceId::Run {
+                    pid: 500,
+                    start: 20
+                }))
+            );
+            let r = s.runs.get(&(500, 20)).expect("session").clone();
+            (r, std::mem::take(&mut s.notes))
+        };
+        // What `cuslice run` writes: repaired, no note.
+        let good = "tenant = \"run-500\"\nsegment_dir = \"/xdg/cuslice-run-500/segment\"\ngpu_segment_dir = \"/gpu\"\n[all]\nmemory = \"2GiB\"\n";
+        let (r, notes) = session(&fp, good);
+        assert!(notes.is_empty(), "{notes:?}");
+        assert!(r.repair);
+        assert_eq!(r.tenant, "run-500");
+        assert_eq!(r.gpu_dir, run_root.join("gpu"));
+        assert_eq!(r.mem_seg, Some(d.join("segment/memory.seg")));
+        // Rewritten: a note naming the file and each key; the paths and the
+        // tenant stay `run`'s, the limits are the file's, no repair.
+        let (r, notes) = session(
+            &fp,
+            "tenant = \"ctr-a\"\nsegment_dir = \"/run/cuslice/containers/aaa/segment\"\ngpu_segment_dir = \"/elsewhere\"\n[all]\nmemory = \"100GiB\"\n",
+        );
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        let n = &notes[0];
+        assert!(
+            n.starts_with("cuslice run 500 (prog): /xdg/cuslice-run-500/quota.toml: ")
+                && n.contains("tenant \"ctr-a\"")
+                && n.contains("segment_dir \"/run/cuslice/containers/aaa/segment\"")
+                && n.contains("gpu_segment_dir \"/elsewhere\"")
+                && n.contains("not repaired"),
+            "{n}"
+        );
+        assert!(!r.repair);
+        assert_eq!(r.tenant, "run-500");
+        assert_eq!(r.gpu_dir, run_root.join("gpu"));
+        assert_eq!(r.mem_seg, Some(d.join("segment/memory.seg")));
+        assert_eq!(r.quota.as_ref().and_then(|c| c.all.memory), Some(100 << 30));
+        assert!(r.open_mem_seg_for_repair().is_err());
+        // The default GPU directory, where the run process has no variable.
+        fp.procs.insert(500, run_proc("/xdg", &[]));
+        let (r, notes) = session(&fp, &good.replace("gpu_segment_dir = \"/gpu\"\n", ""));
+        assert!(notes.is_empty() && r.repair, "{notes:?}");
+        assert_eq!(r.gpu_dir, run_root.join("dev/shm/cuslice/gpu"));
+        let (r, notes) = session(&fp, good);
+        assert!(
+            !r.repair && notes[0].contains("gpu_segment_dir \"/gpu\""),
+            "{notes:?}"
+        );
+        fp.procs.insert(
+            500,
+            run_proc("/xdg", &[("CUSLICE_GPU_SEGMENT_DIR", "/gpu")]),
+        );
+        // Not the session user's file, or not a regular file: not checked.
+        fp.procs.get_mut(&500).expect("run").uid = Some(4242);
+        let (r, notes) = session(&fp, good);
+        assert!(r.quota.is_none() && !r.repair);
+        assert!(
+            notes[0].contains("not by the session's uid 4242") && notes[0].ends_with("not checked"),
+            "{notes:?}"
+        );
+        fp.procs.get_mut(&500).expect("run").uid = None;
+        std::fs::remove_file(d.join("quota.toml")).expect("rm");
+        let target = root.join("elsewhere.toml");
+        std::fs::write(&target, good).expect("write");
+        std::os::unix::fs::symlink(&target, d.join("quota.toml")).expect("symlink");
+        let mut s = Slices::new(&root, Some(HOST));
+        s.refresh(&fp);
+        s.slice_of(&fp, 501);
+        assert!(s.runs[&(500, 20)].quota.is_none());
+        assert!(s.notes[0].contains("got a symbolic link"), "{:?}", s.notes);
+        std::fs::remove_file(d.join("quota.toml")).expect("rm");
+        std::fs::write(
+            d.join("quota.toml"),
+            vec![b'#'; (config::MAX_FILE_BYTES + 1) as usize],
+        )
+        .expect("write");
+        let mut s = Slices::new(&root, Some(HOST));
+        s.slice_of(&fp, 501);
+        assert!(s.notes[0].contains("at most 1MiB"), "{:?}", s.notes);
+        // A tenant name a container has: not checked.
+        container(
+            &root,
+            "ccc",
+            serde_json::json!({"id": "ccc", "pid_ns": 7}),
+            &QUOTA.replace("ctr-a", "run-500"),
+        );
+        let (r, notes) = session(&fp, good);
+        assert!(r.quota.is_none() && !r.repair);
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.contains("its tenant run-500 is also container ccc's")),
+            "{notes:?}"
+        );
+        std::fs::remove_dir_all(root.join("containers")).expect("rm");
+        // The segment is opened for repair only through the user's own
+        // directories, none of them a link.
+        std::fs::write(d.join("quota.toml"), good).expect("quota");
+        let (r, _) = session(&fp, good);
+        assert!(r.open_mem_seg_for_repair().is_err(), "no segment yet");
+        std::fs::write(d.join("segment/memory.seg"), "x").expect("seg");
+        let t = r.open_mem_seg_for_repair().expect("the user's own segment");
+        assert_eq!(std::fs::read(t.path()).expect("reopen"), b"x");
+        let victim = root.join("victim");
+        std::fs::create_dir_all(&victim).expect("mkdir");
+        std::fs::write(victim.join("memory.seg"), "x").expect("seg");
+        std::fs::remove_dir_all(d.join("segment")).expect("rm");
+        std::os::unix::fs::symlink(&victim, d.join("segment")).expect("symlink");
+        let e = r.open_mem_seg_for_repair().expect_err("followed a link");
+        assert!(e.contains("segment"), "{e}");
+        std::fs::remove_file(d.join("segment")).expect("rm");
+        std::fs::create_dir_all(d.join("segment")).expect("mkdir");
+        std::os::unix::fs::symlink(victim.join("memory.seg"), d.join("segment/memory.seg"))
+            .expect("symlink");
+        assert!(r.open_mem_seg_for_repair().is_err());
+        let mut other = r.clone();
+        other.mem_seg_owner = Some(4242);
+        std::fs::remove_file(d.join("segment/memory.seg")).expect("rm");
+        std::fs::write(d.join("segment/memory.seg"), "x").expect("seg");
+        let e = other.open_mem_seg_for_repair().expect_err("another user's");
+        assert!(e.contains("not by the session's uid 4242"), "{e}");
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn sessions_under_a_host_wide_quota_file_and_processes_in_pid_namespaces_of_their_own() {
+        let root = tmp("hostwide");
+        let run_root = root.join("runroot");
+        let d = run_root.join("xdg/cuslice-run-500");
+        std::fs::create_dir_all(&d).expect("mkdir");
+        std::fs::write(
+            d.join("quota.toml"),
+            "tenant = \"run-500\"\nsegment_dir = \"/xdg/cuslice-run-500/segment\"\n[all]\nmemory = \"2GiB\"\n",
+        )
+        .expect("quota");
+        let mut fp = FakeProc {
+            root: run_root.clone(),
+            ..FakeProc::default()
+        };
+        fp.procs
+            .insert(1, p(0, 1, &[HOST], "/", "systemd", &["init"]));
+        fp.procs.insert(500, run_proc("/xdg", &[]));
+        // unshare -pf: the child is PID 1 of a namespace of its own.
+        fp.procs
+            .insert(501, p(500, 21, &[HOST], "/user", "unshare", &[]));
+        fp.procs
+            .insert(502, p(501, 22, &[999, HOST], "/user", "prog", &[]));
+        let run = Some(SliceId::Run {
+            pid: 500,
+            start: 20,
+        });
+        let mut s = Slices::new(&root, Some(HOST));
+        s.refresh(&fp);
+        assert_eq!(s.slice_of(&fp, 502).map(|x| x.1), Some(run));
+        assert!(s.notes.is_empty(), "{:?}", s.notes);
+        // /etc/cuslice/quota.toml, as the session sees it: the shim follows
+        // it, the session is no slice of its own (said once).
+        std::fs::create_dir_all(run_root.join("etc/cuslice")).expect("mkdir");
+        std::fs::write(run_root.join("etc/cuslice/quota.toml"), "[all]\n").expect("write");
+        let mut s = Slices::new(&root, Some(HOST));
+        s.refresh(&fp);
+        assert_eq!(s.slice_of(&fp, 502).map(|x| x.1), Some(None));
+        assert_eq!(s.slice_of(&fp, 501).map(|x| x.1), Some(None));
+        assert!(s.runs.is_empty());
+        assert_eq!(s.notes.len(), 1, "{:?}", s.notes);
+        assert!(
+            s.notes[0].contains("/etc/cuslice/quota.toml exists"),
+            "{}",
+            s.notes[0]
+        );
         let _ = std::fs::remove_dir_all(&root);
     }
 }

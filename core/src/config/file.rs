@@ -18,7 +18,7 @@ use super::validate::{
 
 /// A quota file larger than this is refused (it is a few lines; this stops
 /// `CUSLICE_CONFIG=/dev/zero` from eating the process's memory).
-pub(super) const MAX_FILE_BYTES: u64 = 1 << 20;
+pub const MAX_FILE_BYTES: u64 = 1 << 20;
 
 /// Reads a quota file. `Ok(None)` when it does not exist; any other failure
 /// is an error (fail closed: an unreadable mounted file must not mean
