@@ -441,10 +441,24 @@ fn write_files(a: &HookArgs, dir: &Path, quota: &str, meta: &ContainerMeta) -> R
     mk(&a.root.join("gpu"), 0o1777)?;
     let _ = std::fs::set_permissions(a.root.join("gpu"), std::fs::Permissions::from_mode(0o1777));
     mk(&dir.join("segment"), 0o700)?;
+    // Read-only from its creation: written to a file made 0444, then
+    // renamed into place, so that the quota file is never seen writable.
     let q = dir.join("quota.toml");
-    std::fs::write(&q, quota).map_err(|e| format!("{}: {e}", q.display()))?;
-    std::fs::set_permissions(&q, std::fs::Permissions::from_mode(0o444))
-        .map_err(|e| format!("{}: {e}", q.display()))?;
+    let tmp = dir.join(".quota.toml.new");
+    let write = || -> std::io::Result<()> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let _ = std::fs::remove_file(&tmp);
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o444)
+            .open(&tmp)?;
+        f.write_all(quota.as_bytes())?;
+        f.set_permissions(std::fs::Permissions::from_mode(0o444))?;
+        std::fs::rename(&tmp, &q)
+    };
+    write().map_err(|e| format!("{}: {e}", q.display()))?;
     let m = dir.join(META_FILE);
     let text = serde_json::to_string(meta).map_err(|e| format!("{}: {e}", m.display()))?;
     std::fs::write(&m, text + "\n").map_err(|e| format!("{}: {e}", m.display()))?;
