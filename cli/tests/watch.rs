@@ -1331,6 +1331,7 @@ fn a_neighbour_that_takes_the_time_an_idle_tenant_left_is_not_held_to_its_share(
         "the neighbour was reported or killed while the other tenant idled:\n{text}"
     );
 }
+
 /// A session whose user rewrote its quota file before the watch read it
 /// (tenant, memory segment directory and limits of the user's choosing,
 /// here another session's segment and a 100 GiB quota): the watch takes no
