@@ -452,8 +452,12 @@ impl Watch {
 
         for (d, _util, groups) in &per_gpu {
             for g in groups {
-                self.check_memory(d, g);
+                // Registration first: a process the memory check kills is
+                // exiting by the time it would be looked at, and is then
+                // skipped as a normal exit would be; that it went around
+                // the shim is worth its own finding.
                 self.check_registered(d, g);
+                self.check_memory(d, g);
             }
             self.check_compute(d, groups);
         }
