@@ -1474,3 +1474,48 @@ fn a_run_process_in_its_own_pid_namespace_stays_in_the_session() {
     );
     assert!(held.elapsed() <= TWO_INTERVALS, "{f}");
 }
+
+#[test]
+fn under_systemd_the_watch_says_ready_after_its_first_pass_and_keeps_alive_every_pass() {
+    // The unit is Type=notify with WatchdogSec=: a watch stuck in a pass
+    // stops its keep-alives and systemd restarts it.
+    use std::os::unix::net::UnixDatagram;
+    let h = Host::new("notify");
+    let path = h.dir.join("notify.sock");
+    let sock = UnixDatagram::bind(&path).expect("bind the notification socket");
+    sock.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let cfg = h.config("");
+    let mut c = h.cuslice();
+    c.env("NOTIFY_SOCKET", &path)
+        .args(["watch", "--config"])
+        .arg(&cfg);
+    let mut w = Proc::spawn(c, "watch");
+    let mut got = vec![];
+    let mut buf = [0u8; 256];
+    while got.len() < 4 {
+        let n = sock
+            .recv(&mut buf)
+            .unwrap_or_else(|e| panic!("no notification ({e}) after {got:?}:\n{}", w.text()));
+        got.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+    }
+    assert_eq!(got[0], "READY=1\nWATCHDOG=1", "{got:?}");
+    assert!(got[1..].iter().all(|m| m == "WATCHDOG=1"), "{got:?}");
+    // Ready only once its first pass is in the state file.
+    assert!(h.state().is_some_and(|s| s["passes"].as_u64() >= Some(1)));
+    w.stop();
+    let mut last = String::new();
+    while let Ok(n) = sock.recv(&mut buf) {
+        last = String::from_utf8_lossy(&buf[..n]).into_owned();
+        if last == "STOPPING=1" {
+            break;
+        }
+    }
+    assert_eq!(last, "STOPPING=1");
+    let unit = std::fs::read_to_string(common::env().root.join("scripts/cuslice-watch.service"))
+        .expect("unit");
+    assert!(
+        unit.contains("\nType=notify\n") && unit.contains("\nWatchdogSec="),
+        "{unit}"
+    );
+}

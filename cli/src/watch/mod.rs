@@ -1183,10 +1183,23 @@ pub fn run(a: WatchArgs) -> Result<(), String> {
     };
     let mut next = Instant::now();
     let mut said: Option<String> = None;
+    let notify = Notify::from_env();
+    let mut ready = false;
     while !STOP.load(Ordering::Relaxed) {
         let c0 = cpu_seconds();
         w.pass();
         w.last_cpu = cpu_seconds() - c0;
+        // systemd: ready after the first pass, then one keep-alive per
+        // pass, so that a watch stuck in a pass (a hung NVML call, a
+        // blocked read) is restarted (`WatchdogSec=` in the unit).
+        if let Some(n) = &notify {
+            n.send(if ready {
+                "WATCHDOG=1"
+            } else {
+                "READY=1\nWATCHDOG=1"
+            });
+            ready = true;
+        }
         let e = w.errors.join("; ");
         if !e.is_empty() && said.as_deref() != Some(e.as_str()) {
             log(&e);
@@ -1208,8 +1221,54 @@ pub fn run(a: WatchArgs) -> Result<(), String> {
             std::thread::sleep((next - now).min(Duration::from_millis(50)));
         }
     }
+    if let Some(n) = &notify {
+        n.send("STOPPING=1");
+    }
     w.thaw(true);
     let _ = state::write(&w.state_path, &w.state(false));
     log("stopped");
     Ok(())
+}
+
+/// systemd's notification socket (`NOTIFY_SOCKET`: a path, or `@name` for
+/// an abstract socket), where the unit is `Type=notify`.
+struct Notify {
+    sock: std::os::unix::net::UnixDatagram,
+    addr: std::os::unix::net::SocketAddr,
+}
+
+impl Notify {
+    fn from_env() -> Option<Notify> {
+        use std::os::linux::net::SocketAddrExt;
+        use std::os::unix::net::{SocketAddr, UnixDatagram};
+        let v = std::env::var_os("NOTIFY_SOCKET")?;
+        let b = std::os::unix::ffi::OsStrExt::as_bytes(v.as_os_str());
+        let addr = match b.first() {
+            Some(b'@') => SocketAddr::from_abstract_name(&b[1..]),
+            Some(b'/') => SocketAddr::from_pathname(Path::new(&v)),
+            _ => {
+                log(&format!(
+                    "NOTIFY_SOCKET={}: not a path or @name; systemd is not told",
+                    v.to_string_lossy()
+                ));
+                return None;
+            }
+        };
+        let sock = UnixDatagram::unbound();
+        match (addr, sock) {
+            (Ok(addr), Ok(sock)) => Some(Notify { sock, addr }),
+            (Err(e), _) | (_, Err(e)) => {
+                log(&format!(
+                    "NOTIFY_SOCKET={}: {e}; systemd is not told",
+                    v.to_string_lossy()
+                ));
+                None
+            }
+        }
+    }
+
+    /// Best effort: a lost datagram costs at most one keep-alive.
+    fn send(&self, msg: &str) {
+        let _ = self.sock.send_to_addr(msg.as_bytes(), &self.addr);
+    }
 }
