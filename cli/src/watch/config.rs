@@ -181,26 +181,9 @@ pub fn policy_value(s: &str) -> Result<Policy, String> {
 /// `PATH: KEY: expected ..., got ...`.
 pub fn parse(path: &Path, text: &str) -> Result<WatchConfig, String> {
     let at = |m: String| format!("{}: {m}", path.display());
-    let table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
-        let line = e.span().map(|s| {
-            text.as_bytes()[..s.start.min(text.len())]
-                .iter()
-                .filter(|b| **b == b'\n')
-                .count()
-                + 1
-        });
-        let msg = e
-            .message()
-            .lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty())
-            .collect::<Vec<_>>()
-            .join("; ");
-        at(match line {
-            Some(n) => format!("line {n}: TOML syntax error: {msg}"),
-            None => format!("TOML syntax error: {msg}"),
-        })
-    })?;
+    let table: toml::Table = text
+        .parse()
+        .map_err(|e: toml::de::Error| at(cuslice_core::config::toml_syntax_error(text, &e)))?;
     let mut c = WatchConfig::default();
     for (k, v) in &table {
         let r: Result<(), String> = match k.as_str() {

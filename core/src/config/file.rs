@@ -52,6 +52,31 @@ pub fn parse_file(path: &Path, text: &str) -> Result<Config, ConfigError> {
         .map_err(|e| ConfigError::new(format!("{}: {e}", path.display())))
 }
 
+/// A TOML syntax error in `text` on one line: `line N: TOML syntax error:
+/// MESSAGE` (the parser's message has several lines). Also for the host
+/// watchdog's watch.toml.
+pub fn toml_syntax_error(text: &str, e: &toml::de::Error) -> String {
+    let line = e.span().map(|s| {
+        let end = s.start.min(text.len());
+        text.as_bytes()[..end]
+            .iter()
+            .filter(|&&b| b == b'\n')
+            .count()
+            + 1
+    });
+    let msg = e
+        .message()
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ");
+    match line {
+        Some(n) => format!("line {n}: TOML syntax error: {msg}"),
+        None => format!("TOML syntax error: {msg}"),
+    }
+}
+
 /// The file's text to a [`Config`] minus the source; errors lack the path.
 fn parse_table(text: &str) -> Result<ParsedFile, String> {
     // toml's parser is not expected to panic, but this runs inside other
@@ -59,27 +84,7 @@ fn parse_table(text: &str) -> Result<ParsedFile, String> {
     let parsed = std::panic::catch_unwind(|| text.parse::<toml::Table>());
     let table = match parsed {
         Ok(Ok(t)) => t,
-        Ok(Err(e)) => {
-            let line = e.span().map(|s| {
-                let end = s.start.min(text.len());
-                text.as_bytes()[..end]
-                    .iter()
-                    .filter(|&&b| b == b'\n')
-                    .count()
-                    + 1
-            });
-            let msg = e
-                .message()
-                .lines()
-                .map(str::trim)
-                .filter(|l| !l.is_empty())
-                .collect::<Vec<_>>()
-                .join("; ");
-            return Err(match line {
-                Some(n) => format!("line {n}: TOML syntax error: {msg}"),
-                None => format!("TOML syntax error: {msg}"),
-            });
-        }
+        Ok(Err(e)) => return Err(toml_syntax_error(text, &e)),
         Err(_) => return Err("TOML syntax error: the TOML parser failed".to_string()),
     };
 

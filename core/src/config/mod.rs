@@ -172,7 +172,7 @@ mod tests;
 
 use std::path::{Path, PathBuf};
 
-pub use file::{MAX_FILE_BYTES, parse_file};
+pub use file::{MAX_FILE_BYTES, parse_file, toml_syntax_error};
 pub use types::*;
 pub use units::{
     format_size, format_uuid, parse_burst, parse_percent, parse_size, parse_slice, parse_switch,
