@@ -22,6 +22,7 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -458,18 +459,28 @@ static inline uint64_t fake_pidns(const char *pid)
 
 /* Field 22 (starttime) of /proc/<pid>/stat: clock ticks since boot, the same
  * in every PID namespace. 0 if it cannot be read. */
-static inline uint64_t fake_start_ticks(const char *pid)
+/* Reads /proc/<pid>/<file> (one read) into buf, NUL-terminated; false if
+ * it cannot be read. */
+static inline bool fake_read_proc(const char *pid, const char *file, char *buf, size_t size)
 {
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%.20s/stat", pid);
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%.20s/%s", pid, file);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return 0;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
+        return false;
+    ssize_t n = read(fd, buf, size - 1);
     close(fd);
     if (n <= 0)
-        return 0;
+        return false;
     buf[n] = '\0';
+    return true;
+}
+
+static inline uint64_t fake_start_ticks(const char *pid)
+{
+    char buf[1024];
+    if (!fake_read_proc(pid, "stat", buf, sizeof buf))
+        return 0;
     char *p = strrchr(buf, ')'); /* the command name may hold spaces and ')' */
     if (p == NULL)
         return 0;
