@@ -18,8 +18,10 @@ done
 install -D -m 0755 "$BIN" "$D/usr/bin/cuslice"
 install -D -m 0644 "$LIB" "$D/usr/lib/cuslice/libcuslice.so"
 # Containers get it through /etc/ld.so.preload (mounted by the hook).
-install -d -m 0755 "$D/run/cuslice"
-install -d -m 1777 "$D/run/cuslice/gpu"
+# Root's alone (the hook sets these modes again at every container): the
+# segments below are reached only through the containers' own mounts.
+install -d -m 0700 "$D/run/cuslice"
+install -d -m 0755 "$D/run/cuslice/gpu"
 
 # CDI (Docker >= 25 with CDI enabled, podman, containerd): the device
 # cuslice.io/gpu=all runs the hooks.
@@ -61,5 +63,5 @@ echo "  $D/usr/bin/cuslice"
 echo "  $D/usr/lib/cuslice/libcuslice.so"
 echo "  $D/etc/cdi/cuslice.json"
 echo "  $HOOKS/cuslice-create.json, cuslice-poststop.json"
-echo "  $D/run/cuslice/gpu (shared by all tenants)"
+echo "  $D/run/cuslice/gpu (the per-GPU segments, made by the hook, shared by all containers)"
 echo "  $D/etc/systemd/system/cuslice-watch.service"

@@ -309,10 +309,7 @@ fn test_faults_in_build() {
 /// Builds and publishes the memory quota state, if a memory limit is
 /// configured.
 fn build(cfg: &Config, uuids: &[[u8; 16]]) -> Result<(), String> {
-    let any_memory = cfg.all.memory.is_some()
-        || cfg.by_index.values().any(|l| l.memory.is_some())
-        || cfg.by_uuid.values().any(|l| l.memory.is_some());
-    if !any_memory {
+    if !cfg.has_memory() {
         crate::debug!("no memory quota configured: memory calls pass through");
         return Ok(());
     }

@@ -163,7 +163,8 @@ fn check(fd: BorrowedFd, shown: &str, want: Kind) -> Result<(), String> {
 /// Opens `path` (absolute, as seen inside the container, e.g.
 /// `/etc/ld.so.preload`) beneath `root` as an O_PATH descriptor of `kind`,
 /// following no symlink. With `create`, missing directories are made (mode
-/// 0755, less the umask) and a missing final file is created empty (0644).
+/// 0755) and a missing final file is created empty (0644), whatever the
+/// umask.
 /// Errors are one line naming the path inside the container.
 pub fn open(root: BorrowedFd, path: &str, kind: Kind, create: bool) -> Result<OwnedFd, String> {
     let comps: Vec<&str> = path.split('/').filter(|c| !c.is_empty()).collect();
@@ -218,16 +219,33 @@ pub fn open(root: BorrowedFd, path: &str, kind: Kind, create: bool) -> Result<Ow
     cur.ok_or_else(|| format!("container path {path:?} is empty"))
 }
 
-/// Creates `name` in `dir`: a directory, or an empty regular file. Already
-/// there (made by someone else since we looked) is fine: the caller opens
-/// it again and checks what it is.
+/// Creates `name` in `dir`: a directory (mode 0755), or an empty regular
+/// file (0644), modes set explicitly, never from the umask (under `umask
+/// 027` a mount point made 0750 kept a non-root user of the container from
+/// the file mounted there). Already there (made by someone else since we
+/// looked) is fine: the caller opens it again and checks what it is.
 fn make(dir: BorrowedFd, name: &CString, kind: Kind) -> io::Result<()> {
+    let fchmod = |fd: OwnedFd, mode: libc::mode_t| {
+        // SAFETY: fchmod on a descriptor we own.
+        if unsafe { libc::fchmod(fd.as_raw_fd(), mode) } == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    };
     let r = match kind {
         Kind::Dir => {
             // SAFETY: `dir` is a live descriptor and `name` a NUL-terminated
             // string that outlives the call.
-            if unsafe { libc::mkdirat(dir.as_raw_fd(), name.as_ptr(), 0o755) } == 0 {
-                Ok(())
+            if unsafe { libc::mkdirat(dir.as_raw_fd(), name.as_ptr(), 0o700) } == 0 {
+                // Opened without following: what we just made, or refused.
+                openat(
+                    dir,
+                    name,
+                    libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+                    0,
+                )
+                .and_then(|fd| fchmod(fd, 0o755))
             } else {
                 Err(io::Error::last_os_error())
             }
@@ -238,14 +256,108 @@ fn make(dir: BorrowedFd, name: &CString, kind: Kind) -> io::Result<()> {
             dir,
             name,
             libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_WRONLY | libc::O_CLOEXEC,
-            0o644,
+            0o600,
         )
-        .map(drop),
+        .and_then(|fd| fchmod(fd, 0o644)),
     };
     match r {
         Err(e) if e.raw_os_error() == Some(libc::EEXIST) => Ok(()),
         r => r,
     }
+}
+
+/// The user a container's process runs as (`process.user` of its
+/// config.json), whose access to what the hook mounts is checked before
+/// the container starts.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct User {
+    pub uid: u32,
+    pub gid: u32,
+    pub groups: Vec<u32>,
+}
+
+/// Read, write, search: the bits of a mode's "other" triple.
+pub const R: u32 = 4;
+pub const W: u32 = 2;
+pub const X: u32 = 1;
+
+impl User {
+    /// Whether this user may do `want` (R, W, X bits) on a file of `st`'s
+    /// owner and mode, as the kernel's permission bits say (uid 0 may do
+    /// anything but execute a file nobody may; ACLs are not consulted).
+    pub fn may(&self, st: &libc::stat, want: u32) -> bool {
+        let mode = st.st_mode;
+        if self.uid == 0 {
+            return want & X == 0 || mode & 0o111 != 0 || mode & libc::S_IFMT == libc::S_IFDIR;
+        }
+        let bits = if st.st_uid == self.uid {
+            (mode >> 6) & 7
+        } else if st.st_gid == self.gid || self.groups.contains(&st.st_gid) {
+            (mode >> 3) & 7
+        } else {
+            mode & 7
+        };
+        bits & want == want
+    }
+
+    pub fn describe(&self) -> String {
+        format!("uid {} gid {}", self.uid, self.gid)
+    }
+}
+
+/// What `want` is called in a message.
+pub fn access_name(want: u32) -> &'static str {
+    match want {
+        X => "search",
+        R => "read",
+        w if w == R | W => "read and write",
+        _ => "use",
+    }
+}
+
+/// The first directory on `path` (inside the container, below `root`,
+/// following no link; the path must exist) that `user` may not search,
+/// as a one-line error.
+pub fn check_search(root: BorrowedFd, path: &str, user: &User) -> Result<(), String> {
+    let comps: Vec<&str> = path.split('/').filter(|c| !c.is_empty()).collect();
+    let st = fstat(root).map_err(|e| format!("container root: cannot stat it: {e}"))?;
+    if !user.may(&st, X) {
+        return Err(denied(user, "/", &st, X));
+    }
+    let mut cur: Option<OwnedFd> = None;
+    let mut shown = String::new();
+    for comp in comps.iter().take(comps.len().saturating_sub(1)) {
+        shown.push('/');
+        shown.push_str(comp);
+        let name = cstring(comp.as_bytes(), &format!("container path {shown}"))?;
+        let dir = cur.as_ref().map_or(root, AsFd::as_fd);
+        let fd = openat(
+            dir,
+            &name,
+            libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            0,
+        )
+        .map_err(|e| format!("container path {shown}: cannot open it: {e}"))?;
+        check(fd.as_fd(), &shown, Kind::Dir)?;
+        let st = fstat(fd.as_fd()).map_err(|e| format!("container path {shown}: {e}"))?;
+        if !user.may(&st, X) {
+            return Err(denied(user, &shown, &st, X));
+        }
+        cur = Some(fd);
+    }
+    Ok(())
+}
+
+/// The error for a container's user who may not `want` `shown`.
+pub fn denied(user: &User, shown: &str, st: &libc::stat, want: u32) -> String {
+    format!(
+        "the container's user ({}) may not {} {shown} (mode {:o}, uid {}, gid {}): the shim could not load or keep its slice; fix the image's permissions or run the container as another user",
+        user.describe(),
+        access_name(want),
+        st.st_mode & 0o7777,
+        st.st_uid,
+        st.st_gid
+    )
 }
 
 #[cfg(test)]

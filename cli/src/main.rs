@@ -11,6 +11,7 @@ use cuslice_core::config;
 
 mod exporter;
 mod frame;
+mod hostfs;
 mod inroot;
 mod limits;
 mod nvml;

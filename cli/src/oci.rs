@@ -88,6 +88,19 @@ struct Spec {
 struct SpecProcess {
     #[serde(default)]
     args: Vec<String>,
+    #[serde(default)]
+    user: SpecUser,
+}
+
+/// `process.user`: who the container's processes run as.
+#[derive(Debug, Default, Deserialize)]
+struct SpecUser {
+    #[serde(default)]
+    uid: u32,
+    #[serde(default)]
+    gid: u32,
+    #[serde(default, rename = "additionalGids")]
+    additional_gids: Vec<u32>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -390,6 +403,17 @@ pub fn create(a: &HookArgs) -> Result<(), String> {
         &ann,
         spec.process.as_ref().map_or(&[][..], |p| &p.args[..]),
     );
+    let user = spec
+        .process
+        .as_ref()
+        .map(|p| inroot::User {
+            uid: p.user.uid,
+            gid: p.user.gid,
+            groups: p.user.additional_gids.clone(),
+        })
+        .unwrap_or_default();
+    let cfg = config::parse_file(Path::new("annotations"), &quota).map_err(|e| e.to_string())?;
+    let gpus = gpu_segments_to_make(&cfg, &user)?;
     let pid = st
         .pid
         .filter(|p| *p > 0)
@@ -419,8 +443,8 @@ pub fn create(a: &HookArgs) -> Result<(), String> {
     }
     let dir = a.root.join("containers").join(&st.id);
     let result = (|| {
-        write_files(a, &dir, &quota, &meta)?;
-        mount_into(pid, &rootfs, a, &dir)
+        write_files(a, &st.id, &quota, &meta, &cfg, &gpus)?;
+        mount_into(pid, &rootfs, a, &dir, &user)
     })();
     if result.is_err() {
         // Nothing half-created stays behind.
@@ -429,43 +453,84 @@ pub fn create(a: &HookArgs) -> Result<(), String> {
     result
 }
 
-fn write_files(a: &HookArgs, dir: &Path, quota: &str, meta: &ContainerMeta) -> Result<(), String> {
-    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-    let mk = |p: &Path, mode: u32| {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(mode)
-            .create(p)
-            .map_err(|e| format!("{}: {e}", p.display()))
-    };
-    mk(&a.root.join("gpu"), 0o1777)?;
-    let _ = std::fs::set_permissions(a.root.join("gpu"), std::fs::Permissions::from_mode(0o1777));
-    mk(&dir.join("segment"), 0o700)?;
-    // Read-only from its creation: written to a file made 0444, then
-    // renamed into place, so that the quota file is never seen writable.
-    let q = dir.join("quota.toml");
-    let tmp = dir.join(".quota.toml.new");
-    let write = || -> std::io::Result<()> {
-        use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
-        let _ = std::fs::remove_file(&tmp);
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o444)
-            .open(&tmp)?;
-        f.write_all(quota.as_bytes())?;
-        f.set_permissions(std::fs::Permissions::from_mode(0o444))?;
-        std::fs::rename(&tmp, &q)
-    };
-    write().map_err(|e| format!("{}: {e}", q.display()))?;
-    let m = dir.join(META_FILE);
-    let text = serde_json::to_string(meta).map_err(|e| format!("{}: {e}", m.display()))?;
-    std::fs::write(&m, text + "\n").map_err(|e| format!("{}: {e}", m.display()))?;
-    let pre = a.root.join("ld.so.preload");
+/// The GPU segments this hook makes (UUIDs, as cuslice names them): for a
+/// container with a compute share, every GPU NVML lists. The shim of a
+/// container that runs as root makes a missing one itself; one that runs
+/// as another user cannot (the GPU directory is root's), so without NVML
+/// such a container is refused here, not at its first CUDA call.
+fn gpu_segments_to_make(cfg: &config::Config, user: &inroot::User) -> Result<Vec<String>, String> {
+    if !cfg.has_compute() {
+        return Ok(vec![]);
+    }
+    let listed = crate::nvml::Nvml::open().and_then(|n| n.gpus());
+    match listed {
+        Ok(gpus) => gpus
+            .iter()
+            .map(|g| {
+                config::parse_uuid(&g.uuid)
+                    .map(|u| config::format_uuid(&u))
+                    .map_err(|e| format!("NVML's GPU {} UUID {:?}: {e}", g.index, g.uuid))
+            })
+            .collect(),
+        Err(_) if user.uid == 0 => Ok(vec![]),
+        Err(e) => Err(format!(
+            "cannot list the GPUs through NVML ({e}): the GPU segments of a container that runs as a user other than root ({}) must be made by this hook",
+            user.describe()
+        )),
+    }
+}
+
+/// The host's files for a container, every mode set here (never from the
+/// umask), nothing reached through a link below `--root`:
+///
+/// | path under `--root` | mode | |
+/// |---|---|---|
+/// | `.` | 0700 | only root on the host reaches what is below |
+/// | `gpu/` | 0755 | nobody but root makes a segment there |
+/// | `gpu/<uuid>.seg` | 0666 | root's, made here: usable by a container of any user |
+/// | `containers/`, `containers/<id>/` | 0700 | |
+/// | `containers/<id>/segment/` | 0755 | |
+/// | `containers/<id>/segment/memory.seg` | 0666 | root's, made here |
+/// | `containers/<id>/quota.toml` | 0444 | |
+/// | `containers/<id>/container.json` | 0644 | |
+/// | `ld.so.preload` | 0444 | |
+///
+/// The segments are world-writable files, but reached only through the
+/// mounts of the containers they belong to: `--root` is root's alone.
+fn write_files(
+    a: &HookArgs,
+    id: &str,
+    quota: &str,
+    meta: &ContainerMeta,
+    cfg: &config::Config,
+    gpus: &[String],
+) -> Result<(), String> {
+    use crate::hostfs::{Dir, set_mode};
+    let root = Dir::root(&a.root, 0o700)?;
+    let gpu = root.subdir("gpu", 0o755)?;
+    for uuid in gpus {
+        let p = gpu.join(&format!("{uuid}.seg"));
+        let seg = cuslice_core::gpu::GpuSegment::open_or_create(&p).map_err(|e| e.to_string())?;
+        set_mode(seg.raw_fd(), 0o666, &p)?;
+    }
+    let dir = root.subdir("containers", 0o700)?.subdir(id, 0o700)?;
+    let seg = dir.subdir("segment", 0o755)?;
+    if cfg.has_memory() {
+        let p = seg.join("memory.seg");
+        let s = cuslice_core::segment::Segment::open_or_create(&p).map_err(|e| e.to_string())?;
+        set_mode(s.raw_fd(), 0o666, &p)?;
+    }
+    // Read-only from its creation: written whole to a new file of that
+    // mode, then renamed into place.
+    dir.write_file("quota.toml", quota.as_bytes(), 0o444)?;
+    let text = serde_json::to_string(meta)
+        .map_err(|e| format!("{}: {e}", dir.join(META_FILE).display()))?;
+    dir.write_file(META_FILE, (text + "\n").as_bytes(), 0o644)?;
     let want = format!("{}\n", "/usr/lib/cuslice/libcuslice.so");
-    if std::fs::read_to_string(&pre).ok().as_deref() != Some(want.as_str()) {
-        std::fs::write(&pre, want).map_err(|e| format!("{}: {e}", pre.display()))?;
+    if !root.holds("ld.so.preload", want.as_bytes(), 0o444) {
+        // Renamed into place: a container that has it mounted keeps the
+        // inode it has, never sees it empty.
+        root.write_file("ld.so.preload", want.as_bytes(), 0o444)?;
     }
     Ok(())
 }
@@ -589,13 +654,26 @@ fn open_source(b: &Bind) -> Result<(OwnedFd, libc::stat), String> {
 /// missing) through `inroot`, following no symlink, and every source and
 /// target is checked before anything is mounted: an image the hook refuses
 /// gets no mount at all, and nothing is created outside its root.
-fn mount_all(rootfs: &Path, binds: &[Bind]) -> Result<(), String> {
+fn mount_all(rootfs: &Path, binds: &[Bind], user: &inroot::User) -> Result<(), String> {
     let root = inroot::open_root(rootfs)?;
     let mut opened = Vec::with_capacity(binds.len());
     for b in binds {
         let (src, src_st) = open_source(b)?;
         let dst = inroot::open(root.as_fd(), b.dst, b.kind, true)?;
         opened.push((b, src, src_st, dst));
+    }
+    // The container's user must reach each of them, or the shim would not
+    // load (ld.so skips an unreadable /etc/ld.so.preload without a word) or
+    // not find its files: refused here, before anything is mounted.
+    for (b, _, src_st, _) in &opened {
+        inroot::check_search(root.as_fd(), b.dst, user)?;
+        let want = match b.kind {
+            Kind::File => inroot::R,
+            Kind::Dir => inroot::X,
+        };
+        if !user.may(src_st, want) {
+            return Err(inroot::denied(user, b.dst, src_st, want));
+        }
     }
     for (b, src, src_st, dst) in &opened {
         // Mounted through the descriptors: the target is the inode the walk
@@ -654,7 +732,13 @@ fn remount_read_only(root: BorrowedFd, b: &Bind, src_st: &libc::stat) -> Result<
     Ok(())
 }
 
-fn mount_into(pid: i32, rootfs: &Path, a: &HookArgs, dir: &Path) -> Result<(), String> {
+fn mount_into(
+    pid: i32,
+    rootfs: &Path,
+    a: &HookArgs,
+    dir: &Path,
+    user: &inroot::User,
+) -> Result<(), String> {
     let binds = binds(a, dir);
     let ns = format!("/proc/{pid}/ns/mnt");
     let nsc = CString::new(ns.clone()).map_err(|_| "bad pid".to_string())?;
@@ -687,7 +771,7 @@ fn mount_into(pid: i32, rootfs: &Path, a: &HookArgs, dir: &Path) -> Result<(), S
                 std::io::Error::last_os_error()
             ))
         } else {
-            mount_all(rootfs, &binds)
+            mount_all(rootfs, &binds, user)
         };
         let msg = r.err().unwrap_or_default();
         // SAFETY: write to the pipe, then leave without running destructors.

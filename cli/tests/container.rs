@@ -71,10 +71,12 @@ fn bundle_in(
     let mut spec: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&path).expect("read")).expect("json");
     let root = root.map_or_else(|| dir.join("run-cuslice"), Path::to_path_buf);
+    // The hook finds the GPUs through NVML: the fake one here.
     let hook = |stage: &str| {
         serde_json::json!({
             "path": env!("CARGO_BIN_EXE_cuslice"),
             "args": ["cuslice", "oci-hook", stage, "--root", root, "--lib", e.shim],
+            "env": [format!("CUSLICE_REAL_NVML={}", e.fake.join("libnvidia-ml.so.1").display())],
         })
     };
     spec["process"]["terminal"] = false.into();
@@ -105,6 +107,37 @@ impl Bundle {
             serde_json::from_slice(&std::fs::read(&path).expect("read")).expect("json");
         f(&mut spec);
         std::fs::write(&path, serde_json::to_vec_pretty(&spec).expect("encode")).expect("write");
+    }
+
+    /// Runs the create hook under `umask mask` (through `sh`).
+    fn hook_umask(&self, mask: &str) {
+        self.edit_spec(|spec| {
+            let hook = &mut spec["hooks"]["createRuntime"][0];
+            let mut args = vec![
+                serde_json::json!("sh"),
+                serde_json::json!("-c"),
+                serde_json::json!(format!("umask {mask}; exec \"$@\"")),
+                serde_json::json!("sh"),
+                hook["path"].clone(),
+            ];
+            args.extend(
+                hook["args"]
+                    .as_array()
+                    .expect("hook args")
+                    .iter()
+                    .skip(1)
+                    .cloned(),
+            );
+            hook["path"] = "/bin/sh".into();
+            hook["args"] = args.into();
+        });
+    }
+
+    /// The container's processes run as `uid`:`uid`.
+    fn run_as(&self, uid: u32) {
+        self.edit_spec(|spec| {
+            spec["process"]["user"] = serde_json::json!({"uid": uid, "gid": uid});
+        });
     }
 
     /// Runs the create hook through `sh`, which keeps a copy of what the
@@ -203,6 +236,113 @@ fn an_annotated_container_gets_its_slice() {
     assert!(
         !b.root.join("containers").join(&id).exists(),
         "per-container files left behind"
+    );
+}
+
+#[test]
+fn a_non_root_container_gets_its_slice_whatever_the_umask() {
+    // A container that runs as uid 1000, its hook run under a restrictive
+    // umask: the shim loads (ld.so.preload and the library readable, their
+    // mount points searchable), its memory segment and its GPU segment
+    // (a compute share) are usable by that user, and the quota holds. Under
+    // umask 027 the hook once wrote ld.so.preload 0640: the shim never
+    // loaded and a 1 GiB container allocated 2 GiB; as uid 1000 cuInit
+    // once failed on memory.seg (Permission denied).
+    for (i, mask) in ["022", "027", "077"].into_iter().enumerate() {
+        let b = bundle(
+            &format!("uid-{i}"),
+            serde_json::json!({"cuslice.io/memory": "1GiB", "cuslice.io/compute": "50"}),
+            "cat /etc/ld.so.preload; memtest alloc 419430400; memtest alloc 209715200; \
+             memtest alloc 1048576; ls /run/cuslice/gpu; cat /proc/self/status",
+        );
+        b.run_as(1000);
+        b.hook_umask(mask);
+        let id = format!("cuslice-uid-{i}-{}", std::process::id());
+        let out = runc_run(&b, &id);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success(),
+            "umask {mask}: runc run failed:\n{stdout}\n{stderr}"
+        );
+        assert!(
+            stdout.contains("Uid:\t1000\t1000"),
+            "umask {mask}: runs as uid 1000:\n{stdout}"
+        );
+        assert!(
+            stdout.contains("/usr/lib/cuslice/libcuslice.so"),
+            "umask {mask}: ld.so.preload readable:\n{stdout}\n{stderr}"
+        );
+        // 1 GiB less the 640 MiB context charge: 400 MiB refused, 200 MiB
+        // granted; the shim ran (a refusal), with its segments.
+        assert!(
+            stdout.contains("R alloc=2\nR alloc=0\nR alloc=0"),
+            "umask {mask}: the quota holds for uid 1000:\n{stdout}\n{stderr}"
+        );
+        assert!(
+            stdout.contains(".seg") && !stderr.contains("Permission denied"),
+            "umask {mask}: the GPU segment is there and usable:\n{stdout}\n{stderr}"
+        );
+    }
+}
+
+#[test]
+fn a_container_whose_user_could_not_load_the_shim_is_refused() {
+    // The image keeps /usr/lib (where the library is mounted) from uid
+    // 1000, or its /etc (ld.so.preload): ld.so would skip the preload
+    // without a word and the container would run unlimited. Refused at
+    // creation, with one line naming the path; root in the same image is
+    // fine.
+    use std::os::unix::fs::PermissionsExt;
+    for (i, dir) in ["usr/lib", "etc"].into_iter().enumerate() {
+        let b = bundle(
+            &format!("deny-{i}"),
+            serde_json::json!({"cuslice.io/memory": "1GiB"}),
+            "echo SHOULD NOT RUN",
+        );
+        b.run_as(1000);
+        let stderr_file = b.capture_hook_stderr();
+        let d = b.rootfs().join(dir);
+        std::fs::create_dir_all(&d).expect("mkdir");
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+        let id = format!("cuslice-deny-{i}-{}", std::process::id());
+        let out = runc_run(&b, &id);
+        let _ = Command::new("runc")
+            .args(["delete", "--force", &id])
+            .output();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(!out.status.success(), "{dir}: started:\n{stdout}");
+        assert!(!stdout.contains("SHOULD NOT RUN"));
+        let said = std::fs::read_to_string(&stderr_file).unwrap_or_default();
+        assert_eq!(
+            said.trim_end(),
+            format!(
+                "cuslice: oci-hook: the container's user (uid 1000 gid 1000) may not search /{dir} (mode 700, uid 0, gid 0): the shim could not load or keep its slice; fix the image's permissions or run the container as another user"
+            ),
+            "{dir}"
+        );
+        assert!(
+            !b.root.join("containers").join(&id).exists(),
+            "{dir}: nothing half-created"
+        );
+    }
+    // The same image as root: its slice.
+    let b = bundle(
+        "deny-root",
+        serde_json::json!({"cuslice.io/memory": "1GiB"}),
+        "memtest alloc 419430400",
+    );
+    std::fs::set_permissions(
+        b.rootfs().join("usr/lib"),
+        std::fs::Permissions::from_mode(0o700),
+    )
+    .expect("chmod");
+    let out = runc_run(&b, &format!("cuslice-deny-root-{}", std::process::id()));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("R alloc=2"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
     );
 }
 
@@ -332,8 +472,10 @@ fn containers_cannot_reach_each_others_slice() {
 
 #[test]
 fn per_container_files_are_private_on_the_host() {
-    // The hook's files: a container's directory is root-only, its quota
-    // file read-only for everybody, the shared GPU directory sticky.
+    // The hook's files: its root and a container's directory are
+    // root-only, the quota file read-only for everybody, the GPU directory
+    // root's, the segments root's files usable by any user of the
+    // container (reached only through its mounts).
     use std::os::unix::fs::PermissionsExt;
     let shared = std::env::temp_dir().join(format!("cuslice-ctr-{}-perm", std::process::id()));
     let _ = std::fs::remove_dir_all(&shared);
@@ -352,14 +494,19 @@ fn per_container_files_are_private_on_the_host() {
         let gpu = shared.join("gpu");
         std::thread::spawn(move || {
             common::poll_until(std::time::Duration::from_secs(20), || {
-                let m = |p: &Path| std::fs::metadata(p).map(|m| m.permissions().mode() & 0o7777);
+                use std::os::unix::fs::MetadataExt;
+                let m = |p: &Path| {
+                    std::fs::metadata(p).map(|m| (m.permissions().mode() & 0o7777, m.uid()))
+                };
                 match (
                     m(&probe),
                     m(&probe.join("segment")),
                     m(&probe.join("quota.toml")),
                     m(&gpu),
+                    m(&probe.join("segment").join("memory.seg")),
+                    m(gpu.parent().expect("root")),
                 ) {
-                    (Ok(d), Ok(s), Ok(q), Ok(g)) => Some((d, s, q, g)),
+                    (Ok(d), Ok(s), Ok(q), Ok(g), Ok(f), Ok(r)) => Some((d, s, q, g, f, r)),
                     _ => None,
                 }
             })
@@ -373,11 +520,13 @@ fn per_container_files_are_private_on_the_host() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let (d, s, q, g) = modes.expect("the container's files were never seen");
-    assert_eq!(d, 0o700, "container directory mode {d:o}");
-    assert_eq!(s, 0o700, "segment directory mode {s:o}");
-    assert_eq!(q, 0o444, "quota file mode {q:o}");
-    assert_eq!(g, 0o1777, "GPU segment directory mode {g:o}");
+    let (d, s, q, g, f, r) = modes.expect("the container's files were never seen");
+    assert_eq!(d, (0o700, 0), "container directory mode {:o}", d.0);
+    assert_eq!(s, (0o755, 0), "segment directory mode {:o}", s.0);
+    assert_eq!(q, (0o444, 0), "quota file mode {:o}", q.0);
+    assert_eq!(g, (0o755, 0), "GPU segment directory mode {:o}", g.0);
+    assert_eq!(f, (0o666, 0), "memory segment mode {:o}", f.0);
+    assert_eq!(r, (0o700, 0), "the hook's root mode {:o}", r.0);
 }
 
 #[test]
@@ -482,14 +631,22 @@ fn install_script_lays_out_a_host() {
     assert_eq!(hook["stages"], serde_json::json!(["prestart"]));
     assert_eq!(hook["when"]["annotations"]["^cuslice\\.io/"], ".*");
     use std::os::unix::fs::PermissionsExt;
-    let mode = std::fs::metadata(dest.join("run/cuslice/gpu"))
-        .expect("gpu dir")
-        .permissions()
-        .mode();
+    let mode = |p: &str| {
+        std::fs::metadata(dest.join(p))
+            .expect(p)
+            .permissions()
+            .mode()
+            & 0o7777
+    };
     assert_eq!(
-        mode & 0o7777,
-        0o1777,
-        "the shared GPU directory is sticky and world-writable"
+        mode("run/cuslice"),
+        0o700,
+        "the hook's root is root's alone"
+    );
+    assert_eq!(
+        mode("run/cuslice/gpu"),
+        0o755,
+        "nobody but root makes a GPU segment"
     );
     // Idempotent.
     let again = install();

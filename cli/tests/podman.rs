@@ -51,6 +51,15 @@ fn check_podman() {
     );
 }
 
+/// What the hooks are run with: the fake NVML (where the hook lists the
+/// GPUs whose segments it makes).
+fn nvml_env() -> String {
+    format!(
+        "CUSLICE_REAL_NVML={}",
+        common::env().fake.join("libnvidia-ml.so.1").display()
+    )
+}
+
 /// An image built from a root file system of our own, removed when
 /// dropped.
 struct Image {
@@ -153,6 +162,18 @@ impl Host {
                     "{}",
                     String::from_utf8_lossy(&out.stderr)
                 );
+                // The hooks find the GPUs through NVML: the fake one here.
+                let spec = h.dir.join("cdi").join("cuslice.json");
+                let mut v: serde_json::Value =
+                    serde_json::from_slice(&std::fs::read(&spec).expect("read")).expect("json");
+                for hook in v["devices"][0]["containerEdits"]["hooks"]
+                    .as_array_mut()
+                    .expect("hooks")
+                {
+                    hook["env"] = serde_json::json!([nvml_env()]);
+                }
+                std::fs::write(&spec, serde_json::to_vec_pretty(&v).expect("encode"))
+                    .expect("write");
             }
             Via::HooksDir => {
                 // What install.sh writes, pointed at this build and the
@@ -177,6 +198,7 @@ impl Host {
                             .expect("hooks.d file");
                     let mut hook: serde_json::Value = serde_json::from_slice(&text).expect("json");
                     hook["hook"]["path"] = env!("CARGO_BIN_EXE_cuslice").into();
+                    hook["hook"]["env"] = serde_json::json!([nvml_env()]);
                     let args = hook["hook"]["args"].as_array_mut().expect("args");
                     args.extend([
                         "--root".into(),
@@ -349,7 +371,9 @@ fn finish(mut child: Child) -> Output {
 
 /// The whole story for one way in: the slice inside, the container live in
 /// `cuslice status` with what it runs, its files gone after removal.
-fn slice_end_to_end(via: Via, tag: &str) {
+/// `extra`: podman flags (`--user 1000:1000`: a container of a non-root
+/// user, whose segments the hook makes usable by it).
+fn slice_end_to_end(via: Via, tag: &str, extra: &[&str]) {
     let mut host = Host::new(tag, via);
     let image = Image::build(tag);
     let name = format!("cuslice-{tag}-{}", std::process::id());
@@ -363,7 +387,7 @@ fn slice_end_to_end(via: Via, tag: &str) {
             &name,
             &image,
             &[("cuslice.io/memory", "1GiB"), ("cuslice.io/compute", "30")],
-            &[],
+            extra,
             script,
         )
         .stdout(Stdio::piped())
@@ -492,12 +516,22 @@ fn bad_annotation(via: Via, tag: &str) {
 
 #[test]
 fn podman_cdi_device_gives_a_container_its_slice() {
-    slice_end_to_end(Via::Cdi, "cdi");
+    slice_end_to_end(Via::Cdi, "cdi", &[]);
 }
 
 #[test]
 fn podman_hooks_d_give_an_annotated_container_its_slice() {
-    slice_end_to_end(Via::HooksDir, "hooks");
+    slice_end_to_end(Via::HooksDir, "hooks", &[]);
+}
+
+#[test]
+fn podman_cdi_device_gives_a_non_root_container_its_slice() {
+    slice_end_to_end(Via::Cdi, "cdi-uid", &["--user", "1000:1000"]);
+}
+
+#[test]
+fn podman_hooks_d_give_a_non_root_container_its_slice() {
+    slice_end_to_end(Via::HooksDir, "hooks-uid", &["--user", "1000:1000"]);
 }
 
 #[test]

@@ -592,6 +592,52 @@ mod tests {
     }
 
     #[test]
+    fn a_segment_of_another_user_is_refused_and_roots_accepted() {
+        // Another user's file could be planted to hand us forged limits;
+        // root's is the host's (the OCI hook makes a container's segments
+        // for whatever user it runs as). As root, the first case is tested
+        // with a chown; as another user, the second needs a root-owned
+        // file that is writable to us, which only root can make.
+        use std::os::unix::fs::PermissionsExt;
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!(
+                "SKIPPED: a_segment_of_another_user_is_refused_and_roots_accepted needs root (chown)"
+            );
+            return;
+        }
+        let (_dir, p) = tmp("owner");
+        drop(Segment::open_or_create(&p).expect("made by root"));
+        std::os::unix::fs::chown(&p, Some(65534), None).expect("chown");
+        let e = Segment::open_or_create(&p).err().expect("must refuse");
+        assert!(
+            e.0.ends_with("memory segment is owned by uid 65534, neither this process's uid 0 nor root; refusing to use it"),
+            "{e}"
+        );
+        std::os::unix::fs::chown(&p, Some(0), None).expect("chown");
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o666)).expect("chmod");
+        let dir = p.parent().expect("dir");
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        // A child of uid 65534 opens root's file.
+        // SAFETY: fork in a test; the child only calls setuid, the segment
+        // open and _exit.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            // SAFETY: setuid/_exit in the child.
+            let ok = unsafe { libc::setuid(65534) } == 0 && Segment::open_or_create(&p).is_ok();
+            // SAFETY: leaving the child without running the test harness.
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        let mut status = 0;
+        // SAFETY: waiting for our child.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "uid 65534 could not use root's segment (status {status})"
+        );
+    }
+
+    #[test]
     fn a_second_open_file_description_sees_our_slot_alive() {
         let (_dir, p) = tmp("alive");
         let a = Segment::open_or_create(&p).expect("open a");

@@ -104,8 +104,8 @@ fn fstat(fd: i32, path: &Path) -> Result<libc::stat, SegmentError> {
 impl Shm {
     /// Opens the segment at `path`, creating it (and its directory, mode
     /// `dir_mode`) if absent and writing `layout`'s header. Refuses a file
-    /// that is not ours: another owner, not a regular file, another size,
-    /// magic, version or layout.
+    /// that is not ours: owned by another user than this process's or root,
+    /// not a regular file, another size, magic, version or layout.
     pub fn open_or_create(
         path: &Path,
         layout: &Layout,
@@ -165,9 +165,12 @@ impl Shm {
         let st = fstat(fd, path)?;
         // SAFETY: geteuid has no preconditions.
         let me = unsafe { libc::geteuid() };
-        if st.st_uid != me {
+        // Root's files are the host's: the OCI hook makes a container's
+        // segments (root-owned, for whatever user the container runs as);
+        // a file of any other user could have been planted.
+        if st.st_uid != me && st.st_uid != 0 {
             return Err(SegmentError(format!(
-                "{}: {} is owned by uid {}, not by this process's uid {me}; refusing to use it",
+                "{}: {} is owned by uid {}, neither this process's uid {me} nor root; refusing to use it",
                 path.display(),
                 layout.what,
                 st.st_uid

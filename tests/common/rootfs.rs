@@ -29,12 +29,17 @@ pub fn copy_with_libs(bin: &Path, rootfs: &Path, dest: &str) {
 /// Fills `rootfs`: /bin/sh, cat, ls, /usr/bin/memtest and
 /// /usr/bin/attack_noshim, the fake
 /// libcuda.so.1 / libnvidia-ml.so.1 in /usr/lib/fake, the shim's library
-/// dependencies, and empty /proc, /dev, /sys, /tmp, /etc.
+/// dependencies, and empty /proc, /dev, /sys, /tmp (1777), /etc.
 pub fn populate(rootfs: &Path) {
     let e = super::env();
     for d in ["proc", "dev", "sys", "tmp", "etc"] {
         std::fs::create_dir_all(rootfs.join(d)).expect("mkdir");
     }
+    // As in any image: a non-root user of the container can write /tmp
+    // (the fake driver's state).
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(rootfs.join("tmp"), std::fs::Permissions::from_mode(0o1777))
+        .expect("chmod /tmp");
     copy_with_libs(Path::new("/bin/sh"), rootfs, "/bin/sh");
     copy_with_libs(Path::new("/bin/cat"), rootfs, "/bin/cat");
     copy_with_libs(Path::new("/bin/ls"), rootfs, "/bin/ls");

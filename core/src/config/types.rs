@@ -180,6 +180,14 @@ impl Config {
         c(&self.all) || self.by_index.values().any(c) || self.by_uuid.values().any(c)
     }
 
+    /// True when some GPU gets a memory quota: the shim then keeps the
+    /// tenant's memory segment, the hook makes it, the watch holds the
+    /// tenant to it.
+    pub fn has_memory(&self) -> bool {
+        let m = |l: &Limits| l.memory.is_some();
+        m(&self.all) || self.by_index.values().any(m) || self.by_uuid.values().any(m)
+    }
+
     /// True when some limit is set anywhere.
     pub fn has_limits(&self) -> bool {
         !self.all.is_empty()
