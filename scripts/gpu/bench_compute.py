@@ -229,7 +229,7 @@ if "overhead" in SECTIONS:
         if quota:
             env["LD_PRELOAD"] = LIB
             env["CUSLICE_CONFIG"] = quota
-        out = subprocess.run([sys.executable, os.path.join(REPO, "examples", "train.py"), "--steps", "60", "--batch", "16"],
+        out = subprocess.run([sys.executable, os.path.join(REPO, "examples", "train.py"), "--steps", "60", "--batch", "16", "--width", "4096"],
                              capture_output=True, text=True, env=env, cwd=WORK, check=True).stdout
         return float(out.split("TFLOP/s")[0].split()[-1])
 

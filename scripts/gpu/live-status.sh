@@ -11,7 +11,7 @@ OUT=$2
 HERE=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-"$CLI" run --memory 4GiB --compute 30% -- python3 "$HERE/../../examples/train.py" --steps 400 --batch 8 >"$OUT/train-30.txt" 2>&1 &
+"$CLI" run --memory 4GiB --compute 30% -- python3 "$HERE/../../examples/train.py" --steps 400 --batch 8 --width 4096 >"$OUT/train-30.txt" 2>&1 &
 A=$!
 "$CLI" run --memory 4GiB --compute 70% -- python3 "$HERE/src/mm_loop.py" 14 >"$OUT/matmul-70.txt" 2>&1 &
 B=$!

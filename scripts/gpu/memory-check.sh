@@ -31,7 +31,7 @@ row shimmed python3 "$SRC/mem_jax.py"
 echo "== the cuslice command" >>"$LOG"
 CLI=$(dirname "$SHIM")/cuslice
 row "$CLI" run --lib "$SHIM" --memory "$Q" -- python3 "$SRC/mem_torch.py" cuslice-run
-row "$CLI" run --lib "$SHIM" --memory "$Q" -- python3 "$HERE/../../examples/train.py" --steps 30 --batch 8
+row "$CLI" run --lib "$SHIM" --memory "$Q" -- python3 "$HERE/../../examples/train.py" --steps 30 --batch 8 --width 4096
 echo "== two processes, one quota" >>"$LOG"
 rm -f "$SEG/ready" "$SEG/stop"
 shimmed python3 "$SRC/mem_two.py" hold 2 "$SEG/ready" "$SEG/stop" >>"$LOG" 2>&1 &

@@ -23,7 +23,10 @@ p.add_argument("--work", default=None)
 p.add_argument("--memory", default="16GiB")
 p.add_argument("--compute", default="50")
 p.add_argument("--only", default="", help="comma-separated words: run only the checks whose names contain one (case-insensitive)")
+p.add_argument("--cli", default=None, help="the cuslice command (default: next to --lib)")
 args = p.parse_args()
+if args.cli is None:
+    args.cli = os.path.join(os.path.dirname(os.path.abspath(args.lib)), "cuslice")
 ONLY = [w.strip().lower() for w in args.only.split(",") if w.strip()]
 
 
@@ -133,8 +136,35 @@ if nvcc and (wanted("nvcc runtime program") or wanted("driver-API program")):
 torch_ok = (have("torch"), "PyTorch not installed")
 check("PyTorch training (allocate, matmul, backward)", [PY, f"{SRC}/torch_check.py"], torch_ok)
 check("PyTorch inference (conv net, eval)", [PY, f"{SRC}/torch_infer.py"], torch_ok)
-check("PyTorch training loop (examples/train.py)", [PY, f"{REPO}/examples/train.py", "--steps", "20", "--batch", "4"],
+check("PyTorch training loop (examples/train.py)", [PY, f"{REPO}/examples/train.py", "--steps", "20", "--batch", "4", "--width", "4096"],
       torch_ok, compare=False)
+# The README's main command, exactly as a newcomer types it (from the
+# repository root, with the command built next to the library): it must
+# run to its end under its 4 GiB quota and see a 4 GiB device.
+if wanted("README main command"):
+    if not have("torch"):
+        rows.append(("README main command", "SKIP", "PyTorch not installed"))
+    elif not os.path.exists(args.cli):
+        rows.append(("README main command", "FAIL", f"{args.cli}: no cuslice command next to the library"))
+    else:
+        e = dict(os.environ)
+        e.pop("LD_PRELOAD", None)
+        cmd = [args.cli, "run", "--lib", LIB, "--memory", "4GiB", "--", "python3", "examples/train.py"]
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, env=e, cwd=REPO, timeout=600)
+            out = r.stdout
+            why = []
+            if r.returncode != 0:
+                why.append(f"exit {r.returncode}: {(r.stderr.strip().splitlines() or [''])[-1][:160]}")
+            if "4.00 GiB visible" not in out:
+                why.append("the device does not look like the 4 GiB quota")
+            if "trained " not in out:
+                why.append("no 'trained' line")
+            rows.append(("README main command (`cuslice run --memory 4GiB -- python3 examples/train.py`)",
+                         "FAIL" if why else "PASS",
+                         "; ".join(why) if why else " / ".join(out.strip().splitlines())[:300]))
+        except subprocess.TimeoutExpired:
+            rows.append(("README main command", "FAIL", "timed out after 600 s"))
 check("torch.compile (Triton kernels)", [PY, f"{SRC}/compile_check.py"], (have("torch") and have("triton"), "torch or triton missing"))
 check("CUDA graphs (torch.cuda.CUDAGraph)", [PY, f"{SRC}/graph_check.py"], torch_ok)
 check("PyTorch expandable segments", [PY, f"{SRC}/torch_check.py"], torch_ok,
