@@ -11,7 +11,7 @@ use cuslice_core::config;
 
 mod exporter;
 mod frame;
-mod hostfs;
+mod host;
 mod inroot;
 mod limits;
 mod nvml;
@@ -251,33 +251,6 @@ fn check_gpus(s: &str) -> Result<(), String> {
     }
 }
 
-/// A private directory for this run's quota file and segment, removed when
-/// the program ends: `$XDG_RUNTIME_DIR`, else `$TMPDIR`, else /tmp (empty
-/// counts as unset), + `cuslice-run-<pid>`. `cuslice watch` derives the
-/// same path from the run process's environment (watch/slices.rs,
-/// `load_run`): keep the two alike.
-struct RunDir(PathBuf);
-
-impl RunDir {
-    fn create() -> Result<RunDir, String> {
-        let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
-        let base = var("XDG_RUNTIME_DIR")
-            .or_else(|| var("TMPDIR"))
-            .map_or_else(|| PathBuf::from("/tmp"), PathBuf::from);
-        let dir = base.join(format!("cuslice-run-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-        Ok(RunDir(dir))
-    }
-}
-
-impl Drop for RunDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// The quota file of `cuslice run` for process `pid`: its own tenant and
 /// memory segment directory, the host's GPU segment directory (`gpu_dir`,
 /// None: the default), the limits; `quota` (where it will be written) names
@@ -405,8 +378,11 @@ fn run(
             config::DEFAULT_CONFIG_PATH
         );
     }
-    let dir = RunDir::create()?;
-    let quota = dir.0.join("quota.toml");
+    // A private directory for the quota file and the memory segment, made
+    // exclusively under an unpredictable name, held open (the watch finds
+    // it among this process's descriptors) and removed when the program
+    // ends: host/run_dir.rs.
+    let dir = host::run_dir::RunDir::create()?;
     // Each run is its own tenant; the GPU segment directory is the host's,
     // shared with every other tenant of the GPU. Empty counts as unset, as
     // for every variable the shim reads.
@@ -415,13 +391,14 @@ fn run(
         .map(PathBuf::from);
     let text = run_quota(
         std::process::id(),
-        &dir.0.join("segment"),
+        &dir.path().join("segment"),
         gpu_dir.as_deref(),
         top,
         all,
-        &quota,
+        &dir.path().join("quota.toml"),
     )?;
-    std::fs::write(&quota, text).map_err(|e| format!("cannot write {}: {e}", quota.display()))?;
+    dir.make_dir("segment")?;
+    let quota = dir.write_file("quota.toml", &text)?;
     cmd.env("CUSLICE_CONFIG", &quota);
     let status = run_child(cmd)?;
     drop(dir);

@@ -505,32 +505,35 @@ fn write_files(
     cfg: &config::Config,
     gpus: &[String],
 ) -> Result<(), String> {
-    use crate::hostfs::{Dir, set_mode};
-    let root = Dir::root(&a.root, 0o700)?;
-    let gpu = root.subdir("gpu", 0o755)?;
+    use crate::host::fs::{Dir, set_file_mode};
+    use std::os::fd::BorrowedFd;
+    // SAFETY: a segment's descriptor, live while the segment is.
+    let fd_of = |raw: i32| unsafe { BorrowedFd::borrow_raw(raw) };
+    let root = Dir::keep_root(&a.root, 0o700)?;
+    let gpu = root.keep_dir("gpu", 0o755)?;
     for uuid in gpus {
         let p = gpu.join(&format!("{uuid}.seg"));
         let seg = cuslice_core::gpu::GpuSegment::open_or_create(&p).map_err(|e| e.to_string())?;
-        set_mode(seg.raw_fd(), 0o666, &p)?;
+        set_file_mode(fd_of(seg.raw_fd()), &p, 0o666)?;
     }
-    let dir = root.subdir("containers", 0o700)?.subdir(id, 0o700)?;
-    let seg = dir.subdir("segment", 0o755)?;
+    let dir = root.keep_dir("containers", 0o700)?.keep_dir(id, 0o700)?;
+    let seg = dir.keep_dir("segment", 0o755)?;
     if cfg.has_memory() {
         let p = seg.join("memory.seg");
         let s = cuslice_core::segment::Segment::open_or_create(&p).map_err(|e| e.to_string())?;
-        set_mode(s.raw_fd(), 0o666, &p)?;
+        set_file_mode(fd_of(s.raw_fd()), &p, 0o666)?;
     }
     // Read-only from its creation: written whole to a new file of that
     // mode, then renamed into place.
-    dir.write_file("quota.toml", quota.as_bytes(), 0o444)?;
+    dir.replace_file("quota.toml", quota.as_bytes(), 0o444)?;
     let text = serde_json::to_string(meta)
         .map_err(|e| format!("{}: {e}", dir.join(META_FILE).display()))?;
-    dir.write_file(META_FILE, (text + "\n").as_bytes(), 0o644)?;
+    dir.replace_file(META_FILE, (text + "\n").as_bytes(), 0o644)?;
     let want = format!("{}\n", "/usr/lib/cuslice/libcuslice.so");
     if !root.holds("ld.so.preload", want.as_bytes(), 0o444) {
         // Renamed into place: a container that has it mounted keeps the
         // inode it has, never sees it empty.
-        root.write_file("ld.so.preload", want.as_bytes(), 0o444)?;
+        root.replace_file("ld.so.preload", want.as_bytes(), 0o444)?;
     }
     Ok(())
 }

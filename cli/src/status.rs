@@ -21,6 +21,7 @@ use cuslice_core::gpu::{self as coregpu, GpuSegment, MAX_PROCS, PROC_FREE};
 use cuslice_core::segment::{MAX_DEVICES, Segment, UNLIMITED};
 use serde::Serialize;
 
+use crate::host::run_dir;
 use crate::nvml::{GpuInfo, Nvml};
 use crate::oci::{ContainerMeta, META_FILE};
 
@@ -72,7 +73,7 @@ impl Sources {
 
     /// The memory segments: those given, else every container's under the
     /// containers root, those of programs started by `cuslice run` (in
-    /// `$XDG_RUNTIME_DIR` or the temp dir), and the default segment
+    /// `$XDG_RUNTIME_DIR`, else `$TMPDIR`, else /tmp), and the default segment
     /// directory's. Looked for at every reading: `top` and the exporter
     /// see containers come and go.
     pub fn memory_files(&self) -> Vec<PathBuf> {
@@ -94,14 +95,13 @@ impl Sources {
             v.sort();
             mem.extend(v);
         }
-        // Programs started by `cuslice run` (its private directories).
-        let runs = std::env::var_os("XDG_RUNTIME_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(std::env::temp_dir);
+        // Programs started by `cuslice run` (its private directories, where
+        // `run` puts them from this environment: host/run_dir.rs).
+        let runs = run_dir::base_here();
         if let Ok(rd) = std::fs::read_dir(&runs) {
             let mut v: Vec<PathBuf> = rd
                 .flatten()
-                .filter(|e| e.file_name().to_string_lossy().starts_with("cuslice-run-"))
+                .filter(|e| run_dir::parse_name(&e.file_name()).is_some())
                 .map(|e| e.path().join("segment").join("memory.seg"))
                 .filter(|p| p.is_file())
                 .collect();

@@ -1,15 +1,23 @@
 //! `cuslice run`: limits applied through a private quota file, exit status
-//! and signals passed through, bad flags refused with one line.
+//! and signals passed through, bad flags refused with one line; the run
+//! directory private, unpredictable and made exclusively, whatever another
+//! user of the temp directory planted there (issue 18).
 
 #[path = "../../tests/common/mod.rs"]
 mod common;
 
-use std::os::unix::process::ExitStatusExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn cuslice() -> Command {
+    with_env(Command::new(env!("CARGO_BIN_EXE_cuslice")))
+}
+
+/// `c` with the environment every test here gives `cuslice`.
+fn with_env(mut c: Command) -> Command {
     let e = common::env();
-    let mut c = Command::new(env!("CARGO_BIN_EXE_cuslice"));
     c.env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env(
@@ -257,4 +265,352 @@ fn status_shows_a_running_program_live() {
     let c = &v["containers"][0];
     assert_eq!(c["devices"][0]["limit_bytes"], 1u64 << 30, "{v}");
     assert_eq!(c["processes"][0]["alive"], true, "{v}");
+}
+
+/// The user who plants directories in the shared temp directory.
+const ATTACKER: u32 = 65534;
+/// A user who runs `cuslice run` (the non-root half of the planting test).
+const VICTIM: u32 = 65533;
+
+/// A fresh directory for one test, removed on drop, holding `tmp/` (mode
+/// 1777, owned by root: a shared temp directory, given as `$TMPDIR`) and
+/// `victim/` (a user's files).
+struct Shared {
+    dir: PathBuf,
+}
+
+impl Shared {
+    fn new(name: &str) -> Shared {
+        let dir = std::env::temp_dir().join(format!("cuslice-cli-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("tmp")).expect("mkdir");
+        std::fs::create_dir_all(dir.join("victim")).expect("mkdir");
+        let mode = |p: &Path, m: u32| {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).expect("chmod")
+        };
+        mode(&dir, 0o755);
+        mode(&dir.join("tmp"), 0o1777);
+        mode(&dir.join("victim"), 0o755);
+        Shared { dir }
+    }
+
+    fn tmp(&self) -> PathBuf {
+        self.dir.join("tmp")
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// What `probe` printed: the quota file's path, `run`'s PID, and
+/// `mode uid type` of the run directory, the quota file and the segment
+/// directory.
+struct Probe {
+    quota: PathBuf,
+    run_pid: u32,
+    stats: Vec<String>,
+}
+
+/// The program `probe` runs under `cuslice run`: prints where its quota
+/// file is, its parent's PID (`cuslice run`) and `stat` of the run
+/// directory's parts while they exist.
+const PROBE: &str = "echo \"$CUSLICE_CONFIG\"; echo $PPID; D=\"${CUSLICE_CONFIG%/*}\"; \
+                     stat -c '%a %u %F' \"$D\" \"$CUSLICE_CONFIG\" \"$D/segment\"";
+
+fn probe(mut c: Command) -> Probe {
+    let out = c.output().expect("run");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 5, "{stdout}");
+    Probe {
+        quota: PathBuf::from(lines[0]),
+        run_pid: lines[1].parse().expect("pid"),
+        stats: lines[2..].iter().map(|l| l.to_string()).collect(),
+    }
+}
+
+/// Checks that `p`'s run directory was `base/cuslice-run-<pid>-<16 hex>`,
+/// made by `uid` with modes 0700 (directories) and 0600 (the quota file),
+/// and is gone.
+fn check_run_dir(p: &Probe, base: &Path, uid: u32) {
+    let dir = p.quota.parent().expect("run directory");
+    assert_eq!(dir.parent(), Some(base), "{}", p.quota.display());
+    assert_eq!(p.quota.file_name().expect("name"), "quota.toml");
+    let name = dir
+        .file_name()
+        .expect("name")
+        .to_string_lossy()
+        .into_owned();
+    assert_ne!(
+        name,
+        format!("cuslice-run-{}", p.run_pid),
+        "a predictable name"
+    );
+    let random = name
+        .strip_prefix(&format!("cuslice-run-{}-", p.run_pid))
+        .unwrap_or_else(|| panic!("{name}: not cuslice-run-{}-<random>", p.run_pid));
+    assert!(
+        random.len() == 16
+            && random
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)),
+        "{name}"
+    );
+    assert_eq!(
+        p.stats,
+        [
+            format!("700 {uid} directory"),
+            format!("600 {uid} regular file"),
+            format!("700 {uid} directory"),
+        ],
+        "{name}: the run directory, the quota file, the segment directory"
+    );
+    assert!(
+        std::fs::symlink_metadata(dir).is_err(),
+        "{} left behind",
+        dir.display()
+    );
+}
+
+/// Issue 18, hole 1. Another user plants, in a shared temp directory,
+/// `cuslice-run-<pid>` for the next 400 PIDs (theirs, mode 1777), each
+/// with `quota.toml` a link to a file of the victim's (and `segment` a
+/// link to the victim's directory). `cuslice run --memory 1GiB -- true`,
+/// as root and (where that user can run the test's binaries) as another
+/// user, with that `$TMPDIR`: succeeds, and the victim's file and the
+/// planted directories are untouched; the directory it used is its own
+/// (made by it, mode 0700, under a name with a random part, not a planted
+/// one) and gone afterwards. Before the fix, `run` used
+/// `$TMPDIR/cuslice-run-<pid>`: as a user it wrote its quota file through
+/// the planted link into the victim's file.
+#[test]
+fn planted_run_directories_are_neither_used_nor_written_through() {
+    let e = common::env();
+    let s = Shared::new("plant");
+    let tmp = s.tmp();
+    let victim = s.dir.join("victim/notes.txt");
+    std::fs::write(&victim, "the victim's notes\n").expect("write");
+    std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    std::os::unix::fs::chown(&victim, Some(VICTIM), Some(VICTIM)).expect("chown");
+    std::os::unix::fs::chown(s.dir.join("victim"), Some(VICTIM), Some(VICTIM)).expect("chown");
+    let last: u32 = std::fs::read_to_string("/proc/sys/kernel/ns_last_pid")
+        .expect("ns_last_pid")
+        .trim()
+        .parse()
+        .expect("a PID");
+    let planted: Vec<u32> = (last + 1..=last + 400).collect();
+    for n in &planted {
+        let d = tmp.join(format!("cuslice-run-{n}"));
+        std::fs::create_dir(&d).expect("mkdir");
+        std::os::unix::fs::symlink(&victim, d.join("quota.toml")).expect("symlink");
+        std::os::unix::fs::symlink(s.dir.join("victim"), d.join("segment")).expect("symlink");
+        for l in ["quota.toml", "segment"] {
+            std::os::unix::fs::lchown(d.join(l), Some(ATTACKER), Some(ATTACKER)).expect("lchown");
+        }
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o1777)).expect("chmod");
+        std::os::unix::fs::chown(&d, Some(ATTACKER), Some(ATTACKER)).expect("chown");
+    }
+    let untouched = || {
+        assert_eq!(
+            std::fs::read_to_string(&victim).expect("victim"),
+            "the victim's notes\n",
+            "the victim's file was written"
+        );
+        assert_eq!(
+            std::fs::read_dir(s.dir.join("victim")).expect("ls").count(),
+            1,
+            "something was created in the victim's directory"
+        );
+        for n in &planted {
+            let d = tmp.join(format!("cuslice-run-{n}"));
+            let m = std::fs::symlink_metadata(&d).expect("planted directory removed");
+            assert_eq!((m.uid(), m.mode() & 0o7777), (ATTACKER, 0o1777));
+            let q = std::fs::symlink_metadata(d.join("quota.toml")).expect("planted link removed");
+            assert!(q.file_type().is_symlink() && q.uid() == ATTACKER);
+        }
+    };
+    let run = |c: &mut Command| {
+        let out = c
+            .env("TMPDIR", &tmp)
+            .args(["run", "--memory", "1GiB", "--", "true"])
+            .output()
+            .expect("run");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    // As a user, where that user can reach this build's files (the old
+    // `run` wrote through the link here: it could not remove the planted
+    // directory, took it as its own, and wrote `quota.toml`)...
+    let user_can_run = cuslice()
+        .uid(VICTIM)
+        .gid(VICTIM)
+        .arg("lib")
+        .output()
+        .is_ok_and(|o| o.status.success())
+        && std::fs::File::open(&e.shim).is_ok();
+    if user_can_run {
+        run(cuslice().uid(VICTIM).gid(VICTIM));
+        untouched();
+    } else {
+        eprintln!("uid {VICTIM} cannot run this build's cuslice: only root's run was checked");
+    }
+    // ... and as root (the old `run` removed the planted directory, then
+    // made its own by the same name: open to a re-planting race).
+    run(&mut cuslice());
+    untouched();
+    // Which directory it used, from the program.
+    let mut c = cuslice();
+    c.env("TMPDIR", &tmp)
+        .args(["run", "--memory", "1GiB", "--", "sh", "-c", PROBE]);
+    let p = probe(c);
+    // SAFETY: geteuid has no preconditions.
+    check_run_dir(&p, &tmp, unsafe { libc::geteuid() });
+    untouched();
+    if user_can_run {
+        let mut c = cuslice();
+        c.uid(VICTIM)
+            .gid(VICTIM)
+            .env("TMPDIR", &tmp)
+            .args(["run", "--memory", "1GiB", "--", "sh", "-c", PROBE]);
+        check_run_dir(&probe(c), &tmp, VICTIM);
+        untouched();
+    }
+    // Nothing else was left in the shared directory.
+    assert_eq!(
+        std::fs::read_dir(&tmp).expect("ls").count(),
+        planted.len(),
+        "cuslice run left something in {}",
+        tmp.display()
+    );
+}
+
+/// The run directory's modes are set, not left to the umask: the same
+/// under umask 000 and 077 (and with `$XDG_RUNTIME_DIR` first, `$TMPDIR`
+/// ignored then).
+#[test]
+fn the_run_directorys_modes_do_not_depend_on_the_umask() {
+    let s = Shared::new("umask");
+    let xdg = s.dir.join("xdg");
+    std::fs::create_dir(&xdg).expect("mkdir");
+    for mask in ["000", "077", "022"] {
+        let mut c = with_env(Command::new("sh"));
+        c.args(["-c", &format!("umask {mask}; exec \"$@\""), "sh"])
+            .arg(env!("CARGO_BIN_EXE_cuslice"))
+            .env("TMPDIR", s.tmp())
+            .env("XDG_RUNTIME_DIR", &xdg)
+            .args(["run", "--memory", "1GiB", "--", "sh", "-c", PROBE]);
+        let p = probe(c);
+        // SAFETY: geteuid has no preconditions.
+        check_run_dir(&p, &xdg, unsafe { libc::geteuid() });
+    }
+    assert_eq!(std::fs::read_dir(&xdg).expect("ls").count(), 0);
+    assert_eq!(std::fs::read_dir(s.tmp()).expect("ls").count(), 0);
+    // `run` holds the directory open; the program does not inherit it.
+    let out = cuslice()
+        .env("XDG_RUNTIME_DIR", &xdg)
+        .args(["run", "--memory", "1GiB", "--", "sh", "-c"])
+        .arg("for f in /proc/$$/fd/*; do readlink $f; done; true")
+        .output()
+        .expect("run");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    let xdg_shown = xdg.display().to_string();
+    assert!(
+        !stdout.lines().any(|l| l.starts_with(&xdg_shown)),
+        "the program inherited a descriptor of the run directory:\n{stdout}"
+    );
+}
+
+/// `cuslice status` finds a session's segment by the same rule as `run`
+/// places it: `$TMPDIR` where `$XDG_RUNTIME_DIR` is empty (it read the
+/// empty path before), and only directories named as `run` names them (not
+/// a planted `cuslice-run-<pid>` holding a bogus segment).
+#[test]
+fn status_finds_a_session_where_run_put_it_and_nothing_planted() {
+    use std::io::BufRead;
+    let e = common::env();
+    let h = common::Host::new("cli", "tmpdir");
+    let s = Shared::new("status");
+    let tmp = s.tmp();
+    let planted = tmp.join("cuslice-run-1/segment");
+    std::fs::create_dir_all(&planted).expect("mkdir");
+    std::fs::write(planted.join("memory.seg"), "not a segment").expect("write");
+    let mut child = cuslice()
+        .env("XDG_RUNTIME_DIR", "")
+        .env("TMPDIR", &tmp)
+        .env("FAKE_CUDA_STATE", h.fake_state())
+        .env("CUSLICE_GPU_SEGMENT_DIR", h.gpu_dir())
+        .args(["run", "--memory", "1GiB", "--"])
+        .arg(e.apps.join("memtest"))
+        .args(["hold", "1048576"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("run");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("read");
+    assert_eq!(line, "R held\n");
+    let out = Command::new(env!("CARGO_BIN_EXE_cuslice"))
+        .env_clear()
+        .env("XDG_RUNTIME_DIR", "")
+        .env("TMPDIR", &tmp)
+        .env("CUSLICE_GPU_SEGMENT_DIR", h.gpu_dir())
+        .args(["status", "--json", "--interval", "0", "--containers-root"])
+        .arg(s.dir.join("none"))
+        .output()
+        .expect("status");
+    // SAFETY: kill with a PID we started; `run` passes SIGTERM on.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let _ = child.wait();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let under = |p: &serde_json::Value| {
+        p.as_str()
+            .is_some_and(|p| p.contains(&*tmp.to_string_lossy()))
+    };
+    let errors: Vec<_> = v["errors"]
+        .as_array()
+        .expect("errors")
+        .iter()
+        .filter(|e| under(e))
+        .collect();
+    assert!(errors.is_empty(), "{v}");
+    let found: Vec<&str> = v["containers"]
+        .as_array()
+        .expect("containers")
+        .iter()
+        .filter(|c| under(&c["segment"]))
+        .filter_map(|c| c["segment"].as_str())
+        .collect();
+    let prefix = tmp
+        .join(format!("cuslice-run-{}-", child.id()))
+        .display()
+        .to_string();
+    assert!(
+        found.len() == 1
+            && found[0].starts_with(&prefix)
+            && found[0].ends_with("/segment/memory.seg"),
+        "{found:?}: {v}"
+    );
+    let left: Vec<_> = std::fs::read_dir(&tmp)
+        .expect("ls")
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(
+        left,
+        ["cuslice-run-1"],
+        "the session's directory left behind"
+    );
 }

@@ -244,12 +244,23 @@ fn alive(pid: u32) -> bool {
         .unwrap_or(false)
 }
 
+/// The directory of the live `cuslice run` session `run_pid`:
+/// `cuslice-run-<pid>-<random>` in its `$XDG_RUNTIME_DIR`.
+fn run_dir(h: &Host, run_pid: u32) -> PathBuf {
+    let prefix = format!("cuslice-run-{run_pid}-");
+    let found: Vec<PathBuf> = std::fs::read_dir(h.dir.join("xdg"))
+        .expect("xdg")
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(found.len(), 1, "{prefix}*: {found:?}");
+    found.into_iter().next().expect("one")
+}
+
 /// The memory segment of the `cuslice run` session `run_pid`.
 fn run_seg(h: &Host, run_pid: u32) -> PathBuf {
-    h.dir
-        .join("xdg")
-        .join(format!("cuslice-run-{run_pid}"))
-        .join("segment/memory.seg")
+    run_dir(h, run_pid).join("segment/memory.seg")
 }
 
 /// A session: `cuslice run LIMITS -- sh -c SCRIPT`, `$M` naming memtest,
@@ -1357,7 +1368,7 @@ fn a_run_sessions_rewritten_quota_file_does_not_steer_the_watch_into_another_ten
     assert_eq!(limit(), 1 << 30);
     let vdir = vseg.parent().expect("dir").display().to_string();
     let script = format!(
-        "Q=$XDG_RUNTIME_DIR/cuslice-run-$PPID/quota.toml; \
+        "Q=$CUSLICE_CONFIG; \
          printf 'tenant = \"x\"\\nsegment_dir = \"{vdir}\"\\n[all]\\nmemory = \"100GiB\"\\n' > $Q; \
          unset LD_PRELOAD; exec $N 1048576 -1"
     );
@@ -1378,9 +1389,7 @@ fn a_run_sessions_rewritten_quota_file_does_not_steer_the_watch_into_another_ten
         );
         std::thread::sleep(Duration::from_millis(10));
     }
-    let quota = h
-        .dir
-        .join(format!("xdg/cuslice-run-{}/quota.toml", x.child.id()));
+    let quota = run_dir(&h, x.child.id()).join("quota.toml");
     common::wait_for(
         || format!("the rewrite was not named:\n{}", w.text()),
         TWO_INTERVALS,
@@ -1415,14 +1424,14 @@ fn a_fifo_or_a_link_to_dev_zero_as_a_run_sessions_quota_file_does_not_stop_the_w
     let fifo = session(
         &h,
         &["--memory", "1GiB"],
-        "Q=$XDG_RUNTIME_DIR/cuslice-run-$PPID/quota.toml; rm -f $Q; mkfifo $Q; \
+        "Q=$CUSLICE_CONFIG; rm -f $Q; mkfifo $Q; \
          unset LD_PRELOAD; exec $N 1048576 -1",
     );
     fifo.line("ATTACK noshim holding");
     let zero = session(
         &h,
         &["--memory", "1GiB"],
-        "Q=$XDG_RUNTIME_DIR/cuslice-run-$PPID/quota.toml; rm -f $Q; ln -s /dev/zero $Q; \
+        "Q=$CUSLICE_CONFIG; rm -f $Q; ln -s /dev/zero $Q; \
          unset LD_PRELOAD; exec $N 1048576 -1",
     );
     zero.line("ATTACK noshim holding");

@@ -34,7 +34,16 @@ pub trait ProcSource {
     fn uid(&self, pid: u32) -> Option<u32>;
     /// A path as the process sees it (its root directory), from here.
     fn in_root(&self, pid: u32, path: &std::path::Path) -> PathBuf;
+    /// The paths of the files and directories it holds open (what
+    /// `/proc/<pid>/fd/*` link to; sockets, pipes and the like left out),
+    /// at most [`MAX_FDS`] of them: how a `cuslice run` session's
+    /// directory, whose name is unpredictable, is found.
+    fn fd_paths(&self, pid: u32) -> Vec<PathBuf>;
 }
+
+/// How many of a process's descriptors [`ProcSource::fd_paths`] looks at
+/// (`cuslice run` holds a handful).
+pub const MAX_FDS: usize = 1024;
 
 /// The inode of a namespace file.
 pub fn ns_inode(path: &str) -> Option<u64> {
@@ -163,6 +172,18 @@ impl ProcSource for Procfs {
     fn in_root(&self, pid: u32, path: &std::path::Path) -> PathBuf {
         PathBuf::from(format!("/proc/{pid}/root")).join(path.strip_prefix("/").unwrap_or(path))
     }
+
+    fn fd_paths(&self, pid: u32) -> Vec<PathBuf> {
+        let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+            return vec![];
+        };
+        rd.flatten()
+            .take(MAX_FDS)
+            .filter_map(|e| std::fs::read_link(e.path()).ok())
+            // `socket:[123]`, `pipe:[4]`, `anon_inode:[eventfd]`: no files.
+            .filter(|p| p.is_absolute())
+            .collect()
+    }
 }
 
 /// The real user ID of a `/proc/<pid>/status` text.
@@ -212,6 +233,15 @@ mod tests {
         let ns = Procfs.pid_namespaces(me);
         assert_eq!(ns, vec![ns_inode("/proc/self/ns/pid").expect("ns")]);
         assert!(!Procfs.cmdline(me).is_empty());
+        let dir = std::env::temp_dir();
+        let held = std::fs::File::open(&dir).expect("open");
+        let fds = Procfs.fd_paths(me);
+        assert!(
+            fds.contains(&dir.canonicalize().expect("canonical")),
+            "{fds:?}"
+        );
+        assert!(fds.iter().all(|p| p.is_absolute()), "{fds:?}");
+        drop(held);
         // SAFETY: getuid has no preconditions.
         assert_eq!(Procfs.uid(me), Some(unsafe { libc::getuid() }));
         assert_eq!(

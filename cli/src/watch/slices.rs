@@ -16,10 +16,12 @@
 //!   process (an executable named `cuslice` with `run` as its first
 //!   argument), found through the parent chain (`cuslice run` is a child
 //!   subreaper, so orphans stay its descendants), in host PIDs whatever PID
-//!   namespaces its processes enter. Where its files are is derived as
-//!   `cuslice run` derives them, from the run process's PID (as it sees
-//!   itself) and initial environment: `$XDG_RUNTIME_DIR` (else `$TMPDIR`,
-//!   else /tmp) + `cuslice-run-<pid>/`, its GPU segment directory
+//!   namespaces its processes enter. Where its files are follows the rule
+//!   `cuslice run` follows (host/run_dir.rs), from the run process's PID
+//!   (as it sees itself) and initial environment: in `$XDG_RUNTIME_DIR`
+//!   (else `$TMPDIR`, else /tmp) the directory `cuslice-run-<pid>-<random>`
+//!   that the run process holds open (found among its descriptors: the
+//!   name is unpredictable), its GPU segment directory
 //!   `$CUSLICE_GPU_SEGMENT_DIR` (else the default). Its quota file there is
 //!   read once, when the session is first seen (the user owns that file and
 //!   could edit it later), opened without following a link or blocking,
@@ -34,7 +36,7 @@
 //! process not seen before.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::ffi::CString;
+use std::ffi::{CString, OsString};
 use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
@@ -44,6 +46,7 @@ use std::path::{Path, PathBuf};
 use cuslice_core::config::{self, Config};
 
 use super::procfs::ProcSource;
+use crate::host::run_dir;
 use crate::oci::{ContainerMeta, META_FILE};
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -315,6 +318,33 @@ impl Slice {
     }
 }
 
+/// The run directory of the run process `pid` (`inner`: its PID as it
+/// sees itself) in `base` (as it sees it), as a path it sees: the one it
+/// holds open (`cuslice run` keeps it open for its whole life) whose name
+/// is `inner`'s run directory's and whose parent is `base`, by path or, a
+/// base reached through a link, by device and inode. Named `base` + its
+/// name, as `run` named it in the quota file.
+fn find_run_dir(p: &dyn ProcSource, pid: u32, inner: u32, base: &Path) -> Option<PathBuf> {
+    let id = |d: &Path| {
+        std::fs::metadata(p.in_root(pid, d))
+            .ok()
+            .map(|m| (m.dev(), m.ino()))
+    };
+    let mut base_id = None;
+    p.fd_paths(pid).into_iter().find_map(|d| {
+        let name = d.file_name()?;
+        if !run_dir::is_run_dir_of(name, inner) {
+            return None;
+        }
+        let parent = d.parent()?;
+        let same = parent == base || {
+            let b = *base_id.get_or_insert_with(|| id(base));
+            b.is_some() && id(parent) == b
+        };
+        same.then(|| base.join(name))
+    })
+}
+
 /// Whether the container record's init (PID, start time) still runs; a
 /// record without one (an older hook's) is taken as live.
 fn init_alive(p: &dyn ProcSource, init: Option<(u32, u64)>) -> bool {
@@ -508,25 +538,18 @@ impl Slices {
         })
     }
 
-    /// A session, its files derived as `cuslice run` derives them; only the
-    /// limits are taken from its quota file.
+    /// A session, its files found by the rule `cuslice run` follows
+    /// (host/run_dir.rs); only the limits are taken from its quota file.
     fn load_run(&mut self, p: &dyn ProcSource, pid: u32, start: u64) -> Slice {
         let inner = p.inner_pid(pid).unwrap_or(pid);
-        // As `cuslice run` (RunDir, run): empty counts as unset.
+        // As `cuslice run`: empty counts as unset.
         let env = |k: &str| p.environ(pid, k).filter(|v| !v.is_empty());
-        let base = PathBuf::from(
-            env("XDG_RUNTIME_DIR")
-                .or_else(|| env("TMPDIR"))
-                .unwrap_or_else(|| "/tmp".into()),
-        );
-        let run_dir = base.join(format!("cuslice-run-{inner}"));
-        let seg_dir = run_dir.join("segment");
+        let base = run_dir::base(|k| env(k).map(OsString::from));
         let gpu = env("CUSLICE_GPU_SEGMENT_DIR").map_or_else(
             || PathBuf::from(config::DEFAULT_GPU_SEGMENT_DIR),
             PathBuf::from,
         );
         let tenant = format!("run-{inner}");
-        let shown = run_dir.join("quota.toml");
         let label = format!("cuslice run {pid} ({})", run_command(&p.cmdline(pid)));
         let uid = p.uid(pid);
         let mut slice = Slice {
@@ -556,6 +579,15 @@ impl Slices {
             ));
             return slice;
         }
+        let Some(run_dir) = find_run_dir(p, pid, inner, &base) else {
+            self.notes.push(format!(
+                "{label}: no run directory {}* among the run process's open files: not checked",
+                base.join(run_dir::name_prefix(inner)).display()
+            ));
+            return slice;
+        };
+        let seg_dir = run_dir.join("segment");
+        let shown = run_dir.join("quota.toml");
         let cfg = match read_quota(&p.in_root(pid, &shown), &shown, Some(uid)) {
             Ok(c) => c,
             Err(e) => {
@@ -775,6 +807,8 @@ pub mod tests {
         pub env: Vec<(String, String)>,
         /// None: this test's own user (who owns the files it writes).
         pub uid: Option<u32>,
+        /// What its descriptors name (as it sees them).
+        pub fds: Vec<PathBuf>,
     }
 
     impl ProcSource for FakeProc {
@@ -823,6 +857,21 @@ pub mod tests {
         fn in_root(&self, _pid: u32, path: &Path) -> PathBuf {
             self.root.join(path.strip_prefix("/").unwrap_or(path))
         }
+        fn fd_paths(&self, pid: u32) -> Vec<PathBuf> {
+            self.procs
+                .get(&pid)
+                .map(|p| p.fds.clone())
+                .unwrap_or_default()
+        }
+    }
+
+    /// The run directory of the run process 500 in the tests' `/xdg`.
+    pub const RUN_500: &str = "/xdg/cuslice-run-500-0123456789abcdef";
+
+    /// What a `cuslice run` process holds open: the base it made its
+    /// directory in, that directory, a terminal.
+    fn run_fds(base: &str, dir: &str) -> Vec<PathBuf> {
+        [base, dir, "/dev/pts/0"].map(PathBuf::from).to_vec()
     }
 
     const HOST: u64 = 4026531836;
@@ -877,10 +926,11 @@ pub mod tests {
         // Recorded by an older hook: nothing to map by.
         container(&root, "old", serde_json::json!({"id": "old"}), QUOTA);
         let run_root = root.join("runroot");
-        std::fs::create_dir_all(run_root.join("xdg/cuslice-run-500")).expect("mkdir");
+        std::fs::create_dir_all(run_root.join("xdg/cuslice-run-500-0123456789abcdef"))
+            .expect("mkdir");
         std::fs::write(
-            run_root.join("xdg/cuslice-run-500/quota.toml"),
-            "tenant = \"run-500\"\nsegment_dir = \"/xdg/cuslice-run-500/segment\"\n[all]\nmemory = \"2GiB\"\ncompute = 30\n",
+            run_root.join("xdg/cuslice-run-500-0123456789abcdef/quota.toml"),
+            "tenant = \"run-500\"\nsegment_dir = \"/xdg/cuslice-run-500-0123456789abcdef/segment\"\n[all]\nmemory = \"2GiB\"\ncompute = 30\n",
         )
         .expect("quota");
         let mut fp = FakeProc {
@@ -926,6 +976,7 @@ pub mod tests {
             ],
         );
         run.env = vec![("XDG_RUNTIME_DIR".into(), "/xdg".into())];
+        run.fds = run_fds("/xdg", RUN_500);
         fp.procs.insert(500, run);
         fp.procs.insert(501, p(500, 21, &h, "/user", "sh", &[]));
         fp.procs
@@ -977,7 +1028,7 @@ pub mod tests {
             r.mem_seg.as_deref(),
             Some(
                 fp.root
-                    .join("xdg/cuslice-run-500/segment/memory.seg")
+                    .join("xdg/cuslice-run-500-0123456789abcdef/segment/memory.seg")
                     .as_path()
             )
         );
@@ -1017,6 +1068,7 @@ pub mod tests {
             .chain(env.iter().copied())
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
+        r.fds = run_fds(xdg, RUN_500);
         r
     }
 
@@ -1107,7 +1159,7 @@ pub mod tests {
     fn a_session_takes_only_limits_from_its_quota_file() {
         let root = tmp("runfile");
         let run_root = root.join("runroot");
-        let d = run_root.join("xdg/cuslice-run-500");
+        let d = run_root.join("xdg/cuslice-run-500-0123456789abcdef");
         std::fs::create_dir_all(d.join("segment")).expect("mkdir");
         let mut fp = FakeProc {
             root: run_root.clone(),
@@ -1136,7 +1188,7 @@ pub mod tests {
             (r, std::mem::take(&mut s.notes))
         };
         // What `cuslice run` writes: repaired, no note.
-        let good = "tenant = \"run-500\"\nsegment_dir = \"/xdg/cuslice-run-500/segment\"\ngpu_segment_dir = \"/gpu\"\n[all]\nmemory = \"2GiB\"\n";
+        let good = "tenant = \"run-500\"\nsegment_dir = \"/xdg/cuslice-run-500-0123456789abcdef/segment\"\ngpu_segment_dir = \"/gpu\"\n[all]\nmemory = \"2GiB\"\n";
         let (r, notes) = session(&fp, good);
         assert!(notes.is_empty(), "{notes:?}");
         assert!(r.repair);
@@ -1152,8 +1204,9 @@ pub mod tests {
         assert_eq!(notes.len(), 1, "{notes:?}");
         let n = &notes[0];
         assert!(
-            n.starts_with("cuslice run 500 (prog): /xdg/cuslice-run-500/quota.toml: ")
-                && n.contains("tenant \"ctr-a\"")
+            n.starts_with(
+                "cuslice run 500 (prog): /xdg/cuslice-run-500-0123456789abcdef/quota.toml: "
+            ) && n.contains("tenant \"ctr-a\"")
                 && n.contains("segment_dir \"/run/cuslice/containers/aaa/segment\"")
                 && n.contains("gpu_segment_dir \"/elsewhere\"")
                 && n.contains("not repaired"),
@@ -1251,15 +1304,103 @@ pub mod tests {
         let _ = std::fs::remove_dir_all(&root);
     }
 
+    /// The run directory's name is unpredictable: it is the one the run
+    /// process holds open, named as its PID's, in its base; a directory
+    /// under the old predictable name, another PID's or one in another
+    /// place is not it, and a session whose directory is not found is one
+    /// note and not checked.
+    #[test]
+    fn a_sessions_directory_is_the_one_its_run_process_holds_open() {
+        let root = tmp("runfd");
+        let run_root = root.join("runroot");
+        let good = |dir: &str| {
+            format!(
+                "tenant = \"run-500\"\nsegment_dir = \"{dir}/segment\"\n[all]\nmemory = \"2GiB\"\n"
+            )
+        };
+        // Planted, each with a quota file claiming 100 GiB.
+        let bad = "tenant = \"run-500\"\n[all]\nmemory = \"100GiB\"\n";
+        for d in [
+            "xdg/cuslice-run-500",
+            "xdg/cuslice-run-501-0123456789abcdef",
+            "other/cuslice-run-500-0123456789abcdef",
+            "xdg/cuslice-run-500-fedcba9876543210",
+        ] {
+            std::fs::create_dir_all(run_root.join(d)).expect("mkdir");
+            std::fs::write(run_root.join(d).join("quota.toml"), bad).expect("quota");
+        }
+        let d = run_root.join(RUN_500.trim_start_matches('/'));
+        std::fs::create_dir_all(&d).expect("mkdir");
+        std::fs::write(d.join("quota.toml"), good(RUN_500)).expect("quota");
+        let mut fp = FakeProc {
+            root: run_root.clone(),
+            ..FakeProc::default()
+        };
+        fp.procs
+            .insert(1, p(0, 1, &[HOST], "/", "systemd", &["init"]));
+        fp.procs
+            .insert(501, p(500, 21, &[HOST], "/user", "python3", &[]));
+        let session = |fp: &FakeProc| {
+            let mut s = Slices::new(&root, Some(HOST));
+            s.refresh(fp);
+            assert!(s.slice_of(fp, 501).is_some_and(|x| x.1.is_some()));
+            let r = s.runs.get(&(500, 20)).expect("session").clone();
+            (r, std::mem::take(&mut s.notes))
+        };
+        let mut run = run_proc("/xdg", &[]);
+        let planted = [
+            "/xdg/cuslice-run-500",
+            "/xdg/cuslice-run-501-0123456789abcdef",
+            "/other/cuslice-run-500-0123456789abcdef",
+            "/xdg/cuslice-run-500-0123456789abcdef (deleted)",
+        ]
+        .map(PathBuf::from);
+        run.fds = planted.to_vec();
+        run.fds.push(PathBuf::from(RUN_500));
+        fp.procs.insert(500, run.clone());
+        let (r, notes) = session(&fp);
+        assert!(notes.is_empty() && r.repair, "{notes:?}");
+        assert_eq!(r.quota.as_ref().and_then(|c| c.all.memory), Some(2 << 30));
+        assert_eq!(r.mem_seg, Some(d.join("segment/memory.seg")));
+        // Not held open (only the planted ones): not found, not checked.
+        run.fds = planted.to_vec();
+        fp.procs.insert(500, run.clone());
+        let (r, notes) = session(&fp);
+        assert!(r.quota.is_none() && !r.repair && r.mem_seg.is_none());
+        assert_eq!(
+            notes,
+            vec![
+                "cuslice run 500 (prog): no run directory /xdg/cuslice-run-500-* among the run process's open files: not checked"
+                    .to_string()
+            ]
+        );
+        // A base reached through a link: the directory is found by what the
+        // base is, and named through the base as `run` named it.
+        std::os::unix::fs::symlink(run_root.join("xdg"), run_root.join("xdglink"))
+            .expect("symlink");
+        let linked = "/xdglink/cuslice-run-500-0123456789abcdef";
+        std::fs::write(d.join("quota.toml"), good(linked)).expect("quota");
+        let mut run = run_proc("/xdglink", &[]);
+        run.fds = run_fds("/xdg", RUN_500);
+        fp.procs.insert(500, run);
+        let (r, notes) = session(&fp);
+        assert!(notes.is_empty() && r.repair, "{notes:?}");
+        assert_eq!(
+            r.mem_seg,
+            Some(run_root.join("xdglink/cuslice-run-500-0123456789abcdef/segment/memory.seg"))
+        );
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
     #[test]
     fn sessions_under_a_host_wide_quota_file_and_processes_in_pid_namespaces_of_their_own() {
         let root = tmp("hostwide");
         let run_root = root.join("runroot");
-        let d = run_root.join("xdg/cuslice-run-500");
+        let d = run_root.join("xdg/cuslice-run-500-0123456789abcdef");
         std::fs::create_dir_all(&d).expect("mkdir");
         std::fs::write(
             d.join("quota.toml"),
-            "tenant = \"run-500\"\nsegment_dir = \"/xdg/cuslice-run-500/segment\"\n[all]\nmemory = \"2GiB\"\n",
+            "tenant = \"run-500\"\nsegment_dir = \"/xdg/cuslice-run-500-0123456789abcdef/segment\"\n[all]\nmemory = \"2GiB\"\n",
         )
         .expect("quota");
         let mut fp = FakeProc {

@@ -1,0 +1,714 @@
+//! The host side's one safe-fs primitive: a directory held by its
+//! descriptor, in which entries are created, opened and removed by a plain
+//! name, relative to that descriptor, never following a symbolic link, with
+//! modes set explicitly (`fchmod`, never left to the umask) and checked on
+//! the open descriptor.
+//!
+//! A host command often runs as root in a directory other users can write
+//! (`/tmp`): a path handed to `open`/`mkdir`/`remove_dir_all` there follows
+//! whatever links they planted and accepts whatever directory they made
+//! beforehand. Here a create must create (`O_EXCL`, `mkdirat`: an existing
+//! entry, a link included, is an error the caller sees), what was created
+//! is opened again without following a link and checked to be the kind of
+//! file asked for, ours (the effective uid) and of exactly the mode asked
+//! for, and a removal walks the tree by descriptors, unlinking links
+//! rather than following them.
+//!
+//! Errors are one line naming the path.
+
+use std::ffi::{CStr, CString, OsStr};
+use std::fmt;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use crate::inroot::{fstat, type_name};
+
+/// How deep [`Dir::remove_contents`] goes before it gives up (a tree the
+/// program made in its run directory; far deeper than any real one).
+const MAX_DEPTH: usize = 64;
+
+/// A failed operation: one line naming the path, and the OS error number
+/// where there was one (so that a caller can tell "that name is taken").
+#[derive(Debug)]
+pub struct Error {
+    msg: String,
+    errno: Option<i32>,
+}
+
+impl Error {
+    fn os(path: &Path, what: &str, e: &io::Error) -> Error {
+        Error {
+            msg: format!("{}: {what}: {e}", path.display()),
+            errno: e.raw_os_error(),
+        }
+    }
+
+    fn other(path: &Path, what: impl fmt::Display) -> Error {
+        Error {
+            msg: format!("{}: {what}", path.display()),
+            errno: None,
+        }
+    }
+
+    /// Whether a create found the name already taken (by anything: a
+    /// file, a directory, a symbolic link, dangling or not).
+    pub fn already_exists(&self) -> bool {
+        self.errno == Some(libc::EEXIST)
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.msg)
+    }
+}
+
+impl From<Error> for String {
+    fn from(e: Error) -> String {
+        e.msg
+    }
+}
+
+/// What a created entry must be.
+#[derive(Clone, Copy)]
+enum Kind {
+    Dir,
+    File,
+}
+
+/// An open directory (`O_DIRECTORY|O_CLOEXEC`: a program the caller starts
+/// does not inherit it), and its path for messages.
+#[derive(Debug)]
+pub struct Dir {
+    fd: OwnedFd,
+    path: PathBuf,
+}
+
+/// `name` as a single path component: not empty, no `/`, not `.` or `..`,
+/// no NUL.
+fn component(dir: &Path, name: &OsStr) -> Result<CString, Error> {
+    let b = name.as_bytes();
+    if b.is_empty() || b == b"." || b == b".." || b.contains(&b'/') {
+        return Err(Error::other(
+            &dir.join(name),
+            "expected a plain name (no /, not . or ..)",
+        ));
+    }
+    CString::new(b).map_err(|_| Error::other(dir, "a NUL in a name"))
+}
+
+/// `openat(dir, name, flags, mode)` as an owned descriptor.
+fn openat(dir: &OwnedFd, name: &CStr, flags: i32, mode: libc::mode_t) -> io::Result<OwnedFd> {
+    // SAFETY: `dir` is a live descriptor, `name` a NUL-terminated string
+    // that outlives the call; the mode is the variadic argument openat reads
+    // with O_CREAT (an unsigned int, as C promotes it).
+    let fd = unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            flags | libc::O_CLOEXEC,
+            mode as libc::c_uint,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: openat just returned this descriptor; nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Checks on the descriptor that `fd` is `kind` and owned by our
+/// effective uid, sets its mode to exactly `mode` (never touching what is
+/// not ours), and checks that it took.
+fn set_mode_and_check(fd: &OwnedFd, path: &Path, kind: Kind, mode: u32) -> Result<(), Error> {
+    let stat = || fstat(fd.as_fd()).map_err(|e| Error::os(path, "cannot stat it", &e));
+    let st = stat()?;
+    let (want, want_name) = match kind {
+        Kind::Dir => (libc::S_IFDIR, "a directory"),
+        Kind::File => (libc::S_IFREG, "a regular file"),
+    };
+    if st.st_mode & libc::S_IFMT != want {
+        return Err(Error::other(
+            path,
+            format!("expected {want_name}, got {}", type_name(st.st_mode)),
+        ));
+    }
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    if st.st_uid != me {
+        return Err(Error::other(
+            path,
+            format!("owned by uid {}, expected our uid {me}", st.st_uid),
+        ));
+    }
+    // SAFETY: fchmod on a descriptor we hold.
+    if unsafe { libc::fchmod(fd.as_raw_fd(), mode as libc::mode_t) } != 0 {
+        return Err(Error::os(
+            path,
+            &format!("cannot set its mode to {mode:04o}"),
+            &io::Error::last_os_error(),
+        ));
+    }
+    let got = stat()?.st_mode & 0o7777;
+    if got != mode as libc::mode_t {
+        return Err(Error::other(
+            path,
+            format!("mode {got:04o}, expected {mode:04o}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Gives the file behind `fd` (one the caller made: a segment) exactly
+/// `mode`, checked on the descriptor; it must be a regular file of ours.
+pub fn set_file_mode(fd: std::os::fd::BorrowedFd, path: &Path, mode: u32) -> Result<(), Error> {
+    let owned = fd
+        .try_clone_to_owned()
+        .map_err(|e| Error::os(path, "cannot duplicate its descriptor", &e))?;
+    set_mode_and_check(&owned, path, Kind::File, mode)
+}
+
+impl Dir {
+    /// Opens the directory at `path`, a place the caller trusts (the
+    /// user's `$XDG_RUNTIME_DIR`, `/tmp`): links on the way to it are
+    /// followed, as the user set them up; nothing is followed below it.
+    pub fn open(path: &Path) -> Result<Dir, Error> {
+        let c = CString::new(path.as_os_str().as_bytes())
+            .map_err(|_| Error::other(path, "a NUL in the path"))?;
+        // SAFETY: open with a NUL-terminated path that outlives the call.
+        let fd = unsafe {
+            libc::open(
+                c.as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(Error::os(
+                path,
+                "cannot open the directory",
+                &io::Error::last_os_error(),
+            ));
+        }
+        Ok(Dir {
+            // SAFETY: open just returned this descriptor; nothing else owns
+            // it.
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// Its path, for messages and for handing to others.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// `path` joined with `name`, for messages and for code that still
+    /// opens by path below a directory of root's.
+    pub fn join(&self, name: &str) -> PathBuf {
+        self.path.join(name)
+    }
+
+    /// A directory of ours that the caller keeps (the OCI hook's
+    /// `--root`): made where missing (its parents 0755), then opened (links
+    /// on the way followed: the administrator's path), checked to be ours
+    /// and given exactly `mode`.
+    pub fn keep_root(path: &Path, mode: u32) -> Result<Dir, Error> {
+        if let Some(parent) = path.parent() {
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o755)
+                .create(parent)
+                .map_err(|e| Error::os(parent, "cannot create the directory", &e))?;
+        }
+        match std::fs::create_dir(path) {
+            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => {
+                return Err(Error::os(path, "cannot create the directory", &e));
+            }
+            _ => {}
+        }
+        let d = Dir::open(path)?;
+        set_mode_and_check(&d.fd, path, Kind::Dir, mode)?;
+        Ok(d)
+    }
+
+    /// The directory `name` in this one, made where missing, kept where it
+    /// is (a directory of ours, reached without following a link), given
+    /// exactly `mode`.
+    pub fn keep_dir(&self, name: &str, mode: u32) -> Result<Dir, Error> {
+        let d = match self.create_dir(OsStr::new(name), 0o700) {
+            Ok(d) => d,
+            Err(e) if e.already_exists() => self.open_dir(OsStr::new(name))?,
+            Err(e) => return Err(e),
+        };
+        set_mode_and_check(&d.fd, &d.path, Kind::Dir, mode)?;
+        Ok(d)
+    }
+
+    /// Writes `name` whole with exactly `mode`: into a new file (created
+    /// exclusively, never through a link, its mode set before a byte is
+    /// written), then renamed over `name`, so that no reader sees it
+    /// partial or of another mode, and a link at `name` is replaced, never
+    /// written through.
+    pub fn replace_file(&self, name: &str, bytes: &[u8], mode: u32) -> Result<(), Error> {
+        use std::io::Write;
+        let c = component(&self.path, OsStr::new(name))?;
+        let tmp_name = format!(".{name}.new");
+        let tmp = component(&self.path, OsStr::new(&tmp_name))?;
+        let path = self.path.join(name);
+        // A leftover of an interrupted write (a link included, unlinked).
+        self.unlink(&tmp, 0)?;
+        let mut f = self.create_file(OsStr::new(&tmp_name), mode)?;
+        f.write_all(bytes)
+            .map_err(|e| Error::os(&path, "cannot write it", &e))?;
+        drop(f);
+        // SAFETY: renameat within the directory we hold, NUL-terminated
+        // names that outlive the call.
+        if unsafe {
+            libc::renameat(
+                self.fd.as_raw_fd(),
+                tmp.as_ptr(),
+                self.fd.as_raw_fd(),
+                c.as_ptr(),
+            )
+        } != 0
+        {
+            return Err(Error::os(
+                &path,
+                "cannot rename it into place",
+                &io::Error::last_os_error(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether `name` is a regular file of ours of exactly `mode` holding
+    /// exactly `bytes` (reached without following a link or blocking).
+    pub fn holds(&self, name: &str, bytes: &[u8], mode: u32) -> bool {
+        let Ok(c) = component(&self.path, OsStr::new(name)) else {
+            return false;
+        };
+        let Ok(fd) = openat(
+            &self.fd,
+            &c,
+            libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK,
+            0,
+        ) else {
+            return false;
+        };
+        // SAFETY: geteuid has no preconditions.
+        let me = unsafe { libc::geteuid() };
+        let ok = fstat(fd.as_fd()).is_ok_and(|st| {
+            st.st_mode & libc::S_IFMT == libc::S_IFREG
+                && st.st_uid == me
+                && st.st_mode & 0o7777 == mode as libc::mode_t
+        });
+        let mut have = Vec::new();
+        let mut f = io::Read::take(std::fs::File::from(fd), bytes.len() as u64 + 1);
+        ok && io::Read::read_to_end(&mut f, &mut have).is_ok() && have == bytes
+    }
+
+    /// Opens the directory `name` in this one without following a link (a
+    /// link there is an error, wherever it points).
+    pub fn open_dir(&self, name: &OsStr) -> Result<Dir, Error> {
+        let c = component(&self.path, name)?;
+        let path = self.path.join(name);
+        let fd = openat(
+            &self.fd,
+            &c,
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
+            0,
+        )
+        .map_err(|e| match e.raw_os_error() {
+            // O_NOFOLLOW|O_DIRECTORY on a link: ELOOP or ENOTDIR.
+            Some(libc::ELOOP | libc::ENOTDIR) => match self.lstat(&c) {
+                Ok(st) => Error {
+                    msg: format!(
+                        "{}: expected a directory, got {}",
+                        path.display(),
+                        type_name(st.st_mode)
+                    ),
+                    errno: e.raw_os_error(),
+                },
+                Err(_) => Error::os(&path, "cannot open the directory", &e),
+            },
+            _ => Error::os(&path, "cannot open the directory", &e),
+        })?;
+        Ok(Dir { fd, path })
+    }
+
+    /// `fstatat(name, AT_SYMLINK_NOFOLLOW)`: a link is described, not its
+    /// target.
+    fn lstat(&self, name: &CStr) -> io::Result<libc::stat> {
+        // SAFETY: libc::stat is plain data; all zeroes is a valid value.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: fstatat on a descriptor we hold, a NUL-terminated name
+        // that outlives the call, into a local.
+        let r = unsafe {
+            libc::fstatat(
+                self.fd.as_raw_fd(),
+                name.as_ptr(),
+                &mut st,
+                libc::AT_SYMLINK_NOFOLLOW,
+            )
+        };
+        if r != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(st)
+    }
+
+    /// Creates the directory `name` in this one, which must not exist (an
+    /// error that [`Error::already_exists`] tells otherwise), mode exactly
+    /// `mode`; opens it without following a link and checks that it is a
+    /// directory of ours of that mode.
+    pub fn create_dir(&self, name: &OsStr, mode: u32) -> Result<Dir, Error> {
+        let c = component(&self.path, name)?;
+        let path = self.path.join(name);
+        // The mode given here is cut by the umask: set again below.
+        // SAFETY: mkdirat on a descriptor we hold with a NUL-terminated
+        // name that outlives the call.
+        if unsafe { libc::mkdirat(self.fd.as_raw_fd(), c.as_ptr(), 0o700) } != 0 {
+            return Err(Error::os(
+                &path,
+                "cannot create the directory",
+                &io::Error::last_os_error(),
+            ));
+        }
+        let d = self.open_dir(name)?;
+        set_mode_and_check(&d.fd, &path, Kind::Dir, mode)?;
+        Ok(d)
+    }
+
+    /// Creates the regular file `name` in this one for writing, which must
+    /// not exist (a link there, even a dangling one, is an existing entry:
+    /// `O_EXCL|O_NOFOLLOW`), mode exactly `mode`, checked on the
+    /// descriptor.
+    pub fn create_file(&self, name: &OsStr, mode: u32) -> Result<std::fs::File, Error> {
+        let c = component(&self.path, name)?;
+        let path = self.path.join(name);
+        let fd = openat(
+            &self.fd,
+            &c,
+            libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_WRONLY | libc::O_NOCTTY,
+            0o600,
+        )
+        .map_err(|e| Error::os(&path, "cannot create the file", &e))?;
+        set_mode_and_check(&fd, &path, Kind::File, mode)?;
+        Ok(std::fs::File::from(fd))
+    }
+
+    /// Removes everything in this directory (not the directory itself):
+    /// files and links are unlinked (a link's target is never touched),
+    /// directories emptied the same way through descriptors opened without
+    /// following a link, then removed. An entry that disappears meanwhile
+    /// is fine.
+    pub fn remove_contents(&self) -> Result<(), Error> {
+        self.remove_contents_at(0)
+    }
+
+    fn remove_contents_at(&self, depth: usize) -> Result<(), Error> {
+        for name in self.names()? {
+            self.remove_entry(&name, depth)?;
+        }
+        Ok(())
+    }
+
+    /// Removes the empty directory `name` in this one (`unlinkat` with
+    /// `AT_REMOVEDIR`: a link there is not followed, and not removed).
+    pub fn remove_empty_dir(&self, name: &OsStr) -> Result<(), Error> {
+        let c = component(&self.path, name)?;
+        self.unlink(&c, libc::AT_REMOVEDIR)
+    }
+
+    fn unlink(&self, name: &CStr, flags: i32) -> Result<(), Error> {
+        // SAFETY: unlinkat on a descriptor we hold with a NUL-terminated
+        // name that outlives the call; it follows no link.
+        if unsafe { libc::unlinkat(self.fd.as_raw_fd(), name.as_ptr(), flags) } != 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::ENOENT) {
+                let path = self.path.join(OsStr::from_bytes(name.to_bytes()));
+                return Err(Error::os(&path, "cannot remove it", &e));
+            }
+        }
+        Ok(())
+    }
+
+    fn remove_entry(&self, name: &CStr, depth: usize) -> Result<(), Error> {
+        let path = self.path.join(OsStr::from_bytes(name.to_bytes()));
+        let st = match self.lstat(name) {
+            Ok(st) => st,
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(()),
+            Err(e) => return Err(Error::os(&path, "cannot stat it", &e)),
+        };
+        if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+            // A directory put in its place since is refused by unlinkat
+            // (EISDIR), not followed.
+            return self.unlink(name, 0);
+        }
+        if depth >= MAX_DEPTH {
+            return Err(Error::other(
+                &path,
+                format!("more than {MAX_DEPTH} directories deep: not removed"),
+            ));
+        }
+        let sub = self.open_dir(OsStr::from_bytes(name.to_bytes()))?;
+        sub.remove_contents_at(depth + 1)?;
+        self.unlink(name, libc::AT_REMOVEDIR)
+    }
+
+    /// The names in this directory, without `.` and `..`.
+    fn names(&self) -> Result<Vec<CString>, Error> {
+        // fdopendir takes the descriptor it is given: a duplicate of ours.
+        // SAFETY: F_DUPFD_CLOEXEC on a descriptor we hold.
+        let dup = unsafe { libc::fcntl(self.fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) };
+        if dup < 0 {
+            return Err(Error::os(
+                &self.path,
+                "cannot list it",
+                &io::Error::last_os_error(),
+            ));
+        }
+        // SAFETY: fdopendir on the duplicate, which the DIR owns from here
+        // (closed by closedir below).
+        let d = unsafe { libc::fdopendir(dup) };
+        if d.is_null() {
+            let e = io::Error::last_os_error();
+            // SAFETY: fdopendir failed, so the duplicate is still ours.
+            unsafe { libc::close(dup) };
+            return Err(Error::os(&self.path, "cannot list it", &e));
+        }
+        // The duplicate shares our descriptor's position: from the start.
+        // SAFETY: rewinddir on the DIR just opened.
+        unsafe { libc::rewinddir(d) };
+        let mut names = vec![];
+        let result = loop {
+            // readdir returns NULL at the end and on an error, told apart
+            // by errno, so it is cleared first.
+            // SAFETY: __errno_location returns this thread's errno.
+            unsafe { *libc::__errno_location() = 0 };
+            // SAFETY: readdir on the DIR we hold; the entry it returns is
+            // valid until the next readdir or closedir on it.
+            let ent = unsafe { libc::readdir(d) };
+            if ent.is_null() {
+                let e = io::Error::last_os_error();
+                break match e.raw_os_error() {
+                    Some(0) | None => Ok(()),
+                    _ => Err(Error::os(&self.path, "cannot list it", &e)),
+                };
+            }
+            // SAFETY: d_name is a NUL-terminated string inside the entry
+            // just returned, copied out before the next readdir.
+            let name = unsafe { CStr::from_ptr((*ent).d_name.as_ptr()) };
+            let b = name.to_bytes();
+            if b != b"." && b != b".." {
+                names.push(name.to_owned());
+            }
+        };
+        // SAFETY: closedir on the DIR we hold; it closes the duplicate.
+        unsafe { libc::closedir(d) };
+        result.map(|()| names)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::os::unix::fs::MetadataExt;
+
+    fn tmp(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("cuslice-host-fs-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).expect("mkdir");
+        d
+    }
+
+    fn os(s: &str) -> &OsStr {
+        OsStr::new(s)
+    }
+
+    fn mode(p: &Path) -> u32 {
+        std::fs::symlink_metadata(p).expect("stat").mode() & 0o7777
+    }
+
+    #[test]
+    fn kept_directories_and_replaced_files_have_their_modes_whatever_the_umask() {
+        let d = tmp("keep").join("root");
+        // SAFETY: umask has no preconditions; restored below.
+        let old = unsafe { libc::umask(0o077) };
+        let r = (|| {
+            let root = Dir::keep_root(&d, 0o711)?;
+            let sub = root.keep_dir("s", 0o755)?;
+            sub.replace_file("f", b"x\n", 0o444)?;
+            root.keep_dir("t", 0o1777)?;
+            // Kept where they are: made again, the same, modes set again.
+            std::fs::set_permissions(
+                d.join("s"),
+                std::os::unix::fs::PermissionsExt::from_mode(0o700),
+            )
+            .map_err(|e| Error::os(&d, "chmod", &e))?;
+            Dir::keep_root(&d, 0o711)?.keep_dir("s", 0o755)?;
+            Ok::<_, Error>(())
+        })();
+        // SAFETY: as above.
+        unsafe { libc::umask(old) };
+        r.expect("made");
+        assert_eq!(mode(&d), 0o711);
+        assert_eq!(mode(&d.join("s")), 0o755);
+        assert_eq!(mode(&d.join("s/f")), 0o444);
+        assert_eq!(mode(&d.join("t")), 0o1777);
+        assert_eq!(std::fs::read(d.join("s/f")).expect("read"), b"x\n");
+        let _ = std::fs::remove_dir_all(d.parent().expect("parent"));
+    }
+
+    #[test]
+    fn links_below_a_kept_root_are_refused_or_replaced_never_followed() {
+        let t = tmp("keep-links");
+        let d = t.join("root");
+        let root = Dir::keep_root(&d, 0o700).expect("root");
+        let victim = t.join("victim");
+        std::fs::create_dir_all(&victim).expect("mkdir");
+        std::fs::write(victim.join("f"), "precious").expect("write");
+        std::os::unix::fs::symlink(&victim, d.join("s")).expect("link");
+        let e = root
+            .keep_dir("s", 0o755)
+            .expect_err("a link is no directory");
+        assert!(
+            e.to_string()
+                .contains("expected a directory, got a symlink"),
+            "{e}"
+        );
+        assert_eq!(mode(&victim), 0o755);
+        // A file name that is a link: replaced, never written through.
+        std::os::unix::fs::symlink(victim.join("f"), d.join("q")).expect("link");
+        root.replace_file("q", b"new", 0o444).expect("written");
+        assert_eq!(
+            std::fs::read_to_string(victim.join("f")).expect("read"),
+            "precious"
+        );
+        assert_eq!(std::fs::read(d.join("q")).expect("read"), b"new");
+        // A planted temporary name is a link too: removed, not followed.
+        std::os::unix::fs::symlink(victim.join("f"), d.join(".r.new")).expect("link");
+        root.replace_file("r", b"r", 0o444).expect("written");
+        assert_eq!(
+            std::fs::read_to_string(victim.join("f")).expect("read"),
+            "precious"
+        );
+        assert!(root.holds("r", b"r", 0o444));
+        assert!(!root.holds("r", b"r", 0o644));
+        assert!(!root.holds("q", b"newer", 0o444));
+        for n in ["", ".", "..", "a/b"] {
+            assert!(root.keep_dir(n, 0o700).is_err(), "{n:?}");
+            assert!(root.replace_file(n, b"", 0o400).is_err(), "{n:?}");
+        }
+        let _ = std::fs::remove_dir_all(&t);
+    }
+
+    #[test]
+    fn creates_refuse_an_existing_entry_and_never_follow_a_link() {
+        let t = tmp("refuse");
+        let victim = t.join("victim");
+        std::fs::write(&victim, "victim\n").expect("write");
+        std::fs::create_dir(t.join("victim-dir")).expect("mkdir");
+        let d = Dir::open(&t).expect("open");
+        std::os::unix::fs::symlink(&victim, t.join("link")).expect("symlink");
+        std::os::unix::fs::symlink(t.join("nowhere"), t.join("dangling")).expect("symlink");
+        std::os::unix::fs::symlink(t.join("victim-dir"), t.join("dirlink")).expect("symlink");
+        std::fs::create_dir(t.join("there")).expect("mkdir");
+        std::fs::write(t.join("file"), "x").expect("write");
+        for name in ["link", "dangling", "dirlink", "there", "file"] {
+            let e = d.create_file(os(name), 0o600).expect_err(name);
+            assert!(e.already_exists(), "{name}: {e}");
+            assert!(
+                e.to_string()
+                    .starts_with(&format!("{}: ", t.join(name).display()))
+            );
+            let e = d.create_dir(os(name), 0o700).expect_err(name);
+            assert!(e.already_exists(), "{name}: {e}");
+        }
+        // Nothing was created through the links.
+        assert_eq!(std::fs::read_to_string(&victim).expect("read"), "victim\n");
+        assert!(!t.join("nowhere").exists());
+        assert_eq!(
+            std::fs::read_dir(t.join("victim-dir")).expect("ls").count(),
+            0
+        );
+        // A link where a directory is opened: refused, wherever it points.
+        let e = d.open_dir(os("dirlink")).expect_err("a link");
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "{}: expected a directory, got a symlink",
+                t.join("dirlink").display()
+            )
+        );
+        let e = d.open_dir(os("file")).expect_err("a file");
+        assert!(
+            e.to_string()
+                .ends_with("expected a directory, got a regular file"),
+            "{e}"
+        );
+        // Only plain names.
+        for bad in ["", ".", "..", "a/b", "../x"] {
+            let e = d.create_file(os(bad), 0o600).expect_err(bad);
+            assert!(
+                !e.already_exists() && e.to_string().contains("plain name"),
+                "{e}"
+            );
+        }
+        let _ = std::fs::remove_dir_all(&t);
+    }
+
+    /// Modes are set, not left to the umask (the umask is the process's,
+    /// shared by every test thread: cli/tests/run.rs runs `cuslice run`
+    /// under umask 000 and 077).
+    #[test]
+    fn modes_are_exactly_those_asked_for() {
+        let t = tmp("modes");
+        let d = Dir::open(&t).expect("open");
+        let sub = d.create_dir(os("sub"), 0o710).expect("dir");
+        let mut f = d.create_file(os("f"), 0o640).expect("file");
+        d.create_file(os("g"), 0o604).expect("file");
+        f.write_all(b"x").expect("write");
+        let mode = |p: &Path| std::fs::symlink_metadata(p).expect("lstat").mode() & 0o7777;
+        assert_eq!(mode(&t.join("sub")), 0o710);
+        assert_eq!(mode(&t.join("f")), 0o640);
+        assert_eq!(mode(&t.join("g")), 0o604);
+        assert_eq!(sub.path(), t.join("sub"));
+        assert_eq!(std::fs::read(t.join("f")).expect("read"), b"x");
+        let _ = std::fs::remove_dir_all(&t);
+    }
+
+    #[test]
+    fn a_tree_is_removed_without_following_its_links() {
+        let t = tmp("remove");
+        let outside = t.join("outside");
+        std::fs::create_dir_all(outside.join("deep")).expect("mkdir");
+        std::fs::write(outside.join("deep/keep"), "keep").expect("write");
+        let tree = t.join("tree");
+        std::fs::create_dir_all(tree.join("a/b/c")).expect("mkdir");
+        std::fs::write(tree.join("a/b/c/f"), "x").expect("write");
+        std::fs::write(tree.join("top"), "x").expect("write");
+        std::os::unix::fs::symlink(&outside, tree.join("a/out")).expect("symlink");
+        std::os::unix::fs::symlink(outside.join("deep/keep"), tree.join("a/b/keep"))
+            .expect("symlink");
+        let d = Dir::open(&t).expect("open");
+        let inner = d.open_dir(os("tree")).expect("tree");
+        inner.remove_contents().expect("emptied");
+        assert_eq!(std::fs::read_dir(&tree).expect("ls").count(), 0);
+        d.remove_empty_dir(os("tree")).expect("removed");
+        assert!(!tree.exists());
+        assert_eq!(
+            std::fs::read_to_string(outside.join("deep/keep")).expect("kept"),
+            "keep"
+        );
+        // A link is never removed as a directory.
+        std::os::unix::fs::symlink(&outside, t.join("t4")).expect("symlink");
+        assert!(d.remove_empty_dir(os("t4")).is_err());
+        assert!(outside.join("deep/keep").exists());
+        let _ = std::fs::remove_dir_all(&t);
+    }
+}
