@@ -1,0 +1,164 @@
+# Experiment (issue #19): which signal says how much GPU time a tenant got?
+# For three tenant kinds -- a saturating trainer (bf16 8192^2 matmuls), a
+# launch-bound decode loop (per token 12 layers of small kernels, .item()
+# per token, a 16-token request every 100 ms) and an idle-ish service
+# (8 x 4096^2 bf16 layers, .item(), one request every 10 ms) -- alone and
+# beside the trainer, natively (no cuslice), it prints:
+#   - NVML's per-process SM utilization (nvmlDeviceGetProcessUtilization),
+#     averaged over the run, and the spacing of its samples;
+#   - the ground truth: the sum of the process's kernel durations from
+#     torch.profiler (CUPTI) over the same span, as % of wall time;
+#   - wall time with work in flight (what cuslice charges light tenants
+#     today), as % of wall time (from the workload's own timing);
+# so that the error of each signal is visible per tenant kind.
+#   gpu_time_signal.py [SECONDS=6]
+import ctypes
+import json
+import os
+import subprocess
+import sys
+import time
+
+SECONDS = float(sys.argv[1]) if len(sys.argv) > 1 else 6.0
+
+WORKER = r'''
+import json, os, sys, time, torch
+kind, seconds, out = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+torch.backends.cuda.matmul.allow_tf32 = True
+dev = "cuda"
+if kind == "trainer":
+    a = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
+    b = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
+    def step():
+        for _ in range(4):
+            c = a @ b
+        torch.cuda.synchronize()
+    period = 0
+elif kind == "decode":
+    ws = [torch.randn(2048, 2048, device=dev, dtype=torch.bfloat16) / 45 for _ in range(12)]
+    def step():
+        x = torch.randn(1, 2048, device=dev, dtype=torch.bfloat16)
+        for _ in range(16):
+            h = x
+            for w in ws:
+                h = torch.nn.functional.silu(h @ w) + h
+                h = h * torch.rsqrt(h.float().pow(2).mean(-1, keepdim=True) + 1e-6).to(h.dtype)
+            x = h
+            x.sum().item()
+    period = 0.1
+else:  # service
+    ws = [torch.randn(4096, 4096, device=dev, dtype=torch.bfloat16) / 64 for _ in range(8)]
+    x0 = torch.randn(32, 4096, device=dev, dtype=torch.bfloat16)
+    def step():
+        h = x0
+        for w in ws:
+            h = torch.relu(h @ w)
+        h.sum().item()
+    period = 0.01
+for _ in range(3):
+    step()
+torch.cuda.synchronize()
+ready = out + ".ready"
+open(ready, "w").close()
+while not os.path.exists(out + ".go"):
+    time.sleep(0.005)
+from torch.profiler import profile, ProfilerActivity
+inflight = 0.0
+with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    # The profiler takes seconds to start: the run begins once it has.
+    t0 = time.perf_counter()
+    open(out + ".started", "w").close()
+    nxt = t0
+    while time.perf_counter() - t0 < seconds:
+        s = time.perf_counter()
+        step()
+        inflight += time.perf_counter() - s
+        if period:
+            nxt += period
+            d = nxt - time.perf_counter()
+            if d > 0:
+                time.sleep(d)
+            else:
+                nxt = time.perf_counter()
+    wall = time.perf_counter() - t0
+    torch.cuda.synchronize()
+kern, n = 0.0, 0
+for e in prof.events():
+    if e.device_type == torch.autograd.DeviceType.CUDA:
+        kern += getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0)
+        n += 1
+json.dump({"pid": os.getpid(), "wall": wall, "inflight": inflight, "kernel_us": kern, "kernels": n},
+          open(out, "w"))
+'''
+
+nvml = ctypes.CDLL("libnvidia-ml.so.1")
+assert nvml.nvmlInit_v2() == 0
+dev = ctypes.c_void_p()
+assert nvml.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(dev)) == 0
+
+
+class Sample(ctypes.Structure):
+    _fields_ = [("pid", ctypes.c_uint), ("ts", ctypes.c_ulonglong), ("sm", ctypes.c_uint),
+                ("mem", ctypes.c_uint), ("enc", ctypes.c_uint), ("dec", ctypes.c_uint)]
+
+
+def samples(last):
+    n = ctypes.c_uint(0)
+    nvml.nvmlDeviceGetProcessUtilization(dev, None, ctypes.byref(n), ctypes.c_ulonglong(last))
+    if n.value == 0:
+        return []
+    buf = (Sample * (n.value + 8))()
+    n = ctypes.c_uint(n.value + 8)
+    r = nvml.nvmlDeviceGetProcessUtilization(dev, buf, ctypes.byref(n), ctypes.c_ulonglong(last))
+    if r != 0:
+        return []
+    return [(buf[i].pid, buf[i].ts, buf[i].sm) for i in range(n.value)]
+
+
+def scenario(kinds):
+    tmp = f"/tmp/gts-{os.getpid()}"
+    os.makedirs(tmp, exist_ok=True)
+    for f in os.listdir(tmp):
+        os.remove(os.path.join(tmp, f))
+    procs = []
+    for i, k in enumerate(kinds):
+        out = f"{tmp}/{i}-{k}"
+        procs.append((k, out, subprocess.Popen([sys.executable, "-c", WORKER, k, str(SECONDS), out])))
+    while not all(os.path.exists(o + ".ready") for _, o, _ in procs):
+        time.sleep(0.01)
+    for _, o, _ in procs:
+        open(o + ".go", "w").close()
+    while not all(os.path.exists(o + ".started") for _, o, _ in procs):
+        time.sleep(0.01)
+    start_us = int(time.time() * 1e6)
+    seen = {}
+    last = start_us
+    while any(p.poll() is None for _, _, p in procs):
+        for pid, ts, sm in samples(last):
+            if ts > start_us:
+                seen.setdefault(pid, {})[ts] = sm
+        time.sleep(0.1)
+    rows = []
+    for k, o, p in procs:
+        r = json.load(open(o))
+        s = seen.get(r["pid"], {})
+        ts = sorted(s)
+        # Samples cover the run; the first may start before it.
+        gaps = [(b - a) / 1e3 for a, b in zip(ts, ts[1:])]
+        spacing = sorted(gaps)[len(gaps) // 2] if gaps else float("nan")
+        # Time-weighted mean of smUtil over the samples' periods.
+        tw = sum(s[b] * (b - a) for a, b in zip(ts, ts[1:]))
+        span = (ts[-1] - ts[0]) if len(ts) > 1 else 0
+        nv = tw / span if span else float("nan")
+        truth = r["kernel_us"] / 1e6 / r["wall"] * 100
+        print(f"  {k}: {r}", file=sys.stderr)
+        rows.append((k, truth, nv, r["inflight"] / r["wall"] * 100, len(ts), spacing))
+    return rows
+
+
+print(f"# GPU-time signals, {SECONDS:.0f} s per scenario, native (no cuslice)\n")
+print("| scenario | tenant | kernel time (CUPTI) % | NVML smUtil % | in flight (wall) % | NVML samples | sample spacing ms |")
+print("|---|---|---|---|---|---|---|")
+for kinds in (["trainer"], ["decode"], ["service"], ["trainer", "decode"], ["trainer", "service"]):
+    for k, truth, nv, infl, n, sp in scenario(kinds):
+        print(f"| {' + '.join(kinds)} | {k} | {truth:.1f} | {nv:.1f} | {infl:.1f} | {n} | {sp:.0f} |", flush=True)
