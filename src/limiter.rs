@@ -112,6 +112,11 @@ pub struct Gpu {
     /// `busy_last` (ns).
     busy_since: AtomicU64,
     busy_last: AtomicU64,
+    /// Whether no other tenant competed for this GPU, and the tenant has no
+    /// ceiling, when this process was last routed to launch freely: its
+    /// free passes then last a slice, not `FREE_PASS_NS` (nothing to
+    /// arbitrate; fewer pass ends).
+    alone: AtomicBool,
     /// Whether a latency tenant is live on this GPU, as of `shallow_at`.
     shallow: AtomicBool,
     shallow_at: AtomicU64,
@@ -218,6 +223,7 @@ pub fn build(cfg: &Config, uuids: &[[u8; 16]]) -> Result<(), String> {
             checkpoint: AtomicU64::new(0),
             busy_since: AtomicU64::new(0),
             busy_last: AtomicU64::new(0),
+            alone: AtomicBool::new(false),
             shallow: AtomicBool::new(false),
             shallow_at: AtomicU64::new(0),
             syncing: AtomicU32::new(0),
@@ -285,6 +291,13 @@ impl Gpu {
         {
             return; // another thread opened a pass
         }
+        // A holder that went idle (a synchronising call returned) launches
+        // again: busy, unless a waiter took the lease meanwhile.
+        if mode == HOLDING && !self.seg.holder_busy(self.slot, now) {
+            self.credits.store(0, Ordering::Release);
+            self.mode.store(NONE, Ordering::Release);
+        }
+        let mode = self.mode.load(Ordering::Acquire);
         // Launches into a capturing stream are recorded, not run: they
         // neither end a pass nor wait.
         if capturing(stream) {
@@ -370,6 +383,8 @@ impl Gpu {
             let now = now_ns();
             match self.seg.route(self.tenant, now, self.slice_ns) {
                 Route::Free => {
+                    self.alone
+                        .store(self.seg.free_alone(self.tenant, now), Ordering::Relaxed);
                     self.mode.store(FREE, Ordering::Release);
                     break;
                 }
@@ -457,6 +472,8 @@ impl Gpu {
             (SHALLOW_PASS_NS, bounded(SHALLOW_PASS_NS, 1, 0))
         } else if mode == HOLDING {
             (self.slice_ns, bounded(self.slice_ns, FIRST_BUDGET, 1))
+        } else if self.alone.load(Ordering::Relaxed) {
+            (self.slice_ns, bounded(self.slice_ns, FREE_FIRST_BUDGET, 1))
         } else {
             (FREE_PASS_NS, bounded(FREE_PASS_NS, FREE_FIRST_BUDGET, 1))
         };
@@ -597,6 +614,16 @@ impl Gpu {
             && self.seg.latency_sync_end(self.slot, self.tenant, now)
         {
             futex_wake_all(self.seg.latency_word());
+        }
+        // A holder whose work is done may go idle (a service waiting for
+        // its next request): its next launch takes the slow path (which
+        // says it is busy again), and a waiter may take the lease once it
+        // has been idle for `IDLE_HANDOFF_NS`, charging it only up to now.
+        if self.mode.load(Ordering::Acquire) == HOLDING {
+            self.credits.store(0, Ordering::Release);
+            if self.seg.holder_idle(self.slot, now) {
+                futex_wake_all(self.seg.generation_word());
+            }
         }
     }
 }

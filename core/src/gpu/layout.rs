@@ -130,10 +130,16 @@ pub struct Proc {
     /// Layout 1.1: threads of this (latency) process inside a synchronising
     /// call; given back to its tenant's `in_sync` if the process dies.
     pub syncing: AtomicU32,
+    /// Layout 1.2: while this process holds the lease, since when it has
+    /// been idle (its synchronising call returned and it launched nothing
+    /// since; ns, 0: not idle). A waiter takes the lease from a holder idle
+    /// for `IDLE_HANDOFF_NS` (`policy`).
+    pub idle_since: AtomicU64,
 }
 
 const _: () = assert!(size_of::<Proc>() == 64);
 const _: () = assert!(offset_of!(Proc, polled_at) == 16);
+const _: () = assert!(offset_of!(Proc, idle_since) == 32);
 
 const HEADER: usize = size_of::<Header>();
 const SCHED: usize = size_of::<Sched>();
@@ -406,6 +412,7 @@ impl GpuSegment {
             p.pid.store(pid, Ordering::Relaxed);
             p.waiting.store(0, Ordering::Relaxed);
             p.syncing.store(0, Ordering::Relaxed);
+            p.idle_since.store(0, Ordering::Relaxed);
             p.state.store(PROC_LIVE, Ordering::Release);
             t.procs.fetch_add(1, Ordering::AcqRel);
         })

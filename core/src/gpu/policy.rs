@@ -86,6 +86,18 @@ pub const HEAVY_BUSY_NS: u64 = 50_000_000;
 /// A heavy tenant is light again below this fraction of its share (per
 /// mille), so that one held exactly at its share stays heavy.
 pub const LIGHT_PERMILLE: u64 = 800;
+/// A lease holder idle this long (its synchronising call returned and it
+/// launched nothing since) loses the lease to a waiter, charged only up to
+/// when it went idle: a service waiting for its next request must not
+/// keep the GPU from a trainer for the rest of its slice, nor be charged
+/// for it. Longer than a training loop's host gap between a step's
+/// synchronisation and its next launch (tens of microseconds).
+pub const IDLE_HANDOFF_NS: u64 = 1_000_000;
+/// `win_waited` bits: a process of the tenant waited for the lease in this
+/// window; one of them lost the lease for being idle in it (it did not use
+/// all the GPU time it was given: no evidence it saturates the GPU).
+const WAITED: u32 = 1;
+const IDLED: u32 = 2;
 /// A latency tenant's launch keeps it active this long: the gap between
 /// the launches of one request, and the time its last kernels take.
 pub const LATENCY_LINGER_NS: u64 = 500_000;
@@ -185,7 +197,7 @@ impl GpuSegment {
         };
         p.polled_at.store(now, Ordering::Relaxed);
         // It wanted the GPU and had to wait: it competes (demand window).
-        t.win_waited.store(1, Ordering::Relaxed);
+        t.win_waited.fetch_or(WAITED, Ordering::Relaxed);
         if p.waiting.swap(1, Ordering::AcqRel) != 0 {
             return;
         }
@@ -302,23 +314,40 @@ impl GpuSegment {
             let dead = holder >= MAX_PROCS || !self.shm.slot_alive(holder);
             // No holder sets a deadline further ahead than its slice.
             let bogus = deadline > now.saturating_add(MAX_SLICE_NS + GRACE_NS);
-            if !dead && !bogus && now <= deadline.saturating_add(GRACE_NS) {
-                return Acquire::Wait {
-                    until: deadline.saturating_add(GRACE_NS).max(now + 1_000_000),
-                };
+            // Since when the holder has been idle (0: busy); a time ahead
+            // of now is corrupt and counts as busy.
+            let idle = self
+                .proc_entry(holder)
+                .map_or(0, |p| p.idle_since.load(Ordering::Acquire));
+            let idle = if idle > now { 0 } else { idle };
+            let idled = idle != 0 && now - idle >= IDLE_HANDOFF_NS;
+            if !dead && !bogus && !idled && now <= deadline.saturating_add(GRACE_NS) {
+                let mut until = deadline.saturating_add(GRACE_NS).max(now + 1_000_000);
+                if idle != 0 {
+                    until = until.min(idle + IDLE_HANDOFF_NS);
+                }
+                return Acquire::Wait { until };
             }
-            // Take it from a dead or overstaying holder (or one with a
-            // corrupt deadline), charging it up to its deadline.
+            // Take it from a dead, idle or overstaying holder (or one with a
+            // corrupt deadline), charging it up to its deadline, or up to
+            // when it went idle.
             let ht = s.holder_tenant.load(Ordering::Relaxed) as usize;
             let start = s.slice_start.load(Ordering::Acquire);
             if s.lease
                 .compare_exchange(lease, 0, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
             {
+                let end = if idled && !dead { idle } else { now };
                 // No slice is longer than MAX_SLICE_NS (a `start` far back
                 // is corrupt).
-                let ns = deadline.min(now).saturating_sub(start);
+                let ns = deadline.min(end).saturating_sub(start);
                 self.charge(ht, ns.min(MAX_SLICE_NS), now);
+                if idled
+                    && !dead
+                    && let Some(h) = self.tenant(ht)
+                {
+                    h.win_waited.fetch_or(IDLED, Ordering::Relaxed);
+                }
                 s.generation.fetch_add(1, Ordering::AcqRel);
                 if dead {
                     self.reclaim_dead();
@@ -551,11 +580,17 @@ impl GpuSegment {
         let used = t.win_used.swap(0, Ordering::AcqRel);
         let pm = (used as u128 * 1000 / span as u128).min(u32::MAX as u128) as u64;
         t.demand_pm.store(pm as u32, Ordering::Relaxed);
-        let waited =
-            t.win_waited.swap(0, Ordering::AcqRel) != 0 || t.waiting.load(Ordering::Acquire) > 0;
+        let flags = t.win_waited.swap(0, Ordering::AcqRel);
+        // Waiting is evidence of saturation only from a tenant that used
+        // all it was given: one that went idle holding the lease waited
+        // because it was heavy, not because it needs more (a heavy tenant
+        // always waits: counted alone, waiting kept a service that was
+        // heavy once heavy for ever).
+        let saturated =
+            flags & IDLED == 0 && (flags & WAITED != 0 || t.waiting.load(Ordering::Acquire) > 0);
         let share_pm = u64::from(t.share.load(Ordering::Relaxed).clamp(1, 100)) * 10;
-        let heavy =
-            pm >= share_pm || (is_heavy(t) && (pm * 1000 >= share_pm * LIGHT_PERMILLE || waited));
+        let heavy = pm >= share_pm
+            || (is_heavy(t) && (pm * 1000 >= share_pm * LIGHT_PERMILLE || saturated));
         t.heavy.store(u32::from(heavy), Ordering::Release);
     }
 
@@ -568,10 +603,13 @@ impl GpuSegment {
             return Route::Lease;
         };
         self.roll_demand(t, now);
-        if is_heavy(t) {
+        let max = u64::from(t.max.load(Ordering::Relaxed));
+        // Heavy matters only where someone else wants the GPU (or a
+        // ceiling needs the lease's accounting): alone, a heavy tenant
+        // launches freely, as it would without cuslice.
+        if is_heavy(t) && (max < 100 || self.contended(tenant, now)) {
             return Route::Lease;
         }
-        let max = u64::from(t.max.load(Ordering::Relaxed));
         if max >= 100 {
             return Route::Free;
         }
@@ -589,6 +627,76 @@ impl GpuSegment {
             None => Route::Free,
             Some(_) => Route::Lease,
         }
+    }
+
+    /// Whether a tenant other than `tenant` competes for this GPU now: one
+    /// of its processes waits for the lease or holds it, or it had GPU time
+    /// charged in its current or last demand window (with a live process).
+    pub fn contended(&self, tenant: usize, now: u64) -> bool {
+        let s = self.sched();
+        let lease = s.lease.load(Ordering::Acquire);
+        if lease != 0 && s.holder_tenant.load(Ordering::Relaxed) as usize != tenant {
+            return true;
+        }
+        (0..MAX_TENANTS).any(|i| {
+            i != tenant
+                && self.tenant(i).is_some_and(|o| {
+                    o.state.load(Ordering::Acquire) == READY
+                        && o.procs.load(Ordering::Acquire) > 0
+                        && (o.waiting.load(Ordering::Acquire) > 0
+                            || o.win_used.load(Ordering::Relaxed) > 0
+                            || (o.demand_pm.load(Ordering::Relaxed) > 0
+                                && now.saturating_sub(o.win_start.load(Ordering::Relaxed))
+                                    < 2 * DEMAND_WINDOW_NS))
+                })
+        })
+    }
+
+    /// Whether a process of `tenant` that launches freely may do so in
+    /// long passes: no ceiling to account for, and nobody else competing.
+    pub fn free_alone(&self, tenant: usize, now: u64) -> bool {
+        self.tenant(tenant)
+            .is_some_and(|t| t.max.load(Ordering::Relaxed) >= 100)
+            && !self.contended(tenant, now)
+    }
+
+    /// The holder `slot` went idle at `now` (its synchronising call
+    /// returned): from `IDLE_HANDOFF_NS` on, a waiter may take the lease.
+    /// Returns whether some tenant waits (the caller wakes the waiters).
+    pub fn holder_idle(&self, slot: usize, now: u64) -> bool {
+        if let Some(p) = self.proc_entry(slot) {
+            p.idle_since.store(now.max(1), Ordering::Release);
+        }
+        (0..MAX_TENANTS).any(|i| {
+            self.tenant(i).is_some_and(|o| {
+                o.state.load(Ordering::Acquire) == READY && o.waiting.load(Ordering::Acquire) > 0
+            })
+        })
+    }
+
+    /// The holder `slot` launches again at `now`: it is busy. Whether it
+    /// still holds the lease (a waiter may have taken it while it was
+    /// idle); if so, the time it was idle is not charged to it.
+    pub fn holder_busy(&self, slot: usize, now: u64) -> bool {
+        let idle = self
+            .proc_entry(slot)
+            .map_or(0, |p| p.idle_since.swap(0, Ordering::AcqRel));
+        let s = self.sched();
+        let holds = s.lease.load(Ordering::Acquire) == slot as u32 + 1;
+        if holds && idle != 0 && idle <= now {
+            let gap = now - idle;
+            let _ = self
+                .held_since
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |h| {
+                    (h != NOT_HELD).then(|| h.saturating_add(gap).min(now))
+                });
+            let _ = s
+                .slice_start
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
+                    Some(v.saturating_add(gap).min(now))
+                });
+        }
+        holds
     }
 
     /// Charges `ns` of work in flight of a process that launched freely.
@@ -1484,6 +1592,17 @@ mod tests {
         (g, a, t, p)
     }
 
+    /// Another tenant, "other", with a live process waiting for the lease:
+    /// `t` is contended (heavy then means the lease). Returns the other's
+    /// segment handle, tenant and slot.
+    fn contender(g: &Seg) -> (GpuSegment, usize, usize) {
+        let (o, _) = g.register_tenant("other", 50, 100, 0, 0).expect("other");
+        let b = GpuSegment::open_or_create(&g.path).expect("b");
+        let q = b.claim_proc(o, 2).expect("q");
+        b.begin_wait(q, o, 0);
+        (b, o, q)
+    }
+
     /// Charges `pct` % of each demand window for `windows` windows from
     /// `from`; returns the time after.
     fn load(a: &GpuSegment, t: usize, pct: u64, from: u64, windows: u64) -> u64 {
@@ -1500,6 +1619,7 @@ mod tests {
     #[test]
     fn a_tenant_under_its_share_launches_freely_and_one_over_it_through_the_lease() {
         let (g, a, t, _) = tenant_with("share", 50, 100, false);
+        let _other = contender(&g);
         assert_eq!(
             a.route(t, 0, SLICE),
             Route::Free,
@@ -1515,11 +1635,53 @@ mod tests {
             "60 % is over its share"
         );
         assert!(g.tenants()[0].heavy);
+        // Exactly at its share is at its share: heavy (not `>`).
+        let (g, a, t, _) = tenant_with("share-edge", 50, 100, false);
+        let _other = contender(&g);
+        let now = load(&a, t, 50, 0, 2);
+        assert_eq!(g.tenants()[0].demand_pm, 500);
+        assert_eq!(a.route(t, now, SLICE), Route::Lease, "50 % of a 50 % share");
+        let (g, a, t, _) = tenant_with("share-under", 50, 100, false);
+        let _other = contender(&g);
+        let now = load(&a, t, 49, 0, 2);
+        assert_eq!(a.route(t, now, SLICE), Route::Free, "49 % of a 50 % share");
+    }
+
+    #[test]
+    fn a_heavy_tenant_alone_launches_freely_and_through_the_lease_once_contended() {
+        // Arbitrating a GPU nobody else wants only costs the tenant (its
+        // queue bounded, its passes charged): alone it launches as without
+        // cuslice, heavy or not; a ceiling still needs the lease.
+        let (g, a, t, _) = tenant_with("alone", 30, 100, false);
+        let now = load(&a, t, 90, 0, 2);
+        assert!(g.tenants()[0].heavy, "90 % on a 30 % share");
+        assert_eq!(a.route(t, now, SLICE), Route::Free, "alone");
+        assert!(a.free_alone(t, now), "long free passes");
+        let (b, o, q) = contender(&g);
+        assert!(!a.free_alone(t, now));
+        assert_eq!(a.route(t, now, SLICE), Route::Lease, "another tenant waits");
+        b.end_wait(q, o);
+        assert_eq!(a.route(t, now, SLICE), Route::Free, "it stopped waiting");
+        // Another tenant that had GPU time in its window contends too.
+        b.charge_free(o, MS, now);
+        assert_eq!(a.route(t, now + MS, SLICE), Route::Lease);
+        // ... until it has been idle for two windows.
+        let later = now + 3 * DEMAND_WINDOW_NS;
+        b.route(o, later, SLICE); // rolls its window: nothing used
+        let now = load(&a, t, 90, later, 1);
+        assert_eq!(a.route(t, now, SLICE), Route::Free);
+        // With a ceiling, alone: the lease (which waits for tokens).
+        let (g, a, t, _) = tenant_with("alone-ceil", 30, 50, false);
+        let now = load(&a, t, 90, 0, 2);
+        assert!(g.tenants()[0].heavy);
+        assert_eq!(a.route(t, now, SLICE), Route::Lease);
+        assert!(!a.free_alone(t, now), "a ceiling keeps free passes short");
     }
 
     #[test]
     fn a_tenant_held_at_its_share_stays_heavy_and_one_well_under_it_is_light_again() {
         let (g, a, t, p) = tenant_with("hyst", 30, 100, false);
+        let _other = contender(&g);
         let e = g.tenant(t).expect("t");
         e.heavy.store(1, Ordering::Relaxed);
         // Held at its share by the lease: stays heavy (no flapping).
@@ -1539,8 +1701,106 @@ mod tests {
     }
 
     #[test]
+    fn an_idle_holder_loses_the_lease_to_a_waiter_charged_up_to_when_it_went_idle() {
+        let (g, a, t, p) = tenant_with("idle", 50, 100, false);
+        let (b, o, q) = contender(&g);
+        b.end_wait(q, o);
+        a.begin_wait(p, t, 0);
+        assert!(matches!(
+            a.try_acquire(p, t, 0, SLICE),
+            Acquire::Granted { .. }
+        ));
+        a.end_wait(p, t);
+        b.begin_wait(q, o, MS);
+        // Busy holder: the waiter waits for its slice.
+        assert!(matches!(
+            b.try_acquire(q, o, MS, SLICE),
+            Acquire::Wait { .. }
+        ));
+        // It went idle at 2 ms, with a waiter: the waiter is told to come
+        // back when the hand-off is due, and takes it then.
+        assert!(a.holder_idle(p, 2 * MS), "someone waits");
+        match b.try_acquire(q, o, 2 * MS + 10_000, SLICE) {
+            Acquire::Wait { until } => assert_eq!(until, 2 * MS + IDLE_HANDOFF_NS),
+            r => panic!("{r:?}"),
+        }
+        assert!(matches!(
+            b.try_acquire(q, o, 2 * MS + IDLE_HANDOFF_NS, SLICE),
+            Acquire::Granted { .. }
+        ));
+        // Charged the 2 ms it used, not its slice.
+        assert_eq!(
+            g.tenant(t).expect("t").used_ns.load(Ordering::Relaxed),
+            2 * MS
+        );
+        assert!(!a.holder_busy(p, 4 * MS), "it lost the lease");
+        // A holder back to work within the hand-off time keeps it, and
+        // is not charged the gap.
+        b.end_wait(q, o);
+        assert!(b.release(q, o, 5 * MS));
+        a.begin_wait(p, t, 6 * MS);
+        assert!(matches!(
+            a.try_acquire(p, t, 6 * MS, SLICE),
+            Acquire::Granted { .. }
+        ));
+        a.end_wait(p, t);
+        a.holder_idle(p, 7 * MS);
+        assert!(a.holder_busy(p, 7 * MS + IDLE_HANDOFF_NS / 2));
+        b.begin_wait(q, o, 8 * MS);
+        assert!(matches!(
+            b.try_acquire(q, o, 8 * MS + IDLE_HANDOFF_NS, SLICE),
+            Acquire::Wait { .. }
+        ));
+        assert!(a.release(p, t, 10 * MS));
+        assert_eq!(
+            g.tenant(t).expect("t").used_ns.load(Ordering::Relaxed),
+            2 * MS + 4 * MS - IDLE_HANDOFF_NS / 2
+        );
+    }
+
+    #[test]
+    fn a_heavy_tenant_that_idled_holding_the_lease_is_light_again_after_a_window() {
+        // A service made heavy once (a long start) waits for the lease at
+        // every request, and goes idle holding it. Waiting alone is no
+        // evidence it saturates the GPU: under its share, it is light after
+        // one window. A tenant that waited and used all it was given is
+        // held at its share: it stays heavy.
+        let (g, a, t, p) = tenant_with("idled", 50, 100, false);
+        let (b, o, q) = contender(&g);
+        g.tenant(t).expect("t").heavy.store(1, Ordering::Relaxed);
+        let mut now = 0;
+        for _ in 0..2 * (DEMAND_WINDOW_NS / (10 * MS)) {
+            // A request every 10 ms: waits, holds 1 ms, goes idle, loses it.
+            b.end_wait(q, o);
+            a.begin_wait(p, t, now);
+            assert!(matches!(
+                a.try_acquire(p, t, now, SLICE),
+                Acquire::Granted { .. }
+            ));
+            a.end_wait(p, t);
+            a.holder_idle(p, now + MS);
+            b.begin_wait(q, o, now + MS);
+            assert!(matches!(
+                b.try_acquire(q, o, now + MS + IDLE_HANDOFF_NS, SLICE),
+                Acquire::Granted { .. }
+            ));
+            b.release(q, o, now + 9 * MS);
+            now += 10 * MS;
+        }
+        assert_eq!(a.route(t, now, SLICE), Route::Free, "light again");
+        // The same waits with full use of each slice: stays heavy.
+        let (g, a, t, p) = tenant_with("full", 30, 100, false);
+        let _other = contender(&g);
+        g.tenant(t).expect("t").heavy.store(1, Ordering::Relaxed);
+        a.begin_wait(p, t, 0);
+        let now = load(&a, t, 20, 0, 1);
+        assert_eq!(a.route(t, now, SLICE), Route::Lease, "it waited, used all");
+    }
+
+    #[test]
     fn work_in_flight_without_a_break_makes_a_standard_tenant_heavy_at_once() {
-        let (_, a, t, _) = tenant_with("busy", 50, 100, false);
+        let (g, a, t, _) = tenant_with("busy", 50, 100, false);
+        let _other = contender(&g);
         a.note_busy(t, HEAVY_BUSY_NS - 1);
         assert_eq!(a.route(t, MS, SLICE), Route::Free);
         a.note_busy(t, HEAVY_BUSY_NS);
@@ -1619,6 +1879,7 @@ mod tests {
     #[test]
     fn a_latency_tenant_over_its_share_holds_nobody_back() {
         let (g, a, l, _) = tenant_with("over", 20, 100, true);
+        let _other = contender(&g);
         let now = load(&a, l, 50, 0, 2);
         assert!(g.tenants()[0].heavy, "50 % of GPU time on a 20 % share");
         assert!(!a.latency_privileged(l));

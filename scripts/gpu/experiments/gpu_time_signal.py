@@ -10,6 +10,8 @@
 #     torch.profiler (CUPTI) over the same span, as % of wall time;
 #   - wall time with work in flight (what cuslice charges light tenants
 #     today), as % of wall time (from the workload's own timing);
+#   - timing events around each stretch of work up to a synchronisation
+#     (a request, a token, a training step), summed, as % of wall time;
 # so that the error of each signal is visible per tenant kind.
 #   gpu_time_signal.py [SECONDS=6]
 import ctypes
@@ -26,34 +28,47 @@ import json, os, sys, time, torch
 kind, seconds, out = sys.argv[1], float(sys.argv[2]), sys.argv[3]
 torch.backends.cuda.matmul.allow_tf32 = True
 dev = "cuda"
+# Timing events around each stretch of work up to a synchronisation (a
+# request, or a token): the signal cuslice could read per pass.
+e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+ev = [0.0]
 if kind == "trainer":
     a = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
     b = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
     def step():
+        e0.record()
         for _ in range(4):
             c = a @ b
+        e1.record()
         torch.cuda.synchronize()
+        ev[0] += e0.elapsed_time(e1)
     period = 0
 elif kind == "decode":
     ws = [torch.randn(2048, 2048, device=dev, dtype=torch.bfloat16) / 45 for _ in range(12)]
     def step():
         x = torch.randn(1, 2048, device=dev, dtype=torch.bfloat16)
         for _ in range(16):
+            e0.record()
             h = x
             for w in ws:
                 h = torch.nn.functional.silu(h @ w) + h
                 h = h * torch.rsqrt(h.float().pow(2).mean(-1, keepdim=True) + 1e-6).to(h.dtype)
             x = h
+            e1.record()
             x.sum().item()
+            ev[0] += e0.elapsed_time(e1)
     period = 0.1
 else:  # service
     ws = [torch.randn(4096, 4096, device=dev, dtype=torch.bfloat16) / 64 for _ in range(8)]
     x0 = torch.randn(32, 4096, device=dev, dtype=torch.bfloat16)
     def step():
+        e0.record()
         h = x0
         for w in ws:
             h = torch.relu(h @ w)
+        e1.record()
         h.sum().item()
+        ev[0] += e0.elapsed_time(e1)
     period = 0.01
 for _ in range(3):
     step()
@@ -64,6 +79,7 @@ while not os.path.exists(out + ".go"):
     time.sleep(0.005)
 from torch.profiler import profile, ProfilerActivity
 inflight = 0.0
+ev[0] = 0.0
 with profile(activities=[ProfilerActivity.CUDA]) as prof:
     # The profiler takes seconds to start: the run begins once it has.
     t0 = time.perf_counter()
@@ -87,7 +103,8 @@ for e in prof.events():
     if e.device_type == torch.autograd.DeviceType.CUDA:
         kern += getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0)
         n += 1
-json.dump({"pid": os.getpid(), "wall": wall, "inflight": inflight, "kernel_us": kern, "kernels": n},
+json.dump({"pid": os.getpid(), "wall": wall, "inflight": inflight, "kernel_us": kern, "kernels": n,
+           "events_ms": ev[0]},
           open(out, "w"))
 '''
 
@@ -152,13 +169,14 @@ def scenario(kinds):
         nv = tw / span if span else float("nan")
         truth = r["kernel_us"] / 1e6 / r["wall"] * 100
         print(f"  {k}: {r}", file=sys.stderr)
-        rows.append((k, truth, nv, r["inflight"] / r["wall"] * 100, len(ts), spacing))
+        rows.append((k, truth, nv, r["inflight"] / r["wall"] * 100, len(ts), spacing,
+                     r["events_ms"] / 1e3 / r["wall"] * 100))
     return rows
 
 
 print(f"# GPU-time signals, {SECONDS:.0f} s per scenario, native (no cuslice)\n")
-print("| scenario | tenant | kernel time (CUPTI) % | NVML smUtil % | in flight (wall) % | NVML samples | sample spacing ms |")
-print("|---|---|---|---|---|---|---|")
+print("| scenario | tenant | kernel time (CUPTI) % | NVML smUtil % | in flight (wall) % | events per stretch % | NVML samples | sample spacing ms |")
+print("|---|---|---|---|---|---|---|---|")
 for kinds in (["trainer"], ["decode"], ["service"], ["trainer", "decode"], ["trainer", "service"]):
-    for k, truth, nv, infl, n, sp in scenario(kinds):
-        print(f"| {' + '.join(kinds)} | {k} | {truth:.1f} | {nv:.1f} | {infl:.1f} | {n} | {sp:.0f} |", flush=True)
+    for k, truth, nv, infl, n, sp, evp in scenario(kinds):
+        print(f"| {' + '.join(kinds)} | {k} | {truth:.1f} | {nv:.1f} | {infl:.1f} | {evp:.1f} | {n} | {sp:.0f} |", flush=True)

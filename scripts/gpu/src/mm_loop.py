@@ -1,6 +1,6 @@
 # A realistic tenant: a PyTorch bf16 8192x8192 matmul loop, optionally as a
 # replayed CUDA graph. Prints "START <monotonic ms>" and "TFLOPS <held rate>".
-#   [START_AT=<monotonic s>] [MM_N=8192] mm_loop.py SECONDS [graph]
+#   [START_AT=<monotonic s>] [MM_N=8192] [MM_PROGRESS=1] mm_loop.py SECONDS [graph]
 import os
 import sys
 import time
@@ -48,12 +48,17 @@ while time.monotonic() < start_at:
 t0 = time.monotonic()
 print(f"START {t0 * 1e3:.3f}", flush=True)
 iters = 0
+# MM_PROGRESS=1: "P <monotonic s> <matmuls so far>" after each step, so that
+# a benchmark can take the rate over another process's window.
+progress = os.environ.get("MM_PROGRESS") == "1"
 while time.monotonic() - t0 < seconds:
     step()
     torch.cuda.synchronize()
     if not graph:
         kernel_ms.append(e0.elapsed_time(e1))
     iters += per
+    if progress:
+        print(f"P {time.monotonic():.4f} {iters}", flush=True)
 dt = time.monotonic() - t0
 print(f"TFLOPS {2 * n**3 * iters / dt / 1e12:.1f}", flush=True)
 if not graph and kernel_ms:
