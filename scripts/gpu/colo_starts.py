@@ -30,6 +30,9 @@ p.add_argument("--work", default=None)
 p.add_argument("--starts", type=int, default=8)
 p.add_argument("--cells", default="small,decode")
 p.add_argument("--window", type=float, default=4.0, help="the service's measured window, s")
+p.add_argument("--decode-period-ms", type=float, default=200.0,
+               help="the decode server's request period (set it above its solo request time: a server that "
+                    "cannot keep up alone measures a backlog)")
 p.add_argument("--modes", default="solo,native,standard,latency",
                help="solo: the service alone under cuslice; native: the pair without cuslice (the reference; "
                     "needed by standard and latency); standard, latency: the pair under cuslice")
@@ -82,7 +85,8 @@ def parse(out):
 def service_cmd(cell):
     if cell == "small":
         return [sys.executable, os.path.join(SRC, "infer_probe.py"), "--seconds", str(args.window)]
-    return [sys.executable, os.path.join(SRC, "decode_probe.py"), "--seconds", str(args.window)]
+    return [sys.executable, os.path.join(SRC, "decode_probe.py"), "--seconds", str(args.window),
+            "--period-ms", str(args.decode_period_ms)]
 
 
 def one(cell, offset, sq, tq, with_trainer=True):
