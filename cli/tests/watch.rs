@@ -593,6 +593,59 @@ fn tampered_segments_are_reported_and_restored_within_two_intervals() {
         TWO_INTERVALS,
         || (seg.device_usage(0).map(|u| u.limit) == Some(1 << 30)).then_some(()),
     );
+    // Raised again and hidden: the entry's state word overwritten (a reader
+    // that skips entries not READY would not see it, and the shim still
+    // admits against the entry it registered). Found and restored, its
+    // state with it.
+    use std::sync::atomic::Ordering::{Acquire, Release};
+    let d0 = seg.device(0).expect("dev");
+    d0.limit.store(100 << 30, Release);
+    d0.state.store(7, Release);
+    let f = h.finding(
+        "memory_segment",
+        "state word was overwritten",
+        TWO_INTERVALS,
+        &watch,
+    );
+    assert!(
+        f["what"].as_str().is_some_and(|w| w.contains(
+            "quota 100.0 GiB in an entry whose state word was overwritten, its quota file 1.0 GiB"
+        )),
+        "{f}"
+    );
+    common::wait_for(
+        || format!("the hidden quota was not restored:\n{}", watch.text()),
+        TWO_INTERVALS,
+        || (seg.device_usage(0).map(|u| u.limit) == Some(1 << 30)).then_some(()),
+    );
+    // Raised again and hidden behind a flipped UUID byte: the entry names
+    // no GPU of this host, and is held to what the file gives every GPU.
+    let w = d0.uuid[3].load(Acquire);
+    d0.uuid[3].store(w ^ 0xff00_0000, Release);
+    d0.limit.store(100 << 30, Release);
+    let f = h.finding(
+        "memory_segment",
+        "no GPU of this host",
+        TWO_INTERVALS,
+        &watch,
+    );
+    assert!(
+        f["what"]
+            .as_str()
+            .is_some_and(|w| w.contains("quota 100.0 GiB, its quota file 1.0 GiB")),
+        "{f}"
+    );
+    common::wait_for(
+        || {
+            format!(
+                "the quota behind a flipped UUID was not restored:\n{}",
+                watch.text()
+            )
+        },
+        TWO_INTERVALS,
+        || (d0.limit.load(Acquire) == 1 << 30).then_some(()),
+    );
+    d0.uuid[3].store(w, Release);
     // Its share raised in the GPU segment, while the watch reports only.
     let gpu_seg = std::fs::read_dir(h.gpu_dir())
         .expect("gpu dir")

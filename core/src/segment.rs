@@ -436,6 +436,58 @@ impl Segment {
         })
     }
 
+    /// Every device entry that is not all zero, whatever its state: what a
+    /// process may be admitting against. A process keeps the entry index it
+    /// registered and reads its limit whatever the entry's state word or
+    /// UUID say, so a tenant that raised its limit could hide the raise from
+    /// readers that skip entries not READY (`device_usage`) by writing the
+    /// state word or a UUID byte; the host watchdog audits these instead.
+    pub fn raw_devices(&self) -> Vec<RawDevice> {
+        (0..MAX_DEVICES)
+            .filter_map(|i| {
+                let d = self.device(i)?;
+                let r = RawDevice {
+                    index: i,
+                    state: d.state.load(Ordering::Acquire),
+                    uuid: device_uuid(d),
+                    limit: d.limit.load(Ordering::Relaxed),
+                    used: d.used.load(Ordering::Relaxed),
+                };
+                (r.state != DEV_EMPTY || r.uuid != [0; 16] || r.limit != 0 || r.used != 0)
+                    .then_some(r)
+            })
+            .collect()
+    }
+
+    /// The host watchdog's repair of entry `i`: its limit, and where given
+    /// its UUID, and the READY state (a process registering that GPU finds
+    /// it again, instead of a second entry that would split the quota).
+    pub fn restore_device(&self, i: usize, uuid: Option<&[u8; 16]>, limit: u64) -> bool {
+        let Some(d) = self.device(i) else {
+            return false;
+        };
+        self.shm.with_flock(|| {
+            if let Some(uuid) = uuid {
+                for (k, w) in d.uuid.iter().enumerate() {
+                    w.store(
+                        u32::from_le_bytes([
+                            uuid[4 * k],
+                            uuid[4 * k + 1],
+                            uuid[4 * k + 2],
+                            uuid[4 * k + 3],
+                        ]),
+                        Ordering::Relaxed,
+                    );
+                }
+            }
+            d.limit.store(limit, Ordering::Release);
+            if uuid.is_some() || d.state.load(Ordering::Acquire) != DEV_EMPTY {
+                d.state.store(DEV_READY, Ordering::Release);
+            }
+        });
+        true
+    }
+
     /// Live-looking slots: (slot, pid, started, used per device, alive).
     pub fn processes(&self) -> Vec<ProcessUsage> {
         let mut v = Vec::new();
@@ -475,6 +527,21 @@ impl Drop for DeviceGuard<'_> {
         self.dev.lock.store(0, Ordering::Release);
     }
 }
+
+/// A device entry as it is in the segment ([`Segment::raw_devices`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RawDevice {
+    pub index: usize,
+    /// `READY_STATE` for an entry a process registered; anything else
+    /// there was written by someone else.
+    pub state: u32,
+    pub uuid: [u8; 16],
+    pub limit: u64,
+    pub used: u64,
+}
+
+/// The state of a registered device entry.
+pub const READY_STATE: u32 = DEV_READY;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DeviceUsage {

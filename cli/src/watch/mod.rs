@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use cuslice_core::config::{Config, format_uuid, parse_uuid};
 use cuslice_core::gpu::{DEMAND_WINDOW_NS, GpuSegment, MAX_PROCS, PROC_FREE, monotonic_ns};
-use cuslice_core::segment::{MAX_DEVICES, Segment, UNLIMITED};
+use cuslice_core::segment::{READY_STATE, Segment, UNLIMITED};
 
 use crate::nvml::{DeviceHandle, Nvml};
 use checks::{ComputeSeen, Seen, size};
@@ -269,9 +269,20 @@ impl Watch {
         match self.active.get_mut(&key) {
             Some(a) => {
                 a.seen = pass;
-                if let Some(act) = action.filter(|act| *act != a.view.action) {
-                    log(&format!("{}: {act}", a.view.what));
-                    a.view.action = act;
+                // New evidence under the same key (a quota raised again,
+                // another way, before the finding ended) is said again:
+                // a description that kept the first evidence would hide it.
+                let changed = view.what != a.view.what;
+                if changed {
+                    a.view.what = view.what;
+                }
+                match action {
+                    Some(act) if changed || act != a.view.action => {
+                        log(&format!("{}: {act}", a.view.what));
+                        a.view.action = act;
+                    }
+                    None if changed => log(&format!("{}: {}", a.view.what, a.view.action)),
+                    _ => {}
                 }
                 a.view.figure = view.figure;
             }
@@ -878,22 +889,35 @@ impl Watch {
             }) else {
                 continue;
             };
+            // Every entry a process may be admitting against, whatever its
+            // state word or UUID say: a tenant that raised its limit could
+            // otherwise hide the raise by writing either (the shim keeps
+            // using the entry it registered).
             let mut wrong = vec![];
-            for i in 0..MAX_DEVICES {
-                let Some(u) = seg.device_usage(i) else {
-                    continue;
+            for r in seg.raw_devices() {
+                let uuid = format_uuid(&r.uuid);
+                let tampered = r.state != READY_STATE;
+                let (gpu, q, certain) = match self.devices.iter().find(|d| d.uuid == uuid) {
+                    Some(d) => {
+                        let (q, certain) = memory_quota(&cfg, d.index, &r.uuid);
+                        (Some(d.index), q, certain)
+                    }
+                    // A UUID no GPU of this host has (a byte flipped, or a
+                    // device NVML does not list, such as a MIG instance):
+                    // judged by what the file gives that UUID, when that
+                    // does not depend on an index.
+                    None => {
+                        let certain = cfg.by_uuid.get(&r.uuid).is_some_and(|l| l.memory.is_some())
+                            || cfg.by_index.values().all(|l| l.memory.is_none());
+                        (None, cfg.limits_for(u32::MAX, &r.uuid).memory, certain)
+                    }
                 };
-                let uuid = format_uuid(&u.uuid);
-                let Some(d) = self.devices.iter().find(|d| d.uuid == uuid) else {
-                    continue;
-                };
-                let (q, certain) = memory_quota(&cfg, d.index, &u.uuid);
                 let want = q.unwrap_or(UNLIMITED);
-                if u.limit != want {
-                    wrong.push((i, d.index, u.limit, want, certain));
+                if r.limit != want || (tampered && gpu.is_some()) {
+                    wrong.push((r.index, gpu, r.limit, want, certain, tampered, r.uuid));
                 }
             }
-            for (i, gpu, have, want, certain) in wrong {
+            for (i, gpu, have, want, certain, tampered, uuid) in wrong {
                 // Sizes that differ but round alike are shown in bytes
                 // (a raise of 1 MiB on 8 GiB reads "8.0 GiB" otherwise).
                 let exact = size(have) == size(want);
@@ -906,8 +930,17 @@ impl Watch {
                         size(l)
                     }
                 };
+                let entry = match gpu {
+                    Some(g) => format!("GPU {g}"),
+                    None => format!("entry {i} ({}, no GPU of this host)", format_uuid(&uuid)),
+                };
+                let state = if tampered {
+                    " in an entry whose state word was overwritten"
+                } else {
+                    ""
+                };
                 let what = format!(
-                    "{label}: memory segment {} says GPU {gpu} quota {}, its quota file {}",
+                    "{label}: memory segment {} says {entry} quota {}{state}, its quota file {}",
                     path.display(),
                     shown(have),
                     shown(want)
@@ -924,7 +957,9 @@ impl Watch {
                         slices::Slice::open_mem_seg_for_repair,
                     );
                     Some(
-                        match target.and_then(|t| restore_limit(t.path(), i, want)) {
+                        match target.and_then(|t| {
+                            restore_limit(t.path(), i, gpu.is_some().then_some(&uuid), want)
+                        }) {
                             Ok(()) => "restored".to_string(),
                             Err(e) => format!("not restored: {e}"),
                         },
@@ -934,14 +969,19 @@ impl Watch {
                     Kind::MemorySegment,
                     &tenant,
                     &label,
-                    Some(gpu),
+                    gpu,
                     None,
                     shown(have),
                     shown(want),
                     what,
                 );
                 self.found(
-                    (Kind::MemorySegment, slice_key(&id), Some(gpu), None),
+                    (
+                        Kind::MemorySegment,
+                        slice_key(&id),
+                        gpu.or(Some(1000 + i as u32)),
+                        None,
+                    ),
                     v,
                     action,
                 );
@@ -1064,11 +1104,20 @@ impl Watch {
 /// Writes GPU entry `dev`'s quota of the memory segment at `path` (a
 /// plain store: admissions read the limit under the entry's lock, so the
 /// next one sees it).
-fn restore_limit(path: &Path, dev: usize, limit: u64) -> Result<(), String> {
+/// Puts entry `dev` of the memory segment at `path` back: its limit, and
+/// with `uuid` (a GPU of this host) its READY state too.
+fn restore_limit(
+    path: &Path,
+    dev: usize,
+    uuid: Option<&[u8; 16]>,
+    limit: u64,
+) -> Result<(), String> {
     let seg = Segment::open_existing(path).map_err(|e| e.to_string())?;
-    let d = seg.device(dev).ok_or("no such device entry")?;
-    d.limit.store(limit, Ordering::Release);
-    Ok(())
+    if seg.restore_device(dev, uuid, limit) {
+        Ok(())
+    } else {
+        Err("no such device entry".into())
+    }
 }
 
 fn slice_key(id: &SliceId) -> String {
