@@ -1537,6 +1537,39 @@ fn a_run_process_in_its_own_pid_namespace_stays_in_the_session() {
     assert!(held.elapsed() <= TWO_INTERVALS, "{f}");
 }
 
+/// A process that bypasses the shim in a PID namespace of its own sees
+/// itself as PID 1, and so does a registered sibling in another one:
+/// registration is checked by what the host process maps, not by the PID
+/// it sees (before, the bypass went unreported for as long as it ran).
+#[test]
+fn an_unregistered_process_hidden_behind_a_namespaced_pid_is_reported() {
+    let h = Host::new("nspid");
+    let w = h.watch("");
+    let x = session(
+        &h,
+        &["--memory", "1GiB"],
+        "unshare -pf $M hold 104857600 & unshare -pf $N 104857600 -1 & wait",
+    );
+    x.line("R held");
+    let (_, held) = x.line("ATTACK noshim holding");
+    let f = h.finding(
+        "unregistered",
+        &format!("cuslice run {} ", x.child.id()),
+        TWO_INTERVALS,
+        &w,
+    );
+    assert!(held.elapsed() <= TWO_INTERVALS, "{f}");
+    // Only the bypass: the registered sibling (also PID 1 in its own
+    // namespace) is not reported.
+    let findings = h.state().expect("state")["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .filter(|f| f["kind"] == "unregistered")
+        .count();
+    assert_eq!(findings, 1, "{}", w.text());
+}
+
 #[test]
 fn under_systemd_the_watch_says_ready_after_its_first_pass_and_keeps_alive_every_pass() {
     // The unit is Type=notify with WatchdogSec=: a watch stuck in a pass

@@ -248,6 +248,8 @@ pub struct Watch {
     tampered: HashMap<u32, Instant>,
     /// (pid, start) -> its PID as it sees itself.
     inner: HashMap<(u32, u64), u32>,
+    /// Processes (PID, start time) seen mapping their slice's segments.
+    mapping: HashSet<(u32, u64)>,
     started: f64,
     last_pass: f64,
     last_cpu: f64,
@@ -457,6 +459,7 @@ impl Watch {
         if pass.is_multiple_of(16) {
             self.slices.prune(&nvml_pids);
             self.inner.retain(|(pid, _), _| nvml_pids.contains(pid));
+            self.mapping.retain(|(pid, _)| nvml_pids.contains(pid));
             self.unregistered
                 .retain(|(pid, _), _| nvml_pids.contains(pid));
         }
@@ -566,12 +569,21 @@ impl Watch {
 
     /// The PIDs (as each process sees itself) registered with the shim for
     /// slice `id`: live slots of its memory segment, live process entries
-    /// of its tenant in its GPU segments.
-    fn registered(&mut self, id: &SliceId) -> HashSet<u32> {
+    /// of its tenant in its GPU segments; and those segment files (device,
+    /// inode), which a registered process maps.
+    fn registered(&mut self, id: &SliceId) -> (HashSet<u32>, Vec<(u64, u64)>) {
         let mut out = HashSet::new();
+        let mut files = vec![];
+        let id_of = |fd: i32| {
+            // SAFETY: a segment's descriptor, live while the segment is.
+            let b = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+            crate::inroot::fstat(b)
+                .ok()
+                .map(|st| (st.st_dev, st.st_ino))
+        };
         let pass = self.pass;
         let Some(slice) = self.slices.get(id) else {
-            return out;
+            return (out, files);
         };
         if let Some(p) = &slice.mem_seg
             && let Some(Ok(seg)) = mapped(&mut self.mem_segs, p, pass, |p| {
@@ -584,6 +596,7 @@ impl Watch {
                     .filter(|p| p.alive)
                     .map(|p| p.pid),
             );
+            files.extend(id_of(seg.raw_fd()));
         }
         let tenant = slice.tenant.clone();
         let dir = slice.gpu_dir.clone();
@@ -595,6 +608,7 @@ impl Watch {
                 let Some(t) = g.tenants().into_iter().find(|t| t.name == tenant) else {
                     continue;
                 };
+                files.extend(id_of(g.raw_fd()));
                 for i in 0..MAX_PROCS {
                     let Some(e) = g.proc_entry(i) else { break };
                     if e.state.load(Ordering::Acquire) != PROC_FREE
@@ -606,7 +620,20 @@ impl Watch {
                 }
             }
         }
-        out
+        (out, files)
+    }
+
+    /// Whether host process `pid` maps one of `files` (cached once true:
+    /// the shim keeps its segments mapped for its life).
+    fn maps_segment(&mut self, pid: u32, start: u64, files: &[(u64, u64)]) -> bool {
+        if self.mapping.contains(&(pid, start)) {
+            return true;
+        }
+        let yes = procfs::maps_any(pid, files);
+        if yes {
+            self.mapping.insert((pid, start));
+        }
+        yes
     }
 
     fn check_registered(&mut self, d: &DeviceHandle, g: &Group) {
@@ -631,11 +658,17 @@ impl Watch {
             return;
         }
         let (tenant, label) = (slice.tenant.clone(), slice.label.clone());
-        let reg = self.registered(&g.id);
+        let (reg, files) = self.registered(&g.id);
         let pass = self.pass;
         for p in &g.procs {
+            // Registered: its PID as it sees itself is in a live slot, and
+            // it maps the slice's segments. The PID alone is not enough: a
+            // process in a PID namespace of its own (`unshare -Urpf` needs
+            // no privilege) sees itself as 1, or as whatever a registered
+            // sibling of another namespace is.
             let inner = self.inner_pid(p.pid, p.start);
-            if reg.contains(&inner) || exiting(p.pid) {
+            let registered = reg.contains(&inner) && self.maps_segment(p.pid, p.start, &files);
+            if registered || exiting(p.pid) {
                 self.unregistered.remove(&(p.pid, p.start));
                 continue;
             }
@@ -1223,6 +1256,7 @@ pub fn run(a: WatchArgs) -> Result<(), String> {
         frozen: HashMap::new(),
         tampered: HashMap::new(),
         inner: HashMap::new(),
+        mapping: HashSet::new(),
         started: state::now_unix(),
         last_pass: 0.0,
         last_cpu: 0.0,

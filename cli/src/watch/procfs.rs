@@ -250,3 +250,52 @@ mod tests {
         );
     }
 }
+
+/// Whether a `/proc/<pid>/maps` text maps one of the files `ids` (device
+/// and inode, as `fstat` gives them): the fields after the offset are
+/// `major:minor` in hex and the inode in decimal.
+pub fn maps_any_of(maps: &str, ids: &[(u64, u64)]) -> bool {
+    maps.lines().any(|l| {
+        let mut f = l.split_ascii_whitespace().skip(3);
+        let (Some(dev), Some(ino)) = (f.next(), f.next()) else {
+            return false;
+        };
+        let Some((maj, min)) = dev.split_once(':') else {
+            return false;
+        };
+        let (Ok(maj), Ok(min), Ok(ino)) = (
+            u32::from_str_radix(maj, 16),
+            u32::from_str_radix(min, 16),
+            ino.parse::<u64>(),
+        ) else {
+            return false;
+        };
+        ino != 0 && ids.contains(&(libc::makedev(maj, min), ino))
+    })
+}
+
+/// Whether host process `pid` maps one of the files `ids` (its
+/// `/proc/<pid>/maps`, read by the host's /proc).
+pub fn maps_any(pid: u32, ids: &[(u64, u64)]) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|m| maps_any_of(&m, ids))
+}
+
+#[cfg(test)]
+mod maps_tests {
+    use super::*;
+
+    #[test]
+    fn a_mapped_file_is_found_by_device_and_inode() {
+        let maps = "7f00-7f10 rw-s 00000000 00:1a 4242 /run/cuslice/segment/memory.seg\n\
+                    7f20-7f30 r-xp 00001000 fd:01 77 /usr/lib/libc.so.6\n\
+                    7f40-7f50 rw-p 00000000 00:00 0 \n";
+        let seg = (libc::makedev(0, 0x1a), 4242);
+        assert!(maps_any_of(maps, &[seg]));
+        assert!(maps_any_of(maps, &[(libc::makedev(0xfd, 1), 77)]));
+        // Same inode on another device, another inode, anonymous memory.
+        assert!(!maps_any_of(maps, &[(libc::makedev(0, 0x1b), 4242)]));
+        assert!(!maps_any_of(maps, &[(libc::makedev(0, 0x1a), 4243)]));
+        assert!(!maps_any_of(maps, &[(libc::makedev(0, 0), 0)]));
+        assert!(!maps_any_of("garbage\n1 2 3 x:y z\n", &[seg]));
+    }
+}
