@@ -345,6 +345,28 @@ fn find_run_dir(p: &dyn ProcSource, pid: u32, inner: u32, base: &Path) -> Option
     })
 }
 
+/// Of `slices`, those whose recorded cgroup holds `cg` (the same or an
+/// ancestor of it), the most specific only (the longest path): a process
+/// in `/pod/b` is `b`'s even if another container recorded `/pod`.
+fn most_specific<'a>(cg: Option<&str>, slices: Vec<&'a Slice>) -> Vec<&'a Slice> {
+    let Some(cg) = cg else { return vec![] };
+    let within: Vec<(&'a Slice, usize)> = slices
+        .into_iter()
+        .filter_map(|c| {
+            let mine = c.cgroup.as_deref()?.trim_end_matches('/');
+            (!mine.is_empty()
+                && (cg == mine || cg.strip_prefix(mine).is_some_and(|r| r.starts_with('/'))))
+            .then_some((c, mine.len()))
+        })
+        .collect();
+    let best = within.iter().map(|(_, n)| *n).max().unwrap_or(0);
+    within
+        .into_iter()
+        .filter(|(_, n)| *n == best)
+        .map(|(c, _)| c)
+        .collect()
+}
+
 /// Whether the container record's init (PID, start time) still runs; a
 /// record without one (an older hook's) is taken as live.
 fn init_alive(p: &dyn ProcSource, init: Option<(u32, u64)>) -> bool {
@@ -670,28 +692,55 @@ impl Slices {
     fn classify(&mut self, p: &dyn ProcSource, pid: u32, start: u64) -> Option<SliceId> {
         let host = self.host_ns;
         let namespaces = p.pid_namespaces(pid);
+        let cg = p.cgroup(pid);
         for ns in &namespaces {
             if Some(*ns) == host {
                 break;
             }
-            if let Some(c) = self
+            let owners: Vec<&Slice> = self
                 .containers
                 .values()
-                .find(|c| c.pid_ns == Some(*ns) && c.pid_ns != host)
-            {
-                return Some(c.id.clone());
+                .filter(|c| c.pid_ns == Some(*ns) && c.pid_ns != host)
+                .collect();
+            match owners[..] {
+                [] => continue,
+                [c] => return Some(c.id.clone()),
+                _ => {
+                    // Containers sharing a PID namespace (`--pid
+                    // container:`, a pod's shareProcessNamespace): told
+                    // apart by cgroup; a process none or several claim
+                    // alike is no one's, never acted on.
+                    let by_cg = most_specific(cg.as_deref(), owners);
+                    if let [c] = by_cg[..] {
+                        return Some(c.id.clone());
+                    }
+                    let names: Vec<&str> = by_cg.iter().map(|c| c.label.as_str()).collect();
+                    self.notes.push(format!(
+                        "pid {pid}: in a PID namespace that several containers share, and its cgroup ({}) does not tell which of them it belongs to{}: not checked",
+                        cg.as_deref().unwrap_or("unknown"),
+                        if names.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" ({})", names.join(", "))
+                        }
+                    ));
+                    return None;
+                }
             }
         }
-        if let Some(cg) = p.cgroup(pid)
-            && let Some(c) = self.containers.values().find(|c| {
-                c.cgroup.as_deref().is_some_and(|mine| {
-                    let mine = mine.trim_end_matches('/');
-                    !mine.is_empty()
-                        && (cg == mine || cg.strip_prefix(mine).is_some_and(|r| r.starts_with('/')))
-                })
-            })
-        {
-            return Some(c.id.clone());
+        let all: Vec<&Slice> = self.containers.values().collect();
+        match most_specific(cg.as_deref(), all)[..] {
+            [c] => return Some(c.id.clone()),
+            [] => {}
+            ref several => {
+                let names: Vec<&str> = several.iter().map(|c| c.label.as_str()).collect();
+                self.notes.push(format!(
+                    "pid {pid}: its cgroup ({}) is recorded by several containers ({}): not checked",
+                    cg.as_deref().unwrap_or("unknown"),
+                    names.join(", ")
+                ));
+                return None;
+            }
         }
         // A process in a PID namespace of its own that is no container's
         // (`unshare -Urpf` needs no privilege) is walked up like any
@@ -1070,6 +1119,58 @@ pub mod tests {
             .collect();
         r.fds = run_fds(xdg, RUN_500);
         r
+    }
+
+    #[test]
+    fn containers_sharing_a_pid_namespace_are_told_apart_by_cgroup_and_an_ambiguous_process_is_no_ones()
+     {
+        // `--pid container:ppp` or a pod's shareProcessNamespace: both
+        // records name namespace 333. Mapping every process to the first
+        // record once had the watch kill a well-behaved process of qqq.
+        let root = tmp("sharedns");
+        container(
+            &root,
+            "ppp",
+            serde_json::json!({"id": "ppp", "pid_ns": 333, "cgroup": "/pod/ppp"}),
+            QUOTA,
+        );
+        container(
+            &root,
+            "qqq",
+            serde_json::json!({"id": "qqq", "pid_ns": 333, "cgroup": "/pod/qqq"}),
+            &QUOTA.replace("ctr-a", "ctr-q"),
+        );
+        // A record of the pod's cgroup itself: less specific than qqq's.
+        container(
+            &root,
+            "pod",
+            serde_json::json!({"id": "pod", "pid_ns": 444, "cgroup": "/pod"}),
+            &QUOTA.replace("ctr-a", "ctr-pod"),
+        );
+        let mut fp = FakeProc::default();
+        fp.procs
+            .insert(30, p(1, 5, &[333, HOST], "/pod/qqq/x", "python3", &[]));
+        fp.procs
+            .insert(31, p(1, 6, &[333, HOST], "/pod/ppp", "python3", &[]));
+        fp.procs
+            .insert(32, p(1, 7, &[333, HOST], "/elsewhere", "python3", &[]));
+        fp.procs
+            .insert(33, p(1, 8, &[HOST], "/pod/qqq", "python3", &[]));
+        let mut s = Slices::new(&root, Some(HOST));
+        s.refresh(&fp);
+        let of = |s: &mut Slices, pid| s.slice_of(&fp, pid).and_then(|x| x.1);
+        assert_eq!(of(&mut s, 30), Some(SliceId::Container("qqq".into())));
+        assert_eq!(of(&mut s, 31), Some(SliceId::Container("ppp".into())));
+        assert_eq!(of(&mut s, 32), None, "ambiguous: no one's");
+        assert!(
+            s.notes
+                .iter()
+                .any(|n| n.starts_with("pid 32: in a PID namespace that several containers share")),
+            "{:?}",
+            s.notes
+        );
+        // By cgroup alone (the host's namespace): the most specific record.
+        assert_eq!(of(&mut s, 33), Some(SliceId::Container("qqq".into())));
     }
 
     #[test]
