@@ -53,12 +53,13 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use cuslice_core::config;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use toml::{Table, Value};
 
+use crate::host::container::{ContainerMeta, META_FILE};
 use crate::inroot::{self, Kind};
 
-pub const DEFAULT_ROOT: &str = "/run/cuslice";
+pub use crate::host::container::DEFAULT_ROOT;
 pub const DEFAULT_LIB: &str = "/usr/lib/cuslice/libcuslice.so";
 
 /// The OCI state the runtime passes on stdin.
@@ -126,42 +127,6 @@ struct SpecIdMapping {
     size: u32,
 }
 
-/// What `create` records about a container in `container.json`, for
-/// `cuslice status` / `top`. Fields a runtime does not give are absent.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
-pub struct ContainerMeta {
-    pub id: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub name: Option<String>,
-    /// `namespace/pod` (Kubernetes).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pod: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub image: Option<String>,
-    /// The container's process: its arguments.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub command: Vec<String>,
-    /// For `cuslice watch`, which maps host PIDs to containers by what
-    /// their processes cannot change: the inode of the container's PID
-    /// namespace (its init's `/proc/<pid>/ns/pid` at creation), and its
-    /// init's cgroup (the v2 path, else the memory controller's), used
-    /// where the container shares the host's PID namespace.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pid_ns: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cgroup: Option<String>,
-    /// The container's init as the hook saw it: its host PID and its start
-    /// time (field 22 of `/proc/<pid>/stat`). Inode numbers of namespaces
-    /// are reused once freed: `cuslice watch` matches processes to this
-    /// record only while this process lives, so that a record left behind
-    /// (a container stopped but not deleted, a missed poststop) never
-    /// claims the processes of a namespace that later got the same inode.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub init_pid: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub init_start: Option<u64>,
-}
-
 /// Where runtimes put a container's name, its pod and its image. Podman 4
 /// puts none of them in the OCI spec (only `--annotation`s given to it):
 /// its containers are shown by their command.
@@ -181,9 +146,6 @@ const IMAGE_ANNOTATIONS: [&str; 2] = [
     "io.kubernetes.cri.image-name",  // containerd (CRI)
     "io.kubernetes.cri-o.ImageName", // CRI-O
 ];
-
-/// The file `create` writes next to the quota file.
-pub const META_FILE: &str = "container.json";
 
 fn container_meta(id: &str, ann: &BTreeMap<String, String>, args: &[String]) -> ContainerMeta {
     let first = |keys: &[&str]| {
@@ -419,14 +381,14 @@ pub fn create(a: &HookArgs) -> Result<(), String> {
         .filter(|p| *p > 0)
         .ok_or("the OCI state has no container pid")?;
     let meta = ContainerMeta {
-        pid_ns: crate::watch::procfs::ns_inode(&format!("/proc/{pid}/ns/pid")),
+        pid_ns: crate::host::proc::ns_inode(&format!("/proc/{pid}/ns/pid")),
         cgroup: std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
             .ok()
-            .and_then(|t| crate::watch::procfs::cgroup_of(&t)),
+            .and_then(|t| crate::host::proc::cgroup_of(&t)),
         init_pid: u32::try_from(pid).ok(),
         init_start: std::fs::read_to_string(format!("/proc/{pid}/stat"))
             .ok()
-            .and_then(|t| crate::watch::procfs::parse_stat(&t))
+            .and_then(|t| crate::host::proc::parse_stat(&t))
             .map(|s| s.start),
         ..meta
     };

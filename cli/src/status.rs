@@ -21,9 +21,9 @@ use cuslice_core::gpu::{self as coregpu, GpuSegment, MAX_PROCS, PROC_FREE};
 use cuslice_core::segment::{MAX_DEVICES, Segment, UNLIMITED};
 use serde::Serialize;
 
+use crate::host::container::{ContainerMeta, META_FILE};
 use crate::host::run_dir;
 use crate::nvml::{GpuInfo, Nvml};
-use crate::oci::{ContainerMeta, META_FILE};
 
 /// Where to look.
 #[derive(Debug, Clone)]

@@ -8,6 +8,16 @@
 //! - [`run_dir`]: where a `cuslice run` session's directory is, what it is
 //!   called, how it is made and removed; used by `run`, `watch` and
 //!   `status` alike.
+//! - [`container`]: a container's record (`container.json`) and the hook's
+//!   root: written by the OCI hook, read by `status` and `watch`.
+//! - [`proc`]: what every host command reads of a process in `/proc` (its
+//!   stat, namespace inode, cgroup).
+//!
+//! The commands (`oci`, `watch`, `status`, `run`) build on this module and
+//! `cuslice-core`, never on each other: `oci` and `watch` used to import
+//! each other for these.
 
+pub mod container;
 pub mod fs;
+pub mod proc;
 pub mod run_dir;

@@ -651,10 +651,7 @@ impl Watch {
         let Some(cfg) = slice.quota.as_ref() else {
             return;
         };
-        let any_memory = cfg.all.memory.is_some()
-            || cfg.by_index.values().any(|l| l.memory.is_some())
-            || cfg.by_uuid.values().any(|l| l.memory.is_some());
-        if !any_memory && cfg.tenant_spec(d.index, &uuid).is_none() {
+        if !cfg.has_memory() && cfg.tenant_spec(d.index, &uuid).is_none() {
             return;
         }
         let (tenant, label) = (slice.tenant.clone(), slice.label.clone());

@@ -46,8 +46,8 @@ use std::path::{Path, PathBuf};
 use cuslice_core::config::{self, Config};
 
 use super::procfs::ProcSource;
+use crate::host::container::{ContainerMeta, META_FILE};
 use crate::host::run_dir;
-use crate::oci::{ContainerMeta, META_FILE};
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum SliceId {
@@ -380,11 +380,6 @@ fn host_wide_quota(p: &dyn ProcSource, pid: u32) -> bool {
     !matches!(std::fs::metadata(path), Err(e) if e.kind() == std::io::ErrorKind::NotFound)
 }
 
-fn any_memory(c: &Config) -> bool {
-    c.all.memory.is_some()
-        || c.by_index.values().any(|l| l.memory.is_some())
-        || c.by_uuid.values().any(|l| l.memory.is_some())
-}
 
 impl Slices {
     pub fn new(root: &Path, host_ns: Option<u64>) -> Slices {
@@ -548,7 +543,7 @@ impl Slices {
             label,
             mem_seg: quota
                 .as_ref()
-                .filter(|c| any_memory(c))
+                .filter(|c| c.has_memory())
                 .map(|_| dir.join("segment").join("memory.seg")),
             quota,
             gpu_dir: self.root.join("gpu"),
@@ -658,7 +653,7 @@ impl Slices {
             ));
         }
         slice.repair = wrong.is_empty();
-        slice.mem_seg = any_memory(&cfg).then(|| p.in_root(pid, &seg_dir.join("memory.seg")));
+        slice.mem_seg = cfg.has_memory().then(|| p.in_root(pid, &seg_dir.join("memory.seg")));
         slice.quota = Some(cfg);
         slice
     }

@@ -1,0 +1,50 @@
+//! What the host side reads of a process in `/proc` that every host
+//! command shares: the OCI hook records a container's init and namespace
+//! with these, the watch maps processes to slices with them.
+
+/// `/proc/<pid>/stat`: the parent and the start time (clock ticks after
+/// boot), which with the PID names one process for good.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stat {
+    pub ppid: u32,
+    pub start: u64,
+}
+
+/// The inode of a namespace file.
+pub fn ns_inode(path: &str) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| m.ino())
+}
+
+/// The cgroup of a `/proc/<pid>/cgroup` text: the v2 line's path, else
+/// the memory controller's, else the pids controller's.
+pub fn cgroup_of(text: &str) -> Option<String> {
+    let mut v1 = None;
+    for l in text.lines() {
+        let mut it = l.splitn(3, ':');
+        let (Some(id), Some(ctrl), Some(path)) = (it.next(), it.next(), it.next()) else {
+            continue;
+        };
+        if id == "0" && ctrl.is_empty() {
+            return Some(path.to_string());
+        }
+        let ctrls: Vec<&str> = ctrl.split(',').collect();
+        if ctrls.contains(&"memory") || (v1.is_none() && ctrls.contains(&"pids")) {
+            v1 = Some(path.to_string());
+        }
+    }
+    v1
+}
+
+/// `/proc/<pid>/stat`'s parent and start time; the command name (field 2)
+/// may hold spaces and parentheses, so fields are counted after its last
+/// `)`.
+pub fn parse_stat(text: &str) -> Option<Stat> {
+    let rest = &text[text.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // After the name: state(3) ppid(4) ... starttime(22).
+    Some(Stat {
+        ppid: f.get(1)?.parse().ok()?,
+        start: f.get(19)?.parse().ok()?,
+    })
+}
