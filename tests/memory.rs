@@ -65,8 +65,8 @@ const USABLE: u64 = 64 * MIB;
 fn every_family_stops_exactly_at_the_quota() {
     let s = Scene::new("boundary", QUOTA);
     for family in [
-        "alloc", "alloc_v1", "managed", "pitch", "async", "pool", "vmm", "array", "array3d",
-        "mipmap",
+        "alloc", "alloc_v1", "managed", "pitch", "pitch_v1", "async", "pool", "vmm", "array",
+        "array3d", "mipmap",
     ] {
         let r = s.run(&["boundary", family, &USABLE.to_string()], &[]);
         r.assert_ok();
@@ -83,6 +83,34 @@ fn every_family_stops_exactly_at_the_quota() {
             "{family}: the first refusal is explained:\n{}",
             r.stderr
         );
+    }
+}
+
+#[test]
+fn pitched_rows_are_charged_what_the_driver_padded_them_to_whatever_its_alignment() {
+    // Rows of 2200 bytes, padded by the (fake) driver to its pitch
+    // alignment: below the shim's admission bound (512-byte rows), equal
+    // to it, or above it (the charge then grows after the call). The
+    // quota must account exactly pitch x rows, through the legacy entry
+    // point too: not the requested width, not the shim's bound, not
+    // nothing.
+    let s = Scene::new("pitch-align", QUOTA);
+    let rows: u64 = 1000;
+    for align in [256u64, 512, 1024] {
+        let pitch = 2200u64.div_ceil(align) * align;
+        for entry in ["v1", "v2"] {
+            let r = s.run(
+                &["pitched", entry, &rows.to_string()],
+                &[("FAKE_CUDA_PITCH_ALIGN", align.to_string())],
+            );
+            r.assert_ok();
+            assert_eq!(
+                r.results(),
+                vec![format!("R pitched r=0 pitch={pitch} used={}", MIB + pitch * rows).as_str()],
+                "alignment {align}, {entry}:\n{}",
+                r.stderr
+            );
+        }
     }
 }
 

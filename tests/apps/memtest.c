@@ -46,6 +46,14 @@ static CUresult a_pitch(size_t n, unsigned long long *h) {
     size_t pitch = 0;
     return cuMemAllocPitch_v2((CUdeviceptr *)h, &pitch, 4096, n / 4096, 4);
 }
+/* The legacy entry point (32-bit pitch and pointer). */
+static CUresult a_pitch_v1(size_t n, unsigned long long *h) {
+    CUdeviceptr_v1 p = 0;
+    unsigned int pitch = 0;
+    CUresult r = cuMemAllocPitch(&p, &pitch, 4096, (unsigned int)(n / 4096), 4);
+    *h = p;
+    return r;
+}
 static CUresult a_async(size_t n, unsigned long long *h) { return cuMemAllocAsync((CUdeviceptr *)h, n, stream0); }
 static CUresult f_async(unsigned long long h) {
     CUresult r = cuMemFreeAsync(h, stream0);
@@ -93,6 +101,7 @@ static int boundary(const char *family, size_t usable) {
     else if (!strcmp(family, "alloc_v1")) a = a_v1, f = f_v1;
     else if (!strcmp(family, "managed")) a = a_managed, f = f_alloc;
     else if (!strcmp(family, "pitch")) a = a_pitch, f = f_alloc;
+    else if (!strcmp(family, "pitch_v1")) a = a_pitch_v1, f = f_v1;
     else if (!strcmp(family, "async")) a = a_async, f = f_async, unit = 2 << 20;
     else if (!strcmp(family, "pool")) a = a_pool, f = f_async, unit = 2 << 20;
     else if (!strcmp(family, "vmm")) a = a_vmm, f = f_vmm, unit = 2 << 20;
@@ -216,6 +225,27 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(cmd, "race")) return race(atoi(argv[2]), strtoull(argv[3], NULL, 10), strtoull(argv[4], NULL, 10));
     if (!strcmp(cmd, "arrays")) return arrays(atoi(argv[2]));
+    if (!strcmp(cmd, "pitched")) {
+        /* pitched v1|v2 ROWS: rows of 2200 bytes through the legacy or the
+         * _v2 entry; prints the pitch the driver chose and what the quota
+         * accounts in use (total - free of cuMemGetInfo_v2: the context
+         * charge and the allocation). */
+        unsigned rows = (unsigned)strtoul(argv[3], NULL, 10);
+        size_t pitch = 0, free2 = 0, total2 = 0;
+        CUresult r;
+        if (!strcmp(argv[2], "v1")) {
+            CUdeviceptr_v1 p1 = 0;
+            unsigned int pt = 0;
+            r = cuMemAllocPitch(&p1, &pt, 2200, rows, 4);
+            pitch = pt;
+        } else {
+            CUdeviceptr p2 = 0;
+            r = cuMemAllocPitch_v2(&p2, &pitch, 2200, rows, 4);
+        }
+        CHECK(cuMemGetInfo_v2(&free2, &total2));
+        printf("R pitched r=%d pitch=%zu used=%zu\n", r, pitch, total2 - free2);
+        return 0;
+    }
     if (!strcmp(cmd, "alloc")) {
         CUdeviceptr p;
         printf("R alloc=%d\n", cuMemAlloc_v2(&p, strtoull(argv[2], NULL, 10)));

@@ -200,6 +200,7 @@ struct fake_config {
     uint64_t ctx_overhead; /* FAKE_CUDA_CTX_OVERHEAD, default 0 */
     uint64_t kernel_ns;    /* FAKE_CUDA_KERNEL_NS, default 0 */
     uint64_t timeslice_ns; /* FAKE_CUDA_TIMESLICE_NS, default 2 ms */
+    uint64_t pitch_align;  /* FAKE_CUDA_PITCH_ALIGN, a power of two 4..65536, default 512 */
     int driver_version;    /* FAKE_CUDA_VERSION, default 13000 */
     int log_fd;            /* FAKE_CUDA_LOG opened O_APPEND, or -1 */
     const char *state_path;/* FAKE_CUDA_STATE, or NULL */
@@ -247,6 +248,17 @@ static inline void fake_config_load(struct fake_config *c, const char *who)
         if (fake_parse_size(v, &n) != 0 || strspn(v, "0123456789") != strlen(v))
             fake_die_env(who, "FAKE_CUDA_TIMESLICE_NS", v, "an integer number of nanoseconds");
         c->timeslice_ns = n;
+    }
+    /* The row pitch cuMemAllocPitch pads to: a device property, which the
+     * shim does not know (it admits an upper bound, then settles to what
+     * the driver gave). Varied by tests so that the two never agree by
+     * construction. */
+    c->pitch_align = 512;
+    if ((v = getenv("FAKE_CUDA_PITCH_ALIGN")) != NULL && *v) {
+        if (fake_parse_size(v, &n) != 0 || strspn(v, "0123456789") != strlen(v) || n < 4 || n > 65536 ||
+            (n & (n - 1)) != 0)
+            fake_die_env(who, "FAKE_CUDA_PITCH_ALIGN", v, "a power of two from 4 to 65536");
+        c->pitch_align = n;
     }
     c->driver_version = 13000;
     if ((v = getenv("FAKE_CUDA_VERSION")) != NULL && *v) {

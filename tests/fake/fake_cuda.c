@@ -2189,7 +2189,7 @@ static CUresult pitch_alloc(uintptr_t *p, uint64_t *pitch, uint64_t w, uint64_t 
     NEED_INIT();
     if (w == 0 || h == 0 || (es != 4 && es != 8 && es != 16))
         return CUDA_ERROR_INVALID_VALUE;
-    uint64_t pt = (w + 511) & ~(uint64_t)511, size;
+    uint64_t al = g_cfg.pitch_align, pt = (w + al - 1) & ~(al - 1), size;
     if (pt < w || __builtin_mul_overflow(pt, h, &size))
         return CUDA_ERROR_INVALID_VALUE;
     if (low32 && (pt > UINT_MAX || size > UINT_MAX))
