@@ -380,7 +380,6 @@ fn host_wide_quota(p: &dyn ProcSource, pid: u32) -> bool {
     !matches!(std::fs::metadata(path), Err(e) if e.kind() == std::io::ErrorKind::NotFound)
 }
 
-
 impl Slices {
     pub fn new(root: &Path, host_ns: Option<u64>) -> Slices {
         Slices {
@@ -653,7 +652,9 @@ impl Slices {
             ));
         }
         slice.repair = wrong.is_empty();
-        slice.mem_seg = cfg.has_memory().then(|| p.in_root(pid, &seg_dir.join("memory.seg")));
+        slice.mem_seg = cfg
+            .has_memory()
+            .then(|| p.in_root(pid, &seg_dir.join("memory.seg")));
         slice.quota = Some(cfg);
         slice
     }
