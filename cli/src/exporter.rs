@@ -8,6 +8,14 @@
 //! `modelName` and `Hostname`; per tenant also `tenant`. Shares over an
 //! interval are not exported: they are `rate()` of the counters, over
 //! whatever interval the dashboard picks.
+//!
+//! Label values: the snapshot's strings are escaped already where they
+//! were read ([`text::clean`]: no control character, no bidirectional
+//! override, one line), and each label value passes through it again here
+//! (idempotent) so that no series can carry one whatever its source.
+//! `prometheus_client` then writes them per the text exposition format:
+//! `\` as `\\`, `"` as `\"`, a newline as `\n` (tested below and in
+//! `cli/tests/status.rs`).
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -17,6 +25,7 @@ use prometheus_client::registry::Registry;
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
 
+use crate::host::text;
 use crate::status::{GpuView, Observer, Snapshot};
 
 type Labels = Vec<(String, String)>;
@@ -26,19 +35,20 @@ type C = Family<Labels, Counter>;
 type CF = Family<Labels, Counter<f64, AtomicU64>>;
 
 fn gpu_labels(g: &GpuView, host: &str) -> Labels {
-    vec![
-        (
-            "gpu".into(),
-            g.index.map(|i| i.to_string()).unwrap_or_default(),
-        ),
-        ("UUID".into(), g.uuid.clone()),
-        ("modelName".into(), g.name.clone().unwrap_or_default()),
-        ("Hostname".into(), host.to_string()),
-    ]
+    with(
+        vec![],
+        &[
+            ("gpu", &g.index.map(|i| i.to_string()).unwrap_or_default()),
+            ("UUID", &g.uuid),
+            ("modelName", g.name.as_deref().unwrap_or_default()),
+            ("Hostname", host),
+        ],
+    )
 }
 
+/// `l` and the labels `more`, their values escaped ([`text::clean`]).
 fn with(mut l: Labels, more: &[(&str, &str)]) -> Labels {
-    l.extend(more.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    l.extend(more.iter().map(|(k, v)| (k.to_string(), text::clean(v))));
     l
 }
 
@@ -291,7 +301,7 @@ pub fn render(s: &Snapshot) -> Result<String, std::fmt::Error> {
     );
 
     if let Some(w) = &s.watch {
-        let h = vec![("Hostname".to_string(), host.to_string())];
+        let h = with(vec![], &[("Hostname", host)]);
         let up = G::default();
         up.get_or_create(&h).set(i64::from(w.up));
         reg(
@@ -380,4 +390,88 @@ pub fn serve(listen: &str, mut obs: Observer) -> Result<(), String> {
         let _ = req.respond(resp);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::status::TenantView;
+
+    fn tenant(name: &str, runs: &str) -> TenantView {
+        TenantView {
+            name: name.into(),
+            live: true,
+            runs: runs.into(),
+            container: None,
+            pids: vec![7],
+            processes: 1,
+            memory_used_bytes: Some(1 << 30),
+            memory_limit_bytes: None,
+            memory_peak_bytes: None,
+            memory_refused: None,
+            share_percent: None,
+            ceiling_percent: None,
+            class: None,
+            mode: None,
+            gpu_time_seconds: None,
+            throttled_seconds: None,
+            gpu_percent: None,
+            throttled_percent: None,
+            waiting: 0,
+            last_active_seconds_ago: None,
+            ended_seconds_ago: None,
+            demand_percent: None,
+        }
+    }
+
+    /// Label values with `"`, `\` and a newline, even ones that did not
+    /// come through the snapshot's escaping, are written per the text
+    /// format, each sample on one line.
+    #[test]
+    fn label_values_are_escaped_per_the_exposition_format() {
+        let s = Snapshot {
+            hostname: "host".into(),
+            interval_seconds: None,
+            linger_seconds: 60.0,
+            nvml_error: None,
+            gpus: vec![GpuView {
+                uuid: "GPU-x".into(),
+                index: Some(0),
+                name: Some("GPU \"model\"".into()),
+                memory_used_bytes: None,
+                memory_total_bytes: None,
+                utilization_percent: None,
+                segment: None,
+                handovers: 0,
+                tenants: vec![tenant(
+                    "a\"b\\c\nd",
+                    "run\n# EOF\ncuslice_tenant_live{tenant=\"x\"} 1\x1b[2J\r",
+                )],
+            }],
+            containers: vec![],
+            errors: vec![],
+            watch: None,
+        };
+        let out = render(&s).expect("render");
+        let gpu = r#"gpu="0",UUID="GPU-x",modelName="GPU \"model\"",Hostname="host""#;
+        assert!(
+            out.contains(&format!(
+                r#"cuslice_memory_used_bytes{{{gpu},tenant="a\"b\\c\\nd"}} 1073741824"#
+            )),
+            "{out}"
+        );
+        assert!(
+            out.contains(r#"runs="run\\n# EOF\\ncuslice_tenant_live{tenant=\"x\"} 1\\x1b[2J\\r""#),
+            "{out}"
+        );
+        assert!(!out.contains(['\x1b', '\r']), "{out}");
+        assert_eq!(out.matches("# EOF").count(), 2, "{out}");
+        assert!(out.ends_with("# EOF\n"), "{out}");
+        for l in out.lines() {
+            assert!(
+                l.starts_with('#') || l.starts_with("cuslice_"),
+                "{l:?} in:\n{out}"
+            );
+        }
+    }
 }

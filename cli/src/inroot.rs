@@ -114,7 +114,8 @@ fn link_target(fd: BorrowedFd) -> String {
         return format!("unreadable: {}", io::Error::last_os_error());
     }
     buf.truncate(n as usize);
-    String::from_utf8_lossy(&buf).escape_debug().to_string()
+    // The image's (the tenant's): it goes into the hook's error line.
+    crate::host::text::clean(&String::from_utf8_lossy(&buf))
 }
 
 /// Opens a directory the caller trusts (the container's root file system as

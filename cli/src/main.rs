@@ -515,7 +515,12 @@ fn main() -> ExitCode {
     match result {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("cuslice: {e}");
+            // One line whatever the error holds: the OCI hook's go to the
+            // runtime's log and name what the container's spec says.
+            eprintln!(
+                "cuslice: {}",
+                host::text::clean_to(&e, host::text::LINE_MAX)
+            );
             ExitCode::from(125)
         }
     }

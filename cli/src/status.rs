@@ -10,6 +10,18 @@
 //! and what it runs. A tenant with no live process stays in the snapshots
 //! (`live: false`) for the linger time (a minute by default) after it ended,
 //! then is left out.
+//!
+//! Every string in a snapshot that a tenant wrote or could have written (a
+//! container's name, pod, image and command from `container.json`, tenant
+//! names in the GPU segment, command lines in `/proc`, file names and paths
+//! in shared directories, what the watch found) is escaped by
+//! [`text::clean`] where it is read, so that every printer (the table, the
+//! details, `top`, the exporter, `--json`) shows only safe strings and none
+//! can forget to. `--json` carries the same escaped strings, not the raw
+//! ones: JSON escapes control characters but not the bidirectional
+//! overrides, and `jq -r` prints its strings raw onto a terminal; a
+//! consumer that needs a value as the tenant wrote it reads the record
+//! itself (`<root>/containers/<id>/container.json`, root's).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::os::unix::fs::MetadataExt;
@@ -23,6 +35,7 @@ use serde::Serialize;
 
 use crate::host::container::{ContainerMeta, META_FILE};
 use crate::host::run_dir;
+use crate::host::text::{self, LINE_MAX, clean};
 use crate::nvml::{GpuInfo, Nvml};
 
 /// Where to look.
@@ -334,8 +347,8 @@ fn segment_owner(seg: &Path) -> (String, Option<ContainerMeta>, Option<String>) 
                 .is_some_and(|n| n == "containers")
         })
         .and_then(Path::file_name)
-        .map(|n| n.to_string_lossy().into_owned());
-    (tenant, meta, id)
+        .map(|n| clean(&n.to_string_lossy()));
+    (clean(&tenant), meta.map(|m| m.for_display()), id)
 }
 
 fn read_gpu(path: &Path) -> Result<GpuRead, String> {
@@ -352,9 +365,10 @@ fn read_gpu(path: &Path) -> Result<GpuRead, String> {
         }
     }
     Ok(GpuRead {
+        // A file in a directory every tenant can write.
         uuid: path
             .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
+            .map(|s| clean(&s.to_string_lossy()))
             .unwrap_or_default(),
         path: path.to_path_buf(),
         file: file_id(path),
@@ -362,8 +376,10 @@ fn read_gpu(path: &Path) -> Result<GpuRead, String> {
         tenants: g
             .tenants()
             .into_iter()
-            .map(|t| {
+            .map(|mut t| {
                 let p = pids.remove(&t.index).unwrap_or_default();
+                // Written by the tenant itself.
+                t.name = clean(&t.name);
                 (t, p)
             })
             .collect(),
@@ -414,7 +430,7 @@ fn read_mem(path: &Path) -> Result<MemRead, String> {
     let (tenant, container, container_id) = segment_owner(path);
     Ok(MemRead {
         view: ContainerView {
-            segment: path.display().to_string(),
+            segment: clean(&path.display().to_string()),
             tenant,
             container,
             devices,
@@ -443,7 +459,7 @@ fn host_cmdline(pid: u32, files: &[(u64, u64)]) -> Option<String> {
         .filter(|a| !a.is_empty())
         .map(|a| String::from_utf8_lossy(a).into_owned())
         .collect();
-    (!args.is_empty()).then(|| command_line(&args))
+    (!args.is_empty()).then(|| clean(&command_line(&args)))
 }
 
 /// A command for display: the program's file name, then its arguments
@@ -464,7 +480,8 @@ fn short_id(id: &str) -> String {
     id.chars().take(12).collect()
 }
 
-/// The `runs` text of a container the hook recorded.
+/// The `runs` text of a container the hook recorded, escaped and bounded
+/// by [`text::clean`] (whether `m` was or not: the watch's labels).
 pub fn describe(m: &ContainerMeta) -> String {
     let mut parts = vec![];
     match (&m.pod, &m.name) {
@@ -482,7 +499,7 @@ pub fn describe(m: &ContainerMeta) -> String {
     if parts.is_empty() {
         parts.push(format!("container {}", short_id(&m.id)));
     }
-    parts.join(" ")
+    clean(&parts.join(" "))
 }
 
 fn secs(ns: u64) -> f64 {
@@ -518,7 +535,7 @@ impl Observer {
         for p in gpu_files {
             match read_gpu(&p) {
                 Ok(g) => gpus.push(g),
-                Err(e) => errors.push(e),
+                Err(e) => errors.push(text::clean_to(&e, LINE_MAX)),
             }
         }
         let mut mems = vec![];
@@ -529,7 +546,7 @@ impl Observer {
                 // A segment found by looking that went away meanwhile (its
                 // container or program ended) is no error.
                 Err(_) if !given && !p.exists() => {}
-                Err(e) => errors.push(e),
+                Err(e) => errors.push(text::clean_to(&e, LINE_MAX)),
             }
         }
         let nvml = match &self.nvml {
@@ -741,7 +758,7 @@ impl Observer {
                 memory_used_bytes: info.map(|g| g.memory_used),
                 memory_total_bytes: info.map(|g| g.memory_total),
                 utilization_percent: info.and_then(|g| g.utilization),
-                segment: seg.map(|g| g.path.display().to_string()),
+                segment: seg.map(|g| clean(&g.path.display().to_string())),
                 handovers: seg.map_or(0, |g| g.handovers),
                 tenants,
             });
@@ -762,7 +779,7 @@ impl Observer {
                 WatchView {
                     up: state.up(now),
                     last_pass_seconds_ago: (now - state.last_pass_unix).max(0.0),
-                    state,
+                    state: state.for_display(),
                 }
             }),
         }

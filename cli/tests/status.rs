@@ -432,3 +432,242 @@ fn top_once_prints_one_frame_within_80_columns() {
         .unwrap_or_else(|| panic!("{text}"));
     assert!(beta.ends_with("ended"), "{beta}");
 }
+
+// Terminal and log injection (issue 18, hole 7): what a tenant writes
+// (its container's command and annotations, the tenant name in the shared
+// GPU segment) reaches `status`, `top` and the exporter escaped.
+
+/// Window title (OSC 0 ... BEL), clear screen (CSI 2J), and a newline
+/// followed by what looks like a row of the table.
+const TITLE: &str = "\x1b]0;pwned\x07";
+const CLEAR: &str = "\x1b[2J";
+
+/// The fixture, with container c1's name and image and a second container
+/// c2's command (tenant gamma, shown by its command: no name) written by a
+/// hostile tenant, and a tenant entry of the GPU segment named by one.
+/// Returns c2's memory segment, with a live process (4343) in it.
+fn hostile(f: &Fixture) -> Segment {
+    let meta = serde_json::json!({
+        "id": "c1",
+        "name": format!("trainer{TITLE}{CLEAR}\n  forged-name-row  x  80G/80G  100%  1"),
+        "image": "img\"quoted\\back\u{202e}slash",
+        "command": ["python3", "train.py"],
+    });
+    std::fs::write(f.dir.join("containers/c1/container.json"), meta.to_string())
+        .expect("container.json");
+    let c2 = f.dir.join("containers").join("c2");
+    std::fs::create_dir_all(&c2).expect("mkdir");
+    std::fs::write(c2.join("quota.toml"), "tenant = \"gamma\"\n").expect("quota");
+    let meta = serde_json::json!({
+        "id": "c2",
+        "command": ["/bin/sh", format!("-c{TITLE}"), format!("{CLEAR}\r\n  forged-cmd-row  y")],
+    });
+    std::fs::write(c2.join("container.json"), meta.to_string()).expect("container.json");
+    let mem = Segment::open_or_create(&c2.join("segment").join("memory.seg")).expect("mem seg");
+    mem.register_device(&common::FAKE_UUID, GIB).expect("dev");
+    mem.claim_slot(4343).expect("slot");
+    let now = cuslice_core::gpu::monotonic_ns();
+    f._gpu
+        .register_tenant("evil\x1b[2J\n  forged-tenant-row", 10, 100, 0, now)
+        .expect("hostile tenant");
+    mem
+}
+
+/// `text` carries no terminal control (ESC, BEL, CR, C1, bidi), and no
+/// line of it is one the tenant forged.
+fn assert_no_injection(text: &str) {
+    for bad in ['\x1b', '\x07', '\r', '\u{9b}', '\u{202e}'] {
+        assert!(!text.contains(bad), "{bad:?} reached the output:\n{text}");
+    }
+    for l in text.lines() {
+        assert!(
+            !l.trim_start().starts_with("forged-"),
+            "a forged line: {l:?} in:\n{text}"
+        );
+    }
+}
+
+#[test]
+fn status_shows_what_tenants_wrote_escaped_on_one_line() {
+    let f = fixture("inject");
+    let _c2 = hostile(&f);
+    let out = cuslice(&f, &["status"]).output().expect("status");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_no_injection(&text);
+    // The escapes are there to see, each on the line of its tenant.
+    let row = |needle: &str| {
+        text.lines()
+            .find(|l| l.contains(needle))
+            .unwrap_or_else(|| panic!("no line with {needle:?}:\n{text}"))
+    };
+    assert!(
+        row("trainer\\x1b]0;pwned\\x07\\x1b[2J\\n  forged-name-row").starts_with("  alpha "),
+        "{text}"
+    );
+    assert!(
+        row("sh -c\\x1b]0;pwned\\x07 \\x1b[2J\\r\\n  forged-cmd-row  y").starts_with("  gamma "),
+        "{text}"
+    );
+    assert!(
+        row("evil\\x1b[2J\\n  forged-tenant-row").starts_with("  evil"),
+        "{text}"
+    );
+    assert!(text.contains("img\"quoted\\back\\u{202e}slash"), "{text}");
+    // The details' line of each container too.
+    assert!(
+        row("(tenant alpha, container trainer\\x1b]0;pwned").starts_with("container segment "),
+        "{text}"
+    );
+}
+
+#[test]
+fn status_json_carries_the_escaped_strings() {
+    let f = fixture("inject-json");
+    let _c2 = hostile(&f);
+    let out = cuslice(&f, &["status", "--json"]).output().expect("status");
+    let raw = String::from_utf8_lossy(&out.stdout);
+    // serde escapes control characters in JSON, not bidi overrides; and
+    // `jq -r` would print the strings raw: they are escaped before.
+    assert!(!raw.contains('\u{202e}'), "{raw}");
+    let v: serde_json::Value = serde_json::from_str(&raw).unwrap_or_else(|e| panic!("{e}: {raw}"));
+    let tenants = v["gpus"][0]["tenants"].as_array().expect("tenants");
+    let t = |name: &str| {
+        tenants
+            .iter()
+            .find(|t| t["name"].as_str().is_some_and(|n| n.starts_with(name)))
+            .unwrap_or_else(|| panic!("no tenant {name}: {v}"))
+    };
+    let name = "trainer\\x1b]0;pwned\\x07\\x1b[2J\\n  forged-name-row  x  80G/80G  100%  1";
+    assert_eq!(t("alpha")["container"]["name"], name);
+    assert_eq!(
+        t("alpha")["runs"],
+        format!("{name} img\"quoted\\back\\u{{202e}}slash")
+    );
+    assert_eq!(
+        t("gamma")["container"]["command"],
+        serde_json::json!([
+            "/bin/sh",
+            "-c\\x1b]0;pwned\\x07",
+            "\\x1b[2J\\r\\n  forged-cmd-row  y"
+        ])
+    );
+    assert_eq!(t("evil")["name"], "evil\\x1b[2J\\n  forged-tenant-row");
+    let mut all = vec![];
+    strings_in(&v, &mut all);
+    for s in &all {
+        assert!(
+            !s.chars().any(char::is_control),
+            "a control character in {s:?}"
+        );
+    }
+}
+
+/// Every string anywhere in `v`.
+fn strings_in(v: &serde_json::Value, out: &mut Vec<String>) {
+    match v {
+        serde_json::Value::String(s) => out.push(s.clone()),
+        serde_json::Value::Object(m) => m.values().for_each(|x| strings_in(x, out)),
+        serde_json::Value::Array(a) => a.iter().for_each(|x| strings_in(x, out)),
+        _ => {}
+    }
+}
+
+#[test]
+fn top_shows_what_tenants_wrote_escaped_on_one_line() {
+    let f = fixture("inject-top");
+    let _c2 = hostile(&f);
+    let out = cuslice(&f, &["top", "--once", "--interval", "0.1"])
+        .env("COLUMNS", "200")
+        .output()
+        .expect("top --once");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert_no_injection(&text);
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("  alpha ") && l.contains("trainer\\x1b]0;pwned\\x07")),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("  evil\\x1b[2J\\n  forged-tenant-row")),
+        "{text}"
+    );
+}
+
+/// The label values of a sample line of the text exposition format, the
+/// escapes undone (`\\`, `\"`, `\n`), in order; None if the line does not
+/// parse as `name{label="value",...} number`.
+fn labels(line: &str) -> Option<Vec<(String, String)>> {
+    let (_, mut rest) = line.split_once('{')?;
+    let mut out = vec![];
+    loop {
+        let (key, r) = rest.split_once("=\"")?;
+        let mut value = String::new();
+        let mut chars = r.char_indices();
+        let end = loop {
+            match chars.next()? {
+                (_, '\\') => match chars.next()?.1 {
+                    '\\' => value.push('\\'),
+                    '"' => value.push('"'),
+                    'n' => value.push('\n'),
+                    _ => return None,
+                },
+                (i, '"') => break i,
+                (_, c) => value.push(c),
+            }
+        };
+        out.push((key.to_string(), value));
+        rest = &r[end + 1..];
+        if let Some(r) = rest.strip_prefix(',') {
+            rest = r;
+        } else {
+            let value = rest.strip_prefix("} ")?;
+            value.parse::<f64>().ok()?;
+            return Some(out);
+        }
+    }
+}
+
+#[test]
+fn exporter_label_values_are_escaped_and_forge_no_line() {
+    let f = fixture("inject-exporter");
+    let _c2 = hostile(&f);
+    let body = scrape(&f);
+    let (_, metrics) = body.split_once("\r\n\r\n").expect("an HTTP answer");
+    for bad in ['\x1b', '\x07', '\r', '\u{202e}'] {
+        assert!(!metrics.contains(bad), "{bad:?} in:\n{metrics}");
+    }
+    // Every line is a comment or a whole sample.
+    for l in metrics.lines() {
+        assert!(
+            l.starts_with('#') || labels(l).is_some() && l.starts_with("cuslice_"),
+            "not a sample: {l:?} in:\n{metrics}"
+        );
+    }
+    let info = metrics
+        .lines()
+        .find(|l| l.starts_with("cuslice_tenant_info{") && l.contains("tenant=\"alpha\""))
+        .unwrap_or_else(|| panic!("{metrics}"));
+    let l = labels(info).unwrap_or_else(|| panic!("{info}"));
+    let get = |k: &str| {
+        l.iter()
+            .find(|(x, _)| x == k)
+            .map(|(_, v)| v.as_str())
+            .unwrap_or_else(|| panic!("no {k} in {info}"))
+    };
+    // The value is the escaped text; `"` and `\` per the format.
+    assert_eq!(get("image"), "img\"quoted\\back\\u{202e}slash");
+    assert_eq!(
+        get("container"),
+        "trainer\\x1b]0;pwned\\x07\\x1b[2J\\n  forged-name-row  x  80G/80G  100%  1"
+    );
+    assert!(
+        info.contains(r#"image="img\"quoted\\back\\u{202e}slash""#),
+        "{info}"
+    );
+    assert!(
+        metrics.contains(r#"tenant="evil\\x1b[2J\\n  forged-tenant-row""#),
+        "{metrics}"
+    );
+}

@@ -1614,3 +1614,45 @@ fn under_systemd_the_watch_says_ready_after_its_first_pass_and_keeps_alive_every
         "{unit}"
     );
 }
+
+/// Every tenant can write the shared per-GPU segment, the names in it
+/// included. A name with a newline and what looks like a line of the
+/// watch's log (and a terminal's title sequence) is one log line, escaped:
+/// it forges no line of the log, and the watch's state carries it escaped
+/// (issue 18, hole 7).
+#[test]
+fn a_tenant_name_with_a_newline_is_one_escaped_log_line() {
+    let h = Host::new("inject");
+    let path = h.gpu_dir().join(format!(
+        "{}.seg",
+        cuslice_core::config::format_uuid(&common::FAKE_UUID)
+    ));
+    let g = GpuSegment::open_or_create(&path).expect("GPU segment");
+    let name = "x\ncuslice watch: forged resolved\x1b]0;t\x07";
+    let (i, _) = g
+        .register_tenant(name, 10, 100, 0, cuslice_core::gpu::monotonic_ns())
+        .expect("tenant");
+    // Out of range: a value the audit reports even for a tenant no quota
+    // file names.
+    g.tenant(i)
+        .expect("tenant")
+        .share
+        .store(1000, std::sync::atomic::Ordering::Release);
+    let watch = h.watch("repair = false");
+    let escaped = "x\\ncuslice watch: forged resolved\\x1b]0;t\\x07";
+    let f = h.finding("gpu_segment", escaped, TWO_INTERVALS, &watch);
+    assert_eq!(f["tenant"], escaped, "{f}");
+    let line = watch.line("cuslice watch: GPU segment ").0;
+    assert!(
+        line.contains(&format!("tenant {escaped}: share 1000 / ceiling 100")),
+        "{line}"
+    );
+    let text = watch.text();
+    assert!(!text.contains(['\x1b', '\x07']), "{text}");
+    let lines: Vec<&str> = text.lines().filter(|l| l.contains("forged")).collect();
+    assert_eq!(lines.len(), 1, "{text}");
+    assert!(
+        !text.lines().any(|l| l.starts_with("cuslice watch: forged")),
+        "a forged line:\n{text}"
+    );
+}

@@ -46,3 +46,26 @@ pub struct ContainerMeta {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub init_start: Option<u64>,
 }
+
+impl ContainerMeta {
+    /// The record for display: every string in it comes from the container's
+    /// spec (the tenant's), so each is escaped and bounded by
+    /// [`text::clean`](super::text::clean). What `cuslice status`, `top`
+    /// and the exporter show; the watch matches processes on the record as
+    /// written.
+    pub fn for_display(&self) -> ContainerMeta {
+        use super::text::clean;
+        let opt = |o: &Option<String>| o.as_deref().map(clean);
+        ContainerMeta {
+            id: clean(&self.id),
+            name: opt(&self.name),
+            pod: opt(&self.pod),
+            image: opt(&self.image),
+            command: self.command.iter().map(|a| clean(a)).collect(),
+            pid_ns: self.pid_ns,
+            cgroup: opt(&self.cgroup),
+            init_pid: self.init_pid,
+            init_start: self.init_start,
+        }
+    }
+}

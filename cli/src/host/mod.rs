@@ -12,6 +12,9 @@
 //!   root: written by the OCI hook, read by `status` and `watch`.
 //! - [`proc`]: what every host command reads of a process in `/proc` (its
 //!   stat, namespace inode, cgroup).
+//! - [`text`]: the one function that makes text from tenants (commands,
+//!   names, images, annotations, tenant names in segments, paths from their
+//!   environments) safe for a terminal or a log line.
 //!
 //! The commands (`oci`, `watch`, `status`, `run`) build on this module and
 //! `cuslice-core`, never on each other: `oci` and `watch` used to import
@@ -21,3 +24,4 @@ pub mod container;
 pub mod fs;
 pub mod proc;
 pub mod run_dir;
+pub mod text;

@@ -1,10 +1,13 @@
 //! The one place the watch audits and repairs a per-GPU segment, through
 //! core's `gpu::audit`: the tenants it knows from the quota files get back
-//! what their files give them, a lease stays only with a live holder.
+//! what their files give them, a lease stays only with a live holder. What
+//! it found names tenants by what they wrote into the segment: escaped.
 
 use std::path::Path;
 
 use cuslice_core::gpu::{GpuSegment, audit as core_audit};
+
+use crate::host::text;
 
 pub use core_audit::Expected;
 
@@ -46,12 +49,13 @@ pub fn audit(
     } else {
         found
     };
+    // Tenant names are whatever a tenant wrote into the segment.
     a.findings = found
         .into_iter()
         .map(|f| {
             (
-                f.tenant.clone().unwrap_or_else(|| "-".into()),
-                format!("{} ({})", f, f.kind),
+                f.tenant.as_deref().map_or_else(|| "-".into(), text::clean),
+                text::clean_to(&format!("{} ({})", f, f.kind), text::LINE_MAX),
             )
         })
         .collect();

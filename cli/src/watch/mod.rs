@@ -31,6 +31,7 @@ use cuslice_core::config::{Config, format_uuid, parse_uuid};
 use cuslice_core::gpu::{DEMAND_WINDOW_NS, GpuSegment, MAX_PROCS, PROC_FREE, monotonic_ns};
 use cuslice_core::segment::{READY_STATE, Segment, UNLIMITED};
 
+use crate::host::text::{self, LINE_MAX};
 use crate::nvml::{DeviceHandle, Nvml};
 use checks::{ComputeSeen, Seen, size};
 use config::{Policy, WatchConfig};
@@ -71,8 +72,13 @@ extern "C" fn on_stop(_: libc::c_int) {
     STOP.store(true, Ordering::Relaxed);
 }
 
+/// One line of the log. The values from tenants in it were escaped where
+/// they entered the watch (slice labels, segment tenant names, findings);
+/// the whole line is escaped again (idempotent) and bounded, for the paths
+/// from a session's environment and whatever a later message adds: one
+/// call, one line, whatever it holds.
 fn log(line: &str) {
-    eprintln!("cuslice watch: {line}");
+    eprintln!("cuslice watch: {}", text::clean_to(line, LINE_MAX));
 }
 
 /// The key of a finding: what, whose, which GPU, which process.
@@ -266,7 +272,11 @@ struct Group {
 }
 
 impl Watch {
-    fn found(&mut self, key: Key, mut view: FindingView, action: Option<String>) {
+    fn found(&mut self, key: Key, view: FindingView, action: Option<String>) {
+        // Findings name tenants and hold paths and labels from them: escaped
+        // once, here, for the log, the state file and `cuslice status`.
+        let mut view = view.for_display();
+        let action = action.map(|a| text::clean_to(&a, LINE_MAX));
         let pass = self.pass;
         match self.active.get_mut(&key) {
             Some(a) => {

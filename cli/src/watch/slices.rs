@@ -47,7 +47,7 @@ use cuslice_core::config::{self, Config};
 
 use super::procfs::ProcSource;
 use crate::host::container::{ContainerMeta, META_FILE};
-use crate::host::run_dir;
+use crate::host::{run_dir, text};
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum SliceId {
@@ -122,7 +122,8 @@ fn short(id: &str) -> String {
     id.chars().take(12).collect()
 }
 
-/// `cuslice run [flags] -- prog args`: `prog args`.
+/// `cuslice run [flags] -- prog args`: `prog args`, escaped and cut to 60
+/// characters (the user's command goes into one-line log messages).
 fn run_command(args: &[String]) -> String {
     let after = args
         .iter()
@@ -134,22 +135,7 @@ fn run_command(args: &[String]) -> String {
     {
         *first = n.to_string_lossy().into_owned();
     }
-    one_line(&v.join(" "), 60)
-}
-
-/// `s` on one line (control characters as `?`), cut to `max` characters
-/// with `…`: a session's command goes into one-line log messages.
-fn one_line(s: &str, max: usize) -> String {
-    let mut out: String = s
-        .chars()
-        .map(|c| if c.is_control() { '?' } else { c })
-        .take(max + 1)
-        .collect();
-    if out.chars().count() > max {
-        out = out.chars().take(max - 1).collect();
-        out.push('…');
-    }
-    out
+    text::clean_to(&v.join(" "), 60)
 }
 
 /// Opens `path` for reading without following a link in its last
@@ -500,6 +486,8 @@ impl Slices {
             }
         };
         let meta: Option<ContainerMeta> = serde_json::from_slice(&meta_bytes).ok();
+        // The name, pod and image are annotations, the command the spec's:
+        // the tenant's, escaped by `describe`.
         let label = match &meta {
             Some(m) if m.name.is_some() || m.pod.is_some() || m.image.is_some() => {
                 format!("container {} ({})", crate::status::describe(m), short(id))
@@ -828,9 +816,50 @@ pub mod tests {
         assert_eq!(long.chars().count(), 60, "{long}");
         assert!(long.ends_with('…') && !long.contains('\n'), "{long}");
         assert!(
-            long.starts_with("sh -c python3 serve.py &?while true"),
+            long.starts_with("sh -c python3 serve.py &\\nwhile true"),
             "{long}"
         );
+        // What reorders text or drives the terminal is shown escaped.
+        assert_eq!(
+            run_command(&args(&[
+                "cuslice",
+                "run",
+                "--",
+                "x\u{202e}yz",
+                "\x1b]0;t\x07"
+            ])),
+            "x\\u{202e}yz \\x1b]0;t\\x07"
+        );
+    }
+
+    /// A container's name (an annotation: the tenant's) with a newline and
+    /// what looks like a line of the watch's log is one line of its label,
+    /// and of every note naming it.
+    #[test]
+    fn a_container_name_with_a_newline_is_one_line_of_the_log() {
+        let root = tmp("inject");
+        let name = "web\ncuslice watch: container db (0123): resolved\x1b[2J\u{202e}";
+        container(
+            &root,
+            "aaa",
+            serde_json::json!({"id": "aaa", "name": name}),
+            QUOTA,
+        );
+        let mut s = Slices::new(&root, Some(HOST));
+        s.refresh(&FakeProc::default());
+        let label = &s.containers.get("aaa").expect("aaa").label;
+        assert_eq!(
+            label,
+            "container web\\ncuslice watch: container db (0123): resolved\\x1b[2J\\u{202e} (aaa)"
+        );
+        let note = s
+            .notes
+            .iter()
+            .find(|n| n.contains("records no PID namespace or cgroup"))
+            .unwrap_or_else(|| panic!("{:?}", s.notes));
+        assert!(note.starts_with(label.as_str()), "{note}");
+        assert!(!note.contains(['\n', '\x1b', '\u{202e}']), "{note}");
+        let _ = std::fs::remove_dir_all(&root);
     }
 
     /// A synthetic /proc.

@@ -113,7 +113,48 @@ pub fn read(path: &Path) -> Option<WatchState> {
     serde_json::from_slice(&std::fs::read(path).ok()?).ok()
 }
 
+impl FindingView {
+    /// Escaped and bounded by [`text`](crate::host::text): a finding
+    /// carries tenant names, container labels and paths from tenants.
+    pub fn for_display(self) -> FindingView {
+        use crate::host::text::{LINE_MAX, clean, clean_to};
+        FindingView {
+            tenant: clean(&self.tenant),
+            slice: clean_to(&self.slice, LINE_MAX),
+            figure: clean(&self.figure),
+            limit: clean(&self.limit),
+            what: clean_to(&self.what, LINE_MAX),
+            action: clean_to(&self.action, LINE_MAX),
+            ..self
+        }
+    }
+}
+
 impl WatchState {
+    /// Every string escaped and bounded: what `cuslice status` reads back
+    /// (the watch escaped them already; escaping is idempotent).
+    pub fn for_display(self) -> WatchState {
+        use crate::host::text::{LINE_MAX, clean, clean_to};
+        WatchState {
+            policy: clean(&self.policy),
+            findings: self
+                .findings
+                .into_iter()
+                .map(FindingView::for_display)
+                .collect(),
+            counts: self
+                .counts
+                .into_iter()
+                .map(|c| Count {
+                    tenant: clean(&c.tenant),
+                    ..c
+                })
+                .collect(),
+            errors: self.errors.iter().map(|e| clean_to(e, LINE_MAX)).collect(),
+            ..self
+        }
+    }
+
     /// Whether the watch is up: running, and its last pass no older than
     /// three intervals (and two seconds).
     pub fn up(&self, now: f64) -> bool {
