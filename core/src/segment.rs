@@ -299,17 +299,7 @@ impl Segment {
         let Some(d) = self.device(i) else {
             unreachable!("i < MAX_DEVICES")
         };
-        for (k, w) in d.uuid.iter().enumerate() {
-            w.store(
-                u32::from_le_bytes([
-                    uuid[4 * k],
-                    uuid[4 * k + 1],
-                    uuid[4 * k + 2],
-                    uuid[4 * k + 3],
-                ]),
-                Ordering::Relaxed,
-            );
-        }
+        store_uuid(d, uuid);
         d.limit.store(limit, Ordering::Relaxed);
         d.state.store(DEV_READY, Ordering::Release);
         Ok(i)
@@ -468,17 +458,7 @@ impl Segment {
         };
         self.shm.with_flock(|| {
             if let Some(uuid) = uuid {
-                for (k, w) in d.uuid.iter().enumerate() {
-                    w.store(
-                        u32::from_le_bytes([
-                            uuid[4 * k],
-                            uuid[4 * k + 1],
-                            uuid[4 * k + 2],
-                            uuid[4 * k + 3],
-                        ]),
-                        Ordering::Relaxed,
-                    );
-                }
+                store_uuid(d, uuid);
             }
             d.limit.store(limit, Ordering::Release);
             if uuid.is_some() || d.state.load(Ordering::Acquire) != DEV_EMPTY {
@@ -559,6 +539,21 @@ pub struct ProcessUsage {
     pub started: u64,
     pub used: [u64; MAX_DEVICES],
     pub alive: bool,
+}
+
+/// Writes `uuid` into `d`'s UUID words (the inverse of [`device_uuid`]).
+fn store_uuid(d: &Device, uuid: &[u8; 16]) {
+    for (k, w) in d.uuid.iter().enumerate() {
+        w.store(
+            u32::from_le_bytes([
+                uuid[4 * k],
+                uuid[4 * k + 1],
+                uuid[4 * k + 2],
+                uuid[4 * k + 3],
+            ]),
+            Ordering::Relaxed,
+        );
+    }
 }
 
 fn device_uuid(d: &Device) -> [u8; 16] {
