@@ -121,7 +121,13 @@ impl Sources {
             v.sort();
             mem.extend(v);
         }
-        let local = Path::new(config::DEFAULT_SEGMENT_DIR).join("memory.seg");
+        // Where a process without a quota file keeps its segment: the
+        // shim's `CUSLICE_SEGMENT_DIR` (empty counts as unset), else the
+        // default.
+        let local = std::env::var_os("CUSLICE_SEGMENT_DIR")
+            .filter(|d| !d.is_empty())
+            .map_or_else(|| PathBuf::from(config::DEFAULT_SEGMENT_DIR), PathBuf::from)
+            .join("memory.seg");
         if local.is_file() {
             mem.push(local);
         }

@@ -89,7 +89,11 @@ fn cuslice(f: &Fixture, args: &[&str]) -> Command {
         .arg("--containers-root")
         .arg(f.dir.join("containers"))
         .env("CUSLICE_REAL_NVML", e.fake.join("libnvidia-ml.so.1"))
-        .env("FAKE_CUDA_STATE", f.dir.join("fake.state"));
+        .env("FAKE_CUDA_STATE", f.dir.join("fake.state"))
+        // Hermetic: the host's own segments (a `cuslice run` session's in
+        // its runtime directory, /dev/shm/cuslice) are not this test's.
+        .env("XDG_RUNTIME_DIR", f.dir.join("xdg"))
+        .env("CUSLICE_SEGMENT_DIR", f.dir.join("local"));
     c
 }
 

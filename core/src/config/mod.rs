@@ -189,8 +189,9 @@ pub fn load(env: &dyn Fn(&str) -> Option<String>) -> Result<Config, ConfigError>
 }
 
 /// [`load`] with the default file path as a parameter (tests point it at a
-/// temporary directory).
-fn load_with(
+/// temporary directory, so that they do not depend on the host's
+/// `/etc/cuslice/quota.toml`).
+pub fn load_with(
     env: &dyn Fn(&str) -> Option<String>,
     default_path: &Path,
 ) -> Result<Config, ConfigError> {
