@@ -175,8 +175,9 @@ fn a_share_change_takes_effect_while_running() {
     // The operator lowers B to 20 %: a process of B starting with the new
     // quota file updates the tenant's share for everyone.
     let b2 = h.quota("b", "", "compute = 20");
-    let probe = finish(spin(&h, Some(&b2), &["0.05", "1000", "1"]));
-    assert!(probe.wall > 0.0);
+    // Its run only registers the new share; what it changes is judged
+    // below.
+    finish(spin(&h, Some(&b2), &["0.05", "1000", "1"]));
     let (sa, sb) = (finish(pa), finish(pb));
     let (fa, fb) = (
         sa.fraction_between(300.0, 1400.0),

@@ -857,7 +857,24 @@ fn cuslice_config_is_used_only_without_a_mounted_file() {
 
 #[test]
 fn real_default_path_is_the_documented_one() {
-    assert_eq!(DEFAULT_CONFIG_PATH, "/etc/cuslice/quota.toml");
+    // The path the docs tell administrators to mount is the one the shim
+    // reads.
+    for (doc, text) in [
+        ("README.md", include_str!("../../../README.md")),
+        (
+            "docs/memory-quota.md",
+            include_str!("../../../docs/memory-quota.md"),
+        ),
+        (
+            "docs/containers.md",
+            include_str!("../../../docs/containers.md"),
+        ),
+    ] {
+        assert!(
+            text.contains(DEFAULT_CONFIG_PATH),
+            "{doc} does not name {DEFAULT_CONFIG_PATH}"
+        );
+    }
     // load() itself must not panic whatever this machine holds.
     let _ = load(&|_| None);
 }
