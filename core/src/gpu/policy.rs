@@ -641,13 +641,16 @@ impl GpuSegment {
         (0..MAX_TENANTS).any(|i| {
             i != tenant
                 && self.tenant(i).is_some_and(|o| {
+                    // A window is rolled by its own tenant's charges: one
+                    // that started long ago belongs to a tenant gone idle.
+                    let recent = now.saturating_sub(o.win_start.load(Ordering::Relaxed))
+                        < 2 * DEMAND_WINDOW_NS;
                     o.state.load(Ordering::Acquire) == READY
                         && o.procs.load(Ordering::Acquire) > 0
                         && (o.waiting.load(Ordering::Acquire) > 0
-                            || o.win_used.load(Ordering::Relaxed) > 0
-                            || (o.demand_pm.load(Ordering::Relaxed) > 0
-                                && now.saturating_sub(o.win_start.load(Ordering::Relaxed))
-                                    < 2 * DEMAND_WINDOW_NS))
+                            || (recent
+                                && (o.win_used.load(Ordering::Relaxed) > 0
+                                    || o.demand_pm.load(Ordering::Relaxed) > 0)))
                 })
         })
     }
@@ -1665,9 +1668,9 @@ mod tests {
         // Another tenant that had GPU time in its window contends too.
         b.charge_free(o, MS, now);
         assert_eq!(a.route(t, now + MS, SLICE), Route::Lease);
-        // ... until it has been idle for two windows.
+        // ... until it has been idle for two windows (nothing rolls its
+        // window any more).
         let later = now + 3 * DEMAND_WINDOW_NS;
-        b.route(o, later, SLICE); // rolls its window: nothing used
         let now = load(&a, t, 90, later, 1);
         assert_eq!(a.route(t, now, SLICE), Route::Free);
         // With a ceiling, alone: the lease (which waits for tokens).
