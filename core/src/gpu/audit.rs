@@ -1,8 +1,10 @@
 //! Audit and repair of a per-GPU segment from outside the tenants (the host
 //! watchdog, `cuslice watch`).
 //!
-//! Every tenant can write the per-GPU segment (its directory is shared,
-//! 1777), so the values in it are only as good as the least trustworthy
+//! Every tenant can write the per-GPU segment (a file every tenant's
+//! processes map read-write: under the OCI hook, root's, mode 0666, reached
+//! through each container's mount), so the values in it are only as good
+//! as the least trustworthy
 //! tenant. The shim already survives garbage (every value it reads is
 //! bounds-checked, see `policy`), but a hostile tenant that *keeps*
 //! writing plausible values steers arbitration: its own share and ceiling
