@@ -67,6 +67,15 @@ extern "C" fn route(handle: *mut c_void, name: *const c_char) -> Route {
     };
     // SAFETY: forwarding the caller's arguments to glibc's dlsym.
     let p = unsafe { real(handle, name) };
+    // A profiler that looks CUPTI's registration up by name gets ours (the
+    // GPU time meter steps aside for it).
+    // SAFETY: name is non-null and NUL-terminated (checked by lib_of).
+    if !p.is_null() && unsafe { CStr::from_ptr(name) } == c"cuptiActivityRegisterCallbacks" {
+        return Route {
+            value: crate::meter::register_hook(),
+            tail: 0,
+        };
+    }
     let mapped = map_to_hook(p, lib);
     if mapped != p && crate::log::enabled(crate::log::Level::Debug) {
         // SAFETY: name is non-null and NUL-terminated (checked by lib_of).

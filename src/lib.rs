@@ -44,6 +44,7 @@ mod hooks;
 mod init;
 mod limiter;
 mod log;
+mod meter;
 mod quota;
 mod real;
 mod table;

@@ -127,6 +127,17 @@ pub struct Gpu {
     sync_start: AtomicU64,
     sync_charged: AtomicBool,
     sync_stamped: AtomicBool,
+    /// GPU time from kernel records (`crate::meter`): charged at the next
+    /// flush (`pending`), and in all (`metered`); `busy_metered` is
+    /// `metered` when the busy period began.
+    pending: AtomicU64,
+    metered: AtomicU64,
+    busy_metered: AtomicU64,
+    /// The process held the lease from `hold_from` to `hold_to` (u64::MAX
+    /// while it holds it): kernel records in that span are not charged
+    /// again (the lease charges its slices).
+    hold_from: AtomicU64,
+    hold_to: AtomicU64,
     /// Serialises pass ends and lease waits within the process.
     slow: Mutex<()>,
 }
@@ -230,11 +241,18 @@ pub fn build(cfg: &Config, uuids: &[[u8; 16]]) -> Result<(), String> {
             sync_start: AtomicU64::new(0),
             sync_charged: AtomicBool::new(false),
             sync_stamped: AtomicBool::new(false),
+            pending: AtomicU64::new(0),
+            metered: AtomicU64::new(0),
+            busy_metered: AtomicU64::new(0),
+            hold_from: AtomicU64::new(u64::MAX),
+            hold_to: AtomicU64::new(u64::MAX),
             slow: Mutex::new(()),
         }));
     }
     if any {
+        let n = gpus.len();
         STATE.store(Box::into_raw(Box::new(Limiter { gpus })), Ordering::Release);
+        crate::meter::start(n);
     }
     Ok(())
 }
@@ -295,7 +313,7 @@ impl Gpu {
         // again: busy, unless a waiter took the lease meanwhile.
         if mode == HOLDING && !self.seg.holder_busy(self.slot, now) {
             self.credits.store(0, Ordering::Release);
-            self.mode.store(NONE, Ordering::Release);
+            self.left_lease(now);
         }
         let mode = self.mode.load(Ordering::Acquire);
         // Launches into a capturing stream are recorded, not run: they
@@ -318,6 +336,7 @@ impl Gpu {
     fn end_pass(&self, stream: CUstream, now: u64, mode: u8) {
         let left = self.credits.swap(0, Ordering::AcqRel);
         let launches = (self.budget.load(Ordering::Relaxed) as i64 - left).max(1) as u64;
+        crate::meter::launched(launches);
         let shallow = self.shallow_now(now);
         if mode == FREE {
             // A free pass that used up its budget before its deadline
@@ -340,7 +359,7 @@ impl Gpu {
                 unsafe { real::cuCtxSynchronize() };
                 let t = now_ns();
                 self.measure(t, launches);
-                self.mode.store(NONE, Ordering::Release);
+                self.left_lease(t);
                 if self.seg.release(self.slot, self.tenant, t) {
                     futex_wake_all(self.seg.generation_word());
                 }
@@ -353,7 +372,7 @@ impl Gpu {
             self.measure(t, launches);
             match self.seg.renew(self.slot, self.tenant, t, self.slice_ns) {
                 Some(deadline) => self.lease_deadline.store(deadline, Ordering::Relaxed),
-                None => self.mode.store(NONE, Ordering::Release), // taken from us
+                None => self.left_lease(t), // taken from us
             }
             return;
         }
@@ -363,16 +382,49 @@ impl Gpu {
 
     /// Charges a free pass (its wall time, up to its deadline: a pass that
     /// ended long after it had nothing in flight is not charged the idle
-    /// time) and notes the busy period.
+    /// time; nothing where its kernels' GPU time is measured) and notes the
+    /// busy period.
     fn close_free_pass(&self, now: u64) {
         let end = now.min(self.deadline.load(Ordering::Relaxed));
         let start = self.pass_start.load(Ordering::Relaxed);
-        self.seg
-            .charge_free(self.tenant, end.saturating_sub(start), now);
-        self.busy_last.store(end, Ordering::Relaxed);
-        let busy = end.saturating_sub(self.busy_since.load(Ordering::Relaxed));
-        self.seg.note_busy(self.tenant, busy);
+        self.charge_in_flight(start, end, now);
         self.credits.store(0, Ordering::Release);
+        self.mode.store(NONE, Ordering::Release);
+    }
+
+    /// Work of a process that launches freely was in flight from `start`
+    /// to `end`: charged as GPU time unless kernel records measure it, and
+    /// the busy period goes on to `end`.
+    fn charge_in_flight(&self, start: u64, end: u64, now: u64) {
+        let since = crate::meter::active();
+        if since.is_none() {
+            self.seg
+                .charge_free(self.tenant, end.saturating_sub(start), now);
+        }
+        self.busy_last.store(end, Ordering::Relaxed);
+        let busy_since = self.busy_since.load(Ordering::Relaxed);
+        match since {
+            None => {
+                let busy = end.saturating_sub(busy_since);
+                self.seg.note_busy(self.tenant, busy, None, now);
+            }
+            Some(since) => {
+                // Measured from when both the busy period and the records
+                // began (records lag by a flush: an underestimate).
+                let busy = end.saturating_sub(busy_since.max(since));
+                let gpu = self
+                    .metered
+                    .load(Ordering::Relaxed)
+                    .saturating_sub(self.busy_metered.load(Ordering::Relaxed));
+                self.seg.note_busy(self.tenant, busy, Some(gpu), now);
+            }
+        }
+    }
+
+    /// The process no longer holds the lease (released, taken, or handed
+    /// over while it was idle) as of `now`.
+    fn left_lease(&self, now: u64) {
+        self.hold_to.store(now, Ordering::Release);
         self.mode.store(NONE, Ordering::Release);
     }
 
@@ -383,8 +435,13 @@ impl Gpu {
             let now = now_ns();
             match self.seg.route(self.tenant, now, self.slice_ns) {
                 Route::Free => {
-                    self.alone
-                        .store(self.seg.free_alone(self.tenant, now), Ordering::Relaxed);
+                    let contended = self.seg.contended(self.tenant, now);
+                    // Charge what the GPU ran, not the time in flight.
+                    crate::meter::want(contended, now);
+                    self.alone.store(
+                        !contended && self.seg.uncapped(self.tenant),
+                        Ordering::Relaxed,
+                    );
                     self.mode.store(FREE, Ordering::Release);
                     break;
                 }
@@ -396,6 +453,8 @@ impl Gpu {
                 }
                 Route::Lease => {
                     self.acquire();
+                    self.hold_to.store(u64::MAX, Ordering::Release);
+                    self.hold_from.store(now_ns(), Ordering::Release);
                     self.mode.store(HOLDING, Ordering::Release);
                     break;
                 }
@@ -487,6 +546,8 @@ impl Gpu {
         if mode == FREE && now.saturating_sub(self.busy_last.load(Ordering::Relaxed)) > BUSY_GAP_NS
         {
             self.busy_since.store(now, Ordering::Relaxed);
+            self.busy_metered
+                .store(self.metered.load(Ordering::Relaxed), Ordering::Relaxed);
         }
         self.pass_start.store(now, Ordering::Relaxed);
         self.budget.store(budget, Ordering::Relaxed);
@@ -604,11 +665,7 @@ impl Gpu {
         let now = now_ns();
         if self.sync_charged.swap(false, Ordering::Relaxed) {
             let start = self.sync_start.load(Ordering::Relaxed);
-            self.seg
-                .charge_free(self.tenant, now.saturating_sub(start), now);
-            self.busy_last.store(now, Ordering::Relaxed);
-            let busy = now.saturating_sub(self.busy_since.load(Ordering::Relaxed));
-            self.seg.note_busy(self.tenant, busy);
+            self.charge_in_flight(start, now, now);
         }
         if self.sync_stamped.swap(false, Ordering::Relaxed)
             && self.seg.latency_sync_end(self.slot, self.tenant, now)
@@ -642,6 +699,37 @@ pub fn synchronized<R>(call: impl FnOnce() -> R) -> R {
         g.sync_end();
     }
     r
+}
+
+/// Kernel records say process's kernels ran on CUDA device `dev` from
+/// `start` to `end` (our clock; the meter's thread). Charged at the next
+/// `metered_flush`, less what the process ran holding the lease (its slices
+/// are charged by the lease).
+pub fn metered(dev: usize, start: u64, end: u64) {
+    let Some(g) = get().and_then(|l| l.gpus.get(dev)).and_then(Option::as_ref) else {
+        return;
+    };
+    let (hf, ht) = (
+        g.hold_from.load(Ordering::Acquire),
+        g.hold_to.load(Ordering::Acquire),
+    );
+    let held = end.min(ht).saturating_sub(start.max(hf));
+    let ns = (end - start).saturating_sub(held);
+    if ns > 0 {
+        g.pending.fetch_add(ns, Ordering::Relaxed);
+        g.metered.fetch_add(ns, Ordering::Relaxed);
+    }
+}
+
+/// Charges what `metered` collected (after each buffer of records).
+pub fn metered_flush(now: u64) {
+    let Some(l) = get() else { return };
+    for g in l.gpus.iter().flatten() {
+        let ns = g.pending.swap(0, Ordering::Relaxed);
+        if ns > 0 {
+            g.seg.charge_free(g.tenant, ns, now);
+        }
+    }
 }
 
 /// A fork child: drop the inherited limiter (closing its segment fds, so

@@ -30,12 +30,15 @@ p.add_argument("--work", default=None)
 p.add_argument("--starts", type=int, default=8)
 p.add_argument("--cells", default="small,decode")
 p.add_argument("--window", type=float, default=4.0, help="the service's measured window, s")
-p.add_argument("--decode-period-ms", type=float, default=200.0,
-               help="the decode server's request period (set it above its solo request time: a server that "
-                    "cannot keep up alone measures a backlog)")
+p.add_argument("--decode-period-ms", type=float, default=0.0,
+               help="the decode server's request period; 0 (default): twice its solo request time, measured "
+                    "first (a server that cannot keep up alone measures a backlog)")
 p.add_argument("--modes", default="solo,native,standard,latency",
                help="solo: the service alone under cuslice; native: the pair without cuslice (the reference; "
                     "needed by standard and latency); standard, latency: the pair under cuslice")
+p.add_argument("--native-ref", default=None,
+               help="P99_MS,SERVED_FRACTION,TFLOPS[,SOLO_P99_MS]: the native pair's medians from an earlier "
+                    "invocation on this machine, instead of running the native mode again")
 args = p.parse_args()
 LIB = os.path.abspath(args.lib)
 WORK = args.work or tempfile.mkdtemp(prefix="cuslice-colo-")
@@ -43,6 +46,11 @@ os.makedirs(WORK, exist_ok=True)
 GPUSEG = os.path.join(WORK, "gpu")
 OFFSETS = [0.0, 0.5, 1.0, 2.0, 4.0, 0.25, 1.5, 3.0]
 _n = 0
+# COLO_LOGS=DIR: each start's service output and cuslice's messages go there.
+LOGS = os.environ.get("COLO_LOGS")
+_log_n = 0
+if LOGS:
+    os.makedirs(LOGS, exist_ok=True)
 
 
 def quota(limits, top=""):
@@ -89,7 +97,7 @@ def service_cmd(cell):
             "--period-ms", str(args.decode_period_ms)]
 
 
-def one(cell, offset, sq, tq, with_trainer=True):
+def one(cell, offset, sq, tq, with_trainer=True, service_env=None):
     """One start: the trainer first, the service `offset` s after the
     trainer's work began. Returns (service results, trainer TFLOP/s over
     the service's window or None)."""
@@ -100,8 +108,13 @@ def one(cell, offset, sq, tq, with_trainer=True):
                    {"START_AT": str(t_at), "MM_PROGRESS": "1"})
         while time.monotonic() < t_at + offset:
             time.sleep(0.01)
-    sv = start(service_cmd(cell), sq)
+    sv = start(service_cmd(cell), sq, {**({"CUSLICE_LOG": "info"} if LOGS else {}), **(service_env or {})})
     out, err = sv.communicate(timeout=300)
+    if LOGS:
+        global _log_n
+        _log_n += 1
+        with open(os.path.join(LOGS, f"{_log_n:03d}-{cell}-service.log"), "w") as f:
+            f.write(f"offset {offset} quota {sq}\n{out}\n{err}")
     tflops = None
     if tr is not None:
         tr.send_signal(signal.SIGTERM)
@@ -141,24 +154,40 @@ for cell in args.cells.split(","):
     if "SKIP" in probe:
         row(cell, "all", probe["SKIP"], "", "", "", "SKIP")
         continue
-    solo = [one(cell, 0, None, None, with_trainer=False) for _ in range(3)]
-    solo_p99 = statistics.median(r["LAT"][1] for r, _ in solo)
-    solo_p50 = statistics.median(r["LAT"][0] for r, _ in solo)
-    row(cell, "service alone, native (3 starts)", f"p50 {solo_p50:.2f} / p99 {solo_p99:.2f} ms", "", "",
-        "p50: " + ", ".join(f"{r['LAT'][0]:.2f}" for r, _ in solo), "reference")
+    if cell == "decode" and args.decode_period_ms <= 0:
+        # One request at a time, far apart: how long a request takes alone.
+        r = parse(subprocess.run([sys.executable, os.path.join(SRC, "decode_probe.py"), "--seconds", "3",
+                                  "--period-ms", "1000"], capture_output=True, text=True).stdout)
+        args.decode_period_ms = max(50.0, 10.0 * round(2 * r["LAT"][0] / 10.0))
+        row(cell, f"request period {args.decode_period_ms:.0f} ms (twice the solo request time, "
+            f"{r['LAT'][0]:.1f} ms)", "", "", "", "", "setup")
+    ref = {}
+    if args.native_ref:
+        v = [float(x) for x in args.native_ref.split(",")]
+        ref = {"p99": v[0], "served": v[1], "tf": v[2]}
+        solo_p99 = v[3] if len(v) > 3 else float("nan")
+        row(cell, "native pair and solo: from an earlier invocation on this machine", f"p99 median {v[0]:.2f} ms",
+            f"served {100 * v[1]:.0f} %", f"trainer median {v[2]:.0f} TFLOP/s", f"solo p99 {solo_p99:.2f}", "reference")
+    else:
+        solo = [one(cell, 0, None, None, with_trainer=False) for _ in range(3)]
+        solo_p99 = statistics.median(r["LAT"][1] for r, _ in solo)
+        solo_p50 = statistics.median(r["LAT"][0] for r, _ in solo)
+        row(cell, "service alone, native (3 starts)", f"p50 {solo_p50:.2f} / p99 {solo_p99:.2f} ms", "", "",
+            "p50: " + ", ".join(f"{r['LAT'][0]:.2f}" for r, _ in solo), "reference")
     # Alone under cuslice (issue #19: a launch-bound tenant pays nothing
     # alone): median p50 within 5 % of native.
-    for label, top in (("compute 50", ""), ("compute 50, latency", "latency = true")):
-        if "solo" not in args.modes:
+    for label, top, env in (("compute 50", "", None), ("compute 50, latency", "latency = true", None),
+                            ("compute 50, GPU time meter always on", "", {"CUSLICE_METER": "always"})):
+        if "solo" not in args.modes or args.native_ref:
             break
-        res = [one(cell, 0, quota("compute = 50", top), None, with_trainer=False) for _ in range(3)]
+        res = [one(cell, 0, quota("compute = 50", top), None, with_trainer=False, service_env=env)
+               for _ in range(3)]
         p50 = statistics.median(r["LAT"][0] for r, _ in res)
         served = min(r["SERVED"][0] / r["SERVED"][1] for r, _ in res)
         row(cell, f"service alone, {label} (3 starts)",
             f"p50 {p50:.2f} ms ({p50 / solo_p50:.2f}x native)", f"served worst {100 * served:.0f} %", "",
             "p50: " + ", ".join(f"{r['LAT'][0]:.2f}" for r, _ in res),
             "PASS" if p50 <= 1.05 * solo_p50 and served >= 1.0 - 1e-9 else "**FAIL**")
-    ref = {}
     for mode in [m for m in args.modes.split(",") if m != "solo"]:
         res = []
         for i in range(args.starts):

@@ -86,6 +86,10 @@ pub const HEAVY_BUSY_NS: u64 = 50_000_000;
 /// A heavy tenant is light again below this fraction of its share (per
 /// mille), so that one held exactly at its share stays heavy.
 pub const LIGHT_PERMILLE: u64 = 800;
+/// A process in flight without a break for `HEAVY_BUSY_NS` saturates the
+/// GPU if its kernels ran at least this share (per mille) of its fair
+/// time-slice share of that stretch (`note_busy`).
+pub const SATURATING_PERMILLE: u64 = 500;
 /// A lease holder idle this long (its synchronising call returned and it
 /// launched nothing since) loses the lease to a waiter, charged only up to
 /// when it went idle: a service waiting for its next request must not
@@ -638,21 +642,37 @@ impl GpuSegment {
         if lease != 0 && s.holder_tenant.load(Ordering::Relaxed) as usize != tenant {
             return true;
         }
-        (0..MAX_TENANTS).any(|i| {
-            i != tenant
-                && self.tenant(i).is_some_and(|o| {
-                    // A window is rolled by its own tenant's charges: one
-                    // that started long ago belongs to a tenant gone idle.
-                    let recent = now.saturating_sub(o.win_start.load(Ordering::Relaxed))
-                        < 2 * DEMAND_WINDOW_NS;
-                    o.state.load(Ordering::Acquire) == READY
-                        && o.procs.load(Ordering::Acquire) > 0
-                        && (o.waiting.load(Ordering::Acquire) > 0
-                            || (recent
-                                && (o.win_used.load(Ordering::Relaxed) > 0
-                                    || o.demand_pm.load(Ordering::Relaxed) > 0)))
-                })
+        (0..MAX_TENANTS).any(|i| i != tenant && self.competes(i, now))
+    }
+
+    /// How many tenants other than `tenant` compete for this GPU now.
+    pub fn competitors(&self, tenant: usize, now: u64) -> u64 {
+        (0..MAX_TENANTS)
+            .filter(|&i| i != tenant && self.competes(i, now))
+            .count() as u64
+    }
+
+    /// Whether tenant `i` competes for the GPU: a live process of it waits
+    /// for the lease, or it was charged GPU time recently.
+    fn competes(&self, i: usize, now: u64) -> bool {
+        self.tenant(i).is_some_and(|o| {
+            // A window is rolled by its own tenant's charges: one that
+            // started long ago belongs to a tenant gone idle.
+            let recent =
+                now.saturating_sub(o.win_start.load(Ordering::Relaxed)) < 2 * DEMAND_WINDOW_NS;
+            o.state.load(Ordering::Acquire) == READY
+                && o.procs.load(Ordering::Acquire) > 0
+                && (o.waiting.load(Ordering::Acquire) > 0
+                    || (recent
+                        && (o.win_used.load(Ordering::Relaxed) > 0
+                            || o.demand_pm.load(Ordering::Relaxed) > 0)))
         })
+    }
+
+    /// Whether `tenant` has no ceiling on this GPU.
+    pub fn uncapped(&self, tenant: usize) -> bool {
+        self.tenant(tenant)
+            .is_some_and(|t| t.max.load(Ordering::Relaxed) >= 100)
     }
 
     /// Whether a process of `tenant` that launches freely may do so in
@@ -714,13 +734,26 @@ impl GpuSegment {
     /// competes through the lease from its next launch on (a latency
     /// tenant only by its charged share: one long request is no reason to
     /// lose its class).
-    pub fn note_busy(&self, tenant: usize, ns: u64) {
-        if let Some(t) = self.tenant(tenant)
-            && ns >= HEAVY_BUSY_NS
-            && !is_latency(t)
-        {
-            t.heavy.store(1, Ordering::Release);
+    ///
+    /// `gpu_ns`: the GPU time its kernels ran in that stretch, where it is
+    /// measured (kernel records). In flight is not on the GPU: a launch-bound
+    /// decode loop beside a trainer is in flight most of the time and runs
+    /// 4.5 % of it. Measured, a process saturates only if it ran at least
+    /// `SATURATING_PERMILLE` of its fair time-slice share (1 / the tenants
+    /// competing, itself included) of the stretch: two saturating tenants
+    /// time-sliced run ~500 per mille each, a decode loop ~50.
+    pub fn note_busy(&self, tenant: usize, ns: u64, gpu_ns: Option<u64>, now: u64) {
+        let Some(t) = self.tenant(tenant) else { return };
+        if ns < HEAVY_BUSY_NS || is_latency(t) {
+            return;
         }
+        if let Some(gpu) = gpu_ns {
+            let fair = SATURATING_PERMILLE / (self.competitors(tenant, now) + 1);
+            if (gpu as u128) * 1000 < ns as u128 * fair as u128 {
+                return;
+            }
+        }
+        t.heavy.store(1, Ordering::Release);
     }
 
     /// Whether `tenant` is a latency tenant under its share (its
@@ -1560,7 +1593,7 @@ mod tests {
             // The free path and the latency class on the same garbage.
             let _ = a.route(t, now, SLICE);
             a.charge_free(t, rnd(), now);
-            a.note_busy(t, rnd());
+            a.note_busy(t, rnd(), Some(rnd()), now);
             a.latency_stamp(t, rnd());
             a.latency_sync_begin(p, t, now);
             let _ = a.latency_hold(now);
@@ -1804,14 +1837,48 @@ mod tests {
     fn work_in_flight_without_a_break_makes_a_standard_tenant_heavy_at_once() {
         let (g, a, t, _) = tenant_with("busy", 50, 100, false);
         let _other = contender(&g);
-        a.note_busy(t, HEAVY_BUSY_NS - 1);
+        a.note_busy(t, HEAVY_BUSY_NS - 1, None, MS);
         assert_eq!(a.route(t, MS, SLICE), Route::Free);
-        a.note_busy(t, HEAVY_BUSY_NS);
+        a.note_busy(t, HEAVY_BUSY_NS, None, MS);
         assert_eq!(a.route(t, 2 * MS, SLICE), Route::Lease);
         // A latency tenant's long request is no reason to lose its class.
         let (_, b, u, _) = tenant_with("busy-lat", 50, 100, true);
-        b.note_busy(u, 10 * HEAVY_BUSY_NS);
+        b.note_busy(u, 10 * HEAVY_BUSY_NS, None, MS);
         assert_eq!(b.route(u, MS, SLICE), Route::Free);
+    }
+
+    #[test]
+    fn work_in_flight_that_ran_little_on_the_gpu_is_not_saturating() {
+        // One competitor: the fair time-slice share is half the stretch, a
+        // saturating process runs at least half of that (250 per mille).
+        let (g, a, t, _) = tenant_with("decode", 50, 100, false);
+        let _other = contender(&g);
+        let stretch = 4 * HEAVY_BUSY_NS;
+        // A decode loop: in flight all along, its kernels ran 5 %.
+        a.note_busy(t, stretch, Some(stretch / 20), MS);
+        assert_eq!(a.route(t, MS, SLICE), Route::Free, "launch-bound: light");
+        // Just under the bar, then at it.
+        a.note_busy(t, stretch, Some(stretch / 4 - 1_000), MS);
+        assert_eq!(a.route(t, MS, SLICE), Route::Free);
+        a.note_busy(t, stretch, Some(stretch / 4), MS);
+        assert_eq!(a.route(t, 2 * MS, SLICE), Route::Lease, "time-sliced saturator");
+        // With three competitors the bar is an eighth of the stretch.
+        let (h, b, u, _) = tenant_with("decode4", 50, 100, false);
+        let _others: Vec<_> = ["o1", "o2", "o3"]
+            .iter()
+            .map(|n| {
+                let (o, _) = h.register_tenant(n, 10, 100, 0, 0).expect("o");
+                let c = GpuSegment::open_or_create(&h.path).expect("c");
+                let q = c.claim_proc(o, 3).expect("q");
+                c.begin_wait(q, o, 0);
+                (c, o, q)
+            })
+            .collect();
+        assert_eq!(b.competitors(u, MS), 3);
+        b.note_busy(u, stretch, Some(stretch / 8 - 1_000), MS);
+        assert_eq!(b.route(u, MS, SLICE), Route::Free);
+        b.note_busy(u, stretch, Some(stretch / 8), MS);
+        assert_eq!(b.route(u, 2 * MS, SLICE), Route::Lease);
     }
 
     #[test]

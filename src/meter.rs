@@ -1,0 +1,600 @@
+//! GPU time as the GPU spent it: CUPTI's kernel activity records.
+//!
+//! Under time-slicing, a process whose work is in flight is not on the GPU
+//! for most of that time: a decode loop beside a trainer is in flight
+//! 67-77 % of the time while its kernels run 4.5 %
+//! (docs/benchmarks/2026-11-24-h100-gpu-time-signals.md). Only CUPTI's
+//! kernel records say when the GPU ran a process's kernels. So a process
+//! that launches freely on a contended GPU is charged the time its kernels
+//! ran (their union per device), from these records, instead of its wall
+//! time in flight.
+//!
+//! - `libcupti` is the tenant's (`CUSLICE_CUPTI=<path>`, else the one the
+//!   program already loaded, else `libcupti.so.13` / `.12` / `libcupti.so`
+//!   on the search path or in the CUDA installation); `CUSLICE_CUPTI=off`
+//!   turns the meter off. Without it, the shim charges wall time as before
+//!   (and says so once).
+//! - Recording is switched on only while the process launches freely on a
+//!   contended GPU (`want`), and off again after `IDLE_OFF_NS` without that:
+//!   alone, a process pays nothing for it.
+//! - A thread of ours flushes the records every `FLUSH_NS`; the charges lag
+//!   the GPU by about that much.
+//! - The tenant's own profiler wins: when the program registers its own
+//!   activity callbacks (`cuptiActivityRegisterCallbacks`, which the shim
+//!   exports so that it sees the call), when a profiler is injected
+//!   (`CUDA_INJECTION64_PATH`: Nsight), or when records stop coming while
+//!   the process launches, the meter stops for good and the process is
+//!   charged wall time again (said once, at info level).
+
+use std::ffi::{CStr, c_char, c_void};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+use crate::limiter::now_ns;
+use crate::sys::CUcontext;
+
+/// How often our thread flushes CUPTI's records while recording.
+const FLUSH_NS: u64 = 4_000_000;
+/// Recording stops this long after the process last wanted it.
+const IDLE_OFF_NS: u64 = 2_000_000_000;
+/// The records-stopped check: over this long, a process that launched at
+/// least `LOST_LAUNCHES` kernels but got no record, twice in a row, has lost
+/// its callbacks to someone else.
+const LOST_CHECK_NS: u64 = 200_000_000;
+const LOST_LAUNCHES: u64 = 16;
+/// One record buffer (CUPTI wants 8-byte alignment).
+const BUFFER_BYTES: usize = 256 * 1024;
+const BUFFER_ALIGN: usize = 8;
+/// Recalibrate CUPTI's clock against ours this often.
+const CALIBRATE_NS: u64 = 10_000_000_000;
+
+const CUPTI_SUCCESS: i32 = 0;
+const CUPTI_ERROR_MAX_LIMIT_REACHED: i32 = 12;
+const CUPTI_ERROR_UNKNOWN: i32 = 999;
+const KIND_KERNEL: u32 = 3;
+const KIND_CONCURRENT_KERNEL: u32 = 10;
+/// Offsets in a kernel record (`CUpti_ActivityKernel4` to `10`, CUDA 11 to
+/// 13: unchanged; checked against NVIDIA's header on the GPU host).
+const REC_START: usize = 16;
+const REC_END: usize = 24;
+const REC_DEVICE: usize = 40;
+
+type Requested = unsafe extern "C" fn(*mut *mut u8, *mut usize, *mut usize);
+type Completed = unsafe extern "C" fn(CUcontext, u32, *mut u8, usize, usize);
+
+struct Api {
+    register: unsafe extern "C" fn(Option<Requested>, Option<Completed>) -> i32,
+    enable: unsafe extern "C" fn(u32) -> i32,
+    disable: unsafe extern "C" fn(u32) -> i32,
+    flush_all: unsafe extern "C" fn(u32) -> i32,
+    next_record: unsafe extern "C" fn(*mut u8, usize, *mut *mut u8) -> i32,
+    timestamp: unsafe extern "C" fn(*mut u64) -> i32,
+    result_string: Option<unsafe extern "C" fn(i32, *mut *const c_char) -> i32>,
+}
+
+struct Meter {
+    api: Api,
+    path: String,
+    /// `CUSLICE_METER=always`: record even while the GPU is not shared.
+    always: bool,
+    /// When the process last asked for recording (launching freely on a
+    /// contended GPU).
+    wanted_at: AtomicU64,
+    /// Recording now, since `since` (our clock): kernels launched before are
+    /// not in the records.
+    enabled: AtomicBool,
+    since: AtomicU64,
+    /// CUPTI's clock minus ours.
+    offset: AtomicI64,
+    /// Given up for good (the tenant's profiler took CUPTI, or CUPTI failed).
+    lost: AtomicBool,
+    /// Records seen, and kernels launched (counted by the limiter), for the
+    /// records-stopped check.
+    records: AtomicU64,
+    launches: AtomicU64,
+    /// Per CUDA ordinal: end of the GPU time already counted (the union of
+    /// a process's concurrent kernels is charged once).
+    covered: Box<[AtomicU64]>,
+    pool: Mutex<Vec<usize>>,
+}
+
+static METER: OnceLock<Meter> = OnceLock::new();
+/// Set once the program registered its own activity callbacks (even
+/// before the meter started: then it never starts).
+static TENANT_PROFILES: AtomicBool = AtomicBool::new(false);
+
+fn cupti_error(m: &Meter, r: i32) -> String {
+    if let Some(f) = m.api.result_string {
+        let mut s: *const c_char = std::ptr::null();
+        // SAFETY: CUPTI call with a valid out pointer; the string is static.
+        if unsafe { f(r, &mut s) } == CUPTI_SUCCESS && !s.is_null() {
+            // SAFETY: non-null NUL-terminated static string from CUPTI.
+            return format!("{} ({r})", unsafe { CStr::from_ptr(s) }.to_string_lossy());
+        }
+    }
+    format!("CUPTI error {r}")
+}
+
+/// Where to look for libcupti, in order, after `CUSLICE_CUPTI`.
+fn candidates() -> Vec<String> {
+    let mut v: Vec<String> = ["libcupti.so.13", "libcupti.so.12", "libcupti.so"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let mut roots = Vec::new();
+    for var in ["CUDA_HOME", "CUDA_PATH"] {
+        if let Ok(r) = std::env::var(var)
+            && !r.is_empty()
+        {
+            roots.push(r);
+        }
+    }
+    roots.push("/usr/local/cuda".into());
+    for r in roots {
+        for sub in ["extras/CUPTI/lib64", "targets/x86_64-linux/lib", "lib64"] {
+            for so in ["libcupti.so.13", "libcupti.so.12", "libcupti.so"] {
+                v.push(format!("{r}/{sub}/{so}"));
+            }
+        }
+    }
+    v
+}
+
+fn open_cupti() -> Result<(*mut c_void, String), String> {
+    let chosen = std::env::var("CUSLICE_CUPTI").unwrap_or_default();
+    let list = if chosen.is_empty() {
+        // Already loaded by the program (PyTorch's profiler links it): that one.
+        for so in ["libcupti.so.13", "libcupti.so.12", "libcupti.so"] {
+            let c = std::ffi::CString::new(so).expect("no NUL");
+            // SAFETY: dlopen with a NUL-terminated name; RTLD_NOLOAD only
+            // returns an object already loaded.
+            let h = unsafe {
+                libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD | libc::RTLD_LOCAL)
+            };
+            if !h.is_null() {
+                return Ok((h, so.to_string()));
+            }
+        }
+        candidates()
+    } else {
+        vec![chosen.clone()]
+    };
+    for p in &list {
+        let Ok(c) = std::ffi::CString::new(p.as_str()) else {
+            continue;
+        };
+        // SAFETY: dlopen with a NUL-terminated path.
+        let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+        if !h.is_null() {
+            return Ok((h, p.clone()));
+        }
+    }
+    Err(if chosen.is_empty() {
+        "no libcupti.so.13, .12 or libcupti.so on the library path or under CUDA_HOME, CUDA_PATH or /usr/local/cuda (set CUSLICE_CUPTI to its path)".into()
+    } else {
+        // SAFETY: dlerror returns null or a NUL-terminated string.
+        let e = unsafe { libc::dlerror() };
+        let why = if e.is_null() {
+            "unknown error".into()
+        } else {
+            // SAFETY: non-null NUL-terminated.
+            unsafe { CStr::from_ptr(e) }.to_string_lossy().into_owned()
+        };
+        format!("CUSLICE_CUPTI={chosen}: cannot load it: {why}")
+    })
+}
+
+/// A function pointer of type `F` from a symbol's address.
+///
+/// # Safety
+/// `p` is the address of a function of type `F`.
+unsafe fn cast<F: Copy>(p: *mut c_void) -> F {
+    const { assert!(std::mem::size_of::<F>() == std::mem::size_of::<*mut c_void>()) };
+    // SAFETY: same size (checked above); the caller vouches for the type.
+    unsafe { std::mem::transmute_copy::<*mut c_void, F>(&p) }
+}
+
+fn load_api(h: *mut c_void) -> Result<Api, String> {
+    let get = |name: &CStr| -> Result<*mut c_void, String> {
+        let p = crate::real::sym(h, name);
+        if p.is_null() {
+            Err(format!("it has no {}", name.to_string_lossy()))
+        } else {
+            Ok(p)
+        }
+    };
+    // SAFETY: each symbol is CUPTI's function of the documented
+    // signature its field declares.
+    unsafe {
+        Ok(Api {
+            register: cast(get(c"cuptiActivityRegisterCallbacks")?),
+            enable: cast(get(c"cuptiActivityEnable")?),
+            disable: cast(get(c"cuptiActivityDisable")?),
+            flush_all: cast(get(c"cuptiActivityFlushAll")?),
+            next_record: cast(get(c"cuptiActivityGetNextRecord")?),
+            timestamp: cast(get(c"cuptiGetTimestamp")?),
+            result_string: get(c"cuptiGetResultString").ok().map(|p| cast(p)),
+        })
+    }
+}
+
+/// Starts the meter for `devices` CUDA ordinals (from the limiter's build,
+/// after it is published). Says once why not, where it cannot.
+pub fn start(devices: usize) {
+    match std::env::var("CUSLICE_CUPTI").as_deref() {
+        Ok("off") | Ok("0") | Ok("false") | Ok("no") => {
+            crate::info!(
+                "CUSLICE_CUPTI=off: a process that launches freely on a shared GPU is charged its wall time in flight"
+            );
+            return;
+        }
+        _ => {}
+    }
+    if std::env::var_os("CUDA_INJECTION64_PATH").is_some_and(|v| !v.is_empty()) {
+        crate::info!(
+            "a profiler is injected (CUDA_INJECTION64_PATH): cuslice leaves CUPTI to it and charges wall time in flight"
+        );
+        return;
+    }
+    if TENANT_PROFILES.load(Ordering::Acquire) {
+        crate::info!(
+            "the program uses CUPTI's activity API itself: cuslice leaves it alone and charges wall time in flight"
+        );
+        return;
+    }
+    let (h, path) = match open_cupti() {
+        Ok(x) => x,
+        Err(why) => {
+            crate::info!(
+                "GPU time meter off ({why}): a process that launches freely on a shared GPU is charged its wall time in flight, an upper bound"
+            );
+            return;
+        }
+    };
+    let api = match load_api(h) {
+        Ok(a) => a,
+        Err(why) => {
+            crate::warn!("{path} is not a usable libcupti ({why}): charging wall time in flight");
+            return;
+        }
+    };
+    let always = match std::env::var("CUSLICE_METER").as_deref() {
+        Ok("always") => true,
+        Ok("") | Ok("shared") | Err(_) => false,
+        Ok(v) => {
+            crate::warn!("CUSLICE_METER={v} is not shared or always; using shared");
+            false
+        }
+    };
+    let m = Meter {
+        api,
+        path,
+        always,
+        wanted_at: AtomicU64::new(0),
+        enabled: AtomicBool::new(false),
+        since: AtomicU64::new(0),
+        offset: AtomicI64::new(0),
+        lost: AtomicBool::new(false),
+        records: AtomicU64::new(0),
+        launches: AtomicU64::new(0),
+        covered: (0..devices).map(|_| AtomicU64::new(0)).collect(),
+        pool: Mutex::new(Vec::new()),
+    };
+    if METER.set(m).is_err() {
+        return;
+    }
+    let m = METER.get().expect("just set");
+    // SAFETY: CUPTI call with our two callbacks (valid for the process).
+    let r = unsafe { (m.api.register)(Some(requested), Some(completed)) };
+    if r != CUPTI_SUCCESS {
+        m.lost.store(true, Ordering::Release);
+        crate::warn!(
+            "{}: cannot register activity callbacks: {}; charging wall time in flight",
+            m.path,
+            cupti_error(m, r)
+        );
+        return;
+    }
+    let spawned = std::thread::Builder::new()
+        .name("cuslice-meter".into())
+        .spawn(run);
+    if let Err(e) = spawned {
+        m.lost.store(true, Ordering::Release);
+        crate::warn!("cannot start the GPU time meter's thread ({e}): charging wall time in flight");
+        return;
+    }
+    crate::info!(
+        "GPU time meter: {} (kernel records while the GPU is shared)",
+        m.path
+    );
+}
+
+/// Whether free launches are charged from the records now: Some(since)
+/// (kernels launched from `since` on are in them).
+#[inline]
+pub fn active() -> Option<u64> {
+    let m = METER.get()?;
+    (m.enabled.load(Ordering::Acquire) && !m.lost.load(Ordering::Acquire))
+        .then(|| m.since.load(Ordering::Acquire))
+}
+
+/// The process launches freely, on a contended GPU or not: record (from
+/// the meter's next tick on) where it is contended, or always with
+/// `CUSLICE_METER=always`.
+#[inline]
+pub fn want(contended: bool, now: u64) {
+    if let Some(m) = METER.get()
+        && (contended || m.always)
+    {
+        m.wanted_at.store(now, Ordering::Relaxed);
+    }
+}
+
+/// Kernels launched (for the records-stopped check).
+#[inline]
+pub fn launched(n: u64) {
+    if let Some(m) = METER.get() {
+        m.launches.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+fn calibrate(m: &Meter) {
+    let mut ts = 0u64;
+    let a = now_ns();
+    // SAFETY: CUPTI call with a valid out pointer.
+    let r = unsafe { (m.api.timestamp)(&mut ts) };
+    let b = now_ns();
+    if r == CUPTI_SUCCESS {
+        let ours = a / 2 + b / 2;
+        m.offset
+            .store(ts as i64 - ours as i64, Ordering::Release);
+    }
+}
+
+fn give_up(m: &Meter, why: &str) {
+    if m.lost.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    crate::info!("GPU time meter stops ({why}): charging wall time in flight from now on");
+}
+
+/// The meter's thread: switches recording on and off, flushes.
+fn run() {
+    let Some(m) = METER.get() else { return };
+    let mut calibrated_at = 0u64;
+    let mut check_at = 0u64;
+    let (mut seen, mut launched, mut silent) = (0u64, 0u64, 0u32);
+    loop {
+        if m.lost.load(Ordering::Acquire) {
+            if m.enabled.swap(false, Ordering::AcqRel) && !TENANT_PROFILES.load(Ordering::Acquire)
+            {
+                // SAFETY: CUPTI calls without arguments to check.
+                unsafe {
+                    (m.api.disable)(KIND_CONCURRENT_KERNEL);
+                }
+            }
+            return;
+        }
+        let now = now_ns();
+        let wanted = now.saturating_sub(m.wanted_at.load(Ordering::Relaxed)) < IDLE_OFF_NS
+            && m.wanted_at.load(Ordering::Relaxed) != 0;
+        let enabled = m.enabled.load(Ordering::Acquire);
+        if wanted && !enabled {
+            calibrate(m);
+            calibrated_at = now;
+            // SAFETY: CUPTI call.
+            let r = unsafe { (m.api.enable)(KIND_CONCURRENT_KERNEL) };
+            if r != CUPTI_SUCCESS {
+                crate::warn!(
+                    "{}: cannot record kernel activity: {}; charging wall time in flight",
+                    m.path,
+                    cupti_error(m, r)
+                );
+                m.lost.store(true, Ordering::Release);
+                continue;
+            }
+            for c in m.covered.iter() {
+                c.store(0, Ordering::Relaxed);
+            }
+            m.since.store(now_ns(), Ordering::Release);
+            m.enabled.store(true, Ordering::Release);
+            check_at = now + LOST_CHECK_NS;
+            seen = m.records.load(Ordering::Relaxed);
+            launched = m.launches.load(Ordering::Relaxed);
+            silent = 0;
+            crate::debug!("GPU time meter on");
+        } else if enabled {
+            // SAFETY: CUPTI call; delivers completed buffers to `completed`
+            // on this thread.
+            unsafe { (m.api.flush_all)(0) };
+            if !wanted {
+                m.enabled.store(false, Ordering::Release);
+                // SAFETY: CUPTI calls.
+                unsafe {
+                    (m.api.disable)(KIND_CONCURRENT_KERNEL);
+                    (m.api.flush_all)(0);
+                }
+                crate::debug!("GPU time meter off (the GPU is no longer shared)");
+            } else if now >= check_at {
+                let (r, l) = (
+                    m.records.load(Ordering::Relaxed),
+                    m.launches.load(Ordering::Relaxed),
+                );
+                silent = if r == seen && l.saturating_sub(launched) >= LOST_LAUNCHES {
+                    silent + 1
+                } else {
+                    0
+                };
+                if silent >= 2 {
+                    give_up(
+                        m,
+                        "no kernel records while the process launches: another CUPTI client took them",
+                    );
+                }
+                (seen, launched, check_at) = (r, l, now + LOST_CHECK_NS);
+            }
+            if now.saturating_sub(calibrated_at) >= CALIBRATE_NS {
+                calibrate(m);
+                calibrated_at = now;
+            }
+        }
+        let nap = if m.enabled.load(Ordering::Acquire) {
+            FLUSH_NS
+        } else {
+            FLUSH_NS * 5
+        };
+        std::thread::sleep(std::time::Duration::from_nanos(nap));
+    }
+}
+
+unsafe extern "C" fn requested(buffer: *mut *mut u8, size: *mut usize, max_records: *mut usize) {
+    let Some(m) = METER.get() else { return };
+    let reused = m
+        .pool
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .pop();
+    let p = reused.unwrap_or_else(|| {
+        let layout = std::alloc::Layout::from_size_align(BUFFER_BYTES, BUFFER_ALIGN)
+            .expect("constant layout");
+        // SAFETY: non-zero size.
+        unsafe { std::alloc::alloc(layout) as usize }
+    });
+    // SAFETY: CUPTI passes valid out pointers.
+    unsafe {
+        *buffer = p as *mut u8;
+        *size = if p == 0 { 0 } else { BUFFER_BYTES };
+        *max_records = 0;
+    }
+}
+
+unsafe extern "C" fn completed(_ctx: CUcontext, _stream: u32, buf: *mut u8, _size: usize, valid: usize) {
+    let Some(m) = METER.get() else { return };
+    if buf.is_null() {
+        return;
+    }
+    let offset = m.offset.load(Ordering::Acquire);
+    let since = m.since.load(Ordering::Acquire);
+    let mut rec: *mut u8 = std::ptr::null_mut();
+    let mut n = 0u64;
+    loop {
+        // SAFETY: CUPTI walks the buffer it filled; `rec` is null or its
+        // previous answer.
+        let r = unsafe { (m.api.next_record)(buf, valid, &mut rec) };
+        if r != CUPTI_SUCCESS || rec.is_null() {
+            if r != CUPTI_ERROR_MAX_LIMIT_REACHED && r != CUPTI_SUCCESS {
+                crate::debug!("reading kernel records: {}", cupti_error(m, r));
+            }
+            break;
+        }
+        // SAFETY: every record starts with its u32 kind; kernel records hold
+        // start, end and deviceId at these offsets (CUpti_ActivityKernel4..10). Unaligned
+        // reads: the layout is CUPTI's, not ours.
+        let (start, end, dev) = unsafe {
+            let kind = (rec as *const u32).read_unaligned();
+            if kind != KIND_CONCURRENT_KERNEL && kind != KIND_KERNEL {
+                continue;
+            }
+            (
+                (rec.add(REC_START) as *const u64).read_unaligned(),
+                (rec.add(REC_END) as *const u64).read_unaligned(),
+                (rec.add(REC_DEVICE) as *const u32).read_unaligned(),
+            )
+        };
+        n += 1;
+        let (s, e) = (
+            (start as i64).wrapping_sub(offset).max(0) as u64,
+            (end as i64).wrapping_sub(offset).max(0) as u64,
+        );
+        let Some(cov) = m.covered.get(dev as usize) else {
+            continue;
+        };
+        if e <= s || e < since {
+            continue;
+        }
+        // The union of this process's kernels on the device: what lies
+        // before the end already counted is not counted again.
+        let from = s.max(cov.load(Ordering::Relaxed)).max(since);
+        cov.fetch_max(e, Ordering::Relaxed);
+        if e > from {
+            crate::limiter::metered(dev as usize, from, e);
+        }
+    }
+    m.records.fetch_add(n, Ordering::Relaxed);
+    crate::limiter::metered_flush(now_ns());
+    m.pool
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(buf as usize);
+}
+
+/// The program registers its own activity callbacks (a profiler: PyTorch's,
+/// Nsight's in-process part): the meter steps aside for good, and the call
+/// goes on to CUPTI.
+pub fn tenant_registers() {
+    TENANT_PROFILES.store(true, Ordering::Release);
+    if let Some(m) = METER.get()
+        && !m.lost.swap(true, Ordering::AcqRel)
+    {
+        if m.enabled.swap(false, Ordering::AcqRel) {
+            // SAFETY: CUPTI calls: ours off and delivered before the
+            // program's callbacks replace ours.
+            unsafe {
+                (m.api.disable)(KIND_CONCURRENT_KERNEL);
+                (m.api.flush_all)(0);
+            }
+        }
+        crate::info!(
+            "the program registers its own CUPTI activity callbacks (a profiler): cuslice's GPU time meter steps aside; charging wall time in flight"
+        );
+    }
+}
+
+/// The real `cuptiActivityRegisterCallbacks` for a program's call: the
+/// meter's library if it has one, else the next definition after ours.
+pub fn real_register() -> *mut c_void {
+    static REAL: AtomicUsize = AtomicUsize::new(0);
+    let p = REAL.load(Ordering::Acquire);
+    if p != 0 {
+        return p as *mut c_void;
+    }
+    let p = if let Some(m) = METER.get() {
+        m.api.register as *mut c_void
+    } else {
+        crate::real::sym(libc::RTLD_NEXT, c"cuptiActivityRegisterCallbacks")
+    };
+    if !p.is_null() {
+        REAL.store(p as usize, Ordering::Release);
+    }
+    p
+}
+
+/// The program's `cuptiActivityRegisterCallbacks` (exported so that a
+/// profiler's registration is seen): the meter steps aside, then CUPTI
+/// registers the program's callbacks.
+///
+/// # Safety
+/// CUPTI's contract for `cuptiActivityRegisterCallbacks`.
+#[cfg_attr(not(test), unsafe(no_mangle))]
+pub unsafe extern "C" fn cuptiActivityRegisterCallbacks(
+    requested: Option<Requested>,
+    completed: Option<Completed>,
+) -> i32 {
+    tenant_registers();
+    let p = real_register();
+    if p.is_null() {
+        // No CUPTI in the process: what CUPTI's own stub would say.
+        return CUPTI_ERROR_UNKNOWN;
+    }
+    // SAFETY: p is CUPTI's cuptiActivityRegisterCallbacks (never ours:
+    // RTLD_NEXT or the meter's own handle).
+    let f: unsafe extern "C" fn(Option<Requested>, Option<Completed>) -> i32 =
+        unsafe { cast(p) };
+    // SAFETY: forwarding the program's arguments.
+    unsafe { f(requested, completed) }
+}
+
+/// Our export's address (the dlsym hook hands it out for the name).
+pub fn register_hook() -> *mut c_void {
+    cuptiActivityRegisterCallbacks as *mut c_void
+}
