@@ -1,5 +1,5 @@
 //! ABI conformance of cuslice's own declarations (`cuda-headers/`) against
-//! NVIDIA's real `cuda.h` and `nvml.h`.
+//! NVIDIA's real `cuda.h`, `nvml.h` and `cupti.h`.
 //!
 //! Both sides are parsed with bindgen under the same configuration (the real
 //! `cuda.h` with `-D__CUDA_API_VERSION_INTERNAL`, so that every versioned,
@@ -19,7 +19,11 @@
 //! 4. structs and unions we give a body: same kind, size and alignment, and
 //!    every field at the same offset with the same canonical type;
 //!    anonymous members are matched by offset and compared structurally,
-//!    never by bindgen's generated names. Layouts are computed from
+//!    never by bindgen's generated names. A struct of ours listed in
+//!    `SUBSET_RECORDS` describes only part of a real one under our own name:
+//!    same size and alignment, and each of its fields not named
+//!    `reserved*` is the real one's field of that name, at the same offset
+//!    with the same type. Layouts are computed from
 //!    bindgen's `#[repr(C)]` output and cross-checked against bindgen's
 //!    layout assertions (clang's figures). Structs we declare without a
 //!    body only have to exist there.
@@ -43,10 +47,18 @@ use model::{Canon, Declared, Input, Model, RecordLayout};
 /// exported name instead of `#define cuMemAlloc cuMemAlloc_v2` and co.
 const CUDA_ARGS: &[&str] = &["-D__CUDA_API_VERSION_INTERNAL"];
 
+/// (our struct, the real struct it is part of): see the module comment.
+const SUBSET_RECORDS: &[(&str, &str)] = &[
+    // The fields of a kernel activity record that cuslice reads, at CUDA
+    // 13.0's offsets and size (later CUPTI versions append fields).
+    ("cuslice_cupti_kernel_record", "CUpti_ActivityKernel10"),
+];
+
 struct Real {
     cuda: Model,
     nvml: Model,
-    /// e.g. "cuda.h 13.5 (CUDA_VERSION 13050) and nvml.h from ..."
+    cupti: Model,
+    /// e.g. "cuda.h 13.5 (CUDA_VERSION 13050), nvml.h and cupti.h from ..."
     description: String,
 }
 
@@ -58,6 +70,9 @@ fn real() -> &'static Real {
         let cuda_args: Vec<String> = CUDA_ARGS.iter().map(|s| s.to_string()).collect();
         let cuda = model::parse(&Input::File(&h.cuda_h), &cuda_args)?;
         let nvml = model::parse(&Input::File(&h.nvml_h), &[])?;
+        // Without CUDA_ARGS: under __CUDA_API_VERSION_INTERNAL cupti.h
+        // redefines the _v1 structs that cuda.h then declares too.
+        let cupti = model::parse(&Input::File(&h.cupti_h), &[])?;
         let version = match cuda.consts.get("CUDA_VERSION").map(|c| &c.value) {
             Some(model::Value::Int(v)) => {
                 format!("{}.{} (CUDA_VERSION {v})", v / 1000, v % 1000 / 10)
@@ -66,13 +81,15 @@ fn real() -> &'static Real {
         };
         Ok(Real {
             description: format!(
-                "cuda.h {version} at {} and nvml.h at {}, from {}",
+                "cuda.h {version} at {}, nvml.h at {} and cupti.h at {}, from {}",
                 h.cuda_h.display(),
                 h.nvml_h.display(),
+                h.cupti_h.display(),
                 h.origin
             ),
             cuda,
             nvml,
+            cupti,
         })
     });
     match r {
@@ -280,6 +297,19 @@ impl Checker<'_> {
     fn check_record(&self, name: &str, out: &mut Vec<String>) {
         let rl = self.real_label;
         let o = &self.ours.records[name];
+        if let Some((_, real_name)) = SUBSET_RECORDS.iter().find(|(ours, _)| *ours == name) {
+            match self.real.records.get(*real_name) {
+                None => out.push(format!(
+                    "{} {name}: mirrors {real_name}, which is not declared in {rl}",
+                    o.kind
+                )),
+                Some(r) if r.opaque || o.opaque => out.push(format!(
+                    "{name}: mirrors {real_name}, but one of them has no body"
+                )),
+                Some(_) => out.extend(self.compare_subset(name, real_name)),
+            }
+            return;
+        }
         let Some(r) = self.real.records.get(name) else {
             let kind = o.kind;
             out.push(format!("{kind} {name}: not declared in {rl}"));
@@ -415,6 +445,55 @@ impl Checker<'_> {
         out
     }
 
+    /// Our record `o_name` as a part of the real `r_name` (SUBSET_RECORDS).
+    fn compare_subset(&self, o_name: &str, r_name: &str) -> Vec<String> {
+        let rl = self.real_label;
+        let mut out = Vec::new();
+        let (Some(lo), Some(lr)) = (
+            self.layout(self.ours, "ours", o_name, o_name, &mut out),
+            self.layout(self.real, rl, r_name, o_name, &mut out),
+        ) else {
+            return out;
+        };
+        if lo.kind != lr.kind {
+            out.push(format!(
+                "{o_name}: is a {} in ours, {r_name} a {} in {rl}",
+                lo.kind, lr.kind
+            ));
+        }
+        if lo.size != lr.size {
+            out.push(format!(
+                "{o_name}: size {} in ours, {r_name} is {} in {rl}",
+                lo.size, lr.size
+            ));
+        }
+        if lo.align != lr.align {
+            out.push(format!(
+                "{o_name}: alignment {} in ours, {r_name} has {} in {rl}",
+                lo.align, lr.align
+            ));
+        }
+        for fo in lo
+            .fields
+            .iter()
+            .filter(|f| !f.synthetic && !f.name.starts_with("reserved"))
+        {
+            let here = format!("{o_name}.{}", fo.name);
+            let Some(fr) = lr.fields.iter().find(|f| !f.synthetic && f.name == fo.name) else {
+                out.push(format!("{here}: field not in {r_name} in {rl}"));
+                continue;
+            };
+            if fo.offset != fr.offset {
+                out.push(format!(
+                    "{here}: offset {} in ours, {} in {r_name} in {rl}",
+                    fo.offset, fr.offset
+                ));
+            }
+            out.extend(self.compare_field_types(&here, fo, fr));
+        }
+        out
+    }
+
     fn compare_field_types(
         &self,
         here: &str,
@@ -470,6 +549,7 @@ fn our_headers_match_nvidia_headers() {
     for (file, real_model, real_label) in [
         ("cuslice_cuda.h", &real.cuda, "cuda.h"),
         ("cuslice_nvml.h", &real.nvml, "nvml.h"),
+        ("cuslice_cupti.h", &real.cupti, "cupti.h"),
     ] {
         let path = dir.join(file);
         let ours = ours(Input::File(&path)).unwrap_or_else(|e| panic!("{}: {e}", path.display()));

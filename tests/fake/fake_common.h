@@ -1,8 +1,9 @@
 /*
- * cuslice fake driver: state shared by the fake libcuda.so.1 and the fake
- * libnvidia-ml.so.1, the environment they read, and the call log.
+ * cuslice fake driver: state shared by the fake libcuda.so.1, the fake
+ * libnvidia-ml.so.1 and the fake libcupti.so.13, the environment they read,
+ * and the call log.
  *
- * Written for cuslice's tests. Both libraries include this header; so may a
+ * Written for cuslice's tests. The three libraries include this header; so may a
  * test that wants to read the simulated device counters directly (see
  * fake_state_attach). Everything here is `static inline`, so each includer
  * gets its own copy and nothing here is exported.
@@ -17,6 +18,7 @@
 #error "fake_common.h needs _GNU_SOURCE: define it before any #include (or pass -D_GNU_SOURCE)"
 #endif
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -39,11 +41,14 @@
 #define FAKE_MAX_SLOTS 128
 /* "FAKEGPU1" read as a little-endian u64. */
 #define FAKE_STATE_MAGIC 0x31555047454B4146ULL
-#define FAKE_STATE_VERSION 3u
+#define FAKE_STATE_VERSION 4u
 /* OFD lock on byte FAKE_SLOT_LOCK_BASE + i of the state file proves that the
  * process owning slot i is alive (the kernel drops the lock when it dies).
  * Locks beyond end of file are fine. */
 #define FAKE_SLOT_LOCK_BASE (1 << 20)
+/* The same for entry i of the fake CUPTI's table (struct fake_cupti): byte
+ * FAKE_CUPTI_LOCK_BASE + i, held by the fake libcupti of the owner. */
+#define FAKE_CUPTI_LOCK_BASE (FAKE_SLOT_LOCK_BASE + FAKE_MAX_SLOTS)
 /* Name of the memfd that holds a process-private state (FAKE_CUDA_STATE
  * unset); the fake NVML finds the fake libcuda's state by this name. */
 #define FAKE_PRIVATE_MEMFD_NAME "cuslice_fake_cuda_state"
@@ -94,6 +99,12 @@ struct fake_slot {
 struct fake_tl_item {
     uint64_t ns; /* duration */
     uint64_t t;  /* pending: submission time (never starts before it); retired: end time */
+    /* For the fake CUPTI's kernel records (fake_cupti.c), set at launch: */
+    uint32_t ctx_id;    /* the launching context's contextId */
+    uint32_t stream_id; /* the stream's streamId */
+    uint16_t cupti;     /* 0: not recorded; else 1 + the fake CUPTI entry (cupti.p[]) that wants a record */
+    uint16_t kind;      /* the record's activity kind (CUPTI_ACTIVITY_KIND_*) */
+    uint32_t cupti_gen; /* that entry's gen at launch: a record for an entry claimed since is discarded */
 };
 
 struct fake_tl_queue {
@@ -128,6 +139,41 @@ struct fake_timeline {
     struct fake_tl_queue q[FAKE_TL_QUEUES];
 };
 
+/* ---- the fake CUPTI (fake_cupti.c) ------------------------------------ *
+ *
+ * One entry per process that enabled kernel records through the fake
+ * libcupti.so.13 (claimed at its first cuptiActivityEnable, kept until it
+ * dies). libcuda reads `kinds` at each launch and marks the ring item
+ * (fake_tl_item.cupti); whichever process retires a marked item in the
+ * timeline (fake_timeline.h, tl_run) appends its record here; the owner's
+ * cuptiActivityFlushAll takes them out. Everything is guarded by the
+ * timeline's mutex (tl.mu). The records are copied out of the queue's ring
+ * when the item retires, before its ring entry can be reused. */
+#define FAKE_CUPTI_PROCS 64
+#define FAKE_CUPTI_RECS 8192
+
+struct fake_cupti_rec {
+    uint64_t start, end; /* CLOCK_MONOTONIC ns: when the timeline started and completed the item */
+    uint32_t dev, ctx_id, stream_id, kind;
+};
+
+struct fake_cupti_proc {
+    int32_t pid;          /* 0: never claimed; else getpid() in the owner's own PID namespace */
+    uint32_t gen;         /* bumped at each claim */
+    uint64_t pidns;       /* as fake_slot's: who the owner is from any namespace */
+    uint64_t start_ticks;
+    uint32_t kinds;       /* bit k set: activity kind k enabled (CUPTI_ACTIVITY_KIND_KERNEL 3, CONCURRENT_KERNEL 10) */
+    uint32_t pad_;
+    uint64_t head, tail;  /* records [head, tail) wait for a flush: rec[n % FAKE_CUPTI_RECS] */
+    uint64_t dropped;     /* records lost since the owner last read the count: rec[] was full */
+    struct fake_cupti_rec rec[FAKE_CUPTI_RECS];
+};
+
+struct fake_cupti {
+    uint64_t epoch; /* bumped at every claim: libcuda looks its entry up again */
+    struct fake_cupti_proc p[FAKE_CUPTI_PROCS];
+};
+
 struct fake_state {
     _Atomic uint64_t magic; /* FAKE_STATE_MAGIC once initialised (written last) */
     uint32_t version;       /* FAKE_STATE_VERSION */
@@ -136,6 +182,7 @@ struct fake_state {
     struct fake_dev_state dev[FAKE_MAX_DEVICES];
     struct fake_slot slot[FAKE_MAX_SLOTS];
     struct fake_timeline tl;
+    struct fake_cupti cupti; /* after the timeline: a fresh file keeps it sparse until used */
 };
 
 /* ---- time ------------------------------------------------------------ */
@@ -383,6 +430,33 @@ static inline struct fake_state *fake_state_map_fd(int fd)
 out:
     flock(fd, LOCK_UN);
     return s;
+}
+
+/* The process-private state (FAKE_CUDA_STATE unset) that another library
+ * of this process created: a memfd named FAKE_PRIVATE_MEMFD_NAME among our
+ * open files. Returns a new open file description of it (its own OFD
+ * locks), or -1 if there is none. */
+static inline int fake_private_state_find(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    if (d == NULL)
+        return -1;
+    static const char want[] = "/memfd:" FAKE_PRIVATE_MEMFD_NAME;
+    int found = -1;
+    struct dirent *e;
+    while (found < 0 && (e = readdir(d)) != NULL) {
+        char path[64], target[256];
+        snprintf(path, sizeof path, "/proc/self/fd/%.20s", e->d_name);
+        ssize_t n = readlink(path, target, sizeof target - 1);
+        if (n <= 0)
+            continue;
+        target[n] = '\0';
+        if (strncmp(target, want, sizeof want - 1) == 0 &&
+            (target[sizeof want - 1] == '\0' || target[sizeof want - 1] == ' '))
+            found = open(path, O_RDWR | O_CLOEXEC);
+    }
+    closedir(d);
+    return found;
 }
 
 /* Opens (creating if missing) and maps a state file. For tests that read the

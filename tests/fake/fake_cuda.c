@@ -74,6 +74,7 @@ struct tl_pos {
 
 struct CUstream_st {
     uint32_t magic;
+    uint32_t id; /* its CUPTI streamId (fake_cupti.c's records) */
     struct CUctx_st *ctx;
     uint64_t gen; /* ctx->gen at creation: a reset context invalidates its streams */
     unsigned flags;
@@ -84,6 +85,7 @@ struct CUstream_st {
 
 struct CUctx_st {
     uint32_t magic;
+    uint32_t id; /* its CUPTI contextId, new at each activation (fake_cupti.c's records) */
     int dev;
     int primary;
     int active;        /* holds FAKE_CUDA_CTX_OVERHEAD of device memory */
@@ -216,6 +218,7 @@ static struct vmm_map *g_maps;
 static int g_vmm_fd = -1;
 static off_t g_vmm_next;
 static CUmemGenericAllocationHandle g_vmm_next_id = 0x1000;
+static uint32_t g_ctx_ids, g_stream_ids; /* the last CUPTI contextId / streamId given (under g_mu) */
 
 #define CTX_STACK_MAX 64
 static __thread struct CUctx_st *t_stack[CTX_STACK_MAX];
@@ -247,7 +250,8 @@ static void process_setup(void)
             fprintf(stderr, "%s: FAKE_CUDA_STATE=\"%s\": %s\n", WHO, g_cfg.state_path, strerror(errno));
             abort();
         }
-    } else {
+    } else if ((fd = fake_private_state_find()) < 0) {
+        /* (the fake libcupti may have created it first: found above) */
         fd = memfd_create(FAKE_PRIVATE_MEMFD_NAME, MFD_CLOEXEC);
         if (fd < 0) {
             fprintf(stderr, "%s: memfd_create: %s\n", WHO, strerror(errno));
@@ -744,6 +748,8 @@ static CUresult ctx_activate(struct CUctx_st *c)
     c->dstream.magic = MAGIC_STREAM;
     c->dstream.ctx = c;
     c->dstream.gen = c->gen;
+    c->id = ++g_ctx_ids;
+    c->dstream.id = ++g_stream_ids;
     return CUDA_SUCCESS;
 }
 
@@ -1094,6 +1100,60 @@ static void tl_ctx_teardown(struct CUctx_st *c)
     c->q = -1;
 }
 
+/* ---- the fake CUPTI's recording flag ---- *
+ *
+ * fake_cupti.c (libcupti.so.13, a separate library that exports only
+ * cupti*) claims an entry of S->cupti for its process and sets the kinds it
+ * records there; a launch marks its ring item with that entry, and the item
+ * leaves its record there when it retires (fake_timeline.h). This process's
+ * entry is found by who we are (pid, PID namespace, start time) and looked
+ * up again whenever an entry is claimed anywhere (the epoch moves). */
+static uint64_t g_cupti_epoch; /* S->cupti.epoch at the last lookup */
+static int g_cupti_idx = -1;   /* our entry, -1: none */
+static uint32_t g_cupti_gen;   /* its gen then */
+static int32_t g_self_pid;     /* 0: who we are is not known yet (reset in a forked child) */
+static uint64_t g_self_pidns, g_self_start;
+
+/* Caller holds g_mu and TL->mu. Marks item `it` for a record if this
+ * process's fake CUPTI records kernels now. */
+static void cupti_mark(struct fake_tl_item *it)
+{
+    it->cupti = 0;
+    it->kind = 0;
+    it->cupti_gen = 0;
+    struct fake_cupti *C = &S->cupti;
+    if (g_self_pid == 0) {
+        g_self_pid = (int32_t)getpid();
+        g_self_pidns = fake_pidns("self");
+        g_self_start = fake_start_ticks("self");
+        g_cupti_idx = -1;
+        g_cupti_epoch = C->epoch - 1; /* look up now */
+    }
+    if (C->epoch != g_cupti_epoch) {
+        g_cupti_epoch = C->epoch;
+        g_cupti_idx = -1;
+        for (int i = 0; i < FAKE_CUPTI_PROCS; i++) {
+            const struct fake_cupti_proc *p = &C->p[i];
+            if (p->pid == g_self_pid && p->pidns == g_self_pidns && p->start_ticks == g_self_start) {
+                g_cupti_idx = i;
+                g_cupti_gen = p->gen;
+                break;
+            }
+        }
+    }
+    if (g_cupti_idx < 0)
+        return;
+    const struct fake_cupti_proc *p = &C->p[g_cupti_idx];
+    if (p->gen != g_cupti_gen)
+        return;
+    uint16_t kind = (p->kinds & (1u << 10)) ? 10 : (p->kinds & (1u << 3)) ? 3 : 0;
+    if (kind == 0)
+        return;
+    it->cupti = (uint16_t)(g_cupti_idx + 1);
+    it->kind = kind;
+    it->cupti_gen = g_cupti_gen;
+}
+
 /* Caller holds g_mu. Puts `d` ns of work on stream `s` (a capturing stream
  * records instead). CUDA_ERROR_NOT_READY: the context's ring is full; retry
  * at *retry, without g_mu held meanwhile (a real push buffer blocks too).
@@ -1145,6 +1205,9 @@ static CUresult submit_locked(struct CUstream_st *s, uint64_t d, uint64_t kernel
     struct fake_tl_item *it = &q->ring[q->tail % RING];
     it->ns = d;
     it->t = now;
+    it->ctx_id = c->id;
+    it->stream_id = s->id;
+    cupti_mark(it);
     if (q->head == q->tail)
         D->npending++;
     q->tail++;
@@ -1650,6 +1713,7 @@ static void fork_child(void)
     g_vmm_fd = -1;
     g_vmm_next = 0;
 
+    g_self_pid = 0; /* a new process: its own fake CUPTI entry, if any */
     g_slot = -2;
     if (S != NULL && g_state_fd >= 0) {
         char path[64];
@@ -3262,6 +3326,7 @@ static CUresult stream_create(CUstream *ph, unsigned flags)
             r = CUDA_ERROR_OUT_OF_MEMORY;
         } else {
             s->magic = MAGIC_STREAM;
+            s->id = ++g_stream_ids;
             s->ctx = c;
             s->gen = c->gen;
             s->flags = flags;

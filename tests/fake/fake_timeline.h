@@ -1,8 +1,10 @@
 /*
  * cuslice fake driver: the GPU timeline's simulation core, shared by the
- * fake libcuda.so.1 (which submits work and waits for it) and the fake
+ * fake libcuda.so.1 (which submits work and waits for it), the fake
  * libnvidia-ml.so.1 (which advances the simulation to "now" before it
- * reports per-process utilization). See the "==== timeline" comment in
+ * reports per-process utilization) and the fake libcupti.so.13 (which does
+ * the same before it flushes kernel records; retiring items leave their
+ * records for it, see tl_cupti_record). See the "==== timeline" comment in
  * fake_cuda.c for the model, and README.md.
  *
  * Not a self-contained header: it is included once by each library, after
@@ -55,6 +57,11 @@ static void tl_repair(void)
             D->running = -1;
         if (D->last >= NQ || D->last < -1)
             D->last = -1;
+    }
+    for (int i = 0; i < FAKE_CUPTI_PROCS; i++) {
+        struct fake_cupti_proc *p = &S->cupti.p[i];
+        if (p->head > p->tail || p->tail - p->head > FAKE_CUPTI_RECS)
+            p->head = p->tail;
     }
 }
 
@@ -115,6 +122,31 @@ static void tl_credit(const struct fake_tl_queue *q, int dev, uint64_t ns)
     struct fake_slot *sl = &S->slot[q->owner];
     if (atomic_load(&sl->gen) == q->owner_gen)
         atomic_fetch_add(&sl->run_ns[dev], ns);
+}
+
+/* Caller holds TL->mu. Item `it` of queue q ran on `dev` from `start` to
+ * `end` and retires: if the fake CUPTI of the process that launched it
+ * wants its record, append it to that process's entry (a full entry drops
+ * it and counts it). */
+static void tl_cupti_record(const struct fake_tl_item *it, int dev, uint64_t start, uint64_t end)
+{
+    if (it->cupti == 0 || it->cupti > FAKE_CUPTI_PROCS)
+        return;
+    struct fake_cupti_proc *p = &S->cupti.p[it->cupti - 1];
+    if (p->gen != it->cupti_gen || p->pid == 0)
+        return; /* the entry was claimed again since: its launcher is gone */
+    if (p->tail - p->head >= FAKE_CUPTI_RECS) {
+        p->dropped++;
+        return;
+    }
+    struct fake_cupti_rec *r = &p->rec[p->tail % FAKE_CUPTI_RECS];
+    r->start = start;
+    r->end = end;
+    r->dev = (uint32_t)dev;
+    r->ctx_id = it->ctx_id;
+    r->stream_id = it->stream_id;
+    r->kind = it->kind;
+    p->tail++;
 }
 
 /* Caller holds TL->mu. Queue q's work starts running on `dev` at t: the
@@ -222,6 +254,7 @@ static uint64_t tl_run(struct tl_view *v, int dev, uint64_t until, int tq, uint6
             break;
         t = end;
         if (v->commit) {
+            tl_cupti_record(it, dev, VS(v, r), end); /* VS: when this item started */
             it->t = end;
             tl_credit(q, dev, it->ns);
         }

@@ -1,5 +1,6 @@
 /*
- * Self-test of cuslice's fake CUDA driver (libcuda.so.1 + libnvidia-ml.so.1).
+ * Self-test of cuslice's fake CUDA driver (libcuda.so.1 + libnvidia-ml.so.1
+ * + libcupti.so.13, which it dlopens).
  *
  *   bash tests/fake/build.sh /tmp/fake
  *   gcc -std=c11 -Wall -Wextra -D_GNU_SOURCE -I cuda-headers -I tests/fake \
@@ -30,12 +31,19 @@
  *   --private-child   run with FAKE_CUDA_STATE unset and FAKE_CUDA_MEM=8GiB:
  *       legacy 32-bit clamping, and NVML seeing libcuda's private state.
  *   --nodev-child     run with FAKE_CUDA_DEVICES=0: cuInit fails.
+ *   --cupti-light-child MS PERIOD_US KERNEL_US START_NS  --light-child with
+ *       the fake CUPTI's kernel records on; print "C <requests> <records>
+ *       <record ns sum> <latency ns sum> <p50 latency us> <slot run_ns>".
+ *   --cupti-fail-child   under FAKE_CUPTI_FAIL=register or =enable.
+ *   --cupti-early-child  with FAKE_CUDA_STATE unset: CUPTI enabled before
+ *       the first libcuda call.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
 #include "fake_common.h"
 #include "fake_extra.h"
+#include "cuslice_cupti.h"
 
 #include <dlfcn.h>
 #include <limits.h>
@@ -364,6 +372,195 @@ static int nodev_child(void)
     CK(nvmlInit_v2(), NVML_SUCCESS);
     CK(nvmlDeviceGetCount_v2((unsigned *)&n), NVML_SUCCESS);
     EQ(n, 0);
+    printf("ok %d\n", g_pass);
+    return 0;
+}
+
+/* ==== CUPTI (libcupti.so.13, dlopen'ed) ================================ */
+
+/* The fake CUPTI's functions, by dlsym (the self-test is built without
+ * -lcupti; LD_LIBRARY_PATH finds the fake). */
+static struct {
+    void *h;
+    __typeof__(cuptiActivityRegisterCallbacks) *reg;
+    __typeof__(cuptiActivityEnable) *enable;
+    __typeof__(cuptiActivityDisable) *disable;
+    __typeof__(cuptiActivityFlushAll) *flush;
+    __typeof__(cuptiActivityGetNextRecord) *next;
+    __typeof__(cuptiActivityGetNumDroppedRecords) *dropped;
+    __typeof__(cuptiGetTimestamp) *ts;
+    __typeof__(cuptiGetResultString) *str;
+} CU;
+
+static void cupti_load(void)
+{
+    if (CU.h != NULL)
+        return;
+    CU.h = dlopen("libcupti.so.13", RTLD_NOW | RTLD_LOCAL);
+    CHECK(CU.h != NULL, "dlopen libcupti.so.13: %s", dlerror());
+#define CUPTI_SYM(field, name) CHECK((*(void **)&CU.field = dlsym(CU.h, #name)) != NULL, "dlsym %s", #name)
+    CUPTI_SYM(reg, cuptiActivityRegisterCallbacks);
+    CUPTI_SYM(enable, cuptiActivityEnable);
+    CUPTI_SYM(disable, cuptiActivityDisable);
+    CUPTI_SYM(flush, cuptiActivityFlushAll);
+    CUPTI_SYM(next, cuptiActivityGetNextRecord);
+    CUPTI_SYM(dropped, cuptiActivityGetNumDroppedRecords);
+    CUPTI_SYM(ts, cuptiGetTimestamp);
+    CUPTI_SYM(str, cuptiGetResultString);
+#undef CUPTI_SYM
+}
+
+#define REC_SIZE sizeof(struct cuslice_cupti_kernel_record)
+#define MAX_RECS (FAKE_CUPTI_RECS + 4096)
+
+/* What the buffer callbacks collected, and how they behave. */
+static struct cuslice_cupti_kernel_record g_recs[MAX_RECS];
+static size_t g_nrecs, g_nbufs, g_max_valid;
+static size_t g_req_bytes = 4 * MiB; /* the size of the buffers `requested` gives */
+static size_t g_req_max;             /* its *maxNumRecords */
+static int g_req_null;               /* give no buffer */
+static int g_reenter;                /* check that a flush from `completed` is refused */
+
+static void buf_requested(uint8_t **buffer, size_t *size, size_t *max)
+{
+    *buffer = g_req_null ? NULL : malloc(g_req_bytes);
+    *size = g_req_null ? 0 : g_req_bytes;
+    *max = g_req_max;
+}
+
+static void buf_completed(CUcontext ctx, uint32_t stream, uint8_t *buf, size_t size, size_t valid)
+{
+    CHECK(ctx == NULL && stream == 0, "completed: context %p stream %u", (void *)ctx, stream);
+    CHECK(buf != NULL && size == g_req_bytes && valid <= size && valid % REC_SIZE == 0 && valid > 0,
+          "completed: size %zu valid %zu", size, valid);
+    g_nbufs++;
+    if (valid > g_max_valid)
+        g_max_valid = valid;
+    if (g_reenter) {
+        CK(CU.flush(0), CUPTI_ERROR_INVALID_OPERATION);
+        g_reenter = 0;
+    }
+    CUpti_Activity *r = NULL;
+    size_t n = 0;
+    CUptiResult res;
+    while ((res = CU.next(buf, valid, &r)) == CUPTI_SUCCESS) {
+        CHECK(g_nrecs < MAX_RECS, "too many records");
+        CHECK((uint8_t *)r == buf + n * REC_SIZE, "record %zu at offset %td", n, (uint8_t *)r - buf);
+        memcpy(&g_recs[g_nrecs++], r, REC_SIZE);
+        n++;
+    }
+    CHECK(res == CUPTI_ERROR_MAX_LIMIT_REACHED, "GetNextRecord ended with %d", (int)res);
+    EQ(n * REC_SIZE, valid);
+    free(buf);
+}
+
+static void cupti_start(void)
+{
+    cupti_load();
+    CK(CU.reg(buf_requested, buf_completed), CUPTI_SUCCESS);
+    CK(CU.enable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), CUPTI_SUCCESS);
+}
+
+static void recs_reset(void) { g_nrecs = g_nbufs = g_max_valid = 0; }
+
+/* Flushes; returns the number of records collected since recs_reset. */
+static size_t cupti_flush(void)
+{
+    CK(CU.flush(0), CUPTI_SUCCESS);
+    return g_nrecs;
+}
+
+static uint64_t rec_ns(const struct cuslice_cupti_kernel_record *r) { return r->end - r->start; }
+
+/* g_recs[from, to) come from one queue: ordered, never overlapping. */
+static void check_ordered(size_t from, size_t to)
+{
+    for (size_t i = from; i + 1 < to; i++)
+        CHECK(g_recs[i + 1].start >= g_recs[i].end, "record %zu starts at %llu, before %zu ends at %llu", i + 1,
+              (unsigned long long)g_recs[i + 1].start, i, (unsigned long long)g_recs[i].end);
+}
+
+/* --cupti-light-child MS PERIOD_US KERNEL_US START_NS: light_child's loop
+ * with kernel records on; prints "C <requests> <records> <sum of record
+ * durations ns> <sum of latencies ns> <p50 latency us> <run_ns>" (run_ns:
+ * what the timeline credited to our slot, the fake NVML's figure). */
+static int cupti_light_child(unsigned ms, unsigned period_us, unsigned kus, uint64_t start)
+{
+    CUfunction f = child_setup();
+    cupti_start();
+    CUstream s;
+    CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    static uint64_t lat[8192];
+    unsigned n = 0;
+    uint64_t wall = 0;
+    for (uint64_t due = start; due < start + ms * 1000000ull && n < 8192; due += period_us * 1000ull) {
+        fake_sleep_until_ns(due);
+        uint64_t t0 = fake_now_ns();
+        launch_sleep(f, s, kus * 1000ull);
+        CK(cuStreamSynchronize(s), CUDA_SUCCESS);
+        lat[n] = fake_now_ns() - t0;
+        wall += lat[n++];
+    }
+    CHECK(n > 0, "no request");
+    recs_reset();
+    size_t nr = cupti_flush();
+    uint64_t sum = 0;
+    for (size_t i = 0; i < nr; i++) {
+        EQ(rec_ns(&g_recs[i]), kus * 1000ull);
+        sum += rec_ns(&g_recs[i]);
+    }
+    check_ordered(0, nr);
+    /* Our slot's run time (all our work has retired). */
+    struct fake_state *st = fake_state_attach(getenv("FAKE_CUDA_STATE"), NULL);
+    CHECK(st != NULL, "attach");
+    uint64_t run = UINT64_MAX;
+    for (int i = 0; i < FAKE_MAX_SLOTS; i++)
+        if (atomic_load(&st->slot[i].pid) == (int32_t)getpid() &&
+            atomic_load(&st->slot[i].pidns) == fake_pidns("self"))
+            run = atomic_load(&st->slot[i].run_ns[0]);
+    qsort(lat, n, sizeof lat[0], cmp_u64);
+    printf("C %u %zu %llu %llu %llu %llu\n", n, nr, (unsigned long long)sum, (unsigned long long)wall,
+           (unsigned long long)lat[n / 2] / 1000, (unsigned long long)run);
+    return 0;
+}
+
+/* --cupti-fail-child, under FAKE_CUPTI_FAIL=register or =enable: what a
+ * host where CUPTI cannot be used answers. */
+static int cupti_fail_child(void)
+{
+    const char *v = getenv("FAKE_CUPTI_FAIL");
+    CHECK(v != NULL, "FAKE_CUPTI_FAIL unset");
+    CUfunction f = child_setup();
+    cupti_load();
+    if (strcmp(v, "register") == 0) {
+        CK(CU.reg(buf_requested, buf_completed), CUPTI_ERROR_NOT_COMPATIBLE);
+        CK(CU.flush(0), CUPTI_ERROR_INVALID_OPERATION); /* nothing registered */
+    } else {
+        CK(CU.reg(buf_requested, buf_completed), CUPTI_SUCCESS);
+        CK(CU.enable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), CUPTI_ERROR_NOT_COMPATIBLE);
+        CK(CU.enable(CUPTI_ACTIVITY_KIND_KERNEL), CUPTI_ERROR_NOT_COMPATIBLE);
+        launch_sleep(f, NULL, 1000000);
+        CK(cuCtxSynchronize(), CUDA_SUCCESS);
+        EQ(cupti_flush(), 0);
+    }
+    printf("ok %d\n", g_pass);
+    return 0;
+}
+
+/* --cupti-early-child, with FAKE_CUDA_STATE unset: kinds enabled before
+ * the first call into libcuda (the fake CUPTI creates the private state,
+ * libcuda finds it). */
+static int cupti_early_child(void)
+{
+    cupti_start();
+    CUfunction f = child_setup();
+    for (int i = 0; i < 3; i++)
+        launch_sleep(f, NULL, 1000000);
+    CK(cuCtxSynchronize(), CUDA_SUCCESS);
+    EQ(cupti_flush(), 3);
+    for (int i = 0; i < 3; i++)
+        EQ(rec_ns(&g_recs[i]), 1000000);
+    check_ordered(0, 3);
     printf("ok %d\n", g_pass);
     return 0;
 }
@@ -1721,12 +1918,335 @@ static void test_kill_in_lock(nvmlDevice_t nd, CUfunction fsleep)
     CK(nvmlDeviceGetMemoryInfo(nd, &m), NVML_SUCCESS); /* gives their memory back */
 }
 
+/* ==== the fake CUPTI =================================================== */
+
+struct cupti_launcher {
+    CUcontext ctx;
+    CUfunction f;
+    CUstream s;
+};
+
+/* 200 x 10 us on its own stream, while another thread flushes (HCK: g_pass
+ * is the main thread's). */
+static void *cupti_launcher(void *arg)
+{
+    struct cupti_launcher *l = arg;
+    unsigned long long ns = 10000;
+    void *params[] = {&ns};
+    HCK(cuCtxSetCurrent(l->ctx));
+    for (int i = 0; i < 200; i++)
+        HCK(cuLaunchKernel(l->f, 1, 1, 1, 1, 1, 1, 0, l->s, params, NULL));
+    HCK(cuStreamSynchronize(l->s));
+    return NULL;
+}
+
+/* Kernel records in this process (device 0's primary context is current):
+ * only kernels launched while a kernel kind is enabled; start and end as
+ * the timeline ran them; buffers as the client gives them; what cannot be
+ * delivered is counted. */
+static void test_cupti(CUfunction fsleep)
+{
+    cupti_load();
+    CUstream s, s2;
+    CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    CK(cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+
+    /* Plain calls. */
+    const char *str = NULL;
+    CK(CU.str(CUPTI_ERROR_NOT_COMPATIBLE, &str), CUPTI_SUCCESS);
+    CHECK(str && strcmp(str, "CUPTI_ERROR_NOT_COMPATIBLE") == 0, "result string %s", str);
+    CK(CU.str(CUPTI_SUCCESS, &str), CUPTI_SUCCESS);
+    CHECK(str && strcmp(str, "CUPTI_SUCCESS") == 0, "result string %s", str);
+    CK(CU.str((CUptiResult)12345, &str), CUPTI_ERROR_INVALID_PARAMETER);
+    CK(CU.str(CUPTI_SUCCESS, NULL), CUPTI_ERROR_INVALID_PARAMETER);
+    CK(CU.ts(NULL), CUPTI_ERROR_INVALID_PARAMETER);
+    uint64_t ts = 0, a = fake_now_ns();
+    CK(CU.ts(&ts), CUPTI_SUCCESS);
+    uint64_t b = fake_now_ns();
+    CHECK(ts >= a && ts <= b, "cuptiGetTimestamp %llu is not CLOCK_MONOTONIC (%llu..%llu)", (unsigned long long)ts,
+          (unsigned long long)a, (unsigned long long)b);
+    CK(CU.dropped(NULL, 0, NULL), CUPTI_ERROR_INVALID_PARAMETER);
+
+    /* No callbacks yet: a flush is refused. */
+    CK(CU.flush(0), CUPTI_ERROR_INVALID_OPERATION);
+    CK(CU.reg(NULL, buf_completed), CUPTI_ERROR_INVALID_PARAMETER);
+    CK(CU.reg(buf_requested, NULL), CUPTI_ERROR_INVALID_PARAMETER);
+    CK(CU.reg(buf_requested, buf_completed), CUPTI_SUCCESS);
+
+    /* Kernels launched before Enable leave no record, even if they end after it. */
+    for (int i = 0; i < 3; i++)
+        launch_sleep(fsleep, s, 1000000);
+    CK(CU.enable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), CUPTI_SUCCESS);
+    CK(CU.enable((CUpti_ActivityKind)1), CUPTI_SUCCESS); /* MEMCPY: accepted, ignored */
+    CK(cuStreamSynchronize(s), CUDA_SUCCESS);
+    recs_reset();
+    EQ(cupti_flush(), 0);
+    EQ(g_nbufs, 0);
+
+    /* 10 x 1 ms on one stream: 10 records of exactly 1 ms, back to back.
+     * The kernels not done at the first flush come with a later one. */
+    uint64_t t0 = 0, t1 = 0;
+    CK(CU.ts(&t0), CUPTI_SUCCESS);
+    for (int i = 0; i < 10; i++)
+        launch_sleep(fsleep, s, 1000000);
+    recs_reset();
+    size_t early = cupti_flush();
+    CHECK(early < 10, "%zu of 10 x 1 ms done at once", early);
+    CK(cuStreamSynchronize(s), CUDA_SUCCESS);
+    CK(CU.ts(&t1), CUPTI_SUCCESS);
+    EQ(cupti_flush(), 10);
+    uint64_t sum = 0;
+    for (size_t i = 0; i < 10; i++) {
+        const struct cuslice_cupti_kernel_record *r = &g_recs[i];
+        EQ(r->kind, CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+        EQ(r->deviceId, 0);
+        EQ(r->streamId, g_recs[0].streamId);
+        EQ(r->contextId, g_recs[0].contextId);
+        EQ(rec_ns(r), 1000000);
+        CHECK(r->start >= t0 && r->end <= t1, "record %zu [%llu, %llu] outside [%llu, %llu]", i,
+              (unsigned long long)r->start, (unsigned long long)r->end, (unsigned long long)t0,
+              (unsigned long long)t1);
+        sum += rec_ns(r);
+    }
+    CHECK(g_recs[0].streamId != 0 && g_recs[0].contextId != 0, "ids %u %u", g_recs[0].streamId,
+          g_recs[0].contextId);
+    check_ordered(0, 10);
+    EQ(sum, 10000000);
+    printf("cupti: 10 x 1 ms on one stream: 10 records (%zu at the first flush, before the kernels ran), "
+           "sum %.3f ms, spanning %.3f ms\n", early, sum / 1e6, (g_recs[9].end - g_recs[0].start) / 1e6);
+
+    /* Streams and contexts: their own ids; the same context on both streams. */
+    uint32_t sid = g_recs[0].streamId, cid = g_recs[0].contextId;
+    launch_sleep(fsleep, s2, 100000);
+    launch_sleep(fsleep, NULL, 100000);
+    launch_sleep(fsleep, s, 100000);
+    CK(cuCtxSynchronize(), CUDA_SUCCESS);
+    recs_reset();
+    EQ(cupti_flush(), 3);
+    CHECK(g_recs[0].streamId != sid && g_recs[1].streamId != sid && g_recs[1].streamId != g_recs[0].streamId &&
+              g_recs[2].streamId == sid,
+          "stream ids %u %u %u (s: %u)", g_recs[0].streamId, g_recs[1].streamId, g_recs[2].streamId, sid);
+    for (int i = 0; i < 3; i++)
+        EQ(g_recs[i].contextId, cid);
+    check_ordered(0, 3);
+
+    /* Disable: a kernel launched before it is still delivered, later ones are not. */
+    launch_sleep(fsleep, s, 5000000);
+    CK(CU.disable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), CUPTI_SUCCESS);
+    launch_sleep(fsleep, s, 1000000);
+    launch_sleep(fsleep, s, 1000000);
+    CK(cuStreamSynchronize(s), CUDA_SUCCESS);
+    recs_reset();
+    EQ(cupti_flush(), 1);
+    EQ(rec_ns(&g_recs[0]), 5000000);
+
+    /* CUPTI_ACTIVITY_KIND_KERNEL: records of that kind. */
+    CK(CU.enable(CUPTI_ACTIVITY_KIND_KERNEL), CUPTI_SUCCESS);
+    launch_sleep(fsleep, s, 200000);
+    CK(cuStreamSynchronize(s), CUDA_SUCCESS);
+    recs_reset();
+    EQ(cupti_flush(), 1);
+    EQ(g_recs[0].kind, CUPTI_ACTIVITY_KIND_KERNEL);
+    CK(CU.disable(CUPTI_ACTIVITY_KIND_KERNEL), CUPTI_SUCCESS);
+    CK(CU.enable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), CUPTI_SUCCESS);
+
+    /* Small buffers: 2 records' worth each (with a partial third), or
+     * maxNumRecords 3: every record arrives, over several buffers. A flush
+     * from a buffer callback is refused. */
+    for (int round = 0; round < 3; round++) {
+        g_req_bytes = round == 0 ? 2 * REC_SIZE : round == 1 ? 2 * REC_SIZE + 100 : 4 * MiB;
+        g_req_max = round == 2 ? 3 : 0;
+        g_reenter = round == 0;
+        for (int i = 0; i < 7; i++)
+            launch_sleep(fsleep, s, 100000);
+        CK(cuStreamSynchronize(s), CUDA_SUCCESS);
+        recs_reset();
+        EQ(cupti_flush(), 7);
+        EQ(g_nbufs, round == 2 ? 3 : 4);
+        EQ(g_max_valid, (round == 2 ? 3 : 2) * REC_SIZE);
+        CHECK(g_reenter == 0, "no callback ran");
+        for (int i = 0; i < 7; i++)
+            EQ(rec_ns(&g_recs[i]), 100000);
+        check_ordered(0, 7);
+    }
+    g_req_bytes = 4 * MiB;
+    g_req_max = 0;
+
+    /* No buffer, or one too small for a record: the records are dropped and
+     * counted; the count restarts at each read. */
+    size_t dropped = 99;
+    CK(CU.dropped(NULL, 0, &dropped), CUPTI_SUCCESS);
+    EQ(dropped, 0);
+    g_req_null = 1;
+    for (int i = 0; i < 4; i++)
+        launch_sleep(fsleep, s, 100000);
+    CK(cuStreamSynchronize(s), CUDA_SUCCESS);
+    recs_reset();
+    EQ(cupti_flush(), 0);
+    g_req_null = 0;
+    g_req_bytes = REC_SIZE - 1;
+    for (int i = 0; i < 2; i++)
+        launch_sleep(fsleep, s, 100000);
+    CK(cuStreamSynchronize(s), CUDA_SUCCESS);
+    EQ(cupti_flush(), 0);
+    EQ(g_nbufs, 0);
+    g_req_bytes = 4 * MiB;
+    CK(CU.dropped(NULL, 0, &dropped), CUPTI_SUCCESS);
+    EQ(dropped, 6);
+    CK(CU.dropped(NULL, 0, &dropped), CUPTI_SUCCESS);
+    EQ(dropped, 0);
+
+    /* GetNextRecord over a buffer of our own: NULL gives the first record,
+     * a record the next one, the last one MAX_LIMIT_REACHED. */
+    union {
+        uint64_t align;
+        uint8_t b[3 * REC_SIZE];
+    } buf;
+    launch_sleep(fsleep, s, 100000);
+    launch_sleep(fsleep, s, 100000);
+    CK(cuStreamSynchronize(s), CUDA_SUCCESS);
+    recs_reset();
+    EQ(cupti_flush(), 2);
+    memcpy(buf.b, g_recs, 2 * REC_SIZE);
+    CUpti_Activity *r = NULL;
+    CK(CU.next(buf.b, 2 * REC_SIZE, &r), CUPTI_SUCCESS);
+    CHECK((uint8_t *)r == buf.b && r->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, "first record");
+    CK(CU.next(buf.b, 2 * REC_SIZE, &r), CUPTI_SUCCESS);
+    CHECK((uint8_t *)r == buf.b + REC_SIZE, "second record");
+    CK(CU.next(buf.b, 2 * REC_SIZE, &r), CUPTI_ERROR_MAX_LIMIT_REACHED);
+    r = NULL;
+    CK(CU.next(buf.b, REC_SIZE + 100, &r), CUPTI_SUCCESS);
+    CK(CU.next(buf.b, REC_SIZE + 100, &r), CUPTI_ERROR_MAX_LIMIT_REACHED); /* the second is incomplete */
+    r = NULL;
+    CK(CU.next(buf.b, 0, &r), CUPTI_ERROR_MAX_LIMIT_REACHED);
+    CK(CU.next(NULL, 2 * REC_SIZE, &r), CUPTI_ERROR_INVALID_PARAMETER);
+    r = (CUpti_Activity *)(void *)(buf.b + 2 * REC_SIZE);
+    CK(CU.next(buf.b, 2 * REC_SIZE, &r), CUPTI_ERROR_INVALID_PARAMETER); /* not a record of this buffer */
+
+    /* The queue's ring (FAKE_TL_RING entries) wraps twice before the flush:
+     * records are taken when items retire, so none is lost or repeated. */
+    const unsigned n = 2 * FAKE_TL_RING;
+    for (unsigned i = 0; i < n; i++)
+        launch_sleep(fsleep, s, 20000);
+    CK(cuStreamSynchronize(s), CUDA_SUCCESS);
+    recs_reset();
+    EQ(cupti_flush(), n);
+    for (unsigned i = 0; i < n; i++)
+        EQ(rec_ns(&g_recs[i]), 20000);
+    check_ordered(0, n);
+    CK(CU.dropped(NULL, 0, &dropped), CUPTI_SUCCESS);
+    EQ(dropped, 0);
+
+    /* More records than this process's entry holds between two flushes:
+     * the rest are dropped and counted. */
+    const unsigned over = FAKE_CUPTI_RECS + 100;
+    for (unsigned i = 0; i < over; i++)
+        launch_sleep(fsleep, s, 1000);
+    CK(cuStreamSynchronize(s), CUDA_SUCCESS);
+    recs_reset();
+    EQ(cupti_flush(), FAKE_CUPTI_RECS);
+    check_ordered(0, FAKE_CUPTI_RECS);
+    CK(CU.dropped(NULL, 0, &dropped), CUPTI_SUCCESS);
+    EQ(dropped, 100);
+
+    /* Two threads launch while this one flushes: every record once. */
+    struct cupti_launcher L[2];
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) {
+        CK(cuCtxGetCurrent(&L[i].ctx), CUDA_SUCCESS);
+        L[i].f = fsleep;
+        CK(cuStreamCreate(&L[i].s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+        CHECK(pthread_create(&th[i], NULL, cupti_launcher, &L[i]) == 0, "pthread_create");
+    }
+    recs_reset();
+    for (int i = 0; i < 20; i++) {
+        cupti_flush();
+        fake_sleep_until_ns(fake_now_ns() + 200000);
+    }
+    for (int i = 0; i < 2; i++)
+        CHECK(pthread_join(th[i], NULL) == 0, "pthread_join");
+    EQ(cupti_flush(), 400);
+    unsigned per[2] = {0, 0};
+    for (size_t i = 0; i < 400; i++) {
+        EQ(rec_ns(&g_recs[i]), 10000);
+        per[g_recs[i].streamId == g_recs[0].streamId ? 0 : 1]++;
+    }
+    EQ(per[0], 200);
+    EQ(per[1], 200);
+    for (int i = 0; i < 2; i++)
+        CK(cuStreamDestroy_v2(L[i].s), CUDA_SUCCESS);
+
+    /* Forced flush: the same. */
+    launch_sleep(fsleep, s, 100000);
+    CK(cuStreamSynchronize(s), CUDA_SUCCESS);
+    recs_reset();
+    CK(CU.flush(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), CUPTI_SUCCESS);
+    EQ(g_nrecs, 1);
+
+    CK(cuStreamDestroy_v2(s), CUDA_SUCCESS);
+    CK(cuStreamDestroy_v2(s2), CUDA_SUCCESS);
+
+    /* The FAIL knobs, and kinds enabled before libcuda's first call. */
+    const char *const reg_env[][2] = {{"FAKE_CUPTI_FAIL", "register"}, {NULL, NULL}};
+    const char *const en_env[][2] = {{"FAKE_CUPTI_FAIL", "enable"}, {NULL, NULL}};
+    char *fargs[] = {"selftest", "--cupti-fail-child", NULL};
+    char *out = run_self(fargs, reg_env, NULL, NULL);
+    g_pass += atoi(out + 3);
+    free(out);
+    out = run_self(fargs, en_env, NULL, NULL);
+    g_pass += atoi(out + 3);
+    free(out);
+    const char *const early_env[][2] = {{"FAKE_CUDA_STATE", NULL}, {NULL, NULL}};
+    char *eargs[] = {"selftest", "--cupti-early-child", NULL};
+    out = run_self(eargs, early_env, NULL, NULL);
+    g_pass += atoi(out + 3);
+    free(out);
+}
+
+/* A light process (0.1 ms kernel every 10 ms) beside a saturating one (10
+ * x 5 ms queued): its records add up to the time the timeline ran its
+ * kernels (0.1 ms each, the NVML figure exactly), not its latency in
+ * flight (a few ms each: one of the other's kernels and a slice). */
+static void test_cupti_timeslice(void)
+{
+    uint64_t t0 = fake_now_ns() + 300000000ull;
+    char st[32], lt[32];
+    snprintf(st, sizeof st, "%llu", (unsigned long long)t0);
+    snprintf(lt, sizeof lt, "%llu", (unsigned long long)(t0 + 100000000ull));
+    char *sargs[] = {"selftest", "--saturate-child", "700", "5000", "10", st, NULL};
+    char *largs[] = {"selftest", "--cupti-light-child", "500", "10000", "100", lt, NULL};
+    pid_t sp, lp;
+    int sfd, lfd;
+    run_self(sargs, NULL, &sp, &sfd);
+    run_self(largs, NULL, &lp, &lfd);
+    char sout[256], lout[256];
+    collect(lp, lfd, lout, sizeof lout);
+    collect(sp, sfd, sout, sizeof sout);
+    unsigned n = 0;
+    size_t nr = 0;
+    unsigned long long sum = 0, wall = 0, p50 = 0, run = 0;
+    CHECK(sscanf(lout, "C %u %zu %llu %llu %llu %llu", &n, &nr, &sum, &wall, &p50, &run) == 6,
+          "cupti light child output: %s", lout);
+    printf("cupti: 0.1 ms kernel beside 10 x 5 ms queued: %u requests, %zu records summing to %.3f ms "
+           "(NVML run time %.3f ms); latency p50 %llu us, sum %.3f ms\n",
+           n, nr, sum / 1e6, run / 1e6, p50, wall / 1e6);
+    CHECK(n >= 40, "light child served %u requests", n);
+    EQ(nr, n);
+    EQ(sum, n * 100000ull);
+    EQ(run, sum);
+    CHECK(wall >= 5 * sum, "latency sum %.3f ms vs record sum %.3f ms: was it time-sliced?", wall / 1e6, sum / 1e6);
+    (void)cu_free(); /* gives back the context overhead the exited children held */
+}
+
 static void test_log(pid_t me, size_t oom_size)
 {
     FILE *f = fopen(g_log_path, "r");
     CHECK(f != NULL, "open %s", g_log_path);
     char line[1024];
-    int lines = 0, found_oom = 0, found_init = 0, found_nvml = 0, found_proc = 0, found_child = 0, found_err = 0;
+    int lines = 0, found_oom = 0, found_init = 0, found_nvml = 0, found_proc = 0, found_child = 0, found_err = 0,
+        found_cupti = 0;
+    char want_cupti[64];
+    snprintf(want_cupti, sizeof want_cupti, "%d cuptiActivityEnable kind=10 -> 0\n", (int)me);
     char want_oom[128], want_init[64], want_nvml[64], want_proc[128];
     snprintf(want_oom, sizeof want_oom, "%d cuMemAlloc_v2 size=%zu -> 2\n", (int)me, oom_size);
     snprintf(want_init, sizeof want_init, "%d cuInit flags=1 -> 1\n", (int)me);
@@ -1760,6 +2280,7 @@ static void test_log(pid_t me, size_t oom_size)
         found_nvml |= strcmp(line, want_nvml) == 0;
         found_proc |= strcmp(line, want_proc) == 0;
         found_err |= strstr(line, "nvmlErrorString result=1 -> -") != NULL;
+        found_cupti |= strcmp(line, want_cupti) == 0;
         if (strstr(line, " cuLaunchKernel func=sleep_kernel grid=1,1,1 block=1,1,1 stream=0x0 ns=100000000 -> 0"))
             found_child |= atoi(line) != me;
     }
@@ -1769,6 +2290,7 @@ static void test_log(pid_t me, size_t oom_size)
     CHECK(found_nvml, "log has \"%.*s\"", (int)strlen(want_nvml) - 1, want_nvml);
     CHECK(found_proc, "log has \"%.*s\"", (int)strlen(want_proc) - 1, want_proc);
     CHECK(found_err, "log has nvmlErrorString");
+    CHECK(found_cupti, "log has \"%.*s\"", (int)strlen(want_cupti) - 1, want_cupti);
     CHECK(found_child, "log has the timeline children's launches");
     CHECK(lines > 300, "log has %d lines", lines);
 }
@@ -1794,11 +2316,20 @@ int main(int argc, char **argv)
         return private_child();
     if (argc == 2 && strcmp(argv[1], "--nodev-child") == 0)
         return nodev_child();
+    if (argc == 6 && strcmp(argv[1], "--cupti-light-child") == 0)
+        return cupti_light_child((unsigned)atoi(argv[2]), (unsigned)atoi(argv[3]), (unsigned)atoi(argv[4]),
+                                 strtoull(argv[5], NULL, 10));
+    if (argc == 2 && strcmp(argv[1], "--cupti-fail-child") == 0)
+        return cupti_fail_child();
+    if (argc == 2 && strcmp(argv[1], "--cupti-early-child") == 0)
+        return cupti_early_child();
     if (argc != 1) {
         fprintf(stderr,
                 "usage: %s [--timeline-child MS [DEADLINE_NS] | --saturate-child MS KERNEL_US DEPTH START_NS |\n"
                 "    --light-child MS PERIOD_US KERNEL_US START_NS | --queue-child MS KERNEL_US |\n"
-                "    --hammer-child THREADS | --hold-child BYTES | --private-child | --nodev-child]\n",
+                "    --hammer-child THREADS | --hold-child BYTES | --private-child | --nodev-child |\n"
+                "    --cupti-light-child MS PERIOD_US KERNEL_US START_NS | --cupti-fail-child |\n"
+                "    --cupti-early-child]\n",
                 argv[0]);
         return 2;
     }
@@ -1852,6 +2383,8 @@ int main(int argc, char **argv)
     test_timeslice();
     test_killed_queue(nd, fsleep);
     test_kill_in_lock(nd, fsleep);
+    test_cupti(fsleep);
+    test_cupti_timeslice();
 
     const char *const priv_env[][2] = {{"FAKE_CUDA_STATE", NULL},
                                        {"FAKE_CUDA_MEM", "8GiB"},

@@ -1,23 +1,36 @@
-//! Finding NVIDIA's real `cuda.h` and `nvml.h` at test time. They are never
-//! committed; in order of preference they come from:
+//! Finding NVIDIA's real `cuda.h`, `nvml.h` and `cupti.h` at test time. They
+//! are never committed; in order of preference they come from:
 //!
-//! 1. `$CUSLICE_CUDA_INCLUDE`, a directory holding both headers;
-//! 2. `/usr/local/cuda/include`, when it holds both;
-//! 3. the PyPI wheels `nvidia-cuda-runtime` and `nvidia-nvml-dev`, fetched
-//!    with `python3 -m pip download` into a cache under the cargo target
-//!    directory and unpacked with python3's `zipfile` (reused on later runs).
+//! 1. `$CUSLICE_CUDA_INCLUDE`, a directory holding all three headers (and
+//!    what `cupti.h` includes: a toolkit's `include/`);
+//! 2. `/usr/local/cuda/include`, when it holds all three;
+//! 3. the PyPI wheels `nvidia-cuda-runtime`, `nvidia-nvml-dev`,
+//!    `nvidia-cuda-cupti` and `nvidia-cuda-crt` (`crt/host_defines.h`, which
+//!    `cupti.h` includes), fetched with `python3 -m pip download` into a
+//!    cache under the cargo target directory and unpacked with python3's
+//!    `zipfile` into one tree (reused on later runs).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 pub const ENV_VAR: &str = "CUSLICE_CUDA_INCLUDE";
 const SYSTEM_DIR: &str = "/usr/local/cuda/include";
-const WHEELS: [&str; 2] = ["nvidia-cuda-runtime", "nvidia-nvml-dev"];
+const WHEELS: [&str; 4] = [
+    "nvidia-cuda-runtime",
+    "nvidia-nvml-dev",
+    "nvidia-cuda-cupti",
+    "nvidia-cuda-crt",
+];
+/// The headers the test needs, all in one directory.
+const NEEDED: [&str; 3] = ["cuda.h", "nvml.h", "cupti.h"];
 
 /// Where the real headers were found.
 pub struct RealHeaders {
     pub cuda_h: PathBuf,
     pub nvml_h: PathBuf,
+    /// Parsed with its directory on the include path (it includes `cuda.h`,
+    /// `cupti_activity.h`, ...).
+    pub cupti_h: PathBuf,
     /// Human-readable origin, for messages.
     pub origin: String,
 }
@@ -31,7 +44,7 @@ pub fn locate() -> Result<RealHeaders, String> {
         Some(dir) if !dir.is_empty() => {
             // An explicit setting is honoured or reported, never skipped.
             let dir = PathBuf::from(dir);
-            return match both_in(&dir) {
+            return match all_in(&dir) {
                 Some(h) => Ok(RealHeaders {
                     origin: format!("${ENV_VAR}={}", dir.display()),
                     ..h
@@ -47,7 +60,7 @@ pub fn locate() -> Result<RealHeaders, String> {
     }
 
     let system = Path::new(SYSTEM_DIR);
-    match both_in(system) {
+    match all_in(system) {
         Some(h) => {
             return Ok(RealHeaders {
                 origin: SYSTEM_DIR.to_string(),
@@ -68,7 +81,7 @@ pub fn locate() -> Result<RealHeaders, String> {
 
 fn failure(tried: &[String]) -> String {
     let mut msg = String::from(
-        "ABI test: cannot find NVIDIA's cuda.h and nvml.h to check cuda-headers/ against.\nTried, in order:\n",
+        "ABI test: cannot find NVIDIA's cuda.h, nvml.h and cupti.h to check cuda-headers/ against.\nTried, in order:\n",
     );
     for t in tried {
         msg.push_str("  - ");
@@ -76,29 +89,31 @@ fn failure(tried: &[String]) -> String {
         msg.push('\n');
     }
     msg.push_str(&format!(
-        "Provide the headers: set {ENV_VAR} to a directory holding both cuda.h and nvml.h \
-         (e.g. the include/ directory of a CUDA toolkit, or nvidia/cu13/include of the unpacked \
-         wheels {} and {}), or let `python3 -m pip download` reach PyPI.",
-        WHEELS[0], WHEELS[1]
+        "Provide the headers: set {ENV_VAR} to a directory holding cuda.h, nvml.h and cupti.h \
+         (e.g. the include/ directory of a CUDA toolkit, or nvidia/cu13/include of the wheels \
+         {} unpacked into one tree), or let `python3 -m pip download` reach PyPI.",
+        WHEELS.join(", ")
     ));
     msg
 }
 
-fn both_in(dir: &Path) -> Option<RealHeaders> {
-    let cuda_h = dir.join("cuda.h");
-    let nvml_h = dir.join("nvml.h");
-    (cuda_h.is_file() && nvml_h.is_file()).then(|| RealHeaders {
-        cuda_h,
-        nvml_h,
-        origin: String::new(),
-    })
+fn all_in(dir: &Path) -> Option<RealHeaders> {
+    NEEDED
+        .iter()
+        .all(|f| dir.join(f).is_file())
+        .then(|| RealHeaders {
+            cuda_h: dir.join("cuda.h"),
+            nvml_h: dir.join("nvml.h"),
+            cupti_h: dir.join("cupti.h"),
+            origin: String::new(),
+        })
 }
 
 fn missing_in(dir: &Path) -> String {
     if !dir.is_dir() {
         return "no such directory".to_string();
     }
-    let missing: Vec<&str> = ["cuda.h", "nvml.h"]
+    let missing: Vec<&str> = NEEDED
         .into_iter()
         .filter(|f| !dir.join(f).is_file())
         .collect();
@@ -123,13 +138,12 @@ fn from_wheels() -> Result<RealHeaders, String> {
     let unpacked = cache.join("unpacked");
     let wheels = cache.join("wheels");
     let what = format!(
-        "PyPI wheels {} and {} cached in {}",
-        WHEELS[0],
-        WHEELS[1],
+        "PyPI wheels {} cached in {}",
+        WHEELS.join(", "),
         cache.display()
     );
 
-    if let Some(h) = find_pair(&unpacked) {
+    if let Some(h) = find_all(&unpacked) {
         return Ok(RealHeaders {
             origin: format!("{what} (cached)"),
             ..h
@@ -143,7 +157,11 @@ fn from_wheels() -> Result<RealHeaders, String> {
             .iter()
             .any(|w| file_name(w).starts_with(prefix))
     };
-    if !(have("nvidia_cuda_runtime-") && have("nvidia_nvml_dev-")) {
+    // "nvidia-cuda-cupti" is the wheel file nvidia_cuda_cupti-<version>-...
+    if !WHEELS
+        .iter()
+        .all(|w| have(&format!("{}-", w.replace('-', "_"))))
+    {
         let mut args: Vec<String> = [
             "-m",
             "pip",
@@ -194,17 +212,18 @@ fn from_wheels() -> Result<RealHeaders, String> {
             tail(&String::from_utf8_lossy(&out.stderr), 12)
         ));
     }
-    if find_pair(&staging).is_none() {
+    if find_all(&staging).is_none() {
         let _ = std::fs::remove_dir_all(&staging);
         return Err(format!(
-            "{what}: the unpacked wheels hold no cuda.h and nvml.h"
+            "{what}: the unpacked wheels do not hold all of {}",
+            NEEDED.join(", ")
         ));
     }
     let _ = std::fs::remove_dir_all(&unpacked);
     if std::fs::rename(&staging, &unpacked).is_err() {
         let _ = std::fs::remove_dir_all(&staging);
     }
-    find_pair(&unpacked)
+    find_all(&unpacked)
         .map(|h| RealHeaders {
             origin: format!("{what} (downloaded)"),
             ..h
@@ -235,12 +254,14 @@ fn file_name(p: &Path) -> String {
         .unwrap_or_default()
 }
 
-fn find_pair(root: &Path) -> Option<RealHeaders> {
+fn find_all(root: &Path) -> Option<RealHeaders> {
     let cuda_h = find_file(root, "cuda.h")?;
     let nvml_h = find_file(root, "nvml.h")?;
+    let cupti_h = find_file(root, "cupti.h")?;
     Some(RealHeaders {
         cuda_h,
         nvml_h,
+        cupti_h,
         origin: String::new(),
     })
 }
