@@ -7,7 +7,8 @@
 //! budget) through until its deadline, with one fetch-sub per launch (and a
 //! clock read every 16th) and no lock, syscall or allocation. At a pass's
 //! end (the slow path, under a process-local mutex):
-//! - a process that launched freely is charged the pass's wall time; one
+//! - a process that launched freely is charged the pass's wall time
+//!   (unless `crate::meter` charges its kernels' GPU time instead); one
 //!   that holds the lease renews it (charged the slice) or, when another
 //!   tenant waits or its ceiling is reached, drains its work
 //!   (`cuCtxSynchronize`), is charged the slice and releases the lease;

@@ -149,7 +149,10 @@ fn open_cupti() -> Result<(*mut c_void, String), String> {
             // SAFETY: dlopen with a NUL-terminated name; RTLD_NOLOAD only
             // returns an object already loaded.
             let h = unsafe {
-                libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD | libc::RTLD_LOCAL)
+                libc::dlopen(
+                    c.as_ptr(),
+                    libc::RTLD_NOW | libc::RTLD_NOLOAD | libc::RTLD_LOCAL,
+                )
             };
             if !h.is_null() {
                 return Ok((h, so.to_string()));
@@ -300,7 +303,9 @@ pub fn start(devices: usize) {
         .spawn(run);
     if let Err(e) = spawned {
         m.lost.store(true, Ordering::Release);
-        crate::warn!("cannot start the GPU time meter's thread ({e}): charging wall time in flight");
+        crate::warn!(
+            "cannot start the GPU time meter's thread ({e}): charging wall time in flight"
+        );
         return;
     }
     crate::info!(
@@ -346,8 +351,7 @@ fn calibrate(m: &Meter) {
     let b = now_ns();
     if r == CUPTI_SUCCESS {
         let ours = a / 2 + b / 2;
-        m.offset
-            .store(ts as i64 - ours as i64, Ordering::Release);
+        m.offset.store(ts as i64 - ours as i64, Ordering::Release);
     }
 }
 
@@ -366,8 +370,7 @@ fn run() {
     let (mut seen, mut launched, mut silent) = (0u64, 0u64, 0u32);
     loop {
         if m.lost.load(Ordering::Acquire) {
-            if m.enabled.swap(false, Ordering::AcqRel) && !TENANT_PROFILES.load(Ordering::Acquire)
-            {
+            if m.enabled.swap(false, Ordering::AcqRel) && !TENANT_PROFILES.load(Ordering::Acquire) {
                 // SAFETY: CUPTI calls without arguments to check.
                 unsafe {
                     (m.api.disable)(KIND_CONCURRENT_KERNEL);
@@ -449,11 +452,7 @@ fn run() {
 
 unsafe extern "C" fn requested(buffer: *mut *mut u8, size: *mut usize, max_records: *mut usize) {
     let Some(m) = METER.get() else { return };
-    let reused = m
-        .pool
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .pop();
+    let reused = m.pool.lock().unwrap_or_else(|e| e.into_inner()).pop();
     let p = reused.unwrap_or_else(|| {
         let layout = std::alloc::Layout::from_size_align(BUFFER_BYTES, BUFFER_ALIGN)
             .expect("constant layout");
@@ -468,7 +467,13 @@ unsafe extern "C" fn requested(buffer: *mut *mut u8, size: *mut usize, max_recor
     }
 }
 
-unsafe extern "C" fn completed(_ctx: CUcontext, _stream: u32, buf: *mut u8, _size: usize, valid: usize) {
+unsafe extern "C" fn completed(
+    _ctx: CUcontext,
+    _stream: u32,
+    buf: *mut u8,
+    _size: usize,
+    valid: usize,
+) {
     let Some(m) = METER.get() else { return };
     if buf.is_null() {
         return;
@@ -576,6 +581,7 @@ pub fn real_register() -> *mut c_void {
 /// # Safety
 /// CUPTI's contract for `cuptiActivityRegisterCallbacks`.
 #[cfg_attr(not(test), unsafe(no_mangle))]
+#[allow(non_snake_case)] // CUPTI's name, exported as is
 pub unsafe extern "C" fn cuptiActivityRegisterCallbacks(
     requested: Option<Requested>,
     completed: Option<Completed>,
@@ -588,8 +594,7 @@ pub unsafe extern "C" fn cuptiActivityRegisterCallbacks(
     }
     // SAFETY: p is CUPTI's cuptiActivityRegisterCallbacks (never ours:
     // RTLD_NEXT or the meter's own handle).
-    let f: unsafe extern "C" fn(Option<Requested>, Option<Completed>) -> i32 =
-        unsafe { cast(p) };
+    let f: unsafe extern "C" fn(Option<Requested>, Option<Completed>) -> i32 = unsafe { cast(p) };
     // SAFETY: forwarding the program's arguments.
     unsafe { f(requested, completed) }
 }

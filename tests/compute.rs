@@ -455,3 +455,149 @@ fn a_latency_tenant_over_its_share_holds_nobody_back() {
         st.stdout
     );
 }
+
+/// The GPU time charged to `tenant` so far.
+fn used_ns(h: &Host, tenant: &str) -> u64 {
+    common::GpuView::of(&h.gpu()).tenant(tenant).used_ns
+}
+
+/// A launch-bound decode loop beside a saturating trainer (5 ms kernels,
+/// 10 queued, the fake's 2 ms time-slice), both at 50 %: each request is 12
+/// tokens of 4 kernels of 20 us with 100 us of host work between launches
+/// and a synchronisation per token, one every 80 ms. Its kernels wait for
+/// the trainer's, so a request is in flight ~55 ms (two thirds of the time,
+/// without a break) while its kernels run 1.2 %. Returns (its result, GPU time charged to
+/// it, whether it was ever seen heavy, the trainer's fraction).
+fn decode_beside_trainer(h: &Host, extra: &[(&'static str, &str)]) -> (Ping, u64, bool, f64) {
+    let qt = h.quota("trainer", "", "compute = 50");
+    let qd = h.quota("decode", "", "compute = 50");
+    let t = h.spawn("spin", Some(&qt), &["3.5", "5000000", "10"], extra);
+    std::thread::sleep(Duration::from_millis(300));
+    let d = h.spawn(
+        "decode",
+        Some(&qd),
+        &["2.5", "80000", "12", "4", "20000", "100000"],
+        extra,
+    );
+    let g = h.gpu();
+    let mut heavy = false;
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_millis(2400) {
+        let v = common::GpuView::of(&g);
+        heavy |= v.tenants.iter().any(|t| t.name == "decode" && t.heavy);
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let used = used_ns(h, "decode");
+    let p = finish_ping(d);
+    let st = finish(t);
+    (p, used, heavy, st.fraction())
+}
+
+#[test]
+fn a_launch_bound_tenant_is_charged_what_its_kernels_ran_and_launches_freely() {
+    // Issue #19: charged its wall time in flight, a decode loop beside a
+    // trainer was treated as saturating (heavy, through the lease); from
+    // kernel records (the fake's CUPTI, exact on its timeline) it is
+    // charged its kernels' time and stays light.
+    let h = Host::new("compute", "decode-meter");
+    let (p, used, heavy, trainer) = decode_beside_trainer(&h, &[]);
+    assert_eq!(p.served, p.due, "{p:?}");
+    let kernels_ns = u64::from(p.served) * 48 * 20_000;
+    assert!(
+        used >= kernels_ns * 9 / 10 && used <= kernels_ns * 3 + 50_000_000,
+        "charged {} ms for {} ms of kernels",
+        used as f64 / 1e6,
+        kernels_ns as f64 / 1e6
+    );
+    assert!(!heavy, "a launch-bound tenant is never heavy: {p:?}");
+    assert!(trainer >= 80.0, "the trainer keeps the GPU: {trainer:.1} %");
+
+    // The same pair without the meter: charged its time in flight, many
+    // times its kernels' time, and held through the lease.
+    let h = Host::new("compute", "decode-wall");
+    let (_, wall, heavy, _) = decode_beside_trainer(&h, &[("CUSLICE_CUPTI", "off")]);
+    assert!(
+        wall >= 10 * used.max(1),
+        "in flight {} ms vs measured {} ms",
+        wall as f64 / 1e6,
+        used as f64 / 1e6
+    );
+    assert!(heavy, "charged its time in flight, it looks saturating");
+}
+
+#[test]
+fn without_a_usable_cupti_free_launches_are_charged_their_time_in_flight_and_it_says_why() {
+    for (what, env, says) in [
+        (
+            "enable fails",
+            ("FAKE_CUPTI_FAIL", "enable"),
+            "cannot record kernel activity",
+        ),
+        (
+            "register fails",
+            ("FAKE_CUPTI_FAIL", "register"),
+            "cannot register activity callbacks",
+        ),
+        (
+            "no such library",
+            ("CUSLICE_CUPTI", "/nonexistent/libcupti.so"),
+            "CUSLICE_CUPTI=/nonexistent/libcupti.so: cannot load it",
+        ),
+    ] {
+        let h = Host::new("compute", "decode-nocupti");
+        let qt = h.quota("trainer", "", "compute = 50");
+        let qd = h.quota("decode", "", "compute = 50");
+        let t = h.spawn("spin", Some(&qt), &["2", "5000000", "10"], &[env]);
+        std::thread::sleep(Duration::from_millis(200));
+        let d = h.spawn(
+            "decode",
+            Some(&qd),
+            &["1.2", "100000", "4", "4", "20000", "100000"],
+            &[env, ("CUSLICE_LOG", "info")],
+        );
+        let out = common::output_by("decode", d, Instant::now() + Duration::from_secs(60));
+        let _ = finish(t);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{what}: {err}");
+        assert!(err.contains(says), "{what}: {err}");
+        assert!(err.contains("wall time in flight"), "{what}: {err}");
+        // Charged its time in flight: far more than its kernels ran.
+        let used = used_ns(&h, "decode");
+        assert!(
+            used >= 200_000_000,
+            "{what}: charged {} ms",
+            used as f64 / 1e6
+        );
+    }
+}
+
+#[test]
+fn a_program_that_profiles_itself_keeps_cupti_and_gets_every_record() {
+    // Its own profiler wins: cuslice's meter steps aside (and says so),
+    // and the program's callbacks get all its kernels, as without cuslice.
+    let h = Host::new("compute", "profiled");
+    let q = h.quota("prof", "", "compute = 50");
+    let out = common::output_by(
+        "profiled",
+        h.spawn(
+            "profiled",
+            Some(&q),
+            &["20", "1000000"],
+            &[("CUSLICE_LOG", "info")],
+        ),
+        Instant::now() + Duration::from_secs(60),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{err}");
+    let r: Vec<u64> = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("R records "))
+        .expect("records line")
+        .split_whitespace()
+        .map(|x| x.parse().expect("number"))
+        .collect();
+    assert_eq!(r[0], 20, "{stdout}");
+    assert!((r[1] as i64 - 20_000_000).abs() <= 200_000, "{stdout}");
+    assert!(err.contains("steps aside"), "{err}");
+}

@@ -134,6 +134,10 @@ fn build(root: &Path, dir: &Path) {
             c.arg(format!("-L{}", fake.display()))
                 .args(["-lcuda", "-lnvidia-ml"]);
         }
+        if app == "profiled" {
+            // Profiles itself with CUPTI, linked as PyTorch's profiler is.
+            c.arg("-lcupti");
+        }
         c.args(["-ldl", "-lpthread"]);
         sh(&mut c);
     }

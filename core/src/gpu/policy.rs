@@ -8,8 +8,9 @@
 //!   beside whoever else runs (the GPU time-slices between contexts, and a
 //!   light tenant waits at most about one time-slice, ~2 ms, measured on an
 //!   H100: docs/benchmarks/2026-11-23-h100-colocation-explore.md). It is
-//!   charged the wall time its work is in flight (`charge_free`), an upper
-//!   bound of its GPU time.
+//!   charged (`charge_free`) its kernels' GPU time from kernel records
+//!   where the shim has them (on a contended GPU), else the wall time its
+//!   work is in flight, an upper bound.
 //! - **Through the lease**, for tenants that compete for a saturated GPU
 //!   ("heavy"): one process at a time has the GPU for a slice, drains it
 //!   before handing it over, and so measures its own GPU time exactly.
@@ -22,7 +23,8 @@
 //! Which way ([`GpuSegment::route`]): a tenant is heavy once it is charged
 //! at least its share over a demand window (`DEMAND_WINDOW_NS`), or once
 //! one of its processes has had work in flight without a break for
-//! `HEAVY_BUSY_NS` (a saturating launcher); it is light again once a whole
+//! `HEAVY_BUSY_NS` and (where measured) ran enough of it on the GPU (a
+//! saturating launcher, `note_busy`); it is light again once a whole
 //! window shows it under `LIGHT_PERMILLE` of its share without having
 //! waited for the lease.
 //!
@@ -1861,7 +1863,11 @@ mod tests {
         a.note_busy(t, stretch, Some(stretch / 4 - 1_000), MS);
         assert_eq!(a.route(t, MS, SLICE), Route::Free);
         a.note_busy(t, stretch, Some(stretch / 4), MS);
-        assert_eq!(a.route(t, 2 * MS, SLICE), Route::Lease, "time-sliced saturator");
+        assert_eq!(
+            a.route(t, 2 * MS, SLICE),
+            Route::Lease,
+            "time-sliced saturator"
+        );
         // With three competitors the bar is an eighth of the stretch.
         let (h, b, u, _) = tenant_with("decode4", 50, 100, false);
         let _others: Vec<_> = ["o1", "o2", "o3"]
