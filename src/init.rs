@@ -98,6 +98,7 @@ extern "C" fn after_fork_child() {
     // ...and registers its own slot at its own cuInit.
     crate::quota::after_fork_child();
     crate::limiter::after_fork_child();
+    crate::meter::after_fork_child();
 }
 
 extern "C" fn on_unload() {

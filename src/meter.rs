@@ -533,6 +533,15 @@ unsafe extern "C" fn completed(
         .push(buf as usize);
 }
 
+/// A fork child: the meter's thread did not come along, so nothing would
+/// flush its records; it charges wall time in flight (CUDA in a child of a
+/// process that initialised it is not supported anyway).
+pub fn after_fork_child() {
+    if let Some(m) = METER.get() {
+        m.lost.store(true, Ordering::Release);
+    }
+}
+
 /// The program registers its own activity callbacks (a profiler: PyTorch's,
 /// Nsight's in-process part): the meter steps aside for good, and the call
 /// goes on to CUPTI.
