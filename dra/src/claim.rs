@@ -349,3 +349,234 @@ pub fn slice(c: &ClaimRef, alloc: &Allocation, d: &Driver, gpus: &[Gpu]) -> Resu
         compute,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn h200() -> Gpu {
+        Gpu {
+            index: 0,
+            uuid: "GPU-8f3c2a1e-5b7d-4c2e-9a1b-0c3d4e5f6a7b".into(),
+            memory: 141 << 30,
+            minor: 0,
+            product: "NVIDIA H200".into(),
+        }
+    }
+
+    fn driver() -> Driver {
+        Driver {
+            name: "gpu.cuslice.io".into(),
+            pool: "node-1".into(),
+        }
+    }
+
+    fn claim() -> ClaimRef {
+        ClaimRef {
+            namespace: "team-a".into(),
+            name: "trainer".into(),
+            uid: "0b1c2d3e-0000-4000-8000-000000000001".into(),
+        }
+    }
+
+    fn alloc(memory: &str, compute: &str, params: Option<serde_json::Value>) -> Allocation {
+        Allocation {
+            devices: vec![AllocatedDevice {
+                request: "gpu".into(),
+                driver: "gpu.cuslice.io".into(),
+                pool: "node-1".into(),
+                device: "gpu-0".into(),
+                consumed: [("memory", memory), ("compute", compute)]
+                    .into_iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            }],
+            config: params
+                .into_iter()
+                .map(|p| OpaqueConfig {
+                    source: "FromClaim".into(),
+                    requests: vec![],
+                    driver: "gpu.cuslice.io".into(),
+                    parameters: p,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn consumed_capacity_becomes_the_gpus_limits() {
+        let s = slice(&claim(), &alloc("40Gi", "50", None), &driver(), &[h200()]).expect("ok");
+        assert_eq!((s.memory, s.compute), (40 << 30, 50));
+        assert_eq!(
+            s.quota,
+            "# written by cuslice-dra-plugin for ResourceClaim team-a/trainer (uid 0b1c2d3e-0000-4000-8000-000000000001)\n\
+             gpu_segment_dir = \"/run/cuslice/gpu\"\n\
+             segment_dir = \"/run/cuslice/segment\"\n\
+             tenant = \"team-a/trainer\"\n\
+             \n\
+             [device.GPU-8f3c2a1e-5b7d-4c2e-9a1b-0c3d4e5f6a7b]\n\
+             compute = 50\n\
+             memory = 42949672960\n"
+        );
+        let cfg = config::parse_file(Path::new("q"), &s.quota).expect("the shim reads it");
+        let uuid = config::parse_uuid(&h200().uuid).expect("uuid");
+        assert_eq!(
+            cfg.limits_for(3, &uuid),
+            config::Limits {
+                memory: Some(40 << 30),
+                compute: Some(50),
+                compute_max: None
+            }
+        );
+        assert!(cfg.all.is_empty() && cfg.by_index.is_empty());
+        assert!(!cfg.latency);
+        // The opaque configuration: ceiling, latency class, burst.
+        let p = serde_json::json!({"apiVersion": CONFIG_API_VERSION, "kind": CONFIG_KIND,
+            "computeMax": 60, "latency": true, "burstMs": 100});
+        let s = slice(&claim(), &alloc("16G", "20", Some(p)), &driver(), &[h200()]).expect("ok");
+        let cfg = config::parse_file(Path::new("q"), &s.quota).expect("parses");
+        assert_eq!(
+            cfg.by_uuid.get(&uuid),
+            Some(&config::Limits {
+                memory: Some(16_000_000_000),
+                compute: Some(20),
+                compute_max: Some(60)
+            })
+        );
+        assert!(cfg.latency);
+        assert_eq!(cfg.compute_burst_ms, Some(100));
+        // A name the shim would not take as a tenant: the uid instead.
+        let mut c = claim();
+        c.name = "x".repeat(70);
+        let s = slice(&c, &alloc("1Gi", "1", None), &driver(), &[h200()]).expect("ok");
+        assert!(
+            s.quota
+                .contains("tenant = \"claim-0b1c2d3e-0000-4000-8000-000000000001\"")
+        );
+    }
+
+    #[test]
+    fn class_configuration_comes_first_and_the_claims_wins() {
+        let cfg = |source: &str, requests: &[&str], p: serde_json::Value| OpaqueConfig {
+            source: source.into(),
+            requests: requests.iter().map(|r| r.to_string()).collect(),
+            driver: "gpu.cuslice.io".into(),
+            parameters: p,
+        };
+        let list = vec![
+            cfg("FromClaim", &["gpu"], serde_json::json!({"computeMax": 70})),
+            cfg(
+                "FromClass",
+                &[],
+                serde_json::json!({"computeMax": 40, "latency": true}),
+            ),
+            cfg(
+                "FromClaim",
+                &["other"],
+                serde_json::json!({"computeMax": 90}),
+            ),
+            OpaqueConfig {
+                driver: "gpu.nvidia.com".into(),
+                ..cfg("FromClaim", &[], serde_json::json!({"sharing": {}}))
+            },
+        ];
+        assert_eq!(
+            settings(&list, "gpu.cuslice.io", "gpu"),
+            Ok(Settings {
+                compute_max: Some(70),
+                latency: true,
+                burst_ms: None
+            })
+        );
+        // A subrequest takes its main request's configuration.
+        assert_eq!(
+            settings(&list, "gpu.cuslice.io", "other/big").map(|s| s.compute_max),
+            Ok(Some(90))
+        );
+    }
+
+    #[test]
+    fn bad_claims_are_one_clear_line() {
+        let d = driver();
+        let gpus = [h200()];
+        let e = |a: Allocation| slice(&claim(), &a, &d, &gpus).expect_err("refused");
+        for (a, want) in [
+            (
+                alloc("200Gi", "50", None),
+                "device gpu-0: the claim asks 200GiB of memory, the GPU (GPU-8f3c2a1e-5b7d-4c2e-9a1b-0c3d4e5f6a7b) has 141GiB",
+            ),
+            (
+                alloc("4Gi", "130", None),
+                "device gpu-0: consumed capacity compute: expected 1 to 100, got 130",
+            ),
+            (
+                alloc("4Gi", "0", None),
+                "device gpu-0: consumed capacity compute: expected 1 to 100, got 0",
+            ),
+            (
+                alloc("4Gi", "500m", None),
+                "device gpu-0: consumed capacity compute: expected a whole quantity such as 40Gi, 16G or 50, got \"500m\": not a whole number",
+            ),
+            (
+                alloc(
+                    "4Gi",
+                    "50",
+                    Some(serde_json::json!({"computeMax": 60, "turbo": true})),
+                ),
+                "opaque config of driver gpu.cuslice.io (FromClaim): unknown field `turbo`, expected one of `apiVersion`, `kind`, `computeMax`, `latency`, `burstMs`",
+            ),
+            (
+                alloc("4Gi", "50", Some(serde_json::json!({"computeMax": 40}))),
+                "opaque config of driver gpu.cuslice.io: computeMax 40 is below the claim's compute 50",
+            ),
+            (
+                alloc("4Gi", "50", Some(serde_json::json!({"computeMax": 101}))),
+                "opaque config of driver gpu.cuslice.io (FromClaim): computeMax: expected 1 to 100, got 101",
+            ),
+            (
+                alloc("4Gi", "50", Some(serde_json::json!({"burstMs": 100}))),
+                "opaque config of driver gpu.cuslice.io: burstMs only applies with computeMax (it shapes how a ceiling is enforced)",
+            ),
+            (
+                alloc("4Gi", "50", Some(serde_json::json!({"kind": "GpuConfig"}))),
+                "opaque config of driver gpu.cuslice.io (FromClaim): kind: expected \"SliceConfig\", got \"GpuConfig\"",
+            ),
+            (
+                alloc("4Gi", "50", Some(serde_json::json!({"latency": "yes"}))),
+                "opaque config of driver gpu.cuslice.io (FromClaim): invalid type: string \"yes\", expected a boolean",
+            ),
+        ] {
+            assert_eq!(e(a), want);
+        }
+        // Not ours, none, two, another pool, a GPU that vanished, no
+        // capacity, a memory below what the shim takes.
+        let mut a = alloc("4Gi", "50", None);
+        a.devices[0].driver = "gpu.nvidia.com".into();
+        assert_eq!(
+            e(a.clone()),
+            "the claim's allocation is not ours: no device of driver gpu.cuslice.io, only of gpu.nvidia.com"
+        );
+        a.devices.clear();
+        assert_eq!(e(a), "the claim has no allocated device");
+        let mut a = alloc("4Gi", "50", None);
+        a.devices.push(a.devices[0].clone());
+        assert!(e(a).starts_with("2 devices of driver gpu.cuslice.io in one claim: "));
+        let mut a = alloc("4Gi", "50", None);
+        a.devices[0].pool = "node-2".into();
+        assert_eq!(
+            e(a),
+            "device gpu-0 is allocated from pool \"node-2\", this node's is \"node-1\""
+        );
+        let mut a = alloc("4Gi", "50", None);
+        a.devices[0].device = "gpu-1".into();
+        assert_eq!(
+            e(a),
+            "device gpu-1 is not on this node (its GPUs: gpu-0): it vanished, or the allocation is stale"
+        );
+        let mut a = alloc("4Gi", "50", None);
+        a.devices[0].consumed.remove("memory");
+        assert!(e(a).starts_with("device gpu-0 has no consumed capacity \"memory\": "));
+        let m = e(alloc("1Ki", "50", None));
+        assert!(m.contains("expected a size from 1MiB to 1PiB"), "{m}");
+    }
+}

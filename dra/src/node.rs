@@ -321,6 +321,14 @@ impl Node {
             return Err(e);
         }
         let written = (|| {
+            if let Some(parent) = self.cfg.root.parent() {
+                // The administrator's path to the root (as the hook does).
+                fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o755)
+                    .create(parent)
+                    .map_err(|e| format!("{}: {e}", parent.display()))?;
+            }
             keep_dir(&self.cfg.root, 0o700)?;
             keep_dir(&self.cfg.root.join("claims"), 0o700)?;
             let dir = self.claim_dir(&c.uid);
@@ -369,5 +377,212 @@ impl Node {
             return Err(e);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::claim::{AllocatedDevice, OpaqueConfig};
+    use std::os::unix::fs::MetadataExt;
+
+    pub(crate) fn config(t: &Path) -> Config {
+        Config {
+            driver: Driver {
+                name: "gpu.cuslice.io".into(),
+                pool: "node-1".into(),
+            },
+            root: t.join("run/cuslice"),
+            cdi_dir: t.join("cdi"),
+            state_dir: t.join("plugin"),
+            cuslice: "/usr/bin/cuslice".into(),
+            lib: None,
+        }
+    }
+
+    fn gpus() -> Vec<Gpu> {
+        vec![
+            Gpu {
+                index: 0,
+                uuid: "GPU-8f3c2a1e-5b7d-4c2e-9a1b-0c3d4e5f6a7b".into(),
+                memory: 80 << 30,
+                minor: 0,
+                product: String::new(),
+            },
+            Gpu {
+                index: 1,
+                uuid: "GPU-00000000-5b7d-4c2e-9a1b-0c3d4e5f6a7c".into(),
+                memory: 80 << 30,
+                minor: 3,
+                product: String::new(),
+            },
+        ]
+    }
+
+    fn claim(uid: &str) -> ClaimRef {
+        ClaimRef {
+            namespace: "default".into(),
+            name: "svc".into(),
+            uid: uid.into(),
+        }
+    }
+
+    fn alloc(device: &str, memory: &str, compute: &str) -> Allocation {
+        Allocation {
+            devices: vec![AllocatedDevice {
+                request: "gpu".into(),
+                driver: "gpu.cuslice.io".into(),
+                pool: "node-1".into(),
+                device: device.into(),
+                consumed: [("memory", memory), ("compute", compute)]
+                    .into_iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            }],
+            config: vec![OpaqueConfig {
+                source: "FromClass".into(),
+                requests: vec![],
+                driver: "gpu.cuslice.io".into(),
+                parameters: serde_json::json!({"latency": true}),
+            }],
+        }
+    }
+
+    fn mode(p: &Path) -> u32 {
+        fs::symlink_metadata(p).expect("stat").mode() & 0o7777
+    }
+
+    #[test]
+    fn prepare_writes_the_claims_files_and_unprepare_removes_them() {
+        let t = tempfile::tempdir().expect("tmp");
+        let n = Node::open(config(t.path())).expect("open");
+        let uid = "11111111-2222-4333-8444-555555555555";
+        let d = n
+            .prepare(&claim(uid), &alloc("gpu-1", "16Gi", "20"), &gpus())
+            .expect("prepared");
+        assert_eq!(
+            d,
+            [PreparedDevice {
+                request_names: vec!["gpu".into()],
+                pool_name: "node-1".into(),
+                device_name: "gpu-1".into(),
+                cdi_device_ids: vec![format!("cuslice.io/claim={uid}")],
+            }]
+        );
+        let dir = t.path().join("run/cuslice/claims").join(uid);
+        let q = fs::read_to_string(dir.join("quota.toml")).expect("quota");
+        let cfg = cuslice_core::config::parse_file(Path::new("q"), &q).expect("parses");
+        let u = cuslice_core::config::parse_uuid(&gpus()[1].uuid).expect("uuid");
+        assert_eq!(cfg.by_uuid[&u].memory, Some(16 << 30));
+        assert_eq!(cfg.by_uuid[&u].compute, Some(20));
+        assert!(cfg.latency);
+        assert_eq!(
+            (
+                mode(&t.path().join("run/cuslice")),
+                mode(&dir),
+                mode(&dir.join("quota.toml")),
+                mode(&dir.join("segment"))
+            ),
+            (0o700, 0o700, 0o444, 0o755)
+        );
+        let spec_path = t.path().join(format!("cdi/cuslice.io-claim_{uid}.json"));
+        let spec: serde_json::Value =
+            serde_json::from_str(&fs::read_to_string(&spec_path).expect("spec")).expect("json");
+        let root = t.path().join("run/cuslice").to_string_lossy().into_owned();
+        assert_eq!(
+            spec,
+            serde_json::json!({
+                "cdiVersion": "0.3.0",
+                "kind": "cuslice.io/claim",
+                "devices": [{
+                    "name": uid,
+                    "containerEdits": {
+                        "deviceNodes": [{"path": "/dev/nvidia3"}, {"path": "/dev/nvidiactl"}, {"path": "/dev/nvidia-uvm"}],
+                        "hooks": [
+                            {"hookName": "createRuntime", "path": "/usr/bin/cuslice",
+                             "args": ["cuslice", "oci-hook", "create", "--root", root, "--claim", uid]},
+                            {"hookName": "poststop", "path": "/usr/bin/cuslice",
+                             "args": ["cuslice", "oci-hook", "poststop", "--root", root]},
+                        ],
+                    },
+                }],
+            })
+        );
+        assert_eq!(mode(&spec_path), 0o644);
+        // Again: the same answer, the same files.
+        let again = n
+            .prepare(&claim(uid), &alloc("gpu-1", "16Gi", "20"), &gpus())
+            .expect("again");
+        assert_eq!(again, d);
+        assert_eq!(
+            fs::read_to_string(dir.join("quota.toml")).expect("quota"),
+            q
+        );
+        assert_eq!(n.prepared().len(), 1);
+        // A restarted plugin knows it, and unprepares it.
+        drop(n);
+        let n = Node::open(config(t.path())).expect("reopen");
+        assert_eq!(n.prepared()[uid].devices, d);
+        assert_eq!(n.prepared()[uid].memory, 16 << 30);
+        n.unprepare(uid).expect("unprepared");
+        assert!(!dir.exists() && !spec_path.exists());
+        assert!(n.prepared().is_empty());
+        n.unprepare(uid).expect("again: nothing to do");
+        let n = Node::open(config(t.path())).expect("reopen");
+        assert!(n.prepared().is_empty());
+        // Nothing is left but the checkpoint and the directories.
+        assert_eq!(fs::read_dir(t.path().join("cdi")).expect("cdi").count(), 0);
+        assert_eq!(
+            fs::read_dir(t.path().join("run/cuslice/claims"))
+                .expect("claims")
+                .count(),
+            0
+        );
+    }
+
+    #[test]
+    fn a_bad_claim_leaves_nothing_and_a_bad_uid_is_no_path() {
+        let t = tempfile::tempdir().expect("tmp");
+        let n = Node::open(config(t.path())).expect("open");
+        let uid = "22222222-2222-4333-8444-555555555555";
+        let e = n
+            .prepare(&claim(uid), &alloc("gpu-7", "16Gi", "20"), &gpus())
+            .expect_err("vanished");
+        assert!(e.starts_with("device gpu-7 is not on this node"), "{e}");
+        assert!(n.prepared().is_empty());
+        assert!(!t.path().join("run").exists() && !t.path().join("cdi").exists());
+        for bad in ["../../etc", "", ".x", "a/b", "-rf"] {
+            let e = n
+                .prepare(&claim(bad), &alloc("gpu-0", "1Gi", "1"), &gpus())
+                .expect_err("bad uid");
+            assert!(e.ends_with("is not a plain name"), "{e}");
+            assert!(n.unprepare(bad).is_err());
+        }
+    }
+
+    #[test]
+    fn links_where_the_plugins_directories_belong_are_refused() {
+        let t = tempfile::tempdir().expect("tmp");
+        let n = Node::open(config(t.path())).expect("open");
+        let victim = t.path().join("victim");
+        fs::create_dir_all(&victim).expect("mkdir");
+        fs::create_dir_all(t.path().join("run/cuslice/claims")).expect("mkdir");
+        let uid = "33333333-2222-4333-8444-555555555555";
+        std::os::unix::fs::symlink(&victim, t.path().join("run/cuslice/claims").join(uid))
+            .expect("link");
+        let e = n
+            .prepare(&claim(uid), &alloc("gpu-0", "1Gi", "1"), &gpus())
+            .expect_err("a link");
+        assert!(
+            e.ends_with(&format!(
+                "claims/{uid}: expected a directory, got a symlink"
+            )),
+            "{e}"
+        );
+        assert_eq!(fs::read_dir(&victim).expect("victim").count(), 0);
+        // Unprepare removes the link, not what it points to.
+        n.unprepare(uid).expect("unprepared");
+        assert!(victim.exists());
+        assert!(fs::symlink_metadata(t.path().join("run/cuslice/claims").join(uid)).is_err());
     }
 }
