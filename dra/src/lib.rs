@@ -13,6 +13,7 @@ pub mod gpus;
 pub mod node;
 pub mod quantity;
 pub mod server;
+pub mod slice;
 
 /// The kubelet's gRPC messages and services, generated at build time from
 /// proto/ (see build.rs).
