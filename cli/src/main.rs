@@ -95,6 +95,11 @@ enum Cmd {
         /// The library to mount into containers.
         #[arg(long, default_value = oci::DEFAULT_LIB)]
         lib: PathBuf,
+        /// Take the limits from a Kubernetes ResourceClaim instead of the
+        /// annotations: the quota file and segment directory that the DRA
+        /// plugin keeps under <root>/claims/<CLAIM> (the claim's UID).
+        #[arg(long)]
+        claim: Option<String>,
     },
     /// Container Device Interface spec.
     Cdi {
@@ -482,8 +487,13 @@ fn main() -> ExitCode {
         } => exporter::serve(&listen, status::Observer::new(src.sources(), linger))
             .map(|()| ExitCode::SUCCESS),
         Cmd::Watch { args } => watch::run(args).map(|()| ExitCode::SUCCESS),
-        Cmd::OciHook { stage, root, lib } => {
-            let a = oci::HookArgs { root, lib };
+        Cmd::OciHook {
+            stage,
+            root,
+            lib,
+            claim,
+        } => {
+            let a = oci::HookArgs { root, lib, claim };
             match stage {
                 HookStage::Create => oci::create(&a),
                 HookStage::Poststop => oci::poststop(&a),

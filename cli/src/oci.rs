@@ -28,6 +28,17 @@
 //! or a directory where a file belongs (or the reverse) fails container
 //! creation with one line naming the path inside the container.
 //!
+//! With `--claim <uid>` (the per-claim CDI spec that the DRA kubelet plugin,
+//! `cuslice-dra-plugin`, writes for a Kubernetes ResourceClaim), the quota
+//! is not taken from annotations but from `<root>/claims/<uid>/quota.toml`
+//! (the plugin's, read-only, read here without following a link and checked
+//! the way the shim reads it), and the segment directory mounted at
+//! `/run/cuslice/segment` is `<root>/claims/<uid>/segment`: every container
+//! of the claim shares its memory quota, as they share its capacity. The
+//! container's annotations are then ignored (the claim is what the
+//! scheduler granted), and everything else (the checks, the other mounts,
+//! the record) is the same. A claim with no quota file fails creation.
+//!
 //! A container without `cuslice.io/*` annotations is left alone. A bad
 //! annotation fails container creation with one line naming it, and nothing
 //! is left behind.
@@ -346,6 +357,33 @@ fn read_spec(bundle: &Path) -> Result<Spec, String> {
 pub struct HookArgs {
     pub root: PathBuf,
     pub lib: PathBuf,
+    /// `--claim`: the UID of the ResourceClaim whose quota file and segment
+    /// directory (under `<root>/claims/`) the container gets.
+    pub claim: Option<String>,
+}
+
+/// Where the DRA plugin keeps each claim's files, under `--root`.
+pub const CLAIMS_DIR: &str = "claims";
+
+/// The quota file the DRA plugin wrote for claim `uid`
+/// (`<root>/claims/<uid>/quota.toml`) and its path for messages: a regular
+/// file of root's, reached without following a link, checked the way the
+/// shim will read it.
+fn claim_quota(root: &Path, uid: &str) -> Result<(String, PathBuf), String> {
+    check_id(uid).map_err(|_| format!("claim {uid:?} is not a plain name"))?;
+    let dir = crate::host::fs::Dir::open(root)?
+        .open_dir(std::ffi::OsStr::new(CLAIMS_DIR))?
+        .open_dir(std::ffi::OsStr::new(uid))?;
+    let text = dir.read_file("quota.toml", config::MAX_FILE_BYTES)?;
+    let path = dir.join("quota.toml");
+    let cfg = config::parse_file(&path, &text).map_err(|e| e.to_string())?;
+    if !cfg.has_limits() {
+        return Err(format!(
+            "{}: no limit in it: refusing to give the claim's container an unlimited GPU",
+            path.display()
+        ));
+    }
+    Ok((text, path))
 }
 
 pub fn create(a: &HookArgs) -> Result<(), String> {
@@ -356,8 +394,12 @@ pub fn create(a: &HookArgs) -> Result<(), String> {
     // the bundle's config.json; the state's win.
     let mut ann = spec.annotations;
     ann.extend(st.annotations);
-    let Some(quota) = quota_from_annotations(&st.id, &ann)? else {
-        return Ok(());
+    let (quota, label) = match &a.claim {
+        Some(uid) => claim_quota(&a.root, uid)?,
+        None => match quota_from_annotations(&st.id, &ann)? {
+            Some(q) => (q, PathBuf::from("annotations")),
+            None => return Ok(()),
+        },
     };
     check_user_namespaces(own_user_namespace(), &spec.linux.unwrap_or_default())?;
     let meta = container_meta(
@@ -374,7 +416,7 @@ pub fn create(a: &HookArgs) -> Result<(), String> {
             groups: p.user.additional_gids.clone(),
         })
         .unwrap_or_default();
-    let cfg = config::parse_file(Path::new("annotations"), &quota).map_err(|e| e.to_string())?;
+    let cfg = config::parse_file(&label, &quota).map_err(|e| e.to_string())?;
     let gpus = gpu_segments_to_make(&cfg, &user)?;
     let pid = st
         .pid
@@ -479,7 +521,14 @@ fn write_files(
         set_file_mode(fd_of(seg.raw_fd()), &p, 0o666)?;
     }
     let dir = root.keep_dir("containers", 0o700)?.keep_dir(id, 0o700)?;
-    let seg = dir.keep_dir("segment", 0o755)?;
+    let seg = match &a.claim {
+        // The plugin's directory for the claim (checked a plain name).
+        Some(uid) => root
+            .keep_dir(CLAIMS_DIR, 0o700)?
+            .keep_dir(uid, 0o700)?
+            .keep_dir("segment", 0o755)?,
+        None => dir.keep_dir("segment", 0o755)?,
+    };
     if cfg.has_memory() {
         let p = seg.join("memory.seg");
         let s = cuslice_core::segment::Segment::open_or_create(&p).map_err(|e| e.to_string())?;
@@ -529,7 +578,10 @@ fn binds(a: &HookArgs, dir: &Path) -> [Bind; 5] {
             ro: true,
         },
         Bind {
-            src: dir.join("segment"),
+            src: match &a.claim {
+                Some(uid) => a.root.join(CLAIMS_DIR).join(uid).join("segment"),
+                None => dir.join("segment"),
+            },
             follow_src: false,
             dst: "/run/cuslice/segment",
             kind: Kind::Dir,
@@ -910,6 +962,55 @@ mod tests {
             e,
             "annotation cuslice.io/gpus=\"1, 2,1\": expected each GPU once, got \"1\" twice"
         );
+    }
+
+    #[test]
+    fn a_claim_gives_its_quota_file_and_segment_directory() {
+        let t = std::env::temp_dir().join(format!("cuslice-oci-claim-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&t);
+        let claim = t.join("claims").join("uid-1");
+        std::fs::create_dir_all(claim.join("segment")).expect("mkdir");
+        let q = "tenant = \"team-a/train\"\n[device.\"GPU-8f3c2a1e-5b7d-4c2e-9a1b-0c3d4e5f6a7b\"]\nmemory = 1073741824\ncompute = 30\n";
+        std::fs::write(claim.join("quota.toml"), q).expect("write");
+        let (text, path) = claim_quota(&t, "uid-1").expect("read");
+        assert_eq!((text.as_str(), path), (q, claim.join("quota.toml")));
+        let a = HookArgs {
+            root: t.clone(),
+            lib: PathBuf::from(DEFAULT_LIB),
+            claim: Some("uid-1".into()),
+        };
+        let b = binds(&a, &t.join("containers").join("ctr"));
+        assert_eq!(b[0].src, t.join("containers/ctr/quota.toml"));
+        assert_eq!(
+            (b[1].src.as_path(), b[1].dst),
+            (claim.join("segment").as_path(), "/run/cuslice/segment")
+        );
+        // Not a plain name, missing, a link, no limit, invalid: refused.
+        for bad in ["../x", "", ".x", "a/b"] {
+            let e = claim_quota(&t, bad).expect_err("not a name");
+            assert!(
+                e.starts_with("claim ") && e.ends_with("is not a plain name"),
+                "{e}"
+            );
+        }
+        let e = claim_quota(&t, "uid-2").expect_err("missing");
+        assert!(e.contains("claims/uid-2: cannot open the directory"), "{e}");
+        std::fs::create_dir_all(t.join("claims/uid-3")).expect("mkdir");
+        std::os::unix::fs::symlink(claim.join("quota.toml"), t.join("claims/uid-3/quota.toml"))
+            .expect("link");
+        let e = claim_quota(&t, "uid-3").expect_err("a link");
+        assert!(e.contains("uid-3/quota.toml: cannot open the file"), "{e}");
+        std::fs::create_dir_all(t.join("claims/uid-4")).expect("mkdir");
+        std::fs::write(t.join("claims/uid-4/quota.toml"), "tenant = \"x\"\n").expect("write");
+        let e = claim_quota(&t, "uid-4").expect_err("unlimited");
+        assert!(
+            e.ends_with("no limit in it: refusing to give the claim's container an unlimited GPU"),
+            "{e}"
+        );
+        std::fs::write(t.join("claims/uid-4/quota.toml"), "[all]\ncompute = 130\n").expect("write");
+        let e = claim_quota(&t, "uid-4").expect_err("invalid");
+        assert!(e.contains("uid-4/quota.toml: all.compute: "), "{e}");
+        let _ = std::fs::remove_dir_all(&t);
     }
 
     #[test]

@@ -310,6 +310,46 @@ impl Dir {
         ok && io::Read::read_to_end(&mut f, &mut have).is_ok() && have == bytes
     }
 
+    /// The text of the regular file `name` in this one, reached without
+    /// following a link or blocking: a file of ours (the effective uid) of
+    /// at most `max` bytes, in UTF-8.
+    pub fn read_file(&self, name: &str, max: u64) -> Result<String, Error> {
+        let c = component(&self.path, OsStr::new(name))?;
+        let path = self.path.join(name);
+        let fd = openat(
+            &self.fd,
+            &c,
+            libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK,
+            0,
+        )
+        .map_err(|e| Error::os(&path, "cannot open the file", &e))?;
+        let st = fstat(fd.as_fd()).map_err(|e| Error::os(&path, "cannot stat it", &e))?;
+        // SAFETY: geteuid has no preconditions.
+        let me = unsafe { libc::geteuid() };
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+            return Err(Error::other(
+                &path,
+                format!("expected a regular file, got {}", type_name(st.st_mode)),
+            ));
+        }
+        if st.st_uid != me {
+            return Err(Error::other(
+                &path,
+                format!("expected a file of uid {me}, got one of uid {}", st.st_uid),
+            ));
+        }
+        let mut bytes = Vec::new();
+        io::Read::read_to_end(
+            &mut io::Read::take(std::fs::File::from(fd), max + 1),
+            &mut bytes,
+        )
+        .map_err(|e| Error::os(&path, "cannot read it", &e))?;
+        if bytes.len() as u64 > max {
+            return Err(Error::other(&path, format!("larger than {max} bytes")));
+        }
+        String::from_utf8(bytes).map_err(|_| Error::other(&path, "not UTF-8"))
+    }
+
     /// Opens the directory `name` in this one without following a link (a
     /// link there is an error, wherever it points).
     pub fn open_dir(&self, name: &OsStr) -> Result<Dir, Error> {
@@ -608,6 +648,29 @@ mod tests {
             assert!(root.keep_dir(n, 0o700).is_err(), "{n:?}");
             assert!(root.replace_file(n, b"", 0o400).is_err(), "{n:?}");
         }
+        let _ = std::fs::remove_dir_all(&t);
+    }
+
+    #[test]
+    fn files_are_read_only_when_regular_ours_and_small() {
+        let t = tmp("read");
+        let d = Dir::open(&t).expect("open");
+        std::fs::write(t.join("f"), "quota\n").expect("write");
+        assert_eq!(d.read_file("f", 6).expect("read"), "quota\n");
+        let e = d.read_file("f", 5).expect_err("too large");
+        assert!(e.to_string().ends_with("/f: larger than 5 bytes"), "{e}");
+        std::os::unix::fs::symlink(t.join("f"), t.join("l")).expect("link");
+        let e = d.read_file("l", 100).expect_err("a link");
+        assert!(e.to_string().contains("/l: cannot open the file"), "{e}");
+        std::fs::create_dir(t.join("dir")).expect("mkdir");
+        let e = d.read_file("dir", 100).expect_err("a directory");
+        assert!(
+            e.to_string()
+                .ends_with("/dir: expected a regular file, got a directory"),
+            "{e}"
+        );
+        assert!(d.read_file("../f", 100).is_err());
+        assert!(d.read_file("missing", 100).is_err());
         let _ = std::fs::remove_dir_all(&t);
     }
 

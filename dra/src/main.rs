@@ -1,0 +1,128 @@
+//! `cuslice-dra-plugin`: the kubelet plugin of cuslice's DRA driver (see
+//! the crate documentation and docs/kubernetes.md). Runs on each GPU node
+//! as root, beside the kubelet.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::Parser;
+use cuslice_dra::{api, claim, gpus, node, server};
+
+#[derive(Parser)]
+#[command(
+    version,
+    about = "cuslice's DRA kubelet plugin: GPU memory and GPU time as consumable capacity"
+)]
+struct Args {
+    /// The DRA driver name (of its ResourceSlices, DeviceClass and allocations).
+    #[arg(long, default_value = cuslice_dra::DEFAULT_DRIVER)]
+    driver_name: String,
+    /// This node's name: the pool its GPUs are published in.
+    #[arg(long, env = "NODE_NAME")]
+    node_name: String,
+    /// The kubelet's plugin registration directory.
+    #[arg(long, default_value = "/var/lib/kubelet/plugins_registry")]
+    registry_dir: PathBuf,
+    /// This plugin's directory (its DRA socket and checkpoint); default
+    /// /var/lib/kubelet/plugins/<driver name>.
+    #[arg(long)]
+    plugin_dir: Option<PathBuf>,
+    /// Where the per-claim CDI specs go.
+    #[arg(long, default_value = "/var/run/cdi")]
+    cdi_dir: PathBuf,
+    /// The OCI hook's --root (claims' quota files and segments go under
+    /// <root>/claims).
+    #[arg(long, default_value = "/run/cuslice")]
+    root: PathBuf,
+    /// The cuslice command the CDI specs' hooks run.
+    #[arg(long, default_value = "/usr/bin/cuslice")]
+    cuslice: PathBuf,
+    /// The hooks' --lib, where not /usr/lib/cuslice/libcuslice.so.
+    #[arg(long)]
+    lib: Option<PathBuf>,
+    /// Take the node's GPUs from this JSON file (a list of {index, uuid,
+    /// memory, minor, product}) instead of NVML.
+    #[arg(long)]
+    gpus_file: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    let a = Args::parse();
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cuslice-dra-plugin: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(run(a)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("cuslice-dra-plugin: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(a: Args) -> Result<(), String> {
+    let plugin_dir = a
+        .plugin_dir
+        .unwrap_or_else(|| PathBuf::from("/var/lib/kubelet/plugins").join(&a.driver_name));
+    let inventory: Arc<dyn gpus::Inventory> = match a.gpus_file {
+        Some(f) => Arc::new(gpus::File(f)),
+        None => Arc::new(gpus::Nvml),
+    };
+    // Said at start, not at the first claim.
+    let found = inventory.gpus()?;
+    eprintln!(
+        "cuslice-dra-plugin: {} GPU(s): {}",
+        found.len(),
+        found
+            .iter()
+            .map(|g| format!("{} {}", g.device_name(), g.uuid))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let node = node::Node::open(node::Config {
+        driver: claim::Driver {
+            name: a.driver_name.clone(),
+            pool: a.node_name,
+        },
+        root: a.root,
+        cdi_dir: a.cdi_dir,
+        state_dir: plugin_dir.clone(),
+        cuslice: a.cuslice,
+        lib: a.lib,
+    })?;
+    let client = kube::Client::try_default()
+        .await
+        .map_err(|e| format!("cannot reach the API server: {e}"))?;
+    let (status, _) = tokio::sync::watch::channel(None);
+    let registration = server::Registration {
+        driver: a.driver_name.clone(),
+        endpoint: plugin_dir.join("dra.sock"),
+        status,
+    };
+    let plugin = server::Plugin {
+        node: Arc::new(node),
+        claims: Arc::new(api::Kube(client)),
+        gpus: inventory,
+    };
+    let stop = async {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => return std::future::pending().await,
+            };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    };
+    let reg_socket = a.registry_dir.join(format!("{}-reg.sock", a.driver_name));
+    server::serve(registration, &reg_socket, plugin, stop).await
+}

@@ -1,0 +1,588 @@
+//! The node service's core, without gRPC: prepare a claim (its quota file,
+//! its CDI spec, a checkpoint entry) and unprepare it. Both idempotent;
+//! the checkpoint (`<state dir>/checkpoint.json`, replaced atomically) lets
+//! a restarted plugin answer for, and unprepare, what an earlier one
+//! prepared.
+//!
+//! # How a container gets the claim's limits
+//!
+//! The per-claim CDI spec (`<cdi dir>/cuslice.io-claim_<uid>.json`, device
+//! `cuslice.io/claim=<uid>`) does not mount anything itself. It gives the
+//! GPU's device nodes (`/dev/nvidia<minor>`, `/dev/nvidiactl`,
+//! `/dev/nvidia-uvm`) and runs the OCI hook every other cuslice container
+//! uses, `cuslice oci-hook create --claim <uid>` (createRuntime) and
+//! `poststop`. The hook takes the quota file this plugin wrote,
+//! `<root>/claims/<uid>/quota.toml` (root's, 0444), instead of
+//! annotations, and mounts it read-only at `/etc/cuslice/quota.toml`, the
+//! claim's segment directory `<root>/claims/<uid>/segment` (shared by all
+//! the claim's containers: they share its memory) at
+//! `/run/cuslice/segment`, the host's GPU segments, the library and
+//! `/etc/ld.so.preload`. Why the hook and not CDI `mounts`: the hook is
+//! what already handles hostile images (it follows no symlink in the
+//! image, refuses a directory where a file belongs), refuses containers
+//! whose processes would not be host root (user namespaces, rootless
+//! runtimes), checks that the container's user can reach every mounted
+//! file (ld.so skips an unreadable preload file without a word), and makes
+//! the segments with the right modes. CDI mounts would do none of that, and
+//! a container could start without its limits. If the hook fails, the
+//! container does not start.
+//!
+//! # Files
+//!
+//! | path | mode | |
+//! |---|---|---|
+//! | `<root>` (`/run/cuslice`) | 0700 | as the hook keeps it |
+//! | `<root>/claims/<uid>/` | 0700 | |
+//! | `<root>/claims/<uid>/quota.toml` | 0444 | |
+//! | `<root>/claims/<uid>/segment/` | 0755 | the hook makes `memory.seg` in it |
+//! | `<cdi dir>/cuslice.io-claim_<uid>.json` | 0644 | |
+//! | `<state dir>/checkpoint.json` | 0600 | |
+//!
+//! Every file is written whole to a new name and renamed into place; a
+//! symlink where a directory of ours belongs is an error, never followed.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use serde::{Deserialize, Serialize};
+
+use crate::claim::{self, Allocation, ClaimRef, Driver};
+use crate::gpus::Gpu;
+
+/// The CDI kind of the per-claim specs.
+pub const CDI_KIND: &str = "cuslice.io/claim";
+
+/// Where things are.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub driver: Driver,
+    /// The hook's `--root` (`/run/cuslice`).
+    pub root: PathBuf,
+    /// Where CDI specs go (`/var/run/cdi`).
+    pub cdi_dir: PathBuf,
+    /// Where the checkpoint is (the plugin's directory).
+    pub state_dir: PathBuf,
+    /// The `cuslice` command the CDI hooks run.
+    pub cuslice: PathBuf,
+    /// The hook's `--lib`, where not its default.
+    pub lib: Option<PathBuf>,
+}
+
+/// One device of a prepared claim, as the kubelet is told.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PreparedDevice {
+    pub request_names: Vec<String>,
+    pub pool_name: String,
+    pub device_name: String,
+    pub cdi_device_ids: Vec<String>,
+}
+
+/// A prepared claim, as checkpointed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Prepared {
+    pub claim: ClaimRef,
+    pub gpu_uuid: String,
+    pub memory: u64,
+    pub compute: u8,
+    pub devices: Vec<PreparedDevice>,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Checkpoint {
+    version: u32,
+    /// claim UID -> what was prepared.
+    claims: BTreeMap<String, Prepared>,
+}
+
+const CHECKPOINT_VERSION: u32 = 1;
+const CHECKPOINT: &str = "checkpoint.json";
+
+pub struct Node {
+    cfg: Config,
+    state: Mutex<Checkpoint>,
+}
+
+/// A claim UID as a file name: what Kubernetes makes (a UUID), nothing that
+/// could climb out of a directory.
+pub fn check_uid(uid: &str) -> Result<(), String> {
+    let ok = !uid.is_empty()
+        && uid.len() <= 64
+        && !uid.starts_with(['.', '-'])
+        && uid
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("claim uid {uid:?} is not a plain name"))
+    }
+}
+
+/// `path` as a directory of ours with `mode`: made where missing, an
+/// existing one kept; a symlink there is an error.
+fn keep_dir(path: &Path, mode: u32) -> Result<(), String> {
+    match fs::DirBuilder::new().mode(mode).create(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => {
+            return Err(format!(
+                "{}: cannot create the directory: {e}",
+                path.display()
+            ));
+        }
+    }
+    let m = fs::symlink_metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    if !m.file_type().is_dir() {
+        return Err(format!(
+            "{}: expected a directory, got {}",
+            path.display(),
+            if m.file_type().is_symlink() {
+                "a symlink"
+            } else {
+                "something else"
+            }
+        ));
+    }
+    fs::set_permissions(path, fs::Permissions::from_mode(mode))
+        .map_err(|e| format!("{}: cannot set its mode: {e}", path.display()))
+}
+
+/// Writes `path` whole with `mode`: a new file beside it (never through a
+/// link), synced, renamed over it, the directory synced.
+fn replace_file(path: &Path, bytes: &[u8], mode: u32) -> Result<(), String> {
+    let dir = path.parent().ok_or("no parent directory")?;
+    let name = path.file_name().ok_or("no file name")?.to_string_lossy();
+    let tmp = dir.join(format!(".{name}.new"));
+    match fs::remove_file(&tmp) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(format!("{}: {e}", tmp.display()));
+        }
+        _ => {}
+    }
+    let err = |e: std::io::Error| format!("{}: {e}", tmp.display());
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&tmp)
+        .map_err(err)?;
+    f.set_permissions(fs::Permissions::from_mode(mode))
+        .map_err(err)?;
+    f.write_all(bytes).map_err(err)?;
+    f.sync_all().map_err(err)?;
+    drop(f);
+    fs::rename(&tmp, path)
+        .map_err(|e| format!("{}: cannot rename it into place: {e}", path.display()))?;
+    fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| format!("{}: {e}", dir.display()))
+}
+
+impl Node {
+    /// The node, with what the checkpoint says was prepared.
+    pub fn open(cfg: Config) -> Result<Node, String> {
+        let p = cfg.state_dir.join(CHECKPOINT);
+        let state = match fs::read_to_string(&p) {
+            Ok(t) => {
+                let c: Checkpoint =
+                    serde_json::from_str(&t).map_err(|e| format!("{}: {e}", p.display()))?;
+                if c.version != CHECKPOINT_VERSION {
+                    return Err(format!(
+                        "{}: version {}, this plugin knows {CHECKPOINT_VERSION}",
+                        p.display(),
+                        c.version
+                    ));
+                }
+                c
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Checkpoint {
+                version: CHECKPOINT_VERSION,
+                claims: BTreeMap::new(),
+            },
+            Err(e) => return Err(format!("{}: {e}", p.display())),
+        };
+        Ok(Node {
+            cfg,
+            state: Mutex::new(state),
+        })
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Checkpoint> {
+        // A panic while holding it leaves a checkpoint that is still whole
+        // (it is only ever replaced whole on disk).
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn save(&self, c: &Checkpoint) -> Result<(), String> {
+        keep_dir(&self.cfg.state_dir, 0o700)?;
+        let text = serde_json::to_string_pretty(c).map_err(|e| e.to_string())?;
+        replace_file(&self.cfg.state_dir.join(CHECKPOINT), text.as_bytes(), 0o600)
+    }
+
+    /// What is prepared now (claim UID -> entry).
+    pub fn prepared(&self) -> BTreeMap<String, Prepared> {
+        self.lock().claims.clone()
+    }
+
+    pub fn claim_dir(&self, uid: &str) -> PathBuf {
+        self.cfg.root.join("claims").join(uid)
+    }
+
+    pub fn cdi_spec_path(&self, uid: &str) -> PathBuf {
+        self.cfg
+            .cdi_dir
+            .join(format!("cuslice.io-claim_{uid}.json"))
+    }
+
+    /// The CDI spec for a prepared claim.
+    pub fn cdi_spec(&self, uid: &str, gpu: &Gpu) -> serde_json::Value {
+        let hook = |stage: &str, name: &str| {
+            let mut args = vec![
+                serde_json::json!("cuslice"),
+                "oci-hook".into(),
+                name.into(),
+                "--root".into(),
+                self.cfg.root.to_string_lossy().into(),
+            ];
+            if let Some(l) = &self.cfg.lib {
+                args.extend(["--lib".into(), l.to_string_lossy().into()]);
+            }
+            if name == "create" {
+                args.extend(["--claim".into(), uid.into()]);
+            }
+            serde_json::json!({"hookName": stage, "path": self.cfg.cuslice, "args": args})
+        };
+        let nodes: Vec<serde_json::Value> = [
+            format!("/dev/nvidia{}", gpu.minor),
+            "/dev/nvidiactl".into(),
+            "/dev/nvidia-uvm".into(),
+        ]
+        .into_iter()
+        .map(|p| serde_json::json!({ "path": p }))
+        .collect();
+        // 0.3.0: what podman 4.3's CDI library reads (cli's spec too).
+        serde_json::json!({
+            "cdiVersion": "0.3.0",
+            "kind": CDI_KIND,
+            "devices": [{
+                "name": uid,
+                "containerEdits": {
+                    "deviceNodes": nodes,
+                    "hooks": [hook("createRuntime", "create"), hook("poststop", "poststop")],
+                },
+            }],
+        })
+    }
+
+    /// Prepares `c`: checks its allocation against `gpus`, writes its quota
+    /// file and CDI spec, records it. Again for a prepared claim: the same
+    /// answer, the files written again.
+    pub fn prepare(
+        &self,
+        c: &ClaimRef,
+        alloc: &Allocation,
+        gpus: &[Gpu],
+    ) -> Result<Vec<PreparedDevice>, String> {
+        check_uid(&c.uid)?;
+        let s = claim::slice(c, alloc, &self.cfg.driver, gpus)?;
+        let devices = vec![PreparedDevice {
+            request_names: vec![s.device.request.clone()],
+            pool_name: s.device.pool.clone(),
+            device_name: s.device.device.clone(),
+            cdi_device_ids: vec![format!("{CDI_KIND}={}", c.uid)],
+        }];
+        let entry = Prepared {
+            claim: c.clone(),
+            gpu_uuid: s.gpu.uuid.clone(),
+            memory: s.memory,
+            compute: s.compute,
+            devices: devices.clone(),
+        };
+        let mut st = self.lock();
+        // Recorded first: a plugin that dies halfway still knows to clean
+        // up whatever of it was written.
+        let before = st.claims.insert(c.uid.clone(), entry.clone());
+        if before.as_ref() != Some(&entry)
+            && let Err(e) = self.save(&st)
+        {
+            match before {
+                Some(b) => st.claims.insert(c.uid.clone(), b),
+                None => st.claims.remove(&c.uid),
+            };
+            return Err(e);
+        }
+        let written = (|| {
+            if let Some(parent) = self.cfg.root.parent() {
+                // The administrator's path to the root (as the hook does).
+                fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o755)
+                    .create(parent)
+                    .map_err(|e| format!("{}: {e}", parent.display()))?;
+            }
+            keep_dir(&self.cfg.root, 0o700)?;
+            keep_dir(&self.cfg.root.join("claims"), 0o700)?;
+            let dir = self.claim_dir(&c.uid);
+            keep_dir(&dir, 0o700)?;
+            keep_dir(&dir.join("segment"), 0o755)?;
+            replace_file(&dir.join("quota.toml"), s.quota.as_bytes(), 0o444)?;
+            keep_dir(&self.cfg.cdi_dir, 0o755)?;
+            let spec = serde_json::to_string_pretty(&self.cdi_spec(&c.uid, &s.gpu))
+                .map_err(|e| e.to_string())?;
+            replace_file(&self.cdi_spec_path(&c.uid), (spec + "\n").as_bytes(), 0o644)
+        })();
+        if let Err(e) = written {
+            // Nothing half-made is handed out; the entry stays for
+            // unprepare (or the next prepare) to finish.
+            return Err(format!("claim {}: {e}", c.label()));
+        }
+        Ok(devices)
+    }
+
+    /// Removes a claim's files and its entry; nothing to do for a claim not
+    /// prepared (again, or by nobody).
+    pub fn unprepare(&self, uid: &str) -> Result<(), String> {
+        check_uid(uid)?;
+        let mut st = self.lock();
+        let spec = self.cdi_spec_path(uid);
+        match fs::remove_file(&spec) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(format!("{}: {e}", spec.display()));
+            }
+            _ => {}
+        }
+        let dir = self.claim_dir(uid);
+        match fs::symlink_metadata(&dir) {
+            Ok(m) if m.file_type().is_symlink() => {
+                fs::remove_file(&dir).map_err(|e| format!("{}: {e}", dir.display()))?
+            }
+            // std's remove_dir_all follows no link below it.
+            Ok(_) => fs::remove_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(format!("{}: {e}", dir.display())),
+        }
+        if let Some(old) = st.claims.remove(uid)
+            && let Err(e) = self.save(&st)
+        {
+            st.claims.insert(uid.to_string(), old);
+            return Err(e);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::claim::{AllocatedDevice, OpaqueConfig};
+    use std::os::unix::fs::MetadataExt;
+
+    pub(crate) fn config(t: &Path) -> Config {
+        Config {
+            driver: Driver {
+                name: "gpu.cuslice.io".into(),
+                pool: "node-1".into(),
+            },
+            root: t.join("run/cuslice"),
+            cdi_dir: t.join("cdi"),
+            state_dir: t.join("plugin"),
+            cuslice: "/usr/bin/cuslice".into(),
+            lib: None,
+        }
+    }
+
+    fn gpus() -> Vec<Gpu> {
+        vec![
+            Gpu {
+                index: 0,
+                uuid: "GPU-8f3c2a1e-5b7d-4c2e-9a1b-0c3d4e5f6a7b".into(),
+                memory: 80 << 30,
+                minor: 0,
+                product: String::new(),
+            },
+            Gpu {
+                index: 1,
+                uuid: "GPU-00000000-5b7d-4c2e-9a1b-0c3d4e5f6a7c".into(),
+                memory: 80 << 30,
+                minor: 3,
+                product: String::new(),
+            },
+        ]
+    }
+
+    fn claim(uid: &str) -> ClaimRef {
+        ClaimRef {
+            namespace: "default".into(),
+            name: "svc".into(),
+            uid: uid.into(),
+        }
+    }
+
+    fn alloc(device: &str, memory: &str, compute: &str) -> Allocation {
+        Allocation {
+            devices: vec![AllocatedDevice {
+                request: "gpu".into(),
+                driver: "gpu.cuslice.io".into(),
+                pool: "node-1".into(),
+                device: device.into(),
+                consumed: [("memory", memory), ("compute", compute)]
+                    .into_iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            }],
+            config: vec![OpaqueConfig {
+                source: "FromClass".into(),
+                requests: vec![],
+                driver: "gpu.cuslice.io".into(),
+                parameters: serde_json::json!({"latency": true}),
+            }],
+        }
+    }
+
+    fn mode(p: &Path) -> u32 {
+        fs::symlink_metadata(p).expect("stat").mode() & 0o7777
+    }
+
+    #[test]
+    fn prepare_writes_the_claims_files_and_unprepare_removes_them() {
+        let t = tempfile::tempdir().expect("tmp");
+        let n = Node::open(config(t.path())).expect("open");
+        let uid = "11111111-2222-4333-8444-555555555555";
+        let d = n
+            .prepare(&claim(uid), &alloc("gpu-1", "16Gi", "20"), &gpus())
+            .expect("prepared");
+        assert_eq!(
+            d,
+            [PreparedDevice {
+                request_names: vec!["gpu".into()],
+                pool_name: "node-1".into(),
+                device_name: "gpu-1".into(),
+                cdi_device_ids: vec![format!("cuslice.io/claim={uid}")],
+            }]
+        );
+        let dir = t.path().join("run/cuslice/claims").join(uid);
+        let q = fs::read_to_string(dir.join("quota.toml")).expect("quota");
+        let cfg = cuslice_core::config::parse_file(Path::new("q"), &q).expect("parses");
+        let u = cuslice_core::config::parse_uuid(&gpus()[1].uuid).expect("uuid");
+        assert_eq!(cfg.by_uuid[&u].memory, Some(16 << 30));
+        assert_eq!(cfg.by_uuid[&u].compute, Some(20));
+        assert!(cfg.latency);
+        assert_eq!(
+            (
+                mode(&t.path().join("run/cuslice")),
+                mode(&dir),
+                mode(&dir.join("quota.toml")),
+                mode(&dir.join("segment"))
+            ),
+            (0o700, 0o700, 0o444, 0o755)
+        );
+        let spec_path = t.path().join(format!("cdi/cuslice.io-claim_{uid}.json"));
+        let spec: serde_json::Value =
+            serde_json::from_str(&fs::read_to_string(&spec_path).expect("spec")).expect("json");
+        let root = t.path().join("run/cuslice").to_string_lossy().into_owned();
+        assert_eq!(
+            spec,
+            serde_json::json!({
+                "cdiVersion": "0.3.0",
+                "kind": "cuslice.io/claim",
+                "devices": [{
+                    "name": uid,
+                    "containerEdits": {
+                        "deviceNodes": [{"path": "/dev/nvidia3"}, {"path": "/dev/nvidiactl"}, {"path": "/dev/nvidia-uvm"}],
+                        "hooks": [
+                            {"hookName": "createRuntime", "path": "/usr/bin/cuslice",
+                             "args": ["cuslice", "oci-hook", "create", "--root", root, "--claim", uid]},
+                            {"hookName": "poststop", "path": "/usr/bin/cuslice",
+                             "args": ["cuslice", "oci-hook", "poststop", "--root", root]},
+                        ],
+                    },
+                }],
+            })
+        );
+        assert_eq!(mode(&spec_path), 0o644);
+        // Again: the same answer, the same files.
+        let again = n
+            .prepare(&claim(uid), &alloc("gpu-1", "16Gi", "20"), &gpus())
+            .expect("again");
+        assert_eq!(again, d);
+        assert_eq!(
+            fs::read_to_string(dir.join("quota.toml")).expect("quota"),
+            q
+        );
+        assert_eq!(n.prepared().len(), 1);
+        // A restarted plugin knows it, and unprepares it.
+        drop(n);
+        let n = Node::open(config(t.path())).expect("reopen");
+        assert_eq!(n.prepared()[uid].devices, d);
+        assert_eq!(n.prepared()[uid].memory, 16 << 30);
+        n.unprepare(uid).expect("unprepared");
+        assert!(!dir.exists() && !spec_path.exists());
+        assert!(n.prepared().is_empty());
+        n.unprepare(uid).expect("again: nothing to do");
+        let n = Node::open(config(t.path())).expect("reopen");
+        assert!(n.prepared().is_empty());
+        // Nothing is left but the checkpoint and the directories.
+        assert_eq!(fs::read_dir(t.path().join("cdi")).expect("cdi").count(), 0);
+        assert_eq!(
+            fs::read_dir(t.path().join("run/cuslice/claims"))
+                .expect("claims")
+                .count(),
+            0
+        );
+    }
+
+    #[test]
+    fn a_bad_claim_leaves_nothing_and_a_bad_uid_is_no_path() {
+        let t = tempfile::tempdir().expect("tmp");
+        let n = Node::open(config(t.path())).expect("open");
+        let uid = "22222222-2222-4333-8444-555555555555";
+        let e = n
+            .prepare(&claim(uid), &alloc("gpu-7", "16Gi", "20"), &gpus())
+            .expect_err("vanished");
+        assert!(e.starts_with("device gpu-7 is not on this node"), "{e}");
+        assert!(n.prepared().is_empty());
+        assert!(!t.path().join("run").exists() && !t.path().join("cdi").exists());
+        for bad in ["../../etc", "", ".x", "a/b", "-rf"] {
+            let e = n
+                .prepare(&claim(bad), &alloc("gpu-0", "1Gi", "1"), &gpus())
+                .expect_err("bad uid");
+            assert!(e.ends_with("is not a plain name"), "{e}");
+            assert!(n.unprepare(bad).is_err());
+        }
+    }
+
+    #[test]
+    fn links_where_the_plugins_directories_belong_are_refused() {
+        let t = tempfile::tempdir().expect("tmp");
+        let n = Node::open(config(t.path())).expect("open");
+        let victim = t.path().join("victim");
+        fs::create_dir_all(&victim).expect("mkdir");
+        fs::create_dir_all(t.path().join("run/cuslice/claims")).expect("mkdir");
+        let uid = "33333333-2222-4333-8444-555555555555";
+        std::os::unix::fs::symlink(&victim, t.path().join("run/cuslice/claims").join(uid))
+            .expect("link");
+        let e = n
+            .prepare(&claim(uid), &alloc("gpu-0", "1Gi", "1"), &gpus())
+            .expect_err("a link");
+        assert!(
+            e.ends_with(&format!(
+                "claims/{uid}: expected a directory, got a symlink"
+            )),
+            "{e}"
+        );
+        assert_eq!(fs::read_dir(&victim).expect("victim").count(), 0);
+        // Unprepare removes the link, not what it points to.
+        n.unprepare(uid).expect("unprepared");
+        assert!(victim.exists());
+        assert!(fs::symlink_metadata(t.path().join("run/cuslice/claims").join(uid)).is_err());
+    }
+}

@@ -1,0 +1,207 @@
+//! The ResourceSlice this node's GPUs are published in (not published
+//! yet: the plugin builds it, tests check it; see docs/kubernetes.md).
+//!
+//! One device per GPU (`gpu-<index>`), shared by many allocations
+//! (`allowMultipleAllocations`, KEP-5075 consumable capacity), with two
+//! capacities the scheduler hands out in pieces and never overcommits:
+//!
+//! | capacity | value | request policy |
+//! |---|---|---|
+//! | `memory` | the GPU's memory, bytes | from 256Mi up to all of it, in steps of 256Mi; all of it when a request names none |
+//! | `compute` | 100 | 1 to 100, in steps of 1; all of it when a request names none |
+//!
+//! A request that names neither capacity gets the whole GPU, so nothing
+//! is ever shared without a limit. Attributes: `uuid`, `productName`,
+//! `index`.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::resource::v1::{
+    CapacityRequestPolicy, CapacityRequestPolicyRange, Device, DeviceAttribute, DeviceCapacity,
+    ResourcePool, ResourceSlice, ResourceSliceSpec,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use crate::gpus::Gpu;
+
+/// The memory step (and smallest piece) a claim can ask for.
+pub const MEMORY_STEP: u64 = 256 << 20;
+
+fn q(v: impl ToString) -> Quantity {
+    Quantity(v.to_string())
+}
+
+fn capacity(value: u64, min: u64, step: u64) -> DeviceCapacity {
+    DeviceCapacity {
+        value: q(value),
+        request_policy: Some(CapacityRequestPolicy {
+            default: Some(q(value)),
+            valid_range: Some(CapacityRequestPolicyRange {
+                min: q(min),
+                max: Some(q(value)),
+                step: Some(q(step)),
+            }),
+            valid_values: None,
+        }),
+    }
+}
+
+fn device(g: &Gpu) -> Device {
+    let mut attributes = BTreeMap::new();
+    attributes.insert(
+        "uuid".to_string(),
+        DeviceAttribute {
+            string: Some(g.uuid.clone()),
+            ..Default::default()
+        },
+    );
+    attributes.insert(
+        "index".to_string(),
+        DeviceAttribute {
+            int: Some(g.index.into()),
+            ..Default::default()
+        },
+    );
+    if !g.product.is_empty() {
+        attributes.insert(
+            "productName".to_string(),
+            DeviceAttribute {
+                string: Some(g.product.clone()),
+                ..Default::default()
+            },
+        );
+    }
+    Device {
+        name: g.device_name(),
+        allow_multiple_allocations: Some(true),
+        attributes: Some(attributes),
+        capacity: Some(BTreeMap::from([
+            (
+                "memory".to_string(),
+                capacity(g.memory, MEMORY_STEP, MEMORY_STEP),
+            ),
+            ("compute".to_string(), capacity(100, 1, 1)),
+        ])),
+        ..Default::default()
+    }
+}
+
+/// The node's slice: pool = the node's name, one slice in it.
+pub fn resource_slice(driver: &str, node: &str, gpus: &[Gpu], generation: i64) -> ResourceSlice {
+    ResourceSlice {
+        metadata: ObjectMeta {
+            name: Some(format!("{node}-{driver}")),
+            ..Default::default()
+        },
+        spec: ResourceSliceSpec {
+            driver: driver.into(),
+            node_name: Some(node.into()),
+            pool: ResourcePool {
+                name: node.into(),
+                generation,
+                resource_slice_count: 1,
+            },
+            devices: Some(gpus.iter().map(device).collect()),
+            ..Default::default()
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_shared_device_per_gpu_with_memory_and_compute() {
+        let gpus = [
+            Gpu {
+                index: 0,
+                uuid: "GPU-8f3c2a1e-5b7d-4c2e-9a1b-0c3d4e5f6a7b".into(),
+                memory: 141 << 30,
+                minor: 0,
+                product: "NVIDIA H200".into(),
+            },
+            Gpu {
+                index: 1,
+                uuid: "GPU-00000000-5b7d-4c2e-9a1b-0c3d4e5f6a7c".into(),
+                memory: 80 << 30,
+                minor: 1,
+                product: String::new(),
+            },
+        ];
+        let s = resource_slice("gpu.cuslice.io", "node-1", &gpus, 3);
+        assert_eq!(s.metadata.name.as_deref(), Some("node-1-gpu.cuslice.io"));
+        assert_eq!(s.spec.driver, "gpu.cuslice.io");
+        assert_eq!(s.spec.node_name.as_deref(), Some("node-1"));
+        assert_eq!(
+            (
+                s.spec.pool.name.as_str(),
+                s.spec.pool.generation,
+                s.spec.pool.resource_slice_count
+            ),
+            ("node-1", 3, 1)
+        );
+        let devices = s.spec.devices.as_ref().expect("devices");
+        assert_eq!(devices.len(), 2);
+        let d = &devices[0];
+        assert_eq!(d.name, "gpu-0");
+        assert_eq!(d.allow_multiple_allocations, Some(true));
+        let a = d.attributes.as_ref().expect("attributes");
+        assert_eq!(a["uuid"].string.as_deref(), Some(gpus[0].uuid.as_str()));
+        assert_eq!(a["index"].int, Some(0));
+        assert_eq!(a["productName"].string.as_deref(), Some("NVIDIA H200"));
+        let c = d.capacity.as_ref().expect("capacity");
+        assert_eq!(c.len(), 2);
+        let m = &c["memory"];
+        assert_eq!(m.value.0, (141u64 << 30).to_string());
+        let p = m.request_policy.as_ref().expect("policy");
+        assert_eq!(
+            p.default.as_ref().map(|q| q.0.as_str()),
+            Some("151397597184")
+        );
+        let r = p.valid_range.as_ref().expect("range");
+        assert_eq!(
+            (
+                r.min.0.as_str(),
+                r.max.as_ref().map(|q| q.0.as_str()),
+                r.step.as_ref().map(|q| q.0.as_str())
+            ),
+            ("268435456", Some("151397597184"), Some("268435456"))
+        );
+        let cp = &c["compute"];
+        assert_eq!(cp.value.0, "100");
+        let p = cp.request_policy.as_ref().expect("policy");
+        let r = p.valid_range.as_ref().expect("range");
+        assert_eq!(p.default.as_ref().map(|q| q.0.as_str()), Some("100"));
+        assert_eq!(
+            (
+                r.min.0.as_str(),
+                r.max.as_ref().map(|q| q.0.as_str()),
+                r.step.as_ref().map(|q| q.0.as_str())
+            ),
+            ("1", Some("100"), Some("1"))
+        );
+        assert!(
+            !devices[1]
+                .attributes
+                .as_ref()
+                .expect("a")
+                .contains_key("productName")
+        );
+        // As the API server reads it: the field names of resource.k8s.io/v1.
+        let j = serde_json::to_value(&s).expect("json");
+        assert_eq!(j["apiVersion"], "resource.k8s.io/v1");
+        assert_eq!(j["kind"], "ResourceSlice");
+        let d = &j["spec"]["devices"][0];
+        assert_eq!(d["allowMultipleAllocations"], true);
+        assert_eq!(
+            d["capacity"]["compute"]["requestPolicy"]["validRange"]["step"],
+            "1"
+        );
+        assert_eq!(d["attributes"]["uuid"]["string"], gpus[0].uuid.as_str());
+        assert_eq!(j["spec"]["pool"]["resourceSliceCount"], 1);
+        let back: ResourceSlice = serde_json::from_value(j).expect("parses back");
+        assert_eq!(back, s);
+    }
+}

@@ -1,0 +1,622 @@
+//! The plugin as a kubelet sees it, without a cluster: this test plays the
+//! kubelet over the plugin's unix sockets (method paths written out here,
+//! not taken from the generated client) and the API server (a fake
+//! ClaimSource, and a fake HTTP API server for the kube client).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use cuslice_dra::api::ClaimSource;
+use cuslice_dra::claim::Driver;
+use cuslice_dra::gpus::{Fixed, Gpu};
+use cuslice_dra::node::{Config, Node};
+use cuslice_dra::proto::{dra, registration};
+use cuslice_dra::server;
+use k8s_openapi::api::resource::v1::ResourceClaim;
+use tonic::codegen::http::uri::PathAndQuery;
+use tonic::transport::{Channel, Endpoint, Uri};
+
+const DRIVER: &str = "gpu.cuslice.io";
+const H200: &str = "GPU-8f3c2a1e-5b7d-4c2e-9a1b-0c3d4e5f6a7b";
+
+fn gpus() -> Vec<Gpu> {
+    vec![Gpu {
+        index: 0,
+        uuid: H200.into(),
+        memory: 141 << 30,
+        minor: 0,
+        product: "NVIDIA H200".into(),
+    }]
+}
+
+/// A ResourceClaim as the API server returns it once allocated.
+fn resource_claim(
+    ns: &str,
+    name: &str,
+    uid: &str,
+    driver: &str,
+    consumed: &[(&str, &str)],
+    params: Option<serde_json::Value>,
+) -> ResourceClaim {
+    let consumed: BTreeMap<&str, &str> = consumed.iter().copied().collect();
+    let config: Vec<serde_json::Value> = params
+        .into_iter()
+        .map(|p| {
+            serde_json::json!({"source": "FromClaim", "requests": ["gpu"],
+                "opaque": {"driver": driver, "parameters": p}})
+        })
+        .collect();
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"namespace": ns, "name": name, "uid": uid},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.cuslice.io"}}]}},
+        "status": {"allocation": {"devices": {
+            "results": [{"request": "gpu", "driver": driver, "pool": "node-1", "device": "gpu-0",
+                         "shareID": "9f0c6c3e-7b1a-4c55-8d7e-1f2a3b4c5d6e",
+                         "consumedCapacity": consumed}],
+            "config": config,
+        }}},
+    }))
+    .expect("a ResourceClaim")
+}
+
+/// The API server, played by a map (namespace/name -> claim).
+#[derive(Default, Clone)]
+struct FakeClaims(Arc<Mutex<BTreeMap<String, ResourceClaim>>>);
+
+impl FakeClaims {
+    fn put(&self, c: ResourceClaim) {
+        let key = format!(
+            "{}/{}",
+            c.metadata.namespace.clone().unwrap_or_default(),
+            c.metadata.name.clone().unwrap_or_default()
+        );
+        self.0.lock().expect("lock").insert(key, c);
+    }
+}
+
+#[tonic::async_trait]
+impl ClaimSource for FakeClaims {
+    async fn get(&self, ns: &str, name: &str) -> Result<ResourceClaim, String> {
+        self.0
+            .lock()
+            .expect("lock")
+            .get(&format!("{ns}/{name}"))
+            .cloned()
+            .ok_or_else(|| format!("resourceclaims.resource.k8s.io \"{name}\" not found"))
+    }
+}
+
+struct Running {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<Result<(), String>>,
+    status: tokio::sync::watch::Receiver<Option<Result<(), String>>>,
+}
+
+impl Running {
+    async fn stop(mut self) {
+        let _ = self.stop.take().expect("once").send(());
+        self.task.await.expect("joined").expect("served");
+    }
+}
+
+fn paths(t: &Path) -> (PathBuf, PathBuf) {
+    (
+        t.join("plugins_registry")
+            .join(format!("{DRIVER}-reg.sock")),
+        t.join("plugins").join(DRIVER).join("dra.sock"),
+    )
+}
+
+fn node_config(t: &Path) -> Config {
+    Config {
+        driver: Driver {
+            name: DRIVER.into(),
+            pool: "node-1".into(),
+        },
+        root: t.join("run/cuslice"),
+        cdi_dir: t.join("cdi"),
+        state_dir: t.join("plugins").join(DRIVER),
+        cuslice: "/usr/bin/cuslice".into(),
+        lib: None,
+    }
+}
+
+/// Starts a plugin (a new Node from the checkpoint) and waits for its
+/// sockets.
+async fn start(t: &Path, claims: Arc<dyn ClaimSource>) -> Running {
+    let (reg, dra_sock) = paths(t);
+    let node = Node::open(node_config(t)).expect("node");
+    let (status, rx) = tokio::sync::watch::channel(None);
+    let registration = server::Registration {
+        driver: DRIVER.into(),
+        endpoint: dra_sock.clone(),
+        status,
+    };
+    let plugin = server::Plugin {
+        node: Arc::new(node),
+        claims,
+        gpus: Arc::new(Fixed(gpus())),
+    };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        server::serve(registration, &reg, plugin, async {
+            let _ = stopped.await;
+        })
+        .await
+    });
+    let (reg, _) = paths(t);
+    for _ in 0..200 {
+        if reg.exists() && dra_sock.exists() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    Running {
+        stop: Some(stop),
+        task,
+        status: rx,
+    }
+}
+
+/// A gRPC channel over a unix socket, as the kubelet dials it.
+async fn dial(path: &Path) -> Channel {
+    let path = path.to_path_buf();
+    Endpoint::try_from("http://[::]:50051")
+        .expect("endpoint")
+        .connect_with_connector(tower::service_fn(move |_: Uri| {
+            let p = path.clone();
+            async move {
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
+                    tokio::net::UnixStream::connect(p).await?,
+                ))
+            }
+        }))
+        .await
+        .expect("connected")
+}
+
+/// One unary call by its full method path.
+async fn call<Q, R>(ch: &Channel, path: &'static str, req: Q) -> R
+where
+    Q: prost::Message + Send + Sync + 'static,
+    R: prost::Message + Default + Send + Sync + 'static,
+{
+    let mut g = tonic::client::Grpc::new(ch.clone());
+    g.ready().await.expect("ready");
+    g.unary(
+        tonic::Request::new(req),
+        PathAndQuery::from_static(path),
+        tonic_prost::ProstCodec::default(),
+    )
+    .await
+    .expect("call")
+    .into_inner()
+}
+
+const GET_INFO: &str = "/pluginregistration.Registration/GetInfo";
+const NOTIFY: &str = "/pluginregistration.Registration/NotifyRegistrationStatus";
+const PREPARE: &str = "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodePrepareResources";
+const UNPREPARE: &str = "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodeUnprepareResources";
+
+fn claim(ns: &str, name: &str, uid: &str) -> dra::Claim {
+    dra::Claim {
+        namespace: ns.into(),
+        uid: uid.into(),
+        name: name.into(),
+    }
+}
+
+async fn prepare(ch: &Channel, claims: Vec<dra::Claim>) -> dra::NodePrepareResourcesResponse {
+    call(ch, PREPARE, dra::NodePrepareResourcesRequest { claims }).await
+}
+
+async fn unprepare(ch: &Channel, claims: Vec<dra::Claim>) -> dra::NodeUnprepareResourcesResponse {
+    call(ch, UNPREPARE, dra::NodeUnprepareResourcesRequest { claims }).await
+}
+
+const TRAINER: &str = "aaaaaaaa-0000-4000-8000-000000000001";
+const INFER: &str = "aaaaaaaa-0000-4000-8000-000000000002";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registration_prepare_restart_unprepare() {
+    let t = tempfile::tempdir().expect("tmp");
+    let api = FakeClaims::default();
+    api.put(resource_claim(
+        "team-a",
+        "trainer",
+        TRAINER,
+        DRIVER,
+        &[("memory", "40Gi"), ("compute", "50")],
+        None,
+    ));
+    api.put(resource_claim(
+        "team-b",
+        "infer",
+        INFER,
+        DRIVER,
+        &[("memory", "16Gi"), ("compute", "20")],
+        Some(
+            serde_json::json!({"apiVersion": "gpu.cuslice.io/v1alpha1", "kind": "SliceConfig",
+            "computeMax": 40, "latency": true}),
+        ),
+    ));
+    let p = start(t.path(), Arc::new(api.clone())).await;
+    let (reg, dra_sock) = paths(t.path());
+
+    // Registration, as the kubelet's plugin watcher does it.
+    let ch = dial(&reg).await;
+    let info: registration::PluginInfo = call(&ch, GET_INFO, registration::InfoRequest {}).await;
+    assert_eq!(
+        info,
+        registration::PluginInfo {
+            r#type: "DRAPlugin".into(),
+            name: DRIVER.into(),
+            endpoint: dra_sock.to_string_lossy().into_owned(),
+            supported_versions: vec!["v1.DRAPlugin".into()],
+        }
+    );
+    let _: registration::RegistrationStatusResponse = call(
+        &ch,
+        NOTIFY,
+        registration::RegistrationStatus {
+            plugin_registered: true,
+            error: String::new(),
+        },
+    )
+    .await;
+    assert_eq!(*p.status.borrow(), Some(Ok(())));
+
+    // Two claims on one GPU.
+    let ch = dial(&dra_sock).await;
+    let r = prepare(
+        &ch,
+        vec![
+            claim("team-a", "trainer", TRAINER),
+            claim("team-b", "infer", INFER),
+        ],
+    )
+    .await;
+    assert_eq!(r.claims.len(), 2);
+    for uid in [TRAINER, INFER] {
+        assert_eq!(
+            r.claims[uid],
+            dra::NodePrepareResourceResponse {
+                devices: vec![dra::Device {
+                    request_names: vec!["gpu".into()],
+                    pool_name: "node-1".into(),
+                    device_name: "gpu-0".into(),
+                    cdi_device_ids: vec![format!("cuslice.io/claim={uid}")],
+                }],
+                error: String::new(),
+            }
+        );
+    }
+    let quota = |uid: &str| {
+        let text = std::fs::read_to_string(
+            t.path()
+                .join("run/cuslice/claims")
+                .join(uid)
+                .join("quota.toml"),
+        )
+        .expect("quota file");
+        cuslice_core::config::parse_file(Path::new("q"), &text).expect("the shim reads it")
+    };
+    let u = cuslice_core::config::parse_uuid(H200).expect("uuid");
+    let q = quota(TRAINER);
+    assert_eq!(q.tenant.as_deref(), Some("team-a/trainer"));
+    assert_eq!(
+        q.by_uuid[&u],
+        cuslice_core::config::Limits {
+            memory: Some(40 << 30),
+            compute: Some(50),
+            compute_max: None
+        }
+    );
+    assert!(!q.latency);
+    let q = quota(INFER);
+    assert_eq!(
+        q.by_uuid[&u],
+        cuslice_core::config::Limits {
+            memory: Some(16 << 30),
+            compute: Some(20),
+            compute_max: Some(40)
+        }
+    );
+    assert!(q.latency);
+    let spec = |uid: &str| t.path().join(format!("cdi/cuslice.io-claim_{uid}.json"));
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(spec(INFER)).expect("spec")).expect("json");
+    assert_eq!(s["kind"], "cuslice.io/claim");
+    assert_eq!(s["devices"][0]["name"], INFER);
+    assert_eq!(
+        s["devices"][0]["containerEdits"]["hooks"][0]["args"],
+        serde_json::json!([
+            "cuslice",
+            "oci-hook",
+            "create",
+            "--root",
+            t.path().join("run/cuslice").to_string_lossy(),
+            "--claim",
+            INFER
+        ])
+    );
+
+    // A restart between prepare and unprepare: a new plugin, from the
+    // checkpoint alone.
+    drop(ch);
+    p.stop().await;
+    assert!(!reg.exists() && !dra_sock.exists(), "sockets removed");
+    let p = start(t.path(), Arc::new(FakeClaims::default())).await;
+    let ch = dial(&dra_sock).await;
+    // Prepared again (the kubelet retries): the API has no such claim now.
+    let r = prepare(&ch, vec![claim("team-a", "trainer", TRAINER)]).await;
+    assert!(
+        r.claims[TRAINER].error.contains("\"trainer\" not found"),
+        "{:?}",
+        r.claims[TRAINER]
+    );
+    let r = unprepare(
+        &ch,
+        vec![
+            claim("team-a", "trainer", TRAINER),
+            claim("team-b", "infer", INFER),
+        ],
+    )
+    .await;
+    assert_eq!(r.claims.len(), 2);
+    assert!(r.claims.values().all(|c| c.error.is_empty()), "{r:?}");
+    for uid in [TRAINER, INFER] {
+        assert!(!spec(uid).exists());
+        assert!(!t.path().join("run/cuslice/claims").join(uid).exists());
+    }
+    // Again: nothing to do, no error.
+    let r = unprepare(&ch, vec![claim("team-a", "trainer", TRAINER)]).await;
+    assert_eq!(r.claims[TRAINER].error, "");
+    let cp: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            t.path()
+                .join("plugins")
+                .join(DRIVER)
+                .join("checkpoint.json"),
+        )
+        .expect("checkpoint"),
+    )
+    .expect("json");
+    assert_eq!(cp["claims"], serde_json::json!({}));
+    p.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_claims_get_their_own_error_and_no_files() {
+    let t = tempfile::tempdir().expect("tmp");
+    let api = FakeClaims::default();
+    let uid = |n: u32| format!("bbbbbbbb-0000-4000-8000-{n:012}");
+    api.put(resource_claim(
+        "ns",
+        "greedy",
+        &uid(1),
+        DRIVER,
+        &[("memory", "200Gi"), ("compute", "50")],
+        None,
+    ));
+    api.put(resource_claim(
+        "ns",
+        "hog",
+        &uid(2),
+        DRIVER,
+        &[("memory", "4Gi"), ("compute", "150")],
+        None,
+    ));
+    api.put(resource_claim(
+        "ns",
+        "odd",
+        &uid(3),
+        DRIVER,
+        &[("memory", "4Gi"), ("compute", "50")],
+        Some(serde_json::json!({"computeMax": 60, "priority": "high"})),
+    ));
+    api.put(resource_claim(
+        "ns",
+        "theirs",
+        &uid(4),
+        "gpu.nvidia.com",
+        &[("memory", "4Gi"), ("compute", "50")],
+        None,
+    ));
+    api.put(resource_claim(
+        "ns",
+        "good",
+        &uid(5),
+        DRIVER,
+        &[("memory", "4Gi"), ("compute", "50")],
+        None,
+    ));
+    let mut gone = resource_claim(
+        "ns",
+        "gone",
+        &uid(6),
+        DRIVER,
+        &[("memory", "4Gi"), ("compute", "50")],
+        None,
+    );
+    if let Some(r) = gone
+        .status
+        .as_mut()
+        .and_then(|s| s.allocation.as_mut())
+        .and_then(|a| a.devices.as_mut())
+        .and_then(|d| d.results.as_mut())
+    {
+        r[0].device = "gpu-3".into();
+    }
+    api.put(gone);
+    let p = start(t.path(), Arc::new(api)).await;
+    let (_, dra_sock) = paths(t.path());
+    let ch = dial(&dra_sock).await;
+    let names = ["greedy", "hog", "odd", "theirs", "good", "gone"];
+    let mut claims: Vec<dra::Claim> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| claim("ns", n, &uid(i as u32 + 1)))
+        .collect();
+    // Recreated under the same name: another uid than the kubelet's.
+    claims.push(claim("ns", "good", &uid(7)));
+    let r = prepare(&ch, claims).await;
+    let err = |n: u32| r.claims[&uid(n)].error.clone();
+    assert_eq!(
+        err(1),
+        format!(
+            "claim ns/greedy ({}): device gpu-0: the claim asks 200GiB of memory, the GPU ({H200}) has 141GiB",
+            uid(1)
+        )
+    );
+    assert!(
+        err(2).ends_with("consumed capacity compute: expected 1 to 100, got 150"),
+        "{}",
+        err(2)
+    );
+    assert!(err(3).contains("unknown field `priority`"), "{}", err(3));
+    assert!(err(4).ends_with("the claim's allocation is not ours: no device of driver gpu.cuslice.io, only of gpu.nvidia.com"), "{}", err(4));
+    assert_eq!(err(5), "");
+    assert!(
+        err(6).contains("device gpu-3 is not on this node (its GPUs: gpu-0)"),
+        "{}",
+        err(6)
+    );
+    assert!(
+        err(7).ends_with(&format!(
+            "ResourceClaim ns/good has uid \"{}\", the kubelet asked for \"{}\"",
+            uid(5),
+            uid(7)
+        )),
+        "{}",
+        err(7)
+    );
+    for n in [1, 2, 3, 4, 6, 7] {
+        assert!(r.claims[&uid(n)].devices.is_empty());
+        assert!(!t.path().join("run/cuslice/claims").join(uid(n)).exists());
+        assert!(
+            !t.path()
+                .join(format!("cdi/cuslice.io-claim_{}.json", uid(n)))
+                .exists()
+        );
+    }
+    assert!(
+        t.path()
+            .join("run/cuslice/claims")
+            .join(uid(5))
+            .join("quota.toml")
+            .exists()
+    );
+    p.stop().await;
+}
+
+/// The kube client path: a fake API server answering GET resourceclaims.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kube_client_reads_claims_from_the_api_server() {
+    use http_body_util::Full;
+    use hyper::body::Bytes;
+    let claims = FakeClaims::default();
+    claims.put(resource_claim(
+        "team-a",
+        "trainer",
+        TRAINER,
+        DRIVER,
+        &[("memory", "40Gi"), ("compute", "50")],
+        None,
+    ));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let seen = Arc::new(Mutex::new(Vec::<String>::new()));
+    let (served, seen2) = (claims.clone(), seen.clone());
+    tokio::spawn(async move {
+        loop {
+            let Ok((s, _)) = listener.accept().await else {
+                return;
+            };
+            let (served, seen) = (served.clone(), seen2.clone());
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(
+                    move |req: hyper::Request<hyper::body::Incoming>| {
+                        let (served, seen) = (served.clone(), seen.clone());
+                        async move {
+                            let path = req.uri().path().to_string();
+                            seen.lock()
+                                .expect("lock")
+                                .push(format!("{} {path}", req.method()));
+                            let parts: Vec<&str> =
+                                path.trim_start_matches('/').split('/').collect();
+                            let found = match parts[..] {
+                                [
+                                    "apis",
+                                    "resource.k8s.io",
+                                    "v1",
+                                    "namespaces",
+                                    ns,
+                                    "resourceclaims",
+                                    name,
+                                ] => served.get(ns, name).await.ok(),
+                                _ => None,
+                            };
+                            let (code, body) = match found {
+                            Some(c) => (200, serde_json::to_vec(&c).expect("json")),
+                            None => (404, serde_json::to_vec(&serde_json::json!({
+                                "kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                "message": "resourceclaims.resource.k8s.io not found", "reason": "NotFound", "code": 404
+                            })).expect("json")),
+                        };
+                            Ok::<_, std::convert::Infallible>(
+                                hyper::Response::builder()
+                                    .status(code)
+                                    .header("content-type", "application/json")
+                                    .body(Full::new(Bytes::from(body)))
+                                    .expect("response"),
+                            )
+                        }
+                    },
+                );
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(s), svc)
+                    .await;
+            });
+        }
+    });
+    let cfg = kube::Config::new(format!("http://{addr}").parse().expect("uri"));
+    let source = cuslice_dra::api::Kube(kube::Client::try_from(cfg).expect("client"));
+    let t = tempfile::tempdir().expect("tmp");
+    let p = start(t.path(), Arc::new(source)).await;
+    let (_, dra_sock) = paths(t.path());
+    let ch = dial(&dra_sock).await;
+    let r = prepare(
+        &ch,
+        vec![
+            claim("team-a", "trainer", TRAINER),
+            claim("team-a", "nope", INFER),
+        ],
+    )
+    .await;
+    assert_eq!(r.claims[TRAINER].error, "");
+    assert_eq!(
+        r.claims[TRAINER].devices[0].cdi_device_ids,
+        [format!("cuslice.io/claim={TRAINER}")]
+    );
+    assert!(
+        r.claims[INFER]
+            .error
+            .contains("cannot get ResourceClaim team-a/nope: "),
+        "{}",
+        r.claims[INFER].error
+    );
+    assert_eq!(
+        seen.lock().expect("lock")[..],
+        [
+            "GET /apis/resource.k8s.io/v1/namespaces/team-a/resourceclaims/trainer".to_string(),
+            "GET /apis/resource.k8s.io/v1/namespaces/team-a/resourceclaims/nope".into(),
+        ]
+    );
+    p.stop().await;
+}
