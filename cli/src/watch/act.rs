@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use cuslice_core::gpu::audit::Expected;
 use cuslice_core::segment::Segment;
 
-use super::checks::{Case, Key, TAMPER_QUIET_NS, Verdict, slice_key};
+use super::checks::{Case, History, Key, TAMPER_QUIET_NS, Verdict, slice_key};
 use super::config::{Policy, WatchConfig};
 use super::gpuseg;
 use super::log;
@@ -158,6 +158,20 @@ pub fn decide(v: &Verdict, cfg: &WatchConfig) -> Action {
                 }
             }
         }
+    }
+}
+
+/// What an action leaves to the next passes: a slice acted on for its
+/// GPU time (killed or frozen) must be over its share or ceiling for
+/// `compute_sustain` passes again before it is acted on again. A finding
+/// only reported, or not acted on (a share given by index, a segment
+/// tampered with lately), keeps its count: it stands from pass to pass
+/// instead of ending and starting again.
+pub fn acted_on(h: &mut History, case: &Case, a: &Action) {
+    if let Case::Compute { slice, gpu, .. } = case
+        && matches!(a, Action::KillSlice(_) | Action::Freeze { .. })
+    {
+        h.sustain.remove(&(slice.clone(), *gpu));
     }
 }
 

@@ -1567,6 +1567,42 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_compute_finding_not_acted_on_stands_and_one_acted_on_must_last_again() {
+        use crate::watch::act::{acted_on, decide};
+        // Judge, decide and leave to the next pass, as the watch does; the
+        // passes in which the slice's compute finding is found.
+        let found_in = |q: &str, p: Policy| {
+            let cfg = policy(p);
+            let mut h = History::default();
+            let mut found = vec![];
+            for pass in 1..=5 {
+                let mut s = two_tenants(pass, 60.0, true, 0, 0);
+                s.slices.get_mut(&a()).expect("a").quota = Some(quota(q));
+                let (v, mut next) = judge(&s, &h, &cfg);
+                for v in &v {
+                    if let Verdict::Found { case, .. } = v {
+                        acted_on(&mut next, case, &decide(v, &cfg));
+                        found.push(pass);
+                    }
+                }
+                h = next;
+            }
+            found
+        };
+        let by_uuid = format!(
+            "[device.\"{}\"]\ncompute = 20\ncompute_max = 40\n",
+            format_uuid(&GPU0)
+        );
+        let by_index = "[device.0]\ncompute = 20\ncompute_max = 40\n";
+        // Reported, or not acted on: found in every pass once sustained.
+        assert_eq!(found_in(&by_uuid, Policy::Report), [2, 3, 4, 5]);
+        assert_eq!(found_in(by_index, Policy::Kill), [2, 3, 4, 5]);
+        // Killed: it must last two passes again (here the fake slice
+        // lives on).
+        assert_eq!(found_in(&by_uuid, Policy::Kill), [2, 4]);
+    }
+
     fn entry(index: usize, uuid: [u8; 16], state: u32, limit: u64) -> RawDevice {
         RawDevice {
             index,

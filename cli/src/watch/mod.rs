@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 use crate::host::text::{self, LINE_MAX};
 use crate::nvml::Nvml;
 use act::{Executor, Record};
-use checks::{Case, History, Verdict};
+use checks::{History, Verdict};
 use config::{Policy, WatchConfig};
 use observe::Observer;
 use state::{Count, WatchState};
@@ -123,19 +123,8 @@ impl Watch {
             let action = act::decide(&v, &self.cfg);
             match v {
                 Verdict::Found { key, view, case } => {
+                    act::acted_on(&mut self.history, &case, &action);
                     let done = self.executor.perform(action, &self.observer.slices);
-                    if let Case::Compute {
-                        slice,
-                        gpu,
-                        forged: false,
-                        ..
-                    } = &case
-                        && self.cfg.policy != Policy::Report
-                    {
-                        // Acted on: it must last `compute_sustain` passes
-                        // again.
-                        self.history.sustain.remove(&(slice.clone(), *gpu));
-                    }
                     self.record.found(pass, key, view, done.action);
                 }
                 Verdict::Stands(key) => self.record.stands(pass, &key),
