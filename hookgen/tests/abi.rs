@@ -47,6 +47,11 @@ use model::{Canon, Declared, Input, Model, RecordLayout};
 /// exported name instead of `#define cuMemAlloc cuMemAlloc_v2` and co.
 const CUDA_ARGS: &[&str] = &["-D__CUDA_API_VERSION_INTERNAL"];
 
+/// `-DNVML_NO_UNVERSIONED_FUNC_DEFS`: the same for `nvml.h` (the legacy
+/// entry points, `nvmlDeviceGetComputeRunningProcesses` and its `_v2`,
+/// declared under their own names instead of `#define`d to the newest).
+const NVML_ARGS: &[&str] = &["-DNVML_NO_UNVERSIONED_FUNC_DEFS"];
+
 /// (our struct, the real struct it is part of): see the module comment.
 const SUBSET_RECORDS: &[(&str, &str)] = &[
     // The fields of a kernel activity record that cuslice reads, at CUDA
@@ -69,7 +74,8 @@ fn real() -> &'static Real {
         let h = headers::locate()?;
         let cuda_args: Vec<String> = CUDA_ARGS.iter().map(|s| s.to_string()).collect();
         let cuda = model::parse(&Input::File(&h.cuda_h), &cuda_args)?;
-        let nvml = model::parse(&Input::File(&h.nvml_h), &[])?;
+        let nvml_args: Vec<String> = NVML_ARGS.iter().map(|s| s.to_string()).collect();
+        let nvml = model::parse(&Input::File(&h.nvml_h), &nvml_args)?;
         // Without CUDA_ARGS: under __CUDA_API_VERSION_INTERNAL cupti.h
         // redefines the _v1 structs that cuda.h then declares too.
         let cupti = model::parse(&Input::File(&h.cupti_h), &[])?;
@@ -549,6 +555,8 @@ fn our_headers_match_nvidia_headers() {
     for (file, real_model, real_label) in [
         ("cuslice_cuda.h", &real.cuda, "cuda.h"),
         ("cuslice_nvml.h", &real.nvml, "nvml.h"),
+        // What the host command calls beyond the shim's (cli/build.rs).
+        ("cuslice_nvml_host.h", &real.nvml, "nvml.h"),
         ("cuslice_cupti.h", &real.cupti, "cupti.h"),
     ] {
         let path = dir.join(file);

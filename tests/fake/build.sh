@@ -56,7 +56,7 @@ decls() { grep -oE '^(const )?[A-Za-z_][A-Za-z0-9_]* \*?(cu|nvml)[A-Za-z0-9_]+\(
     sed -E 's/.*[ *]((cu|nvml)[A-Za-z0-9_]+)\($/\1/' | sort -u; }
 
 decls "$repo/cuda-headers/cuslice_cuda.h" >"$tmpd/cuda.h.names"
-decls "$repo/cuda-headers/cuslice_nvml.h" >"$tmpd/nvml.h.names"
+decls "$repo/cuda-headers/cuslice_nvml.h" "$repo/cuda-headers/cuslice_nvml_host.h" >"$tmpd/nvml.h.names"
 decls "$repo/cuda-headers/cuslice_cupti.h" >"$tmpd/cupti.h.names"
 grep -oE '^(const )?[A-Za-z_][A-Za-z0-9_]* \*?cu[A-Za-z0-9_]+\(' "$here/fake_extra.h" |
     sed -E 's/.*[ *](cu[A-Za-z0-9_]+)\($/\1/' | sort -u >"$tmpd/cuda.extra.names"
@@ -77,7 +77,7 @@ report "$tmpd/x1" "declared in cuslice_cuda.h but not exported by the fake libcu
 comm -23 "$tmpd/cuda.extra.names" "$tmpd/cuda.nm" >"$tmpd/x2"
 report "$tmpd/x2" "declared in fake_extra.h but not exported by the fake libcuda.so.1"
 comm -23 "$tmpd/nvml.h.names" "$tmpd/nvml.nm" >"$tmpd/x3"
-report "$tmpd/x3" "declared in cuslice_nvml.h but not exported by the fake libnvidia-ml.so.1"
+report "$tmpd/x3" "declared in cuslice_nvml.h or cuslice_nvml_host.h but not exported by the fake libnvidia-ml.so.1"
 comm -23 "$tmpd/nvml.extra.names" "$tmpd/nvml.nm" >"$tmpd/x4"
 report "$tmpd/x4" "declared in fake_extra.h but not exported by the fake libnvidia-ml.so.1"
 grep -v '^cu' "$tmpd/cuda.nm" >"$tmpd/x5" || true

@@ -11,46 +11,30 @@ use crate::host::text;
 
 pub use core_audit::Expected;
 
-/// What one audit found, per finding (tenant or `-`, kind, one line), and
-/// whether it was repaired.
-#[derive(Debug, Default)]
-pub struct Audit {
-    pub findings: Vec<(String, String)>,
-    pub repaired: bool,
-    pub error: Option<String>,
+/// What the audit finds in `seg` (the read-only mapping the watch keeps)
+/// against `expected`, per finding: the tenant or `-`, one line. Reads
+/// only.
+pub fn audit(seg: &GpuSegment, expected: &[Expected], now_ns: u64) -> Vec<(String, String)> {
+    shown(core_audit::audit(seg, expected, now_ns))
 }
 
-/// Audits the GPU segment at `path` against `expected`; with `repair`,
-/// restores it (a writable mapping, opened whoever owns the file). `seg`
-/// is the read-only mapping the watch keeps.
-pub fn audit(
-    seg: &GpuSegment,
+/// Repairs the GPU segment at `path` (a writable mapping, opened whoever
+/// owns the file) against `expected`; what it found as it repaired, as
+/// [`audit`] says it. `audited_ns`: when the audit that called for it
+/// ran (the repair's clock is never earlier).
+pub fn repair(
     path: &Path,
     expected: &[Expected],
-    now_ns: u64,
-    repair: bool,
-) -> Audit {
-    let found = core_audit::audit(seg, expected, now_ns);
-    if found.is_empty() {
-        return Audit::default();
-    }
-    let mut a = Audit::default();
-    let found = if repair {
-        match GpuSegment::open_existing(path) {
-            Ok(w) => {
-                a.repaired = true;
-                core_audit::repair(&w, expected, monotonic_now(now_ns))
-            }
-            Err(e) => {
-                a.error = Some(format!("cannot repair: {e}"));
-                found
-            }
-        }
-    } else {
-        found
-    };
-    // Tenant names are whatever a tenant wrote into the segment.
-    a.findings = found
+    audited_ns: u64,
+) -> Result<Vec<(String, String)>, String> {
+    let w = GpuSegment::open_existing(path).map_err(|e| e.to_string())?;
+    let now = cuslice_core::gpu::monotonic_ns().max(audited_ns);
+    Ok(shown(core_audit::repair(&w, expected, now)))
+}
+
+/// Tenant names are whatever a tenant wrote into the segment.
+fn shown(found: Vec<core_audit::Finding>) -> Vec<(String, String)> {
+    found
         .into_iter()
         .map(|f| {
             (
@@ -58,10 +42,5 @@ pub fn audit(
                 text::clean_to(&format!("{} ({})", f, f.kind), text::LINE_MAX),
             )
         })
-        .collect();
-    a
-}
-
-fn monotonic_now(at_least: u64) -> u64 {
-    cuslice_core::gpu::monotonic_ns().max(at_least)
+        .collect()
 }

@@ -49,6 +49,28 @@ use super::procfs::ProcSource;
 use crate::host::container::{ContainerMeta, META_FILE};
 use crate::host::{run_dir, text};
 
+/// Whose a host process is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Owner {
+    Slice(SliceId),
+    /// Outside any slice.
+    Nobody,
+    /// Claimed alike by several containers (a PID namespace or cgroup they
+    /// share, and nothing that tells which): no one's, never judged or
+    /// acted on. The containers that claim it.
+    Ambiguous(Vec<SliceId>),
+}
+
+impl Owner {
+    /// The slice, where exactly one owns the process.
+    pub fn slice(&self) -> Option<&SliceId> {
+        match self {
+            Owner::Slice(id) => Some(id),
+            Owner::Nobody | Owner::Ambiguous(_) => None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum SliceId {
     /// The container's id.
@@ -110,8 +132,8 @@ pub struct Slices {
     /// `cuslice run` processes seen while a host-wide quota file applied:
     /// no slices of their own (noted once).
     shared_runs: HashSet<(u32, u64)>,
-    /// PID -> (start time, its slice).
-    cache: HashMap<u32, (u64, Option<SliceId>)>,
+    /// PID -> (start time, whose it is).
+    cache: HashMap<u32, (u64, Owner)>,
     /// PID -> (start time, whether it is a `cuslice run` process).
     run_check: HashMap<u32, (u64, bool)>,
     /// Lines to log, once each (drained by the daemon).
@@ -457,10 +479,10 @@ impl Slices {
             // a gone one owns none.
             let containers = &self.containers;
             let runs = &self.runs;
-            self.cache.retain(|_, (_, id)| match id {
-                None => false,
-                Some(SliceId::Container(c)) => containers.contains_key(c),
-                Some(SliceId::Run { pid, start }) => runs.contains_key(&(*pid, *start)),
+            self.cache.retain(|_, (_, o)| match o {
+                Owner::Nobody | Owner::Ambiguous(_) => false,
+                Owner::Slice(SliceId::Container(c)) => containers.contains_key(c),
+                Owner::Slice(SliceId::Run { pid, start }) => runs.contains_key(&(*pid, *start)),
             });
         }
     }
@@ -660,20 +682,28 @@ impl Slices {
     }
 
     /// The slice of host PID `pid` and its start time; None: no such
-    /// process. The slice is None for a process outside any slice.
+    /// process. The slice is None for a process outside any slice or
+    /// claimed by several ([`Slices::owner_of`] tells which).
+    #[cfg(test)]
     pub fn slice_of(&mut self, p: &dyn ProcSource, pid: u32) -> Option<(u64, Option<SliceId>)> {
-        let st = p.stat(pid)?;
-        if let Some((s, id)) = self.cache.get(&pid)
-            && *s == st.start
-        {
-            return Some((st.start, id.clone()));
-        }
-        let id = self.classify(p, pid, st.start);
-        self.cache.insert(pid, (st.start, id.clone()));
-        Some((st.start, id))
+        self.owner_of(p, pid)
+            .map(|(start, o)| (start, o.slice().cloned()))
     }
 
-    fn classify(&mut self, p: &dyn ProcSource, pid: u32, start: u64) -> Option<SliceId> {
+    /// Whose host PID `pid` is, and its start time; None: no such process.
+    pub fn owner_of(&mut self, p: &dyn ProcSource, pid: u32) -> Option<(u64, Owner)> {
+        let st = p.stat(pid)?;
+        if let Some((s, o)) = self.cache.get(&pid)
+            && *s == st.start
+        {
+            return Some((st.start, o.clone()));
+        }
+        let o = self.classify(p, pid, st.start);
+        self.cache.insert(pid, (st.start, o.clone()));
+        Some((st.start, o))
+    }
+
+    fn classify(&mut self, p: &dyn ProcSource, pid: u32, start: u64) -> Owner {
         let host = self.host_ns;
         let namespaces = p.pid_namespaces(pid);
         let cg = p.cgroup(pid);
@@ -688,15 +718,15 @@ impl Slices {
                 .collect();
             match owners[..] {
                 [] => continue,
-                [c] => return Some(c.id.clone()),
+                [c] => return Owner::Slice(c.id.clone()),
                 _ => {
                     // Containers sharing a PID namespace (`--pid
                     // container:`, a pod's shareProcessNamespace): told
                     // apart by cgroup; a process none or several claim
                     // alike is no one's, never acted on.
-                    let by_cg = most_specific(cg.as_deref(), owners);
+                    let by_cg = most_specific(cg.as_deref(), owners.clone());
                     if let [c] = by_cg[..] {
-                        return Some(c.id.clone());
+                        return Owner::Slice(c.id.clone());
                     }
                     let names: Vec<&str> = by_cg.iter().map(|c| c.label.as_str()).collect();
                     self.notes.push(format!(
@@ -708,13 +738,14 @@ impl Slices {
                             format!(" ({})", names.join(", "))
                         }
                     ));
-                    return None;
+                    let claim = if by_cg.is_empty() { owners } else { by_cg };
+                    return Owner::Ambiguous(claim.iter().map(|c| c.id.clone()).collect());
                 }
             }
         }
         let all: Vec<&Slice> = self.containers.values().collect();
         match most_specific(cg.as_deref(), all)[..] {
-            [c] => return Some(c.id.clone()),
+            [c] => return Owner::Slice(c.id.clone()),
             [] => {}
             ref several => {
                 let names: Vec<&str> = several.iter().map(|c| c.label.as_str()).collect();
@@ -723,7 +754,7 @@ impl Slices {
                     cg.as_deref().unwrap_or("unknown"),
                     names.join(", ")
                 ));
-                return None;
+                return Owner::Ambiguous(several.iter().map(|c| c.id.clone()).collect());
             }
         }
         // A process in a PID namespace of its own that is no container's
@@ -735,7 +766,7 @@ impl Slices {
             if self.is_run(p, cur, cur_start) {
                 let key = (cur, cur_start);
                 if self.shared_runs.contains(&key) {
-                    return None;
+                    return Owner::Nobody;
                 }
                 if !self.runs.contains_key(&key) {
                     if host_wide_quota(p, cur) {
@@ -747,24 +778,28 @@ impl Slices {
                             config::DEFAULT_CONFIG_PATH
                         ));
                         self.shared_runs.insert(key);
-                        return None;
+                        return Owner::Nobody;
                     }
                     let s = self.load_run(p, cur, cur_start);
                     self.runs.insert(key, s);
                 }
-                return Some(SliceId::Run {
+                return Owner::Slice(SliceId::Run {
                     pid: cur,
                     start: cur_start,
                 });
             }
-            let st = p.stat(cur)?;
+            let Some(st) = p.stat(cur) else {
+                return Owner::Nobody;
+            };
             if st.ppid <= 1 {
-                return None;
+                return Owner::Nobody;
             }
-            let parent = p.stat(st.ppid)?;
+            let Some(parent) = p.stat(st.ppid) else {
+                return Owner::Nobody;
+            };
             (cur, cur_start) = (st.ppid, parent.start);
         }
-        None
+        Owner::Nobody
     }
 
     /// Forgets cached PIDs not in `keep` (called with the PIDs NVML lists,
@@ -778,8 +813,10 @@ impl Slices {
 
     /// What a PID is known as, without reading anything.
     #[cfg(test)]
-    pub fn cached(&self, pid: u32) -> Option<&(u64, Option<SliceId>)> {
-        self.cache.get(&pid)
+    pub fn cached(&self, pid: u32) -> Option<(u64, Option<SliceId>)> {
+        self.cache
+            .get(&pid)
+            .map(|(start, o)| (*start, o.slice().cloned()))
     }
 }
 
@@ -1187,6 +1224,14 @@ pub mod tests {
         assert_eq!(of(&mut s, 30), Some(SliceId::Container("qqq".into())));
         assert_eq!(of(&mut s, 31), Some(SliceId::Container("ppp".into())));
         assert_eq!(of(&mut s, 32), None, "ambiguous: no one's");
+        // Said as such, with the containers that claim it alike.
+        assert_eq!(
+            s.owner_of(&fp, 32).map(|x| x.1),
+            Some(Owner::Ambiguous(vec![
+                SliceId::Container("ppp".into()),
+                SliceId::Container("qqq".into())
+            ]))
+        );
         assert!(
             s.notes
                 .iter()

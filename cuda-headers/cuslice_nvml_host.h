@@ -1,0 +1,71 @@
+/*
+ * cuslice: declarations of the NVML functions and types that the host
+ * command (`cuslice status`, `top`, the exporter, `cuslice watch`) calls,
+ * beyond those of cuslice_nvml.h, which it includes and calls too. Written
+ * for cuslice; checked against NVIDIA's nvml.h by the ABI test in
+ * hookgen/tests/abi.rs. No @hook annotations: the shim neither exports nor
+ * calls these. cli/build.rs turns every function declared here and in
+ * cuslice_nvml.h into a function-pointer type (hookgen::loader_bindings)
+ * for the command, which loads NVML itself. See README.md beside this file.
+ */
+#ifndef CUSLICE_NVML_HOST_H
+#define CUSLICE_NVML_HOST_H
+
+#include "cuslice_nvml.h"
+
+/* usedGpuMemory when NVML cannot tell. */
+#define NVML_VALUE_NOT_AVAILABLE (-1)
+/* The largest device name (a UUID is shorter). */
+#define NVML_DEVICE_NAME_V2_BUFFER_SIZE 96
+
+typedef struct nvmlUtilization_st {
+    unsigned int gpu;
+    unsigned int memory;
+} nvmlUtilization_t;
+
+/* What the unversioned process listing fills. */
+typedef struct nvmlProcessInfo_v1_st {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+} nvmlProcessInfo_v1_t;
+
+/* What the _v2 and _v3 process listings fill. */
+typedef struct nvmlProcessInfo_v2_st {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+    unsigned int gpuInstanceId;
+    unsigned int computeInstanceId;
+} nvmlProcessInfo_v2_t, nvmlProcessInfo_t;
+
+typedef struct nvmlProcessUtilizationSample_st {
+    unsigned int pid;
+    unsigned long long timeStamp;
+    unsigned int smUtil;
+    unsigned int memUtil;
+    unsigned int encUtil;
+    unsigned int decUtil;
+} nvmlProcessUtilizationSample_t;
+
+const char *nvmlErrorString(nvmlReturn_t result);
+
+nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length);
+
+nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization);
+
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
+                                                     nvmlProcessInfo_t *infos);
+
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount,
+                                                     nvmlProcessInfo_v2_t *infos);
+
+/* The oldest listing, for a driver before the _v2 one (nvml.h declares it
+ * under this name only with NVML_NO_UNVERSIONED_FUNC_DEFS). */
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned int *infoCount,
+                                                  nvmlProcessInfo_v1_t *infos);
+
+nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
+                                             nvmlProcessUtilizationSample_t *utilization,
+                                             unsigned int *processSamplesCount,
+                                             unsigned long long lastSeenTimeStamp);
+
+#endif /* CUSLICE_NVML_HOST_H */
