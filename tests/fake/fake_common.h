@@ -248,6 +248,7 @@ struct fake_config {
     uint64_t kernel_ns;    /* FAKE_CUDA_KERNEL_NS, default 0 */
     uint64_t timeslice_ns; /* FAKE_CUDA_TIMESLICE_NS, default 2 ms */
     uint64_t pitch_align;  /* FAKE_CUDA_PITCH_ALIGN, a power of two 4..65536, default 512 */
+    uint64_t granularity;  /* FAKE_CUDA_ALLOC_GRANULARITY, a power of two 4 KiB..1 GiB, default 2 MiB */
     int driver_version;    /* FAKE_CUDA_VERSION, default 13000 */
     int log_fd;            /* FAKE_CUDA_LOG opened O_APPEND, or -1 */
     const char *state_path;/* FAKE_CUDA_STATE, or NULL */
@@ -306,6 +307,17 @@ static inline void fake_config_load(struct fake_config *c, const char *who)
             (n & (n - 1)) != 0)
             fake_die_env(who, "FAKE_CUDA_PITCH_ALIGN", v, "a power of two from 4 to 65536");
         c->pitch_align = n;
+    }
+    /* The device's page: a linear allocation of at least one takes whole
+     * pages (what cuMemGetInfo and NVML then count), a smaller one is
+     * sub-allocated and counted as asked; cuMemGetAllocationGranularity
+     * answers it. Varied by tests, so that what the driver takes and what
+     * a caller asked for differ as on a real GPU. */
+    c->granularity = 2ull << 20;
+    if ((v = getenv("FAKE_CUDA_ALLOC_GRANULARITY")) != NULL && *v) {
+        if (fake_parse_size(v, &n) != 0 || n < 4096 || n > (1ull << 30) || (n & (n - 1)) != 0)
+            fake_die_env(who, "FAKE_CUDA_ALLOC_GRANULARITY", v, "a power of two from 4KiB to 1GiB");
+        c->granularity = n;
     }
     c->driver_version = 13000;
     if ((v = getenv("FAKE_CUDA_VERSION")) != NULL && *v) {

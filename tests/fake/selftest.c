@@ -706,10 +706,31 @@ static void test_oom_and_info(nvmlDevice_t nd)
     f2 = cu_free();
     EQ(f2, f);
 
-    /* NVML agrees with cuMemGetInfo with something outstanding. */
+    /* Pages (FAKE_CUDA_ALLOC_GRANULARITY=2MiB): a large allocation takes
+     * whole pages, a small one what it asked for;
+     * cuMemGetAllocationGranularity says the page. */
+    CK(cuMemAlloc_v2(&p, 2 * MiB + 1), CUDA_SUCCESS);
+    EQ(cu_free(), f - 4 * MiB);
+    CK(cuMemAlloc_v2(&q, MiB + 5), CUDA_SUCCESS);
+    EQ(cu_free(), f - 5 * MiB - 5);
+    CK(cuMemFree_v2(p), CUDA_SUCCESS);
+    CK(cuMemFree_v2(q), CUDA_SUCCESS);
+    EQ(cu_free(), f);
+    {
+        CUmemAllocationProp prop;
+        memset(&prop, 0, sizeof prop);
+        prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+        prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        size_t g = 0;
+        CK(cuMemGetAllocationGranularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM), CUDA_SUCCESS);
+        EQ(g, 2 * MiB);
+    }
+
+    /* NVML agrees with cuMemGetInfo with something outstanding (123 MiB
+     * + 7 in whole pages). */
     CK(cuMemAlloc_v2(&p, 123 * MiB + 7), CUDA_SUCCESS);
     f2 = cu_free();
-    EQ(f2, f - 123 * MiB - 7);
+    EQ(f2, f - 124 * MiB);
     CK(nvmlDeviceGetMemoryInfo(nd, &m), NVML_SUCCESS);
     EQ(m.free, f2);
     EQ(m.used, TOTAL - f2);
@@ -779,9 +800,9 @@ static void test_linear_families(void)
     EQ(used(0), base);
 
     /* managed memory counts as device memory */
-    CK(cuMemAllocManaged(&p, 3 * MiB, CU_MEM_ATTACH_GLOBAL), CUDA_SUCCESS);
-    EQ(used(0), base + 3 * MiB);
-    CK(cuMemAllocManaged(&p, 3 * MiB, 0), CUDA_ERROR_INVALID_VALUE);
+    CK(cuMemAllocManaged(&p, 4 * MiB, CU_MEM_ATTACH_GLOBAL), CUDA_SUCCESS);
+    EQ(used(0), base + 4 * MiB);
+    CK(cuMemAllocManaged(&p, 4 * MiB, 0), CUDA_ERROR_INVALID_VALUE);
     CK(cuMemFree_v2(p), CUDA_SUCCESS);
     EQ(used(0), base);
 
@@ -1004,10 +1025,10 @@ static void test_contexts_more(CUcontext primary)
     CHECK(cur == c, "cuCtxCreate makes the new context current");
     CK(cuCtxGetDevice(&d), CUDA_SUCCESS);
     EQ(d, 1);
-    CK(cuMemAlloc_v2(&p, 5 * MiB), CUDA_SUCCESS);
+    CK(cuMemAlloc_v2(&p, 6 * MiB), CUDA_SUCCESS);
     CUDA_ARRAY_DESCRIPTOR ad = {256, 0, CU_AD_FORMAT_UNSIGNED_INT8, 1};
     CK(cuArrayCreate_v2(&arr, &ad), CUDA_SUCCESS);
-    EQ(used(1), OVERHEAD + 5 * MiB + 256);
+    EQ(used(1), OVERHEAD + 6 * MiB + 256);
     EQ(used(0), base0);
     CK(cuCtxDestroy_v2(c), CUDA_SUCCESS); /* frees what it owned */
     EQ(used(1), 0);
@@ -1049,8 +1070,8 @@ static void test_contexts_more(CUcontext primary)
     CUcontext p1;
     CK(cuDevicePrimaryCtxRetain(&p1, 1), CUDA_SUCCESS);
     CK(cuCtxPushCurrent_v2(p1), CUDA_SUCCESS);
-    CK(cuMemAlloc_v2(&p, 9 * MiB), CUDA_SUCCESS);
-    EQ(used(1), OVERHEAD + 9 * MiB);
+    CK(cuMemAlloc_v2(&p, 10 * MiB), CUDA_SUCCESS);
+    EQ(used(1), OVERHEAD + 10 * MiB);
     CK(cuDevicePrimaryCtxReset_v2(1), CUDA_SUCCESS);
     EQ(used(1), 0);
     CK(cuMemAlloc_v2(&p, 1), CUDA_ERROR_INVALID_CONTEXT);
@@ -2341,6 +2362,7 @@ int main(int argc, char **argv)
     setenv("FAKE_CUDA_DEVICES", "2", 1);
     setenv("FAKE_CUDA_MEM", "1GiB", 1);
     setenv("FAKE_CUDA_CTX_OVERHEAD", "2MiB", 1);
+    setenv("FAKE_CUDA_ALLOC_GRANULARITY", "2MiB", 1);
     setenv("FAKE_CUDA_KERNEL_NS", "1000", 1);
     setenv("FAKE_CUDA_VERSION", "13000", 1);
     setenv("FAKE_CUDA_STATE", g_state_path, 1);
