@@ -1835,3 +1835,94 @@ fn a_process_whose_pid_is_only_in_dead_slots_of_its_sessions_segments_is_unregis
     assert!(held.elapsed() <= TWO_INTERVALS, "{f}");
     assert_eq!(f["pid"], pid, "{f}");
 }
+
+/// `cuslice ARGS` on `h` with `FAKE_NVML_SAMPLE_MS` = `sample_ms`: the
+/// fake NVML's utilization sample period, which every process of the fake
+/// GPU must share (the timeline records run times on its grid).
+fn cuslice_sampled(h: &Host, sample_ms: u64, args: &[&str]) -> Command {
+    let e = common::env();
+    let mut c = h.cuslice();
+    c.env("FAKE_NVML_SAMPLE_MS", sample_ms.to_string())
+        .env("M", e.apps.join("memtest"))
+        .env("N", e.apps.join("attack_noshim"))
+        .env("S", e.apps.join("spin"))
+        .args(args);
+    c
+}
+
+/// A well-behaved tenant held to its ceiling by the shim's limiter runs in
+/// stretches (it saves up `compute_burst_ms`, then runs at full speed) and
+/// pauses between them; NVML samples it only in the periods it ran in
+/// (sampled every 100 ms here; a real NVML about every 1/6 s) and lists no
+/// sample for the periods it paused in. Over many passes, its GPU time as
+/// the watch reads it must not put it over its ceiling (50 %, + 10 points):
+/// it is not reported.
+///
+/// Fails (issue 21): the watch takes the mean of a process's samples
+/// since its last pass, so the periods the tenant paused in (no sample)
+/// do not count, and it read 70-97 % for this tenant: reported (killed
+/// under `kill`) again and again. Passed with the fake's former exact
+/// per-interval utilization. To be fixed in cli/src/watch (count the
+/// periods without a sample as idle), then this `ignore` goes.
+#[test]
+#[ignore = "known watch bug (issue 21): NVML lists no sample for idle periods and the watch averages the samples it gets"]
+fn a_tenant_held_to_its_ceiling_by_the_limiter_is_not_reported_from_sampled_utilization() {
+    const SAMPLE_MS: u64 = 100;
+    let h = Host::new("sampled");
+    let cfg = h.config("");
+    let w = Proc::spawn(
+        cuslice_sampled(
+            &h,
+            SAMPLE_MS,
+            &["watch", "--config", &cfg.display().to_string()],
+        ),
+        "watch",
+    );
+    common::wait_for(
+        || format!("the watch never passed:\n{}", w.text()),
+        Duration::from_secs(20),
+        || {
+            h.state()
+                .filter(|s| s["passes"].as_u64() >= Some(1) && s["running"] == true)
+        },
+    );
+    let s = Proc::spawn(
+        cuslice_sampled(
+            &h,
+            SAMPLE_MS,
+            &[
+                "run",
+                "--compute",
+                "20",
+                "--compute-max",
+                "50",
+                "--",
+                "sh",
+                "-c",
+                "exec $S 4 1000000 4",
+            ],
+        ),
+        "cuslice run",
+    );
+    s.line("P ");
+    let from = passes(&h);
+    // Stretches of ~400 ms and pauses as long: 4 s hold several.
+    common::wait_for(
+        || format!("the session did not finish:\n{}", s.text()),
+        Duration::from_secs(30),
+        || {
+            s.lines
+                .lock()
+                .expect("lock")
+                .iter()
+                .any(|(_, l)| l.starts_with("R "))
+                .then_some(())
+        },
+    );
+    assert!(passes(&h) >= from + 8, "{}", w.text());
+    let log = w.text();
+    assert!(
+        !log.lines().any(|l| l.contains("> ceiling")),
+        "a tenant within its ceiling was reported:\n{log}"
+    );
+}
