@@ -36,6 +36,9 @@ pub struct Dev {
     pub uuid: [u8; 16],
     /// Context overhead already charged for this device by this process.
     ctx_charged: AtomicBool,
+    /// The device's memory page (the driver's allocation granularity): a
+    /// linear allocation of at least one page takes whole pages.
+    pub page: u64,
 }
 
 /// State of one stream-ordered memory pool this process allocated from.
@@ -339,6 +342,7 @@ fn build(cfg: &Config, uuids: &[[u8; 16]]) -> Result<(), String> {
             limit,
             uuid: *uuid,
             ctx_charged: AtomicBool::new(false),
+            page: page_size(i),
         });
     }
     let table = |cap: usize, what: &str| {
@@ -371,6 +375,51 @@ fn build(cfg: &Config, uuids: &[[u8; 16]]) -> Result<(), String> {
     STATE.store(Box::into_raw(Box::new(q)), Ordering::Release);
     BUILDING_FD.store(-1, Ordering::SeqCst);
     Ok(())
+}
+
+/// The page size of current NVIDIA GPUs' device memory, for a driver that
+/// cannot say.
+const FALLBACK_PAGE: u64 = 2 << 20;
+
+/// The memory page of device `ordinal`, as its driver gives it
+/// (`cuMemGetAllocationGranularity`, minimum granularity of a pinned
+/// device allocation: 2 MiB on current GPUs, where `cuMemAlloc` takes
+/// whole 2 MiB pages for a large allocation); [`FALLBACK_PAGE`] if it
+/// cannot say or says something implausible.
+fn page_size(ordinal: usize) -> u64 {
+    use crate::sys::{CUmemAllocationProp, CUmemAllocationType, CUmemLocationType};
+    type Granularity =
+        unsafe extern "C" fn(*mut usize, *const CUmemAllocationProp, c_int) -> CUresult;
+    let Some(h) = crate::real::handle(crate::real::Lib::Cuda, true) else {
+        return FALLBACK_PAGE;
+    };
+    let f = crate::real::sym(h, c"cuMemGetAllocationGranularity");
+    if f.is_null() {
+        return FALLBACK_PAGE;
+    }
+    // SAFETY: the driver's cuMemGetAllocationGranularity has this signature
+    // (cuda.h: size_t *, const CUmemAllocationProp *, an enum option).
+    let f = unsafe { std::mem::transmute::<*mut std::ffi::c_void, Granularity>(f) };
+    let mut prop = CUmemAllocationProp {
+        type_: CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED,
+        ..Default::default()
+    };
+    prop.location.type_ = CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.__bindgen_anon_1.id = ordinal as c_int;
+    let mut g: usize = 0;
+    // SAFETY: valid out pointer and property; 0 is
+    // CU_MEM_ALLOC_GRANULARITY_MINIMUM; cuInit succeeded.
+    let r = unsafe { f(&mut g, &prop, 0) };
+    let g = g as u64;
+    if r == CUresult::CUDA_SUCCESS && g.is_power_of_two() && (4096..=1 << 30).contains(&g) {
+        g
+    } else {
+        crate::debug!(
+            "GPU {ordinal}: cuMemGetAllocationGranularity returned {} ({g}): charging 2 MiB pages",
+            r.0
+        );
+        FALLBACK_PAGE
+    }
 }
 
 fn no_pools() -> [Pool; MAX_POOLS] {
@@ -510,6 +559,24 @@ impl Quota {
                 Err(CUresult::CUDA_ERROR_OUT_OF_MEMORY)
             }
         }
+    }
+
+    /// What the driver takes for a linear allocation (`cuMemAlloc*`,
+    /// `cuMemAllocManaged`, `cuMemAllocPitch*`) of `size` bytes on device
+    /// `ordinal`: whole pages from one page up. A smaller one is
+    /// sub-allocated from a page the driver shares between small
+    /// allocations, and charged as asked.
+    pub fn linear_charge(&self, ordinal: usize, size: u64) -> u64 {
+        let page = self.devs.get(ordinal).map_or(FALLBACK_PAGE, |d| d.page);
+        if size < page {
+            return size;
+        }
+        size.div_ceil(page).saturating_mul(page)
+    }
+
+    /// The page of device `ordinal` (see [`Dev::page`]).
+    pub fn page(&self, ordinal: usize) -> u64 {
+        self.devs.get(ordinal).map_or(FALLBACK_PAGE, |d| d.page)
     }
 
     /// Admits `bytes` on device `ordinal` as an [`Admission`]: the charge
@@ -834,6 +901,7 @@ mod tests {
                 limit,
                 uuid,
                 ctx_charged: AtomicBool::new(false),
+                page: FALLBACK_PAGE,
             }],
             ctx_overhead: 0,
             ptrs: table(16),

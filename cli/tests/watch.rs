@@ -1656,3 +1656,273 @@ fn a_tenant_name_with_a_newline_is_one_escaped_log_line() {
         "a forged line:\n{text}"
     );
 }
+
+/// Starts the watch with `extra` in its file and `args` on its command
+/// line (a flag overrides the file), and waits for its first pass.
+fn watch_with_args(h: &Host, extra: &str, args: &[&str]) -> Proc {
+    let cfg = h.config(extra);
+    let mut c = h.cuslice();
+    c.args(["watch", "--config"]).arg(&cfg).args(args);
+    let p = Proc::spawn(c, "watch");
+    common::wait_for(
+        || format!("the watch never passed:\n{}", p.text()),
+        Duration::from_secs(20),
+        || {
+            h.state()
+                .filter(|s| s["passes"].as_u64() >= Some(1) && s["running"] == true)
+        },
+    );
+    p
+}
+
+/// What the watch's log said it did about unregistered process `pid`, in
+/// order (`reported`, `killed`, ...).
+fn unregistered_verdicts(w: &Proc, pid: u32) -> Vec<String> {
+    let needle = format!(" pid {pid}: uses GPU ");
+    w.text()
+        .lines()
+        .filter(|l| l.starts_with("cuslice watch: ") && l.contains(&needle))
+        .filter_map(|l| l.rsplit_once("never registered with the shim: "))
+        .map(|(_, v)| v.to_string())
+        .collect()
+}
+
+fn signal_pid(pid: u32, sig: libc::c_int) {
+    // SAFETY: a signal to a process this test started (or its session did).
+    let r = unsafe { libc::kill(pid as i32, sig) };
+    assert_eq!(r, 0, "kill({pid}, {sig})");
+}
+
+/// The watch's pass count in its state file.
+fn passes(h: &Host) -> u64 {
+    h.state()
+        .and_then(|s| s["passes"].as_u64())
+        .expect("passes")
+}
+
+/// The unregistered check's grace (issue 21): an unregistered process is
+/// reported by the first pass that sees it and acted on only if the next
+/// pass still sees it (a process that exits normally gives its slot back
+/// before the driver lets go of its context, and NVML lists it meanwhile).
+/// G is listed once and then exits: reported, never killed. U stays:
+/// reported, then killed by the next pass. A watch that acts at the first
+/// sighting (the mutant `first < pass` -> `first <= pass` in
+/// `check_registered`) says "killed" for both at once, never "reported".
+#[test]
+fn an_unregistered_process_is_killed_only_if_the_pass_after_the_one_that_reported_it_still_sees_it()
+{
+    let h = Host::new("grace");
+    // Passes 1 s apart: time for the test to step in between two of them
+    // on a loaded machine (it also stops the watch meanwhile).
+    let w = watch_with_args(&h, "policy = \"kill\"", &["--interval", "1s"]);
+    let s = session(
+        &h,
+        &["--memory", "1GiB"],
+        "$N 1048576 -1 & echo G $!; $N 2097152 -1 & echo U $!; wait",
+    );
+    let (g, u) = (s.pid("G"), s.pid("U"));
+    let first = common::wait_for(
+        || format!("G ({g}) never found:\n{}", w.text()),
+        Duration::from_secs(20),
+        || unregistered_verdicts(&w, g).into_iter().next(),
+    );
+    // No further pass while G leaves.
+    let watch_pid = w.child.id();
+    signal_pid(watch_pid, libc::SIGSTOP);
+    assert_eq!(first, "reported", "G at its first sighting:\n{}", w.text());
+    assert!(
+        alive(g),
+        "G was killed at its first sighting:\n{}",
+        w.text()
+    );
+    signal_pid(g, libc::SIGTERM);
+    common::wait_for(
+        || format!("G ({g}) did not exit"),
+        Duration::from_secs(20),
+        || (!alive(g)).then_some(()),
+    );
+    let resumed = passes(&h);
+    signal_pid(watch_pid, libc::SIGCONT);
+    // U, still there at the next pass: killed then, and not before.
+    common::wait_for(
+        || format!("U ({u}) never killed:\n{}", w.text()),
+        Duration::from_secs(20),
+        || (!alive(u)).then_some(()),
+    );
+    common::wait_for(
+        || format!("the watch stopped passing:\n{}", w.text()),
+        Duration::from_secs(20),
+        || (passes(&h) >= resumed + 2).then_some(()),
+    );
+    assert_eq!(
+        unregistered_verdicts(&w, u)[..2],
+        ["reported", "killed"],
+        "U:\n{}",
+        w.text()
+    );
+    // G, gone before a second pass saw it: reported, never acted on, and
+    // the finding ended.
+    assert_eq!(
+        unregistered_verdicts(&w, g),
+        ["reported", "ended"],
+        "G:\n{}",
+        w.text()
+    );
+}
+
+/// A slot whose lock is gone is a dead process's, whatever PID it holds
+/// (issue 21): a process that registered through the shim, then closed
+/// its segments' descriptors (its slots' locks drop, its PID stays in
+/// them, the mappings remain) and allocates around the shim is
+/// unregistered. A watch that counts a dead slot's PID as registered (the
+/// mutants: no `alive` filter over the memory segment's slots, or no
+/// `proc_alive` check over the GPU segment's entries, in `registered`)
+/// never reports it.
+#[test]
+fn a_process_whose_pid_is_only_in_dead_slots_of_its_sessions_segments_is_unregistered() {
+    use cuslice_core::gpu::PROC_FREE;
+    use std::sync::atomic::Ordering;
+    let h = Host::new("deadslot");
+    let w = h.watch("");
+    // A memory quota and a compute share: a slot in the memory segment and
+    // an entry in the GPU segment.
+    let s = session(
+        &h,
+        &["--memory", "1GiB", "--compute", "50"],
+        "exec $N 1048576 -1 0 unlock",
+    );
+    let (line, held) = s.line("ATTACK noshim holding 1048576 bytes");
+    assert!(line.contains(", registered, unlocked; pid "), "{line}");
+    let pid: u32 = line
+        .rsplit(' ')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("pid");
+    // Its PID is in both segments, in slots no live process holds.
+    let mem = Segment::open_read_only(&run_seg(&h, s.child.id())).expect("memory segment");
+    let slots: Vec<_> = mem
+        .processes()
+        .into_iter()
+        .filter(|p| p.pid == pid)
+        .collect();
+    assert!(
+        !slots.is_empty() && slots.iter().all(|p| !p.alive),
+        "memory segment slots of {pid}: {slots:?}\n{}",
+        s.text()
+    );
+    let gpu = GpuSegment::open_read_only(&h.gpu_dir().join(format!(
+        "{}.seg",
+        cuslice_core::config::format_uuid(&common::FAKE_UUID)
+    )))
+    .expect("GPU segment");
+    let entries: Vec<bool> = (0..cuslice_core::gpu::MAX_PROCS)
+        .map_while(|i| gpu.proc_entry(i).map(|e| (i, e)))
+        .filter(|(_, e)| {
+            e.state.load(Ordering::Acquire) != PROC_FREE && e.pid.load(Ordering::Relaxed) == pid
+        })
+        .map(|(i, _)| gpu.proc_alive(i))
+        .collect();
+    assert!(
+        !entries.is_empty() && entries.iter().all(|a| !a),
+        "GPU segment entries of {pid} (alive?): {entries:?}"
+    );
+    let f = h.finding(
+        "unregistered",
+        &format!("pid {pid}: uses GPU 0"),
+        TWO_INTERVALS,
+        &w,
+    );
+    assert!(held.elapsed() <= TWO_INTERVALS, "{f}");
+    assert_eq!(f["pid"], pid, "{f}");
+}
+
+/// `cuslice ARGS` on `h` with `FAKE_NVML_SAMPLE_MS` = `sample_ms`: the
+/// fake NVML's utilization sample period, which every process of the fake
+/// GPU must share (the timeline records run times on its grid).
+fn cuslice_sampled(h: &Host, sample_ms: u64, args: &[&str]) -> Command {
+    let e = common::env();
+    let mut c = h.cuslice();
+    c.env("FAKE_NVML_SAMPLE_MS", sample_ms.to_string())
+        .env("M", e.apps.join("memtest"))
+        .env("N", e.apps.join("attack_noshim"))
+        .env("S", e.apps.join("spin"))
+        .args(args);
+    c
+}
+
+/// A well-behaved tenant held to its ceiling by the shim's limiter runs in
+/// stretches (it saves up `compute_burst_ms`, then runs at full speed) and
+/// pauses between them; NVML samples it only in the periods it ran in
+/// (sampled every 100 ms here; a real NVML about every 1/6 s) and lists no
+/// sample for the periods it paused in. Over many passes, its GPU time as
+/// the watch reads it must not put it over its ceiling (50 %, + 10 points):
+/// it is not reported.
+///
+/// Fails (issue 21): the watch takes the mean of a process's samples
+/// since its last pass, so the periods the tenant paused in (no sample)
+/// do not count, and it read 70-97 % for this tenant: reported (killed
+/// under `kill`) again and again. Passed with the fake's former exact
+/// per-interval utilization. To be fixed in cli/src/watch (count the
+/// periods without a sample as idle), then this `ignore` goes.
+#[test]
+#[ignore = "known watch bug (issue 21): NVML lists no sample for idle periods and the watch averages the samples it gets"]
+fn a_tenant_held_to_its_ceiling_by_the_limiter_is_not_reported_from_sampled_utilization() {
+    const SAMPLE_MS: u64 = 100;
+    let h = Host::new("sampled");
+    let cfg = h.config("");
+    let w = Proc::spawn(
+        cuslice_sampled(
+            &h,
+            SAMPLE_MS,
+            &["watch", "--config", &cfg.display().to_string()],
+        ),
+        "watch",
+    );
+    common::wait_for(
+        || format!("the watch never passed:\n{}", w.text()),
+        Duration::from_secs(20),
+        || {
+            h.state()
+                .filter(|s| s["passes"].as_u64() >= Some(1) && s["running"] == true)
+        },
+    );
+    let s = Proc::spawn(
+        cuslice_sampled(
+            &h,
+            SAMPLE_MS,
+            &[
+                "run",
+                "--compute",
+                "20",
+                "--compute-max",
+                "50",
+                "--",
+                "sh",
+                "-c",
+                "exec $S 4 1000000 4",
+            ],
+        ),
+        "cuslice run",
+    );
+    s.line("P ");
+    let from = passes(&h);
+    // Stretches of ~400 ms and pauses as long: 4 s hold several.
+    common::wait_for(
+        || format!("the session did not finish:\n{}", s.text()),
+        Duration::from_secs(30),
+        || {
+            s.lines
+                .lock()
+                .expect("lock")
+                .iter()
+                .any(|(_, l)| l.starts_with("R "))
+                .then_some(())
+        },
+    );
+    assert!(passes(&h) >= from + 8, "{}", w.text());
+    let log = w.text();
+    assert!(
+        !log.lines().any(|l| l.contains("> ceiling")),
+        "a tenant within its ceiling was reported:\n{log}"
+    );
+}

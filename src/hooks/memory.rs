@@ -33,8 +33,9 @@ fn policed() -> Result<Option<(&'static Quota, usize)>, CUresult> {
     }
 }
 
-/// Admit `size`, run `call`, record the new pointer (read by `ptr` after
-/// success) or give the charge back.
+/// Admit what the driver takes for a linear allocation of `size` (whole
+/// pages from one page up), run `call`, record the new pointer (read by
+/// `ptr` after success) or give the charge back.
 #[inline]
 fn alloc_ptr(size: u64, call: impl FnOnce() -> CUresult, ptr: impl FnOnce() -> u64) -> CUresult {
     let (q, d) = match policed() {
@@ -42,7 +43,7 @@ fn alloc_ptr(size: u64, call: impl FnOnce() -> CUresult, ptr: impl FnOnce() -> u
         Ok(None) => return call(),
         Err(e) => return e,
     };
-    let a = match q.reserve(d, size) {
+    let a = match q.reserve(d, q.linear_charge(d, size)) {
         Ok(a) => a,
         Err(e) => return e,
     };
@@ -156,7 +157,8 @@ pub unsafe fn cuMemFree(dptr: CUdeviceptr_v1) -> CUresult {
 
 /// Pitch is chosen by the driver: admit an upper bound (rows padded to
 /// 512 bytes, more than any current GPU's pitch alignment), then settle to
-/// pitch x height.
+/// pitch x height (each in whole pages from one page up, as any linear
+/// allocation).
 fn alloc_pitch(
     width: u64,
     height: u64,
@@ -172,7 +174,7 @@ fn alloc_pitch(
         .div_ceil(512)
         .saturating_mul(512)
         .saturating_mul(height);
-    let mut a = match q.reserve(d, bound) {
+    let mut a = match q.reserve(d, q.linear_charge(d, bound)) {
         Ok(a) => a,
         Err(e) => return e,
     };
@@ -181,7 +183,7 @@ fn alloc_pitch(
         return r;
     }
     let (p, pitch) = out();
-    if let Err(e) = a.settle(pitch.saturating_mul(height)) {
+    if let Err(e) = a.settle(q.linear_charge(d, pitch.saturating_mul(height))) {
         // SAFETY: freeing what the driver just returned (the bound is given
         // back when `a` drops, after the free).
         unsafe { real::cuMemFree_v2(p) };
@@ -229,10 +231,6 @@ pub unsafe fn cuMemAllocPitch(
 
 // ---- stream-ordered allocator -------------------------------------------
 
-/// Pools reserve in 2 MiB granules on current GPUs: admit growth rounded up
-/// to that, so the reservation never outruns the quota between syncs.
-const POOL_GRANULE: u64 = 2 << 20;
-
 fn alloc_pooled(
     size: u64,
     pool_of: impl FnOnce(usize) -> Option<u64>,
@@ -253,8 +251,12 @@ fn alloc_pooled(
     // Growth the pool may need beyond what is already charged to it.
     let used_after = pool.used.load(Ordering::Acquire).saturating_add(size);
     let charged = pool.charged.load(Ordering::Acquire);
+    // Pools reserve in whole pages of the device: growth is admitted
+    // rounded up to that, so the reservation never outruns the quota
+    // between syncs.
+    let page = q.page(d);
     let pre = if used_after > charged {
-        (used_after - charged).div_ceil(POOL_GRANULE) * POOL_GRANULE
+        (used_after - charged).div_ceil(page).saturating_mul(page)
     } else {
         0
     };

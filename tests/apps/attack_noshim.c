@@ -20,7 +20,13 @@
  * preloaded), so that the shim registers the process in its container's
  * segments as any tenant process: a registered process whose memory and
  * kernels still bypass the shim's limits (the watch's compute and memory
- * checks, not its "unregistered" one, must catch it). Exits 2 on failure.
+ * checks, not its "unregistered" one, must catch it). With "unlock", it
+ * registers the same way, then moves its mappings of the cuslice segments
+ * (files whose names end in ".seg") onto fresh opens of the same files and
+ * closes the shim's descriptors: the kernel drops the OFD locks that prove
+ * its slots alive, so the segments hold its PID in dead slots while it
+ * goes on mapping them (a registration the watch must not count). Exits 2
+ * on failure.
  *
  * Not linked against the driver. Builds with any C11 compiler and glibc:
  *   cc -O1 -o attack_noshim tests/apps/attack_noshim.c -ldl
@@ -28,13 +34,16 @@
  * container that never registered with the shim).
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <dlfcn.h>
 #include <elf.h>
+#include <fcntl.h>
 #include <link.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -116,10 +125,65 @@ static void *lookup(const struct dyn_syms *t, const char *name)
     exit(2);
 }
 
+/* Moves every mapping of a cuslice segment (a file whose name ends in
+ * ".seg") onto a fresh open of its file, in place (MAP_FIXED: the shim's
+ * pointers stay valid), then closes the segment descriptors. An OFD lock
+ * lives as long as its open file description, which the old descriptors
+ * and mappings held: both gone, the kernel drops the slots' locks. Returns
+ * how many mappings moved. */
+static int unlock_segments(void)
+{
+    FILE *m = fopen("/proc/self/maps", "r");
+    if (m == NULL)
+        die("cannot read /proc/self/maps");
+    char line[4608];
+    int moved = 0;
+    while (fgets(line, sizeof line, m) != NULL) {
+        unsigned long lo, hi, off;
+        char perms[8], path[4096] = "";
+        if (sscanf(line, "%lx-%lx %7s %lx %*s %*s %4095s", &lo, &hi, perms, &off, path) < 4)
+            continue;
+        size_t len = strlen(path);
+        if (len < 4 || strcmp(path + len - 4, ".seg") != 0)
+            continue;
+        int fd = open(path, perms[1] == 'w' ? O_RDWR : O_RDONLY);
+        if (fd < 0)
+            die("unlock: cannot open a segment");
+        int prot = (perms[0] == 'r' ? PROT_READ : 0) | (perms[1] == 'w' ? PROT_WRITE : 0);
+        if (mmap((void *)lo, hi - lo, prot, MAP_SHARED | MAP_FIXED, fd, (off_t)off) == MAP_FAILED)
+            die("unlock: cannot remap a segment");
+        close(fd);
+        moved++;
+    }
+    fclose(m);
+    DIR *d = opendir("/proc/self/fd");
+    if (d == NULL)
+        die("cannot list /proc/self/fd");
+    int fds[256], n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL && n < 256) {
+        char link[64], target[4096];
+        int fd = atoi(e->d_name);
+        if (e->d_name[0] == '.' || fd == dirfd(d))
+            continue;
+        snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+        ssize_t len = readlink(link, target, sizeof target - 1);
+        if (len < 4)
+            continue;
+        target[len] = 0;
+        if (strcmp(target + len - 4, ".seg") == 0)
+            fds[n++] = fd;
+    }
+    closedir(d);
+    for (int i = 0; i < n; i++)
+        close(fds[i]);
+    return moved;
+}
+
 int main(int argc, char **argv)
 {
-    if (argc < 2 || argc > 5 || (argc == 5 && strcmp(argv[4], "register") != 0)) {
-        fprintf(stderr, "usage: %s BYTES [SECONDS [KERNEL_US [register]]]\n", argv[0]);
+    if (argc < 2 || argc > 5 || (argc == 5 && strcmp(argv[4], "register") != 0 && strcmp(argv[4], "unlock") != 0)) {
+        fprintf(stderr, "usage: %s BYTES [SECONDS [KERNEL_US [register|unlock]]]\n", argv[0]);
         return 2;
     }
     unsigned long long bytes = strtoull(argv[1], NULL, 10);
@@ -134,6 +198,8 @@ int main(int argc, char **argv)
             fprintf(stderr, "attack_noshim: cuInit through dlsym(RTLD_DEFAULT) failed: %d\n", r);
             return 2;
         }
+        if (strcmp(argv[4], "unlock") == 0 && unlock_segments() == 0)
+            die("unlock: no segment descriptor to close (is the shim preloaded, with a quota?)");
     }
     void *h = dlopen("libcuda.so.1", RTLD_NOW);
     if (h == NULL)
@@ -178,7 +244,8 @@ int main(int argc, char **argv)
         }
     }
     printf("ATTACK noshim holding %llu bytes on device 0 via %s%s%s; pid %ld\n", bytes, file,
-           kernel_ns > 0 ? ", keeping it busy" : "", argc == 5 ? ", registered" : "", (long)getpid());
+           kernel_ns > 0 ? ", keeping it busy" : "",
+           argc == 5 ? (strcmp(argv[4], "unlock") == 0 ? ", registered, unlocked" : ", registered") : "", (long)getpid());
     fflush(stdout);
     if (kernel_ns > 0) {
         struct timespec t0, now;

@@ -33,8 +33,10 @@
  *       of PER_WAVE short-lived threads allocate and launch, and exit: a
  *       third free everything, a third pthread_exit holding all they
  *       allocated, a third return holding half. At the end
- *       "R ok|errors threads=N leaked=L used=U errors=E refused=X", with U
- *       what cuMemGetInfo says is in use (the container's usage under the
+ *       "R ok|errors threads=N leaked=L used=U errors=E refused=X", with L
+ *       what the driver takes for the allocations they kept (whole pages of
+ *       cuMemGetAllocationGranularity from one page up), U what
+ *       cuMemGetInfo says is in use (the container's usage under the
  *       shim), and exit(0) with the leaked allocations live.
  *   exitrace THREADS MS
  *       THREADS threads allocate (keeping a quarter), launch and free
@@ -337,6 +339,11 @@ static void *busy(void *arg) {
     return NULL;
 }
 
+/* The device's page (cuMemGetAllocationGranularity) and what the driver
+ * takes for an allocation of n bytes: whole pages from one page up. */
+static size_t page = 1;
+static size_t taken(size_t n) { return n < page ? n : (n + page - 1) / page * page; }
+
 static void *short_lived(void *arg) {
     size_t id = (size_t)arg;
     unsigned seed = (unsigned)id * 2654435761u;
@@ -358,7 +365,7 @@ static void *short_lived(void *arg) {
         if (free_it) {
             if (cuMemFree_v2(p[i]) != CUDA_SUCCESS) ADD(n_errors, 1);
         } else {
-            kept += size[i];
+            kept += taken(size[i]);
         }
     }
     ADD(leaked, kept);
@@ -369,6 +376,13 @@ static void *short_lived(void *arg) {
 
 static int threads_main(int waves, int per_wave) {
     setup_cuda();
+    {
+        CUmemAllocationProp prop;
+        memset(&prop, 0, sizeof prop);
+        prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+        prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        CHECK(cuMemGetAllocationGranularity(&page, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+    }
     pthread_t b[4];
     for (int i = 0; i < 4; i++) pthread_create(&b[i], NULL, busy, (void *)(size_t)i);
     pthread_attr_t detached;

@@ -6,6 +6,10 @@
  *   memtest hold BYTES               allocate, say so, and sleep until killed
  *   memtest alloc BYTES              one allocation, print its status
  *   memtest devices B0 B1            allocate B0 on device 0 and B1 on device 1
+ *   memtest fill CHUNK               cuMemAlloc_v2 CHUNKs until one fails (at most 4096);
+ *                                    how many, the last status, the device's usage as the
+ *                                    driver counts it (fake ground truth) and as the quota
+ *                                    does (cuMemGetInfo_v2); then free them all
  *   memtest arrays N                 create 1-byte arrays until one fails (at most N),
  *                                    then destroy them all; the container's usage
  *                                    (cuMemGetInfo) with them and after
@@ -178,6 +182,21 @@ static int race(int rounds, size_t chunk, unsigned long long quota) {
     return 0;
 }
 
+static int fill(size_t chunk) {
+    enum { MAX = 4096 };
+    static CUdeviceptr p[MAX];
+    int n = 0;
+    CUresult r = CUDA_SUCCESS;
+    while (n < MAX && (r = cuMemAlloc_v2(&p[n], chunk)) == CUDA_SUCCESS) n++;
+    unsigned long long truth = 0;
+    CHECK(cuFakeUsedBytes(0, &truth));
+    size_t free2 = 0, total2 = 0;
+    CHECK(cuMemGetInfo_v2(&free2, &total2));
+    printf("R fill n=%d r=%d truth=%llu quota_used=%zu\n", n, r, truth, total2 - free2);
+    for (int i = 0; i < n; i++) CHECK(cuMemFree_v2(p[i]));
+    return 0;
+}
+
 static size_t used_now(void) {
     size_t free = 0, total = 0;
     CHECK(cuMemGetInfo_v2(&free, &total));
@@ -225,6 +244,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(cmd, "race")) return race(atoi(argv[2]), strtoull(argv[3], NULL, 10), strtoull(argv[4], NULL, 10));
     if (!strcmp(cmd, "arrays")) return arrays(atoi(argv[2]));
+    if (!strcmp(cmd, "fill")) return fill(strtoull(argv[2], NULL, 10));
     if (!strcmp(cmd, "pitched")) {
         /* pitched v1|v2 ROWS: rows of 2200 bytes through the legacy or the
          * _v2 entry; prints the pitch the driver chose and what the quota

@@ -9,15 +9,16 @@ use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 
-/// `struct fake_state` of tests/fake/fake_common.h (version 4): a 64-byte
+/// `struct fake_state` of tests/fake/fake_common.h (version 5): a 64-byte
 /// header, 16 device entries of 64 bytes, 128 process slots of 472 bytes
 /// (`int32 pid; u32 gen; u64 used[16];` then what the fake NVML reports,
 /// not read here: `u64 pidns, start_ticks; u32 ctxs[16]; u64 run_ns[16],
 /// first_ns[16]`), then the timeline (from byte 61504) and the fake CUPTI's
-/// records (from byte 4263536), not read here. The OFD lock on byte
+/// records (from byte 4263536) and the NVML samples' boundaries (from byte
+/// 21044344), not read here. The OFD lock on byte
 /// `FAKE_LOCK_BASE + slot` proves a slot's process alive.
-const FAKE_SIZE: usize = 21_044_344;
-const FAKE_VERSION: u32 = 4;
+const FAKE_SIZE: usize = 21_617_784;
+const FAKE_VERSION: u32 = 5;
 pub const FAKE_SLOTS: usize = 128;
 const FAKE_SLOT_OFF: usize = 1088;
 const FAKE_SLOT_SIZE: usize = 472;

@@ -17,6 +17,12 @@ pub const FAKE_UUID: [u8; 16] = [
     0xc5, 0x11, 0xce, 0x00, 0xfa, 0x4e, 0x40, 0x00, 0x80, 0, 0, 0, 0, 0, 0, 0,
 ];
 
+/// The fake GPU's memory page on a [`Host`] (`FAKE_CUDA_ALLOC_GRANULARITY`):
+/// the suites that use one size their allocations in whole MiB around a
+/// 1 MiB context and count them to the byte, which 64 KiB pages keep exact
+/// while the driver still takes whole pages (the shim asks it their size).
+pub const PAGE: u64 = 64 << 10;
+
 /// The host's files live in a fresh temporary directory, removed when the
 /// `Host` is dropped (unless `keep` was called):
 ///
@@ -102,10 +108,12 @@ impl Host {
     }
 
     /// The environment of a process on this host's fake GPU, under `quota`
-    /// (None: no quota file), logging warnings only.
+    /// (None: no quota file), logging warnings only. The fake GPU's memory
+    /// pages are [`PAGE`] (tests/memory.rs varies them).
     pub fn env(&self, quota: Option<&Path>) -> Vec<(&'static str, String)> {
         let mut env = vec![
             ("FAKE_CUDA_STATE", self.fake_state().display().to_string()),
+            ("FAKE_CUDA_ALLOC_GRANULARITY", PAGE.to_string()),
             ("CUSLICE_LOG", "warn".to_string()),
         ];
         if let Some(c) = self.context {

@@ -18,7 +18,7 @@ mod segments;
 mod spin;
 
 pub use fake::{FAKE_SLOTS, Fake};
-pub use host::{FAKE_UUID, Host, set_env};
+pub use host::{FAKE_UUID, Host, PAGE, set_env};
 pub use rng::Rng;
 pub use segments::{GpuView, Mem, ProcView};
 pub use spin::Spin;

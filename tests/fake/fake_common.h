@@ -41,7 +41,7 @@
 #define FAKE_MAX_SLOTS 128
 /* "FAKEGPU1" read as a little-endian u64. */
 #define FAKE_STATE_MAGIC 0x31555047454B4146ULL
-#define FAKE_STATE_VERSION 4u
+#define FAKE_STATE_VERSION 5u
 /* OFD lock on byte FAKE_SLOT_LOCK_BASE + i of the state file proves that the
  * process owning slot i is alive (the kernel drops the lock when it dies).
  * Locks beyond end of file are fine. */
@@ -174,6 +174,20 @@ struct fake_cupti {
     struct fake_cupti_proc p[FAKE_CUPTI_PROCS];
 };
 
+/* The fake NVML's utilization samples (version 5): per slot and device,
+ * the owner's run time (run_ns) at each boundary of the sample grid
+ * (multiples of FAKE_NVML_SAMPLE_MS on CLOCK_MONOTONIC), the last
+ * FAKE_SAMPLES of them; written by the timeline as it credits run time,
+ * under its mutex. */
+#define FAKE_SAMPLES 32
+struct fake_samp {
+    uint32_t gen;                 /* the slot's gen these boundaries belong to (0: none yet) */
+    uint32_t reserved_;
+    uint64_t k;                   /* the last boundary recorded (its index on the grid) */
+    uint64_t k0;                  /* the first (the owner ran nothing before it) */
+    uint64_t run[FAKE_SAMPLES];   /* run_ns at boundary j, at run[j % FAKE_SAMPLES] */
+};
+
 struct fake_state {
     _Atomic uint64_t magic; /* FAKE_STATE_MAGIC once initialised (written last) */
     uint32_t version;       /* FAKE_STATE_VERSION */
@@ -183,6 +197,7 @@ struct fake_state {
     struct fake_slot slot[FAKE_MAX_SLOTS];
     struct fake_timeline tl;
     struct fake_cupti cupti; /* after the timeline: a fresh file keeps it sparse until used */
+    struct fake_samp samp[FAKE_MAX_SLOTS][FAKE_MAX_DEVICES];
 };
 
 /* ---- time ------------------------------------------------------------ */
@@ -248,6 +263,8 @@ struct fake_config {
     uint64_t kernel_ns;    /* FAKE_CUDA_KERNEL_NS, default 0 */
     uint64_t timeslice_ns; /* FAKE_CUDA_TIMESLICE_NS, default 2 ms */
     uint64_t pitch_align;  /* FAKE_CUDA_PITCH_ALIGN, a power of two 4..65536, default 512 */
+    uint64_t granularity;  /* FAKE_CUDA_ALLOC_GRANULARITY, a power of two 4 KiB..1 GiB, default 2 MiB */
+    uint64_t sample_ns;    /* FAKE_NVML_SAMPLE_MS in ns, 1 ms..10 s, default 166 ms */
     int driver_version;    /* FAKE_CUDA_VERSION, default 13000 */
     int log_fd;            /* FAKE_CUDA_LOG opened O_APPEND, or -1 */
     const char *state_path;/* FAKE_CUDA_STATE, or NULL */
@@ -306,6 +323,26 @@ static inline void fake_config_load(struct fake_config *c, const char *who)
             (n & (n - 1)) != 0)
             fake_die_env(who, "FAKE_CUDA_PITCH_ALIGN", v, "a power of two from 4 to 65536");
         c->pitch_align = n;
+    }
+    /* The device's page: a linear allocation of at least one takes whole
+     * pages (what cuMemGetInfo and NVML then count), a smaller one is
+     * sub-allocated and counted as asked; cuMemGetAllocationGranularity
+     * answers it. Varied by tests, so that what the driver takes and what
+     * a caller asked for differ as on a real GPU. */
+    c->granularity = 2ull << 20;
+    if ((v = getenv("FAKE_CUDA_ALLOC_GRANULARITY")) != NULL && *v) {
+        if (fake_parse_size(v, &n) != 0 || n < 4096 || n > (1ull << 30) || (n & (n - 1)) != 0)
+            fake_die_env(who, "FAKE_CUDA_ALLOC_GRANULARITY", v, "a power of two from 4KiB to 1GiB");
+        c->granularity = n;
+    }
+    /* The fake NVML's per-process utilization sample period: like a real
+     * NVML's (about 1/6 s), each sample covers one period of a fixed grid
+     * (multiples of it on CLOCK_MONOTONIC, the same for every process). */
+    c->sample_ns = 166000000ull;
+    if ((v = getenv("FAKE_NVML_SAMPLE_MS")) != NULL && *v) {
+        if (fake_parse_size(v, &n) != 0 || strspn(v, "0123456789") != strlen(v) || n < 1 || n > 10000)
+            fake_die_env(who, "FAKE_NVML_SAMPLE_MS", v, "an integer number of milliseconds from 1 to 10000");
+        c->sample_ns = n * 1000000ull;
     }
     c->driver_version = 13000;
     if ((v = getenv("FAKE_CUDA_VERSION")) != NULL && *v) {

@@ -160,6 +160,7 @@ enum { AK_DEV = 1, AK_ASYNC, AK_HOST };
 struct alloc {
     uintptr_t ptr;
     uint64_t size;
+    uint64_t charged; /* device memory it takes (AK_DEV: size in whole pages if at least one) */
     size_t map_len;
     int dev;
     int kind;
@@ -452,7 +453,7 @@ static void alloc_drop(struct alloc *a)
     alloc_unlink(a);
     munmap((void *)a->ptr, a->map_len);
     if (a->kind == AK_DEV) {
-        acct_release(a->dev, a->size);
+        acct_release(a->dev, a->charged);
     } else if (a->kind == AK_ASYNC) {
         struct CUmemPoolHandle_st *p = &g_pools[a->dev];
         p->used -= a->size < p->used ? a->size : p->used;
@@ -468,7 +469,15 @@ static CUresult dev_alloc_locked(uintptr_t *out, uint64_t size, bool low32, int 
     CUresult r = need_ctx(&c);
     if (r != CUDA_SUCCESS)
         return r;
-    if (kind != AK_HOST && acct_reserve(c->dev, size) != 0)
+    /* Whole pages for an allocation of at least one page; a smaller one is
+     * sub-allocated (counted as asked: the shared page is not modelled). */
+    uint64_t g = g_cfg.granularity, take = size;
+    if (kind == AK_DEV && size >= g) {
+        take = (size + g - 1) & ~(g - 1);
+        if (take < size)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (kind != AK_HOST && acct_reserve(c->dev, take) != 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
     void *p = map_backing((size_t)size, low32);
     struct alloc *a = p ? calloc(1, sizeof *a) : NULL;
@@ -476,11 +485,12 @@ static CUresult dev_alloc_locked(uintptr_t *out, uint64_t size, bool low32, int 
         if (p)
             munmap(p, (size_t)size);
         if (kind != AK_HOST)
-            acct_release(c->dev, size);
+            acct_release(c->dev, take);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     a->ptr = (uintptr_t)p;
     a->size = size;
+    a->charged = take;
     a->map_len = (size_t)size;
     a->dev = c->dev;
     a->kind = kind;
@@ -2963,7 +2973,7 @@ CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocatio
     else if (granularity == NULL || prop == NULL)
         r = CUDA_ERROR_INVALID_VALUE;
     else
-        *granularity = (size_t)2 << 20;
+        *granularity = (size_t)g_cfg.granularity;
     LOGR(r, "option=%d", (int)option);
     return r;
 }

@@ -445,6 +445,11 @@ struct proc_row {
     uint64_t run;     /* ns the device ran its work */
     uint64_t first;   /* CLOCK_MONOTONIC start of its first work on the device, 0: none */
     bool ctx;         /* it has a live context on the device */
+    /* For utilization samples (with `timeline`): */
+    uint64_t credited;  /* run, less the part of a kernel running mid-way */
+    uint64_t mid_start; /* when that kernel started (0: none running) */
+    bool samp;          /* samp holds this owner's boundaries */
+    struct fake_samp sp;
 };
 
 /* Caller holds g_mu. The live processes (their slot's lock is held) of device
@@ -485,13 +490,17 @@ static unsigned read_procs(unsigned idx, struct proc_row *rows, bool timeline, u
     int q = TL->dev[idx].running;
     for (unsigned k = 0; k < n; k++) {
         struct proc_row *r = &rows[k];
-        r->run = atomic_load(&s->slot[r->slot].run_ns[idx]);
+        r->run = r->credited = atomic_load(&s->slot[r->slot].run_ns[idx]);
         r->first = atomic_load(&s->slot[r->slot].first_ns[idx]);
+        r->mid_start = 0;
         if (q >= 0 && q < NQ && TL->q[q].owner == r->slot && TL->q[q].owner_gen == r->gen &&
             TL->q[q].head < TL->q[q].tail && *now > TL->q[q].started_ns) {
             uint64_t ran = *now - TL->q[q].started_ns, cur = TL->q[q].ring[TL->q[q].head % RING].ns;
             r->run += ran < cur ? ran : cur;
+            r->mid_start = TL->q[q].started_ns;
         }
+        r->sp = s->samp[r->slot][idx];
+        r->samp = r->sp.gen == r->gen && r->gen != 0;
     }
     tl_unlock();
     return n;
@@ -575,7 +584,9 @@ static nvmlReturn_t running_procs(nvmlDevice_t device, unsigned *count, void *in
         return r;
     if (count == NULL || (infos == NULL && *count != 0))
         return NVML_ERROR_INVALID_ARGUMENT;
-    struct proc_row rows[FAKE_MAX_SLOTS];
+    struct proc_row *rows = malloc(FAKE_MAX_SLOTS * sizeof *rows);
+    if (rows == NULL)
+        return NVML_ERROR_UNKNOWN;
     uint64_t now;
     pthread_mutex_lock(&g_mu);
     unsigned n = read_procs(*idx, rows, false, &now);
@@ -586,6 +597,7 @@ static nvmlReturn_t running_procs(nvmlDevice_t device, unsigned *count, void *in
         if (rows[k].host != 0 && (rows[k].ctx || rows[k].used > 0))
             rows[m++] = rows[k];
     if (m > *count) {
+        free(rows);
         *count = m;
         return NVML_ERROR_INSUFFICIENT_SIZE;
     }
@@ -603,6 +615,7 @@ static nvmlReturn_t running_procs(nvmlDevice_t device, unsigned *count, void *in
             p->computeInstanceId = 0xFFFFFFFFu;
         }
     }
+    free(rows);
     *count = m;
     return NVML_SUCCESS;
 }
@@ -641,18 +654,14 @@ nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsign
 
 /* ---- per-process utilization ---------------------------------------------- */
 
-/* This process's earlier readings of each device's per-process run times
- * (a real NVML keeps a buffer of samples the driver took; the fake keeps
- * what it read at each call, so that a caller passing back a time stamp it
- * was given measures exactly the interval since that call). */
-#define UTIL_HIST 64
-struct util_reading {
-    uint64_t ts_us, mono_ns;
-    uint32_t gen[FAKE_MAX_SLOTS]; /* 0: the slot was not live */
-    uint64_t run[FAKE_MAX_SLOTS];
-};
-static struct util_reading *g_hist[FAKE_MAX_DEVICES]; /* rings of UTIL_HIST */
-static unsigned g_hist_n[FAKE_MAX_DEVICES];            /* readings ever stored */
+/* Like a real NVML, which samples the GPU about every 1/6 s and keeps a
+ * short buffer: one sample per process and period of the grid
+ * (FAKE_NVML_SAMPLE_MS, boundaries at its multiples on CLOCK_MONOTONIC)
+ * in which the device ran some of its work, for the last FAKE_SAMPLES
+ * periods that have ended; smUtil = the share of the period the device ran
+ * the process's work, timeStamp = the end of the period (CLOCK_REALTIME,
+ * us). The timeline records each process's run time at every boundary
+ * (struct fake_samp), so the samples are exact for their periods. */
 
 static uint64_t realtime_us(void)
 {
@@ -661,41 +670,42 @@ static uint64_t realtime_us(void)
     return (uint64_t)ts.tv_sec * 1000000ull + (uint64_t)ts.tv_nsec / 1000;
 }
 
-/* Caller holds g_mu. (time, run) of process `r` at the start of the window
- * that begins at `since` (CLOCK_REALTIME us; `since_m` the same instant on
- * CLOCK_MONOTONIC): its first work if that is later; else the latest stored
- * reading at or before `since`; else interpolated between its first work
- * and the first reading after `since` (or now). */
-static void window_base(unsigned idx, const struct proc_row *r, uint64_t since, uint64_t since_m, uint64_t now,
-                        uint64_t *bt, uint64_t *brun)
+/* CLOCK_REALTIME - CLOCK_MONOTONIC in ns, read once: a boundary's time
+ * stamp is the same at every call of this process (a caller passing one
+ * back gets the samples after it, not that one again). */
+static int64_t rt_offset_ns(void)
 {
-    *bt = r->first;
-    *brun = 0;
-    if (since_m <= r->first)
-        return;
-    const struct util_reading *h = g_hist[idx], *before = NULL, *after = NULL;
-    unsigned have = g_hist_n[idx] < UTIL_HIST ? g_hist_n[idx] : UTIL_HIST;
-    for (unsigned k = 0; h != NULL && k < have; k++) {
-        const struct util_reading *x = &h[k];
-        if (x->gen[r->slot] != r->gen || x->mono_ns < r->first)
-            continue;
-        if (x->ts_us <= since) {
-            if (before == NULL || x->ts_us > before->ts_us)
-                before = x;
-        } else if (after == NULL || x->ts_us < after->ts_us) {
-            after = x;
-        }
+    static int64_t off;
+    static bool have;
+    if (!have) {
+        off = (int64_t)(realtime_us() * 1000ull) - (int64_t)fake_now_ns();
+        have = true;
     }
-    if (before != NULL) {
-        *bt = before->mono_ns;
-        *brun = before->run[r->slot];
-        return;
+    return off;
+}
+
+/* Process r's run time at boundary k of the grid (period P, k * P <= now),
+ * or false if that boundary is older than what is kept. */
+static bool run_at(const struct proc_row *r, uint64_t k, uint64_t P, uint64_t *out)
+{
+    if (!r->samp || k > r->sp.k) {
+        /* after the last recorded boundary: no credit since, but the
+         * kernel running mid-way (its part before the boundary) */
+        uint64_t B = k * P;
+        *out = r->credited + (r->mid_start != 0 && B > r->mid_start ? B - r->mid_start : 0);
+        return true;
     }
-    uint64_t et = after ? after->mono_ns : now, erun = after ? after->run[r->slot] : r->run;
-    if (et <= r->first)
-        return;
-    *bt = since_m;
-    *brun = (uint64_t)((double)erun * (double)(since_m - r->first) / (double)(et - r->first));
+    if (r->sp.k - k >= FAKE_SAMPLES)
+        return false;
+    if (k <= r->sp.k0) {
+        /* the owner ran nothing before its first recorded boundary */
+        if (r->sp.k - r->sp.k0 >= FAKE_SAMPLES)
+            return false;
+        *out = r->sp.run[r->sp.k0 % FAKE_SAMPLES];
+        return true;
+    }
+    *out = r->sp.run[k % FAKE_SAMPLES];
+    return true;
 }
 
 static nvmlReturn_t process_utilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t *out, unsigned *count,
@@ -706,71 +716,78 @@ static nvmlReturn_t process_utilization(nvmlDevice_t device, nvmlProcessUtilizat
         return ret;
     if (count == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
-    struct proc_row rows[FAKE_MAX_SLOTS];
-    struct nvmlProcessUtilizationSample_st samples[FAKE_MAX_SLOTS];
-    uint64_t now;
+    static struct proc_row rows[FAKE_MAX_SLOTS]; /* under g_mu; large */
+    static struct nvmlProcessUtilizationSample_st samples[FAKE_MAX_SLOTS * FAKE_SAMPLES];
+    static int slot_of[FAKE_MAX_SLOTS * FAKE_SAMPLES];
+    uint64_t now, P = g_cfg.sample_ns;
     pthread_mutex_lock(&g_mu);
     unsigned n = read_procs(*idx, rows, true, &now);
-    uint64_t now_us = realtime_us();
-    /* `since` on CLOCK_MONOTONIC (0: all the samples there are) */
-    uint64_t since_m = 0;
-    if (since >= now_us)
-        since_m = now;
-    else if (since != 0)
-        since_m = (now_us - since) * 1000 < now ? now - (now_us - since) * 1000 : 0;
+    int64_t off = rt_offset_ns();
+    uint64_t last_k = now / P;
     unsigned m = 0;
-    for (unsigned k = 0; k < n; k++) {
-        const struct proc_row *r = &rows[k];
-        if (r->first == 0 || since >= now_us)
+    for (unsigned j = 0; j < n; j++) {
+        const struct proc_row *r = &rows[j];
+        if (r->first == 0)
             continue;
-        uint64_t bt, brun;
-        window_base(*idx, r, since, since_m, now, &bt, &brun);
-        uint64_t wall = now > bt ? now - bt : 0, ran = r->run > brun ? r->run - brun : 0;
-        if (wall == 0 || ran == 0)
-            continue; /* no work in the window: no sample, as with a real NVML */
-        uint64_t pct = (ran * 100 + wall / 2) / wall;
-        samples[m].pid = (unsigned)r->slot; /* translated below, outside g_mu */
-        samples[m].timeStamp = now_us;
-        samples[m].smUtil = pct > 100 ? 100 : (unsigned)pct;
-        samples[m].memUtil = samples[m].encUtil = samples[m].decUtil = 0;
-        m++;
-    }
-    /* Store this reading for later windows. */
-    if (g_hist[*idx] == NULL)
-        g_hist[*idx] = calloc(UTIL_HIST, sizeof(struct util_reading));
-    if (g_hist[*idx] != NULL) {
-        struct util_reading *h = &g_hist[*idx][g_hist_n[*idx] % UTIL_HIST];
-        memset(h, 0, sizeof *h);
-        h->ts_us = now_us;
-        h->mono_ns = now;
-        for (unsigned k = 0; k < n; k++) {
-            h->gen[rows[k].slot] = rows[k].gen;
-            h->run[rows[k].slot] = rows[k].run;
+        uint64_t k = last_k >= FAKE_SAMPLES ? last_k - FAKE_SAMPLES + 1 : 1;
+        if (k < r->first / P + 1)
+            k = r->first / P + 1; /* the first period it ran in */
+        for (; k <= last_k; k++) {
+            uint64_t ts = (uint64_t)((int64_t)(k * P) + off) / 1000;
+            uint64_t a, b;
+            if (ts <= since || !run_at(r, k - 1, P, &a) || !run_at(r, k, P, &b) || b <= a)
+                continue; /* before lastSeenTimeStamp, out of the buffer, or no work in it */
+            uint64_t pct = ((b - a) * 100 + P / 2) / P;
+            samples[m].pid = 0; /* translated below, outside g_mu */
+            slot_of[m] = r->slot;
+            samples[m].timeStamp = ts;
+            samples[m].smUtil = pct > 100 ? 100 : (unsigned)pct;
+            samples[m].memUtil = samples[m].encUtil = samples[m].decUtil = 0;
+            m++;
         }
-        g_hist_n[*idx]++;
+    }
+    struct proc_row *copy = malloc(n * sizeof *copy);
+    if (copy != NULL && n > 0)
+        memcpy(copy, rows, n * sizeof *copy);
+    struct nvmlProcessUtilizationSample_st *mine = malloc((m ? m : 1) * sizeof *mine);
+    int *slots = malloc((m ? m : 1) * sizeof *slots);
+    if (mine != NULL && slots != NULL) {
+        memcpy(mine, samples, m * sizeof *mine);
+        memcpy(slots, slot_of, m * sizeof *slots);
     }
     pthread_mutex_unlock(&g_mu);
-    translate_pids(rows, n);
+    if (copy == NULL || mine == NULL || slots == NULL) {
+        free(copy);
+        free(mine);
+        free(slots);
+        return NVML_ERROR_UNKNOWN;
+    }
+    translate_pids(copy, n);
     unsigned w = 0;
     for (unsigned j = 0; j < m; j++) {
         for (unsigned k = 0; k < n; k++) {
-            if ((unsigned)rows[k].slot == samples[j].pid) {
-                samples[j].pid = rows[k].host;
+            if (copy[k].slot == slots[j]) {
+                mine[j].pid = copy[k].host;
                 break;
             }
         }
-        if (samples[j].pid != 0)
-            samples[w++] = samples[j];
+        if (mine[j].pid != 0)
+            mine[w++] = mine[j];
     }
+    free(copy);
+    free(slots);
     if (w == 0) {
+        free(mine);
         *count = 0;
         return NVML_ERROR_NOT_FOUND;
     }
     if (out == NULL || *count < w) {
+        free(mine);
         *count = w;
         return NVML_ERROR_INSUFFICIENT_SIZE;
     }
-    memcpy(out, samples, w * sizeof samples[0]);
+    memcpy(out, mine, w * sizeof mine[0]);
+    free(mine);
     *count = w;
     return NVML_SUCCESS;
 }

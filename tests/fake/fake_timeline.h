@@ -115,13 +115,42 @@ static bool tl_alive(int i, uint64_t now, bool force)
 /* Caller holds TL->mu. Credits `ns` of device time to the process owning
  * queue q (for the fake NVML's per-process utilization), if that process
  * still owns its slot. */
-static void tl_credit(const struct fake_tl_queue *q, int dev, uint64_t ns)
+/* Caller holds TL->mu. Records slot `slot`'s run time at the sample grid's
+ * boundaries up to the one at or before `b`: `before` at those at or
+ * before `a`, and `before` + the part of [a, b] elapsed at those inside
+ * it (its work ran from a to b, `before` had run until a). */
+static void tl_sample(int slot, uint32_t gen, int dev, uint64_t before, uint64_t a, uint64_t b)
+{
+    struct fake_samp *sp = &S->samp[slot][dev];
+    uint64_t P = g_cfg.sample_ns, kb = b / P;
+    if (sp->gen != gen) {
+        /* a new owner: nothing recorded before its first credit */
+        sp->gen = gen;
+        sp->k = sp->k0 = a / P;
+        sp->run[sp->k % FAKE_SAMPLES] = before;
+    }
+    if (kb <= sp->k)
+        return;
+    uint64_t k = sp->k + 1;
+    if (kb - k >= FAKE_SAMPLES)
+        k = kb - FAKE_SAMPLES + 1;
+    for (; k <= kb; k++) {
+        uint64_t B = k * P;
+        sp->run[k % FAKE_SAMPLES] = before + (B > a ? B - a : 0);
+    }
+    sp->k = kb;
+}
+
+/* Caller holds TL->mu. Queue q's owner ran `ns` on `dev`, ending at `end`. */
+static void tl_credit(const struct fake_tl_queue *q, int dev, uint64_t ns, uint64_t end)
 {
     if (q->owner < 0 || q->owner >= FAKE_MAX_SLOTS || ns == 0)
         return;
     struct fake_slot *sl = &S->slot[q->owner];
-    if (atomic_load(&sl->gen) == q->owner_gen)
-        atomic_fetch_add(&sl->run_ns[dev], ns);
+    if (atomic_load(&sl->gen) == q->owner_gen) {
+        uint64_t before = atomic_fetch_add(&sl->run_ns[dev], ns);
+        tl_sample(q->owner, q->owner_gen, dev, before, end - ns, end);
+    }
 }
 
 /* Caller holds TL->mu. Item `it` of queue q ran on `dev` from `start` to
@@ -178,7 +207,8 @@ static void tl_drop(int i, uint64_t t)
         uint64_t ran = t > q->started_ns ? t - q->started_ns : 0;
         if (q->head < q->tail) {
             uint64_t cur = q->ring[q->head % RING].ns; /* the item mid-way ran this much of itself */
-            tl_credit(q, dev, ran < cur ? ran : cur);
+            uint64_t c = ran < cur ? ran : cur;
+            tl_credit(q, dev, c, q->started_ns + c);
         }
         left -= ran < left ? ran : left;
         D->running = -1;
@@ -256,7 +286,7 @@ static uint64_t tl_run(struct tl_view *v, int dev, uint64_t until, int tq, uint6
         if (v->commit) {
             tl_cupti_record(it, dev, VS(v, r), end); /* VS: when this item started */
             it->t = end;
-            tl_credit(q, dev, it->ns);
+            tl_credit(q, dev, it->ns, end);
         }
         VH(v, r)++;
         if (VH(v, r) == q->tail) { /* empty: gives the device up at once */

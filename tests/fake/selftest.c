@@ -706,10 +706,31 @@ static void test_oom_and_info(nvmlDevice_t nd)
     f2 = cu_free();
     EQ(f2, f);
 
-    /* NVML agrees with cuMemGetInfo with something outstanding. */
+    /* Pages (FAKE_CUDA_ALLOC_GRANULARITY=2MiB): a large allocation takes
+     * whole pages, a small one what it asked for;
+     * cuMemGetAllocationGranularity says the page. */
+    CK(cuMemAlloc_v2(&p, 2 * MiB + 1), CUDA_SUCCESS);
+    EQ(cu_free(), f - 4 * MiB);
+    CK(cuMemAlloc_v2(&q, MiB + 5), CUDA_SUCCESS);
+    EQ(cu_free(), f - 5 * MiB - 5);
+    CK(cuMemFree_v2(p), CUDA_SUCCESS);
+    CK(cuMemFree_v2(q), CUDA_SUCCESS);
+    EQ(cu_free(), f);
+    {
+        CUmemAllocationProp prop;
+        memset(&prop, 0, sizeof prop);
+        prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+        prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        size_t g = 0;
+        CK(cuMemGetAllocationGranularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM), CUDA_SUCCESS);
+        EQ(g, 2 * MiB);
+    }
+
+    /* NVML agrees with cuMemGetInfo with something outstanding (123 MiB
+     * + 7 in whole pages). */
     CK(cuMemAlloc_v2(&p, 123 * MiB + 7), CUDA_SUCCESS);
     f2 = cu_free();
-    EQ(f2, f - 123 * MiB - 7);
+    EQ(f2, f - 124 * MiB);
     CK(nvmlDeviceGetMemoryInfo(nd, &m), NVML_SUCCESS);
     EQ(m.free, f2);
     EQ(m.used, TOTAL - f2);
@@ -779,9 +800,9 @@ static void test_linear_families(void)
     EQ(used(0), base);
 
     /* managed memory counts as device memory */
-    CK(cuMemAllocManaged(&p, 3 * MiB, CU_MEM_ATTACH_GLOBAL), CUDA_SUCCESS);
-    EQ(used(0), base + 3 * MiB);
-    CK(cuMemAllocManaged(&p, 3 * MiB, 0), CUDA_ERROR_INVALID_VALUE);
+    CK(cuMemAllocManaged(&p, 4 * MiB, CU_MEM_ATTACH_GLOBAL), CUDA_SUCCESS);
+    EQ(used(0), base + 4 * MiB);
+    CK(cuMemAllocManaged(&p, 4 * MiB, 0), CUDA_ERROR_INVALID_VALUE);
     CK(cuMemFree_v2(p), CUDA_SUCCESS);
     EQ(used(0), base);
 
@@ -1004,10 +1025,10 @@ static void test_contexts_more(CUcontext primary)
     CHECK(cur == c, "cuCtxCreate makes the new context current");
     CK(cuCtxGetDevice(&d), CUDA_SUCCESS);
     EQ(d, 1);
-    CK(cuMemAlloc_v2(&p, 5 * MiB), CUDA_SUCCESS);
+    CK(cuMemAlloc_v2(&p, 6 * MiB), CUDA_SUCCESS);
     CUDA_ARRAY_DESCRIPTOR ad = {256, 0, CU_AD_FORMAT_UNSIGNED_INT8, 1};
     CK(cuArrayCreate_v2(&arr, &ad), CUDA_SUCCESS);
-    EQ(used(1), OVERHEAD + 5 * MiB + 256);
+    EQ(used(1), OVERHEAD + 6 * MiB + 256);
     EQ(used(0), base0);
     CK(cuCtxDestroy_v2(c), CUDA_SUCCESS); /* frees what it owned */
     EQ(used(1), 0);
@@ -1049,8 +1070,8 @@ static void test_contexts_more(CUcontext primary)
     CUcontext p1;
     CK(cuDevicePrimaryCtxRetain(&p1, 1), CUDA_SUCCESS);
     CK(cuCtxPushCurrent_v2(p1), CUDA_SUCCESS);
-    CK(cuMemAlloc_v2(&p, 9 * MiB), CUDA_SUCCESS);
-    EQ(used(1), OVERHEAD + 9 * MiB);
+    CK(cuMemAlloc_v2(&p, 10 * MiB), CUDA_SUCCESS);
+    EQ(used(1), OVERHEAD + 10 * MiB);
     CK(cuDevicePrimaryCtxReset_v2(1), CUDA_SUCCESS);
     EQ(used(1), 0);
     CK(cuMemAlloc_v2(&p, 1), CUDA_ERROR_INVALID_CONTEXT);
@@ -1601,21 +1622,41 @@ static uint64_t now_us(void)
 }
 
 /* smUtil of `pid` since `since` (-1: no sample); *ts: the samples' time. */
-static int util_of(nvmlDevice_t nd, unsigned pid, unsigned long long since, unsigned long long *ts)
+/* FAKE_NVML_SAMPLE_MS of the self-test (set in main). */
+#define SAMPLE_MS 50ull
+
+/* The samples of `pid` after `since`: how many, the lowest and highest
+ * smUtil, the latest time stamp of any sample (*ts, left alone if none);
+ * every sample's time stamp is checked to be on the grid (whole periods
+ * apart from the latest one of the call), after `since`, and in the past.
+ * -1 in *max: none of that pid. */
+static unsigned samples_of(nvmlDevice_t nd, unsigned pid, unsigned long long since, int *min, int *max,
+                           unsigned long long *ts)
 {
-    nvmlProcessUtilizationSample_t u[64];
-    unsigned n = 64;
+    nvmlProcessUtilizationSample_t u[256];
+    unsigned n = 256, got = 0;
     nvmlReturn_t r = nvmlDeviceGetProcessUtilization(nd, u, &n, since);
     CHECK(r == NVML_SUCCESS || r == NVML_ERROR_NOT_FOUND, "nvmlDeviceGetProcessUtilization: %d", (int)r);
-    int pct = -1;
+    unsigned long long latest = 0, now = now_us();
+    *min = 101;
+    *max = -1;
+    for (unsigned i = 0; r == NVML_SUCCESS && i < n; i++)
+        latest = u[i].timeStamp > latest ? u[i].timeStamp : latest;
     for (unsigned i = 0; r == NVML_SUCCESS && i < n; i++) {
-        if (ts)
-            *ts = u[i].timeStamp;
-        if (u[i].pid == pid)
-            pct = (int)u[i].smUtil;
         CHECK(u[i].memUtil == 0 && u[i].encUtil == 0 && u[i].decUtil == 0, "other utilizations are 0");
+        CHECK(u[i].timeStamp > since && u[i].timeStamp <= now, "sample at %llu after %llu, not after %llu",
+              u[i].timeStamp, since, now);
+        CHECK((latest - u[i].timeStamp) % (SAMPLE_MS * 1000) == 0,
+              "samples on the grid: %llu is not whole periods before %llu", u[i].timeStamp, latest);
+        if (u[i].pid != pid)
+            continue;
+        got++;
+        *min = (int)u[i].smUtil < *min ? (int)u[i].smUtil : *min;
+        *max = (int)u[i].smUtil > *max ? (int)u[i].smUtil : *max;
     }
-    return pct;
+    if (ts != NULL && latest != 0)
+        *ts = latest;
+    return got;
 }
 
 static void test_nvml_utilization(nvmlDevice_t nd)
@@ -1643,35 +1684,38 @@ static void test_nvml_utilization(nvmlDevice_t nd)
     int sat_fd;
     run_self(args, NULL, &sat, &sat_fd);
     fake_sleep_until_ns(fake_now_ns() + 400000000ull);
-    /* since t0 (before it started: the window opens at its first kernel) */
+    /* since t0 (before it started): one sample per period it ran in, the
+     * full ones at >= 95 (its first is partial: it started mid-period) */
     unsigned long long ts = 0;
-    int pct = util_of(nd, (unsigned)sat, t0, &ts);
-    CHECK(pct >= 95, "saturating process: smUtil %d since before it started", pct);
-    CHECK(util_of(nd, (unsigned)idle, t0, NULL) == -1, "an idle process has no sample");
+    int lo, hi;
+    unsigned k = samples_of(nd, (unsigned)sat, t0, &lo, &hi, &ts);
+    CHECK(k >= 4 && k <= 350 / SAMPLE_MS + 2, "saturating process: %u samples of %llu ms in 350 ms", k, SAMPLE_MS);
+    CHECK(hi >= 95, "saturating process: highest sample %d", hi);
+    CHECK(samples_of(nd, (unsigned)idle, t0, &lo, &hi, NULL) == 0, "an idle process has no sample");
     n = 0;
     CK(nvmlDeviceGetProcessUtilization(nd, NULL, &n, t0), NVML_ERROR_INSUFFICIENT_SIZE);
-    CHECK(n >= 1, "needed count %u", n);
+    CHECK(n >= k, "needed count %u", n);
     unsigned need = n;
     n = 0;
     CK(nvmlDeviceGetProcessUtilization(nd, u, &n, t0), NVML_ERROR_INSUFFICIENT_SIZE);
     EQ(n, need);
-    /* since the previous call's time stamp: the interval between the calls */
-    fake_sleep_until_ns(fake_now_ns() + 100000000ull);
-    unsigned long long ts2 = 0;
-    pct = util_of(nd, (unsigned)sat, ts, &ts2);
-    CHECK(pct >= 95, "saturating process: smUtil %d since the previous call", pct);
+    /* since the latest time stamp it gave: only the periods ended since,
+     * each full one saturated */
+    fake_sleep_until_ns(fake_now_ns() + 3 * SAMPLE_MS * 1000000ull);
+    unsigned long long ts2 = ts;
+    k = samples_of(nd, (unsigned)sat, ts, &lo, &hi, &ts2);
+    CHECK(k >= 2 && k <= 4, "saturating process: %u samples over 3 periods", k);
+    CHECK(lo >= 95, "saturating process: smUtil %d over full periods", lo);
     CHECK(ts2 > ts, "time stamps advance");
-    printf("nvml: saturating process: smUtil %d%% since before it started, %d%% over the last 100 ms; idle "
-           "process: no sample\n", util_of(nd, (unsigned)sat, t0, NULL), pct);
+    printf("nvml: saturating process: %u samples of %llu ms since the previous call, smUtil %d..%d%%; idle "
+           "process: no sample\n", k, SAMPLE_MS, lo, hi);
     char buf[64];
     collect(sat, sat_fd, buf, sizeof buf);
-    /* after it ended: no work since the last call -> no samples at all (we
-     * and the idle process run nothing) */
-    unsigned long long ts3 = 0;
-    util_of(nd, 0, ts2, &ts3);
-    fake_sleep_until_ns(fake_now_ns() + 20000000ull);
+    /* after it ended: it is gone from the samples (we and the idle process
+     * run nothing) */
+    fake_sleep_until_ns(fake_now_ns() + 2 * SAMPLE_MS * 1000000ull);
     n = 64;
-    CK(nvmlDeviceGetProcessUtilization(nd, u, &n, ts3 ? ts3 : now_us()), NVML_ERROR_NOT_FOUND);
+    CK(nvmlDeviceGetProcessUtilization(nd, u, &n, ts2), NVML_ERROR_NOT_FOUND);
     EQ(n, 0);
     stop_holder(idle, idle_fd);
     EQ(proc_mem(nd, (unsigned)idle_pid), -1); /* and its memory is given back */
@@ -2341,6 +2385,8 @@ int main(int argc, char **argv)
     setenv("FAKE_CUDA_DEVICES", "2", 1);
     setenv("FAKE_CUDA_MEM", "1GiB", 1);
     setenv("FAKE_CUDA_CTX_OVERHEAD", "2MiB", 1);
+    setenv("FAKE_CUDA_ALLOC_GRANULARITY", "2MiB", 1);
+    setenv("FAKE_NVML_SAMPLE_MS", "50", 1);
     setenv("FAKE_CUDA_KERNEL_NS", "1000", 1);
     setenv("FAKE_CUDA_VERSION", "13000", 1);
     setenv("FAKE_CUDA_STATE", g_state_path, 1);
