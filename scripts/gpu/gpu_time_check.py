@@ -15,7 +15,6 @@ Each scenario runs twice on this GPU, in this one invocation:
 Prints a markdown table; cuslice's error against the truth and NVML's.
 """
 import argparse
-import ctypes
 import json
 import os
 import subprocess
@@ -36,27 +35,8 @@ LIB, CLI = os.path.abspath(args.lib), os.path.abspath(args.cli)
 WORK = tempfile.mkdtemp(prefix="cuslice-gtc-")
 GPUSEG = os.path.join(WORK, "gpu")
 
-nvml = ctypes.CDLL("libnvidia-ml.so.1")
-assert nvml.nvmlInit_v2() == 0
-dev = ctypes.c_void_p()
-assert nvml.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(dev)) == 0
-
-
-class Sample(ctypes.Structure):
-    _fields_ = [("pid", ctypes.c_uint), ("ts", ctypes.c_ulonglong), ("sm", ctypes.c_uint),
-                ("mem", ctypes.c_uint), ("enc", ctypes.c_uint), ("dec", ctypes.c_uint)]
-
-
-def samples(last):
-    n = ctypes.c_uint(0)
-    nvml.nvmlDeviceGetProcessUtilization(dev, None, ctypes.byref(n), ctypes.c_ulonglong(last))
-    if n.value == 0:
-        return []
-    buf = (Sample * (n.value + 8))()
-    n = ctypes.c_uint(n.value + 8)
-    if nvml.nvmlDeviceGetProcessUtilization(dev, buf, ctypes.byref(n), ctypes.c_ulonglong(last)) != 0:
-        return []
-    return [(buf[i].pid, buf[i].ts, buf[i].sm) for i in range(n.value)]
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "src"))
+from nvml_samples import samples  # noqa: E402
 
 
 _runs = 0

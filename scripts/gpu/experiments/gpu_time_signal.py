@@ -14,7 +14,6 @@
 #     (a request, a token, a training step), summed, as % of wall time;
 # so that the error of each signal is visible per tenant kind.
 #   gpu_time_signal.py [SECONDS=6]
-import ctypes
 import json
 import os
 import subprocess
@@ -26,28 +25,8 @@ SECONDS = float(sys.argv[1]) if len(sys.argv) > 1 else 6.0
 WORKER = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src", "gpu_time_worker.py")).read()
 
 
-nvml = ctypes.CDLL("libnvidia-ml.so.1")
-assert nvml.nvmlInit_v2() == 0
-dev = ctypes.c_void_p()
-assert nvml.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(dev)) == 0
-
-
-class Sample(ctypes.Structure):
-    _fields_ = [("pid", ctypes.c_uint), ("ts", ctypes.c_ulonglong), ("sm", ctypes.c_uint),
-                ("mem", ctypes.c_uint), ("enc", ctypes.c_uint), ("dec", ctypes.c_uint)]
-
-
-def samples(last):
-    n = ctypes.c_uint(0)
-    nvml.nvmlDeviceGetProcessUtilization(dev, None, ctypes.byref(n), ctypes.c_ulonglong(last))
-    if n.value == 0:
-        return []
-    buf = (Sample * (n.value + 8))()
-    n = ctypes.c_uint(n.value + 8)
-    r = nvml.nvmlDeviceGetProcessUtilization(dev, buf, ctypes.byref(n), ctypes.c_ulonglong(last))
-    if r != 0:
-        return []
-    return [(buf[i].pid, buf[i].ts, buf[i].sm) for i in range(n.value)]
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
+from nvml_samples import samples  # noqa: E402
 
 
 def scenario(kinds):
