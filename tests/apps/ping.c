@@ -13,27 +13,7 @@
  * large request), not counted.
  *   ping SECONDS PERIOD_US KERNEL_NS [WARMUP_NS] */
 #include "app.h"
-
-#include <errno.h>
-#include <string.h>
-#include <time.h>
-
-static unsigned long long now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
-}
-
-static void sleep_until(unsigned long long t) {
-    struct timespec ts = {(time_t)(t / 1000000000ull), (long)(t % 1000000000ull)};
-    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
-    }
-}
-
-static int cmp(const void *a, const void *b) {
-    unsigned long long x = *(const unsigned long long *)a, y = *(const unsigned long long *)b;
-    return x < y ? -1 : x > y;
-}
+#include "latency.h"
 
 int main(int argc, char **argv) {
     if (argc != 4 && argc != 5) {
@@ -80,26 +60,7 @@ int main(int argc, char **argv) {
         CHECK(cuStreamSynchronize(s));
         lat[served++] = now_ns() - d;
     }
-    /* The requests due from 250 ms on (a tenant's first windows left out):
-     *   T <p50_us> <p99_us> <max_us> <count> */
-    unsigned long long skip = 250000000ull / period, tn = served > skip ? served - skip : 0;
-    if (tn) {
-        unsigned long long *tail = calloc(tn, sizeof *tail);
-        if (!tail) return 1;
-        memcpy(tail, lat + skip, tn * sizeof *tail);
-        qsort(tail, tn, sizeof *tail, cmp);
-        printf("T %llu %llu %llu %llu\n", tail[tn / 2] / 1000, tail[(tn * 99 + 99) / 100 - 1] / 1000,
-               tail[tn - 1] / 1000, tn);
-        free(tail);
-    }
-    unsigned long long p50 = 0, p99 = 0, max = 0;
-    if (served) {
-        qsort(lat, served, sizeof *lat, cmp);
-        p50 = lat[served / 2];
-        p99 = lat[(served * 99 + 99) / 100 - 1];
-        max = lat[served - 1];
-    }
-    printf("L %llu %llu %llu %llu %llu\n", p50 / 1000, p99 / 1000, max / 1000, served, due);
+    if (report_latencies(lat, served, due, period)) return 1;
     CHECK(cuStreamDestroy(s));
     CHECK(cuDevicePrimaryCtxRelease(dev));
     free(lat);
