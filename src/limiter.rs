@@ -139,6 +139,16 @@ pub struct Gpu {
     /// again (the lease charges its slices).
     hold_from: AtomicU64,
     hold_to: AtomicU64,
+    /// What this process's launches went through, for the log at exit:
+    /// passes launching freely and holding the lease, times it went
+    /// through the lease, and time (ns) its launching thread waited for
+    /// its own queue (checkpoints) and for others (the lease, a latency
+    /// tenant, its ceiling).
+    free_passes: AtomicU64,
+    held_passes: AtomicU64,
+    leases: AtomicU64,
+    queue_wait_ns: AtomicU64,
+    held_back_ns: AtomicU64,
     /// Serialises pass ends and lease waits within the process.
     slow: Mutex<()>,
 }
@@ -247,6 +257,11 @@ pub fn build(cfg: &Config, uuids: &[[u8; 16]]) -> Result<(), String> {
             busy_metered: AtomicU64::new(0),
             hold_from: AtomicU64::new(u64::MAX),
             hold_to: AtomicU64::new(u64::MAX),
+            free_passes: AtomicU64::new(0),
+            held_passes: AtomicU64::new(0),
+            leases: AtomicU64::new(0),
+            queue_wait_ns: AtomicU64::new(0),
+            held_back_ns: AtomicU64::new(0),
             slow: Mutex::new(()),
         }));
     }
@@ -453,6 +468,7 @@ impl Gpu {
                     futex_wait(self.seg.generation_word(), generation, timeout);
                 }
                 Route::Lease => {
+                    self.leases.fetch_add(1, Ordering::Relaxed);
                     self.acquire();
                     self.hold_to.store(u64::MAX, Ordering::Release);
                     self.hold_from.store(now_ns(), Ordering::Release);
@@ -462,6 +478,7 @@ impl Gpu {
             }
         }
         let waited = now_ns().saturating_sub(begin);
+        self.held_back_ns.fetch_add(waited, Ordering::Relaxed);
         if waited > 50_000 && self.mode.load(Ordering::Relaxed) == FREE {
             self.seg.add_throttled(self.tenant, waited);
         }
@@ -490,6 +507,7 @@ impl Gpu {
         }
         if now > begin {
             self.seg.add_throttled(self.tenant, now - begin);
+            self.held_back_ns.fetch_add(now - begin, Ordering::Relaxed);
         }
     }
 
@@ -550,6 +568,11 @@ impl Gpu {
             self.busy_metered
                 .store(self.metered.load(Ordering::Relaxed), Ordering::Relaxed);
         }
+        if mode == HOLDING {
+            self.held_passes.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.free_passes.fetch_add(1, Ordering::Relaxed);
+        }
         self.pass_start.store(now, Ordering::Relaxed);
         self.budget.store(budget, Ordering::Relaxed);
         self.deadline.store(deadline, Ordering::Relaxed);
@@ -584,12 +607,15 @@ impl Gpu {
         }
         let one_at_a_time =
             shallow && self.per_launch_ns.load(Ordering::Relaxed) >= SHALLOW_PASS_NS;
+        let begin = now_ns();
         // SAFETY: real driver calls on our own events (an event never
         // recorded synchronises at once).
         unsafe {
             real::cuEventRecord(cur, stream);
             real::cuEventSynchronize(if one_at_a_time { cur } else { prev });
         }
+        self.queue_wait_ns
+            .fetch_add(now_ns().saturating_sub(begin), Ordering::Relaxed);
     }
 
     fn event(&self, i: usize) -> CUevent {
@@ -748,9 +774,22 @@ pub fn after_fork_child() {
     }
 }
 
-/// Normal exit: give the lease (if held) and our slots back.
+/// Normal exit: give the lease (if held) and our slots back, and say (at
+/// `info`) how this process's launches went.
 pub fn at_exit() {
     if let Some(l) = get() {
+        for (i, g) in l.gpus.iter().enumerate() {
+            let Some(g) = g else { continue };
+            let ms = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64 / 1e6;
+            crate::info!(
+                "GPU {i}: {} passes launching freely, {} holding the lease (taken {} times); waited {:.1} ms for others (lease, latency tenant, ceiling) and {:.1} ms for its own queue",
+                g.free_passes.load(Ordering::Relaxed),
+                g.held_passes.load(Ordering::Relaxed),
+                g.leases.load(Ordering::Relaxed),
+                ms(&g.held_back_ns),
+                ms(&g.queue_wait_ns)
+            );
+        }
         for g in l.gpus.iter().flatten() {
             g.seg.release_proc(g.slot, now_ns());
             futex_wake_all(g.seg.generation_word());
