@@ -14,9 +14,12 @@
 //!   on the search path or in the CUDA installation); `CUSLICE_CUPTI=off`
 //!   turns the meter off. Without it, the shim charges wall time as before
 //!   (and says so once).
-//! - Recording is switched on only while the process launches freely on a
-//!   contended GPU (`want`), and off again after `IDLE_OFF_NS` without that:
-//!   alone, a process pays nothing for it.
+//! - CUPTI is loaded, and its callbacks registered, by the meter's thread
+//!   the first time the process launches freely on a contended GPU (`want`),
+//!   not before: a process alone on its GPU never loads it (initialised,
+//!   CUPTI costs every launch a little, and loading it takes milliseconds).
+//!   Recording is switched on only while the process launches freely on a
+//!   contended GPU, and off again after `IDLE_OFF_NS` without that.
 //! - A thread of ours flushes the records every `FLUSH_NS`; the charges lag
 //!   the GPU by about that much.
 //! - The tenant's own profiler wins: when the program registers its own
@@ -75,11 +78,6 @@ struct Api {
 struct Meter {
     api: Api,
     path: String,
-    /// `CUSLICE_METER=always`: record even while the GPU is not shared.
-    always: bool,
-    /// When the process last asked for recording (launching freely on a
-    /// contended GPU).
-    wanted_at: AtomicU64,
     /// Recording now, since `since` (our clock): kernels launched before are
     /// not in the records.
     enabled: AtomicBool,
@@ -102,6 +100,20 @@ static METER: OnceLock<Meter> = OnceLock::new();
 /// Set once the program registered its own activity callbacks (even
 /// before the meter started: then it never starts).
 static TENANT_PROFILES: AtomicBool = AtomicBool::new(false);
+/// Held while the meter loads CUPTI and registers its callbacks, and while
+/// the program's own registration makes the meter step aside: whichever
+/// comes second sees the first.
+static LOADING: Mutex<()> = Mutex::new(());
+/// When the process last asked for recording (our clock; 0: never). Kept
+/// outside `Meter`, which exists only once CUPTI is loaded.
+static WANTED_AT: AtomicU64 = AtomicU64::new(0);
+/// `CUSLICE_METER=always`: record even while the GPU is not shared.
+static ALWAYS: AtomicBool = AtomicBool::new(false);
+/// The meter's thread runs (it loads CUPTI when first wanted).
+static STARTED: AtomicBool = AtomicBool::new(false);
+/// How often the meter's thread looks whether it is wanted before CUPTI is
+/// loaded.
+const UNLOADED_NAP_NS: u64 = 10_000_000;
 
 fn cupti_error(m: &Meter, r: i32) -> String {
     if let Some(f) = m.api.result_string {
@@ -225,7 +237,9 @@ fn load_api(h: *mut c_void) -> Result<Api, String> {
 }
 
 /// Starts the meter for `devices` CUDA ordinals (from the limiter's build,
-/// after it is published). Says once why not, where it cannot.
+/// after it is published): its thread, which loads CUPTI once the process
+/// first launches freely on a shared GPU. Says once why not, where it
+/// cannot.
 pub fn start(devices: usize) {
     match std::env::var("CUSLICE_CUPTI").as_deref() {
         Ok("off") | Ok("0") | Ok("false") | Ok("no") => {
@@ -248,22 +262,6 @@ pub fn start(devices: usize) {
         );
         return;
     }
-    let (h, path) = match open_cupti() {
-        Ok(x) => x,
-        Err(why) => {
-            crate::info!(
-                "GPU time meter off ({why}): a process that launches freely on a shared GPU is charged its wall time in flight, an upper bound"
-            );
-            return;
-        }
-    };
-    let api = match load_api(h) {
-        Ok(a) => a,
-        Err(why) => {
-            crate::warn!("{path} is not a usable libcupti ({why}): charging wall time in flight");
-            return;
-        }
-    };
     let always = match std::env::var("CUSLICE_METER").as_deref() {
         Ok("always") => true,
         Ok("") | Ok("shared") | Err(_) => false,
@@ -272,11 +270,52 @@ pub fn start(devices: usize) {
             false
         }
     };
+    ALWAYS.store(always, Ordering::Relaxed);
+    let spawned = std::thread::Builder::new()
+        .name("cuslice-meter".into())
+        .spawn(move || {
+            if load(devices) {
+                run();
+            }
+        });
+    match spawned {
+        Ok(_) => STARTED.store(true, Ordering::Release),
+        Err(e) => crate::warn!(
+            "cannot start the GPU time meter's thread ({e}): charging wall time in flight"
+        ),
+    }
+}
+
+/// On the meter's thread: waits until recording is first wanted, then
+/// loads CUPTI and registers the callbacks. False where it cannot (said
+/// once) or the program's own profiler came first.
+fn load(devices: usize) -> bool {
+    while WANTED_AT.load(Ordering::Relaxed) == 0 {
+        std::thread::sleep(std::time::Duration::from_nanos(UNLOADED_NAP_NS));
+    }
+    let _g = LOADING.lock().unwrap_or_else(|e| e.into_inner());
+    if TENANT_PROFILES.load(Ordering::Acquire) {
+        return false;
+    }
+    let (h, path) = match open_cupti() {
+        Ok(x) => x,
+        Err(why) => {
+            crate::info!(
+                "GPU time meter off ({why}): a process that launches freely on a shared GPU is charged its wall time in flight, an upper bound"
+            );
+            return false;
+        }
+    };
+    let api = match load_api(h) {
+        Ok(a) => a,
+        Err(why) => {
+            crate::warn!("{path} is not a usable libcupti ({why}): charging wall time in flight");
+            return false;
+        }
+    };
     let m = Meter {
         api,
         path,
-        always,
-        wanted_at: AtomicU64::new(0),
         enabled: AtomicBool::new(false),
         since: AtomicU64::new(0),
         offset: AtomicI64::new(0),
@@ -287,9 +326,9 @@ pub fn start(devices: usize) {
         pool: Mutex::new(Vec::new()),
     };
     if METER.set(m).is_err() {
-        return;
+        return false;
     }
-    let Some(m) = METER.get() else { return };
+    let Some(m) = METER.get() else { return false };
     // SAFETY: CUPTI call with our two callbacks (valid for the process).
     let r = unsafe { (m.api.register)(Some(requested), Some(completed)) };
     if r != CUPTI_SUCCESS {
@@ -299,22 +338,13 @@ pub fn start(devices: usize) {
             m.path,
             cupti_error(m, r)
         );
-        return;
-    }
-    let spawned = std::thread::Builder::new()
-        .name("cuslice-meter".into())
-        .spawn(run);
-    if let Err(e) = spawned {
-        m.lost.store(true, Ordering::Release);
-        crate::warn!(
-            "cannot start the GPU time meter's thread ({e}): charging wall time in flight"
-        );
-        return;
+        return false;
     }
     crate::info!(
         "GPU time meter: {} (kernel records while the GPU is shared)",
         m.path
     );
+    true
 }
 
 /// Whether free launches are charged from the records now: Some(since)
@@ -331,10 +361,8 @@ pub fn active() -> Option<u64> {
 /// `CUSLICE_METER=always`.
 #[inline]
 pub fn want(contended: bool, now: u64) {
-    if let Some(m) = METER.get()
-        && (contended || m.always)
-    {
-        m.wanted_at.store(now, Ordering::Relaxed);
+    if contended || ALWAYS.load(Ordering::Relaxed) {
+        WANTED_AT.store(now, Ordering::Relaxed);
     }
 }
 
@@ -382,8 +410,8 @@ fn run() {
             return;
         }
         let now = now_ns();
-        let wanted = now.saturating_sub(m.wanted_at.load(Ordering::Relaxed)) < IDLE_OFF_NS
-            && m.wanted_at.load(Ordering::Relaxed) != 0;
+        let wanted_at = WANTED_AT.load(Ordering::Relaxed);
+        let wanted = wanted_at != 0 && now.saturating_sub(wanted_at) < IDLE_OFF_NS;
         let enabled = m.enabled.load(Ordering::Acquire);
         if wanted && !enabled {
             calibrate(m);
@@ -551,22 +579,29 @@ pub fn after_fork_child() {
 /// Nsight's in-process part): the meter steps aside for good, and the call
 /// goes on to CUPTI.
 pub fn tenant_registers() {
-    TENANT_PROFILES.store(true, Ordering::Release);
-    if let Some(m) = METER.get()
-        && !m.lost.swap(true, Ordering::AcqRel)
-    {
-        if m.enabled.swap(false, Ordering::AcqRel) {
-            // SAFETY: CUPTI calls: ours off and delivered before the
-            // program's callbacks replace ours.
-            unsafe {
-                (m.api.disable)(KIND_CONCURRENT_KERNEL);
-                (m.api.flush_all)(0);
+    let _g = LOADING.lock().unwrap_or_else(|e| e.into_inner());
+    if TENANT_PROFILES.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    match METER.get() {
+        Some(m) if !m.lost.swap(true, Ordering::AcqRel) => {
+            if m.enabled.swap(false, Ordering::AcqRel) {
+                // SAFETY: CUPTI calls: ours off and delivered before the
+                // program's callbacks replace ours.
+                unsafe {
+                    (m.api.disable)(KIND_CONCURRENT_KERNEL);
+                    (m.api.flush_all)(0);
+                }
             }
         }
-        crate::info!(
-            "the program registers its own CUPTI activity callbacks (a profiler): cuslice's GPU time meter steps aside; charging wall time in flight"
-        );
+        Some(_) => return,
+        // Started, CUPTI not loaded yet: it never will be.
+        None if STARTED.load(Ordering::Acquire) => {}
+        None => return,
     }
+    crate::info!(
+        "the program registers its own CUPTI activity callbacks (a profiler): cuslice's GPU time meter steps aside; charging wall time in flight"
+    );
 }
 
 /// The real `cuptiActivityRegisterCallbacks` for a program's call: the
