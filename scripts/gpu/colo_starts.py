@@ -83,7 +83,7 @@ def parse(out):
             v["P"].append((float(w[1]), float(w[2])))
         elif w[0] in ("LAT", "SERVED"):
             v[w[0]] = [float(x) for x in w[1:]]
-        elif w[0] in ("START", "TFLOPS"):
+        elif w[0] in ("START", "TFLOPS", "KERNELMS", "TRAINER_KERNEL_MS"):
             v[w[0]] = float(w[1])
         elif w[0] == "SKIP":
             v["SKIP"] = line
@@ -97,7 +97,7 @@ def service_cmd(cell):
             "--period-ms", str(args.decode_period_ms)]
 
 
-def one(cell, offset, sq, tq, with_trainer=True, service_env=None):
+def one(cell, offset, sq, tq, with_trainer=True, service_env=None, label=""):
     """One start: the trainer first, the service `offset` s after the
     trainer's work began. Returns (service results, trainer TFLOP/s over
     the service's window or None)."""
@@ -105,22 +105,29 @@ def one(cell, offset, sq, tq, with_trainer=True, service_env=None):
     if with_trainer:
         t_at = time.monotonic() + 6
         tr = start([sys.executable, os.path.join(SRC, "mm_loop.py"), "60"], tq,
-                   {"START_AT": str(t_at), "MM_PROGRESS": "1"})
+                   {"START_AT": str(t_at), "MM_PROGRESS": "1", **({"CUSLICE_LOG": "info"} if LOGS else {})})
         while time.monotonic() < t_at + offset:
             time.sleep(0.01)
-    sv = start(service_cmd(cell), sq, {**({"CUSLICE_LOG": "info"} if LOGS else {}), **(service_env or {})})
+    logged = {"CUSLICE_LOG": "info"} if LOGS else {}
+    sv = start(service_cmd(cell), sq, {**logged, **(service_env or {})})
     out, err = sv.communicate(timeout=300)
     if LOGS:
         global _log_n
         _log_n += 1
-        with open(os.path.join(LOGS, f"{_log_n:03d}-{cell}-service.log"), "w") as f:
+        with open(os.path.join(LOGS, f"{_log_n:03d}-{cell}-{label or 'solo'}-service.log"), "w") as f:
             f.write(f"offset {offset} quota {sq}\n{out}\n{err}")
     tflops = None
     if tr is not None:
         tr.send_signal(signal.SIGTERM)
-        tout, _ = tr.communicate(timeout=60)
+        tout, terr = tr.communicate(timeout=60)
+        if LOGS:
+            with open(os.path.join(LOGS, f"{_log_n:03d}-{cell}-{label}-trainer.log"), "w") as f:
+                f.write(f"offset {offset} quota {tq}\n{tout[-3000:]}\n{terr[-5000:]}")
         t = parse(tout)
         s = parse(out)
+        if "KERNELMS" in t:
+            # The trainer's matmul, timed on the GPU (median of its steps).
+            out += f"\nTRAINER_KERNEL_MS {t['KERNELMS']}"
         if "START" in s and t["P"]:
             a, b = s["START"] / 1e3, s["START"] / 1e3 + args.window
             pts = [x for x in t["P"] if a <= x[0] <= b]
@@ -188,17 +195,30 @@ for cell in args.cells.split(","):
             f"p50 {p50:.2f} ms ({p50 / solo_p50:.2f}x native)", f"served worst {100 * served:.0f} %", "",
             "p50: " + ", ".join(f"{r['LAT'][0]:.2f}" for r, _ in res),
             "PASS" if p50 <= 1.05 * solo_p50 and served >= 1.0 - 1e-9 else "**FAIL**")
-    for mode in [m for m in args.modes.split(",") if m != "solo"]:
-        res = []
-        for i in range(args.starts):
-            off = OFFSETS[i % len(OFFSETS)]
+    pair_modes = [m for m in args.modes.split(",") if m != "solo"]
+    # Start-major: each start's offset is run in every mode in turn (the
+    # order rotating), so that a drift of the host over the invocation
+    # falls on every mode alike.
+    by_mode = {m: [] for m in pair_modes}
+    for i in range(args.starts):
+        off = OFFSETS[i % len(OFFSETS)]
+        k = i % len(pair_modes) if pair_modes else 0
+        for mode in pair_modes[k:] + pair_modes[:k]:
             if mode == "native":
                 sq = tq = None
             elif mode == "standard":
                 sq, tq = quota("compute = 50"), quota("compute = 50")
-            else:
+            elif mode == "trainer-only":
+                # The trainer under cuslice, the service native: what the
+                # trainer's own limiter does to the service.
+                sq, tq = None, quota("compute = 50")
+            elif mode == "latency":
                 sq, tq = quota("compute = 50", "latency = true"), quota("compute = 50")
-            res.append(one(cell, off, sq, tq))
+            else:
+                sys.exit(f"unknown mode {mode!r}")
+            by_mode[mode].append(one(cell, off, sq, tq, label=mode))
+    for mode in sorted(pair_modes, key=lambda m: m != "native"):
+        res = by_mode[mode]
         p99, served, tf = summary(res)
         med = statistics.median(p99)
         worst = max(p99)
@@ -207,10 +227,18 @@ for cell in args.cells.split(","):
         if mode == "native":
             ref = {"p99": med, "served": statistics.median(served), "tf": tf_med}
             verdict = "reference"
+        elif mode == "trainer-only":
+            verdict = "diagnostic"
         else:
             ok_tail = worst <= (1.2 if cell == "small" else 1.1) * ref["p99"]
-            if mode == "latency":
-                ok_tail = worst <= max(0.8 * ref["p99"], 1.1 * solo_p99) if cell == "decode" else worst <= 1.5 * solo_p99
+            kernel = [r["TRAINER_KERNEL_MS"] for r, _ in res if "TRAINER_KERNEL_MS" in r]
+            kernel_ms = statistics.median(kernel) if kernel else float("nan")
+            if mode == "latency" and cell == "decode":
+                ok_tail = worst <= max(0.8 * ref["p99"], 1.1 * solo_p99)
+            elif mode == "latency":
+                # Its solo tail plus the trainer's kernel that is running
+                # when a request arrives (issue #19's bound).
+                ok_tail = worst <= solo_p99 + kernel_ms
             ok_served = min(served) >= min(1.0, ref["served"]) - 1e-9
             ok_tf = tf_worst >= (0.95 if mode == "standard" else 0.90) * ref["tf"]
             verdict = "PASS" if ok_tail and ok_served and ok_tf else "**FAIL**"
@@ -220,7 +248,9 @@ for cell in args.cells.split(","):
             f"served worst {100 * min(served):.0f} %",
             f"trainer median {tf_med:.0f} / worst {tf_worst:.0f} TFLOP/s"
             + (f" ({100 * tf_med / ref['tf']:.0f} % / {100 * tf_worst / ref['tf']:.0f} % of native pair)" if mode != "native" else ""),
-            "per p99: " + ", ".join(f"{x:.1f}" for x in p99), verdict)
+            "per p99: " + ", ".join(f"{x:.1f}" for x in p99)
+            + (f"; bound: solo p99 {solo_p99:.2f} + trainer kernel {kernel_ms:.2f} ms"
+               if mode == "latency" and cell == "small" else ""), verdict)
 
 print(f"# Co-location in several starts on {gpu}\n")
 print(f"Command: `python3 scripts/gpu/colo_starts.py --lib target/release/libcuslice.so --starts {args.starts} "
@@ -228,7 +258,7 @@ print(f"Command: `python3 scripts/gpu/colo_starts.py --lib target/release/libcus
       f"each service window {args.window} s.\n")
 print("Targets (issue #19): standard class, small service: every start p99 <= 1.2x the native pair's median, all served, "
       "trainer >= 95 %; decode: p99 <= 1.1x, served >= native, trainer >= 95 %; latency class: decode p99 <= "
-      "max(0.8x native pair, 1.1x solo), small p99 <= 1.5x solo, trainer >= 90 %.\n")
+      "max(0.8x native pair, 1.1x solo), small p99 <= solo p99 + the trainer's kernel, trainer >= 90 %.\n")
 print("| cell | run | service p99 | served | trainer | each start's p99 (ms) | verdict |")
 print("|---|---|---|---|---|---|---|")
 for r in rows:

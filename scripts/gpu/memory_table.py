@@ -1,10 +1,11 @@
 """Turns the RESULT lines of scripts/gpu/memory-check.sh (on stdin) into a
 markdown table with a verdict per cell, against the memory issue's targets
 for a quota Q (default 4 GiB): every framework sees Q as the GPU's size;
-PyTorch and CuPy raise their own out-of-memory error after at least
-Q - 0.5 GiB and never beyond Q (NVML's per-process figure, context
-included, stays within Q); JAX sizes its preallocation from Q; two
-processes of one container share Q.
+PyTorch and CuPy raise their own out-of-memory error after at least Q
+less the context charge (640 MiB, `context_overhead`) and one 256 MiB
+step (the checks allocate in steps), and never beyond Q (NVML's
+per-process figure, context included, stays within Q); JAX sizes its
+preallocation from Q; two processes of one container share Q.
 
     scripts/gpu/memory-check.sh LIB OUT 4GiB | python3 scripts/gpu/memory_table.py --quota-gib 4
 """
@@ -15,6 +16,9 @@ p = argparse.ArgumentParser()
 p.add_argument("--quota-gib", type=float, default=4.0)
 q = p.parse_args().quota_gib
 rows = []
+# What a process cannot allocate under Q: the context charge (640 MiB by
+# default, docs/memory-quota.md) and, at 256 MiB steps, up to one step.
+FLOOR_GIB = 0.625 + 0.25
 
 
 def verdict(ok):
@@ -41,7 +45,7 @@ for line in sys.stdin:
         oom = "OutOfMemory" in kv.get("error", "")
         rows.append((name, "device size seen", f"{total:.3f} GiB", f"{q:g} GiB", verdict(abs(total - q) < 1e-3)))
         rows.append((name, "allocated before its own OOM error", f"{got:.3f} GiB" + ("" if oom else f" ({kv.get('error')})"),
-                     f">= {q - 0.5:g} GiB, OOM error", verdict(oom and got >= q - 0.5)))
+                     f">= {q - FLOOR_GIB:g} GiB, OOM error", verdict(oom and got >= q - FLOOR_GIB)))
         rows.append((name, "NVML per-process memory at the end", f"{nvml:.0f} MiB", f"<= {q * 1024:.0f} MiB",
                      verdict(nvml <= q * 1024)))
     elif "bytes_limit_gib" in kv:

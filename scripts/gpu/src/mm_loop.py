@@ -2,11 +2,16 @@
 # replayed CUDA graph. Prints "START <monotonic ms>" and "TFLOPS <held rate>".
 #   [START_AT=<monotonic s>] [MM_N=8192] [MM_PROGRESS=1] mm_loop.py SECONDS [graph]
 import os
+import signal
 import sys
 import time
 
 import torch
 
+# SIGTERM ends the run early, as a normal exit: the results are printed and
+# the shim's exit report runs.
+stopped = []
+signal.signal(signal.SIGTERM, lambda *_: stopped.append(1))
 seconds = float(sys.argv[1])
 graph = len(sys.argv) > 2 and sys.argv[2] == "graph"
 n = int(os.environ.get("MM_N", "8192"))
@@ -51,7 +56,7 @@ iters = 0
 # MM_PROGRESS=1: "P <monotonic s> <matmuls so far>" after each step, so that
 # a benchmark can take the rate over another process's window.
 progress = os.environ.get("MM_PROGRESS") == "1"
-while time.monotonic() - t0 < seconds:
+while time.monotonic() - t0 < seconds and not stopped:
     step()
     torch.cuda.synchronize()
     if not graph:
