@@ -36,6 +36,9 @@ p.add_argument("--decode-period-ms", type=float, default=0.0,
 p.add_argument("--modes", default="solo,native,standard,latency",
                help="solo: the service alone under cuslice; native: the pair without cuslice (the reference; "
                     "needed by standard and latency); standard, latency: the pair under cuslice")
+p.add_argument("--pin", action="store_true",
+               help="pin the service to CPUs 2-3 and the trainer to CPUs 4-5 (in every mode alike): less noise "
+                    "from the host's scheduler")
 p.add_argument("--native-ref", default=None,
                help="P99_MS,SERVED_FRACTION,TFLOPS[,SOLO_P99_MS]: the native pair's medians from an earlier "
                     "invocation on this machine, instead of running the native mode again")
@@ -63,14 +66,16 @@ def quota(limits, top=""):
     return path
 
 
-def start(cmd, q=None, extra=None):
+def start(cmd, q=None, extra=None, cpus=None):
     env = dict(os.environ)
     env.pop("LD_PRELOAD", None)
     env.update(extra or {})
     if q is not None:
         env["LD_PRELOAD"] = LIB
         env["CUSLICE_CONFIG"] = q
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=WORK)
+    pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus and args.pin else None
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=WORK,
+                            preexec_fn=pin)
 
 
 def parse(out):
@@ -105,11 +110,12 @@ def one(cell, offset, sq, tq, with_trainer=True, service_env=None, label=""):
     if with_trainer:
         t_at = time.monotonic() + 6
         tr = start([sys.executable, os.path.join(SRC, "mm_loop.py"), "60"], tq,
-                   {"START_AT": str(t_at), "MM_PROGRESS": "1", **({"CUSLICE_LOG": "info"} if LOGS else {})})
+                   {"START_AT": str(t_at), "MM_PROGRESS": "1", **({"CUSLICE_LOG": "info"} if LOGS else {})},
+                   cpus={4, 5})
         while time.monotonic() < t_at + offset:
             time.sleep(0.01)
     logged = {"CUSLICE_LOG": "info"} if LOGS else {}
-    sv = start(service_cmd(cell), sq, {**logged, **(service_env or {})})
+    sv = start(service_cmd(cell), sq, {**logged, **(service_env or {})}, cpus={2, 3})
     out, err = sv.communicate(timeout=300)
     if LOGS:
         global _log_n
@@ -217,6 +223,9 @@ for cell in args.cells.split(","):
             else:
                 sys.exit(f"unknown mode {mode!r}")
             by_mode[mode].append(one(cell, off, sq, tq, label=mode))
+            r, tf = by_mode[mode][-1]
+            print(f"start {i} {mode} offset {off}: p50 {r['LAT'][0]:.2f} p99 {r['LAT'][1]:.2f} ms, served "
+                  f"{r['SERVED'][0]:.0f}/{r['SERVED'][1]:.0f}, trainer {tf} TFLOP/s", file=sys.stderr, flush=True)
     for mode in sorted(pair_modes, key=lambda m: m != "native"):
         res = by_mode[mode]
         p99, served, tf = summary(res)
