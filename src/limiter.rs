@@ -412,7 +412,14 @@ impl Gpu {
     /// to `end`: charged as GPU time unless kernel records measure it, and
     /// the busy period goes on to `end`.
     fn charge_in_flight(&self, start: u64, end: u64, now: u64) {
-        let since = crate::meter::active();
+        // A latency tenant is charged its wall time in flight: that is what
+        // its privilege costs the others (they hold back meanwhile), however
+        // little of it its kernels run.
+        let since = if self.latency {
+            None
+        } else {
+            crate::meter::active()
+        };
         if since.is_none() {
             self.seg
                 .charge_free(self.tenant, end.saturating_sub(start), now);
@@ -452,8 +459,9 @@ impl Gpu {
             match self.seg.route(self.tenant, now, self.slice_ns) {
                 Route::Free => {
                     let contended = self.seg.contended(self.tenant, now);
-                    // Charge what the GPU ran, not the time in flight.
-                    crate::meter::want(contended, now);
+                    // Charge what the GPU ran, not the time in flight
+                    // (not for a latency tenant: see `charge_in_flight`).
+                    crate::meter::want(contended && !self.latency, now);
                     self.alone.store(
                         !contended && self.seg.uncapped(self.tenant),
                         Ordering::Relaxed,
@@ -736,6 +744,9 @@ pub fn metered(dev: usize, start: u64, end: u64) {
     let Some(g) = get().and_then(|l| l.gpus.get(dev)).and_then(Option::as_ref) else {
         return;
     };
+    if g.latency {
+        return; // charged its wall time in flight (`CUSLICE_METER=always`)
+    }
     let (hf, ht) = (
         g.hold_from.load(Ordering::Acquire),
         g.hold_to.load(Ordering::Acquire),

@@ -567,6 +567,41 @@ fn a_latency_tenant_over_its_share_holds_nobody_back() {
     );
 }
 
+#[test]
+fn a_launch_bound_latency_tenant_in_flight_beyond_its_share_holds_nobody_back() {
+    // The latency class's privilege (others hold back while its work is in
+    // flight) costs the others the wall time its work is in flight, not
+    // its kernels' GPU time: a decode loop in flight ~95 % of the time
+    // runs kernels ~3 % of it. Charged its kernels' time (the GPU time
+    // meter), such a tenant on a 50 % share stayed privileged and left a
+    // trainer on the other 50 % a tenth of its solo rate (on an H200, a
+    // decode server in the latency class left a trainer 41-63 %). A
+    // latency tenant is charged the wall time of its work in flight, turns
+    // heavy past its share, and holds nobody back: the trainer gets its
+    // share.
+    let h = Host::new("compute", "latency-decode");
+    let qt = h.quota("trainer", "", "compute = 50");
+    let ql = h.quota("decode", "latency = true", "compute = 50");
+    let solo = finish(spin(&h, None, &["1.5", "1000000", "4"]));
+    let t = spin(&h, Some(&qt), &["3", "1000000", "4"]);
+    // A request every 20 ms: 4 tokens of 16 kernels of 10 us, 300 us of
+    // host time before each launch (~19 ms in flight per request).
+    let d = h.spawn(
+        "decode",
+        Some(&ql),
+        &["3", "20000", "4", "16", "10000", "300000"],
+        &[],
+    );
+    let st = finish(t);
+    let _ = finish_ping(d);
+    let after = 100.0 * st.fraction_between(1000.0, 2900.0) / solo.fraction();
+    assert!(
+        after >= 40.0,
+        "trainer at 50 %: {after:.1} % of its solo rate\n{}",
+        st.stdout
+    );
+}
+
 /// The GPU time charged to `tenant` so far.
 fn used_ns(h: &Host, tenant: &str) -> u64 {
     common::GpuView::of(&h.gpu()).tenant(tenant).used_ns
