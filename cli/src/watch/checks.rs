@@ -10,7 +10,7 @@
 //! `compute` for the GPU; then `memory_segment` per slice; then
 //! `gpu_segment` per GPU segment file.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::path::Path;
 
 use cuslice_core::config::{Config, format_size, format_uuid};
@@ -45,6 +45,9 @@ pub struct History {
     pub throttled: HashMap<(String, String), (u64, u64)>,
     /// (slice, GPU index) -> passes in a row over its share / ceiling.
     pub sustain: HashMap<(SliceId, u32), u32>,
+    /// (slice, GPU index) -> its GPU time (percent) in the last passes, as
+    /// many as its ceiling is judged over ([`ceiling_passes`]), newest last.
+    pub ceiling_runs: HashMap<(SliceId, u32), VecDeque<f64>>,
     /// GPU index -> when (CLOCK_MONOTONIC ns) its GPU segment was last
     /// found tampered with.
     pub tampered: HashMap<u32, u64>,
@@ -396,6 +399,25 @@ pub fn memory(
     })
 }
 
+/// The longest a ceiling is judged over (a 1 % ceiling with a 10 s burst
+/// would otherwise ask for minutes of passes).
+pub const MAX_CEILING_WINDOW_NS: u64 = 60_000_000_000;
+
+/// How many passes a ceiling is judged over: two on/off cycles of a tenant
+/// the shim holds to ceiling `max` % with a burst of `burst_ns`. Such a
+/// tenant saves up `burst_ns`, then runs at full speed until that is spent
+/// (`burst / (1 - max)`), and pauses until it is saved up again
+/// (`burst / max`): within a cycle it is over its ceiling, then idle; over
+/// whole cycles, at it. Judged pass by pass with passes shorter than a
+/// cycle, a well-behaved tenant would be found over in its stretches.
+pub fn ceiling_passes(max: u32, burst_ns: u64, interval_ns: u64) -> usize {
+    let c = u64::from(max.clamp(1, 99));
+    let burst = burst_ns.max(1_000_000);
+    let cycle = burst.saturating_mul(100) / (100 - c) + burst.saturating_mul(100) / c;
+    let window = cycle.saturating_mul(2).min(MAX_CEILING_WINDOW_NS);
+    window.div_ceil(interval_ns.max(1)).max(1) as usize
+}
+
 /// `compute`: the slices on this GPU over their ceiling, or over their
 /// share while another wants more ([`compute_over`]), for
 /// `compute_sustain` passes in a row. A tenant's demand counts only while
@@ -439,19 +461,43 @@ pub fn compute(
                 .map(|(at, b)| 100.0 * (t.throttled_ns - b) as f64 / (now - at) as f64)
         });
         let gpu_percent = procs.iter().filter_map(|p| p.sm).fold(0.0, |a, b| a + b);
+        let ceiling = spec.map(|s| (s.max, s.burst_ns)).filter(|(m, _)| *m < 100);
+        // A ceiling is judged over whole on/off cycles of its burst: the
+        // mean of the last `ceiling_passes` passes, once there are as many.
+        let ceiling_percent = ceiling.and_then(|(m, burst)| {
+            let n = ceiling_passes(m, burst, cfg.interval.as_nanos() as u64);
+            let runs = next
+                .ceiling_runs
+                .entry(((*id).clone(), gpu.index))
+                .or_default();
+            runs.push_back(gpu_percent);
+            while runs.len() > n {
+                runs.pop_front();
+            }
+            (runs.len() == n).then(|| runs.iter().sum::<f64>() / n as f64)
+        });
+        if ceiling.is_none() {
+            next.ceiling_runs.remove(&((*id).clone(), gpu.index));
+        }
         seen.push(ComputeSeen {
             tenant: slice.tenant.clone(),
             gpu_percent,
             share: spec.map(|s| s.share),
-            ceiling: spec.map(|s| s.max).filter(|m| *m < 100),
+            ceiling: ceiling.map(|(m, _)| m),
+            ceiling_percent,
             waited_percent: waited,
             demand_percent: demand,
         });
         judged.push((*id, slice, procs, compute_certain(q, uuid)));
     }
-    let over: HashMap<usize, String> = compute_over(&seen, cfg.compute_margin, cfg.compute_wait)
-        .into_iter()
-        .collect();
+    // A slice whose processes left this GPU starts its ceiling window anew.
+    next.ceiling_runs
+        .retain(|(id, g), _| *g != gpu.index || groups.contains_key(id));
+    let over: HashMap<usize, (String, f64)> =
+        compute_over(&seen, cfg.compute_margin, cfg.compute_wait)
+            .into_iter()
+            .map(|(i, why, pct)| (i, (why, pct)))
+            .collect();
     let mut out = vec![];
     for (i, (id, slice, procs, certain)) in judged.into_iter().enumerate() {
         let key = (id.clone(), gpu.index);
@@ -460,7 +506,7 @@ pub fn compute(
             out.push(Verdict::Stands(finding));
             continue;
         }
-        let Some(why) = over.get(&i) else {
+        let Some((why, figure)) = over.get(&i) else {
             next.sustain.remove(&key);
             continue;
         };
@@ -485,7 +531,7 @@ pub fn compute(
                 &slice.label,
                 Some(gpu.index),
                 None,
-                format!("{:.0}%", s.gpu_percent),
+                format!("{figure:.0}%"),
                 format!(
                     "share {}%{}",
                     s.share.unwrap_or(100),
@@ -735,6 +781,10 @@ pub struct ComputeSeen {
     /// Its share and ceiling on this GPU (None: none configured).
     pub share: Option<u32>,
     pub ceiling: Option<u32>,
+    /// Its GPU time over the passes its ceiling is judged over
+    /// ([`ceiling_passes`]), percent (None: no ceiling, or fewer passes
+    /// seen yet: the ceiling is not judged).
+    pub ceiling_percent: Option<f64>,
     /// Percent of the interval its processes waited for the GPU (from the
     /// GPU segment's throttled time; None: unknown).
     pub waited_percent: Option<f64>,
@@ -747,23 +797,22 @@ pub struct ComputeSeen {
 }
 
 /// The slices (indices into `seen`) that take markedly more GPU time than
-/// they may, and why: over their ceiling by more than `margin` points, or
+/// they may, why, and the figure judged: over their ceiling by more than
+/// `margin` points (over the ceiling's window), or
 /// over their share by more than `margin` while another slice with a share
 /// got less than its own and wanted more: it waited at least `wait` percent
 /// of the interval, or asked for at least its share.
-pub fn compute_over(seen: &[ComputeSeen], margin: u32, wait: u32) -> Vec<(usize, String)> {
+pub fn compute_over(seen: &[ComputeSeen], margin: u32, wait: u32) -> Vec<(usize, String, f64)> {
     let m = f64::from(margin);
     let mut out = vec![];
     for (i, s) in seen.iter().enumerate() {
-        if let Some(c) = s.ceiling.filter(|c| *c < 100)
-            && s.gpu_percent > f64::from(c) + m
+        if let (Some(c), Some(pct)) = (s.ceiling.filter(|c| *c < 100), s.ceiling_percent)
+            && pct > f64::from(c) + m
         {
             out.push((
                 i,
-                format!(
-                    "GPU time {:.0}% > ceiling {c}% (+{margin} points)",
-                    s.gpu_percent
-                ),
+                format!("GPU time {pct:.0}% > ceiling {c}% (+{margin} points)"),
+                pct,
             ));
             continue;
         }
@@ -795,6 +844,7 @@ pub fn compute_over(seen: &[ComputeSeen], margin: u32, wait: u32) -> Vec<(usize,
                     v.gpu_percent,
                     v.share.unwrap_or(0),
                 ),
+                s.gpu_percent,
             ));
         }
     }
@@ -891,6 +941,7 @@ mod tests {
             gpu_percent: pct,
             share,
             ceiling,
+            ceiling_percent: ceiling.map(|_| pct),
             waited_percent: waited,
             demand_percent: None,
         }
@@ -902,9 +953,18 @@ mod tests {
         let v = compute_over(&[cs("a", 55.0, Some(40), Some(40), None)], 10, 10);
         assert_eq!(
             v,
-            vec![(0, "GPU time 55% > ceiling 40% (+10 points)".to_string())]
+            vec![(
+                0,
+                "GPU time 55% > ceiling 40% (+10 points)".to_string(),
+                55.0
+            )]
         );
         assert!(compute_over(&[cs("a", 49.0, Some(40), Some(40), None)], 10, 10).is_empty());
+        // Its ceiling's window not seen whole yet: the ceiling is not
+        // judged (over this pass alone, it may be in a stretch).
+        let mut early = cs("a", 100.0, Some(40), Some(40), None);
+        early.ceiling_percent = None;
+        assert!(compute_over(&[early], 10, 10).is_empty());
         // Over its share with nobody waiting: work-conserving, fine.
         let idle = [
             cs("a", 90.0, Some(30), None, Some(0.0)),
@@ -955,7 +1015,8 @@ mod tests {
             vec![(
                 0,
                 "GPU time 55% > share 20% (+10 points) while b got 45% of its 70% and asked for 100%"
-                    .to_string()
+                    .to_string(),
+                55.0
             )]
         );
         assert!(asked(40.0).is_empty());
@@ -1049,9 +1110,13 @@ mod tests {
         }
     }
 
+    /// Passes of 2 s: one pass spans the window of a 40 % ceiling with the
+    /// default burst (`ceiling_passes`), so that a ceiling is judged pass
+    /// by pass where a test is about something else.
     fn policy(p: Policy) -> WatchConfig {
         WatchConfig {
             policy: p,
+            interval: std::time::Duration::from_secs(2),
             ..WatchConfig::default()
         }
     }
@@ -1413,6 +1478,49 @@ mod tests {
             assert_eq!(v.is_empty(), pass < 3, "pass {pass}: {v:?}");
             h = next;
         }
+    }
+
+    #[test]
+    fn a_ceiling_is_judged_over_two_cycles_of_its_burst() {
+        // Two cycles of a tenant held to its ceiling (run the burst at full
+        // speed, pause until it is saved up again): 50% with 200 ms, 400 +
+        // 400 ms; 10%, 222 + 2000 ms; a 1% ceiling with a 10 s burst is
+        // capped at a minute.
+        assert_eq!(ceiling_passes(50, 200_000_000, 250_000_000), 7);
+        assert_eq!(ceiling_passes(50, 200_000_000, 2_000_000_000), 1);
+        assert_eq!(ceiling_passes(10, 200_000_000, 1_000_000_000), 5);
+        assert_eq!(ceiling_passes(1, 10_000_000_000, 1_000_000_000), 60);
+        assert_eq!(ceiling_passes(40, 200_000_000, 2_000_000_000), 1);
+        // Passes of 250 ms at a 50% ceiling: a well-behaved tenant runs
+        // two passes at full speed and pauses two, again and again: never
+        // found. One at 80% all along is, once a window is seen.
+        let cfg = WatchConfig {
+            interval: std::time::Duration::from_millis(250),
+            ..policy(Policy::Kill)
+        };
+        let with = |pass: u64, pct: f64| {
+            let mut s = two_tenants(pass, pct, true, 0, 0);
+            let sa = s.slices.get_mut(&a()).expect("a");
+            sa.quota = Some(quota("[all]\ncompute = 20\ncompute_max = 50\n"));
+            s
+        };
+        let mut h = History::default();
+        for pass in 1..=40 {
+            let pct = if pass % 4 < 2 { 100.0 } else { 0.0 };
+            let (v, next) = judge(&with(pass, pct), &h, &cfg);
+            assert!(v.is_empty(), "pass {pass}: {v:?}");
+            h = next;
+        }
+        let mut h = History::default();
+        let mut found = None;
+        for pass in 1..=10 {
+            let (v, next) = judge(&with(pass, 80.0), &h, &cfg);
+            if !v.is_empty() && found.is_none() {
+                found = Some(pass);
+            }
+            h = next;
+        }
+        assert_eq!(found, Some(8), "judged from pass 7, sustained at 8");
     }
 
     #[test]
