@@ -161,6 +161,104 @@ fn set_mode_and_check(fd: &OwnedFd, path: &Path, kind: Kind, mode: u32) -> Resul
     Ok(())
 }
 
+/// What an entry read by path must be.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Expect {
+    Dir,
+    File,
+}
+
+/// Checks on the open descriptor `fd` that it is `kind`, owned by `owner`
+/// where given (`whose` says whose uid that is, for the message). Errors
+/// say only what is wrong; the caller names the path.
+pub fn check_fd(
+    fd: std::os::fd::BorrowedFd,
+    kind: Expect,
+    owner: Option<(u32, &str)>,
+) -> Result<(), String> {
+    let st = fstat(fd).map_err(|e| e.to_string())?;
+    let (want, want_name) = match kind {
+        Expect::Dir => (libc::S_IFDIR, "a directory"),
+        Expect::File => (libc::S_IFREG, "a regular file"),
+    };
+    if st.st_mode & libc::S_IFMT != want {
+        return Err(format!(
+            "expected {want_name}, got {}",
+            type_name(st.st_mode)
+        ));
+    }
+    if let Some((u, whose)) = owner
+        && st.st_uid != u
+    {
+        return Err(format!(
+            "owned by uid {}, not by {whose} uid {u}",
+            st.st_uid
+        ));
+    }
+    Ok(())
+}
+
+/// Opens `path`, relative to `at` (a directory descriptor) or as it is,
+/// without following a link in its last component (a link there is an
+/// error, wherever it points) and without blocking (a FIFO), read-only;
+/// checked on the descriptor to be `kind` and owned by `owner` where given.
+/// Errors say only what is wrong; the caller names the path.
+pub fn open_checked(
+    at: Option<std::os::fd::BorrowedFd>,
+    path: &Path,
+    kind: Expect,
+    owner: Option<(u32, &str)>,
+) -> Result<OwnedFd, String> {
+    let c = CString::new(path.as_os_str().as_bytes()).map_err(|_| "a NUL in its path")?;
+    let mut flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY;
+    if kind == Expect::Dir {
+        flags |= libc::O_DIRECTORY;
+    }
+    let base = at.map_or(libc::AT_FDCWD, |d| d.as_raw_fd());
+    // SAFETY: openat with a NUL-terminated path and a descriptor the
+    // caller holds (or AT_FDCWD); the descriptor is owned below.
+    let fd = unsafe { libc::openat(base, c.as_ptr(), flags | libc::O_CLOEXEC) };
+    if fd < 0 {
+        let e = io::Error::last_os_error();
+        return Err(match e.raw_os_error() {
+            Some(libc::ELOOP) => format!(
+                "expected {}, got a symbolic link",
+                if kind == Expect::Dir {
+                    "a directory"
+                } else {
+                    "a regular file"
+                }
+            ),
+            _ => e.to_string(),
+        });
+    }
+    // SAFETY: openat just returned this descriptor; nothing else owns it.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    check_fd(fd.as_fd(), kind, owner)?;
+    Ok(fd)
+}
+
+/// The text of the regular file `path`, opened as [`open_checked`] does
+/// (owned by `owner` where given): at most `max` bytes of UTF-8 (a FIFO, a
+/// link to /dev/zero or a huge file never stalls the caller). Errors say
+/// only what is wrong; the caller names the path.
+pub fn read_checked(path: &Path, owner: Option<(u32, &str)>, max: u64) -> Result<String, String> {
+    let fd = open_checked(None, path, Expect::File, owner)?;
+    let mut bytes = Vec::new();
+    io::Read::read_to_end(
+        &mut io::Read::take(std::fs::File::from(fd), max + 1),
+        &mut bytes,
+    )
+    .map_err(|e| e.to_string())?;
+    if bytes.len() as u64 > max {
+        return Err(format!(
+            "expected at most {}, got a larger file",
+            cuslice_core::config::format_size(max)
+        ));
+    }
+    String::from_utf8(bytes).map_err(|_| "expected UTF-8 text".to_string())
+}
+
 /// Gives the file behind `fd` (one the caller made: a segment) exactly
 /// `mode`, checked on the descriptor; it must be a regular file of ours.
 pub fn set_file_mode(fd: std::os::fd::BorrowedFd, path: &Path, mode: u32) -> Result<(), Error> {

@@ -36,10 +36,8 @@
 //! process not seen before.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::ffi::{CString, OsString};
-use std::io::Read;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
+use std::ffi::OsString;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -47,7 +45,7 @@ use cuslice_core::config::{self, Config};
 
 use super::procfs::ProcSource;
 use crate::host::container::{ContainerMeta, META_FILE};
-use crate::host::{run_dir, text};
+use crate::host::{fs, run_dir, text};
 
 /// Whose a host process is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -160,84 +158,16 @@ fn run_command(args: &[String]) -> String {
     text::clean_to(&v.join(" "), 60)
 }
 
-/// Opens `path` for reading without following a link in its last
-/// component and without blocking (a FIFO), as a regular file, owned by
-/// `owner` if given.
-fn open_regular(path: &Path, owner: Option<u32>) -> Result<std::fs::File, String> {
-    let c = CString::new(path.as_os_str().as_bytes()).map_err(|_| "a NUL in its path")?;
-    // SAFETY: open with a NUL-terminated path; the descriptor is owned
-    // below.
-    let fd = unsafe {
-        libc::open(
-            c.as_ptr(),
-            libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY,
-        )
-    };
-    if fd < 0 {
-        let e = std::io::Error::last_os_error();
-        return Err(if e.raw_os_error() == Some(libc::ELOOP) {
-            "expected a regular file, got a symbolic link".to_string()
-        } else {
-            e.to_string()
-        });
-    }
-    // SAFETY: open just returned this descriptor; nothing else owns it.
-    let f = unsafe { std::fs::File::from_raw_fd(fd) };
-    check_file(&f, false, owner)?;
-    Ok(f)
-}
-
-/// `f` is a regular file (`dir`: a directory) owned by `owner` if given.
-fn check_file(f: &impl AsRawFd, dir: bool, owner: Option<u32>) -> Result<(), String> {
-    // SAFETY: libc::stat is plain data; all zeroes is a valid value.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: fstat on a descriptor the caller holds, into a local.
-    if unsafe { libc::fstat(f.as_raw_fd(), &mut st) } != 0 {
-        return Err(std::io::Error::last_os_error().to_string());
-    }
-    let (want, want_name) = if dir {
-        (libc::S_IFDIR, "a directory")
-    } else {
-        (libc::S_IFREG, "a regular file")
-    };
-    if st.st_mode & libc::S_IFMT != want {
-        let got = match st.st_mode & libc::S_IFMT {
-            libc::S_IFIFO => "a FIFO",
-            libc::S_IFDIR => "a directory",
-            libc::S_IFREG => "a regular file",
-            libc::S_IFCHR => "a character device",
-            libc::S_IFBLK => "a block device",
-            libc::S_IFSOCK => "a socket",
-            _ => "something else",
-        };
-        return Err(format!("expected {want_name}, got {got}"));
-    }
-    if let Some(u) = owner
-        && st.st_uid != u
-    {
-        return Err(format!(
-            "owned by uid {}, not by the session's uid {u}",
-            st.st_uid
-        ));
-    }
-    Ok(())
-}
+/// Whose uid an owner check of a session's files names.
+const SESSION: &str = "the session's";
 
 /// Reads and parses the quota file at `path` (`shown` names it), a
 /// regular file of at most [`config::MAX_FILE_BYTES`] owned by `owner` if
 /// given: a FIFO, a link to /dev/zero or a huge file never stalls the
 /// watch.
 fn read_quota(path: &Path, shown: &Path, owner: Option<u32>) -> Result<Config, String> {
-    let named = |e: String| format!("{}: {e}", shown.display());
-    let f = open_regular(path, owner).map_err(named)?;
-    let mut bytes = Vec::new();
-    f.take(config::MAX_FILE_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| named(e.to_string()))?;
-    if bytes.len() as u64 > config::MAX_FILE_BYTES {
-        return Err(named("expected at most 1MiB, got a larger file".into()));
-    }
-    let text = String::from_utf8(bytes).map_err(|_| named("expected UTF-8 text".into()))?;
+    let text = fs::read_checked(path, owner.map(|u| (u, SESSION)), config::MAX_FILE_BYTES)
+        .map_err(|e| format!("{}: {e}", shown.display()))?;
     config::parse_file(shown, &text).map_err(|e| e.to_string())
 }
 
@@ -286,39 +216,18 @@ impl Slice {
         let (Some(run_dir), Some(seg_name)) = (seg_dir.parent(), seg_dir.file_name()) else {
             return Err("no memory segment".into());
         };
-        let at = |dir: Option<&OwnedFd>, p: &Path, flags: libc::c_int| -> Result<OwnedFd, String> {
-            let c = CString::new(p.as_os_str().as_bytes()).map_err(|_| "a NUL in its path")?;
-            let base = dir.map_or(libc::AT_FDCWD, AsRawFd::as_raw_fd);
-            // SAFETY: openat with a NUL-terminated path and a descriptor we
-            // hold (or AT_FDCWD).
-            let fd = unsafe { libc::openat(base, c.as_ptr(), flags | libc::O_CLOEXEC) };
-            if fd < 0 {
-                return Err(format!(
-                    "{}: {}",
-                    p.display(),
-                    std::io::Error::last_os_error()
-                ));
-            }
-            // SAFETY: openat just returned this descriptor.
-            Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-        };
+        let owner = Some((uid, SESSION));
         let named = |p: &Path, e: String| format!("{}: {e}", p.display());
         // The session's directory: wherever its base leads (the user's
         // XDG_RUNTIME_DIR may be a link), but the user's own.
-        let d = at(None, run_dir, libc::O_RDONLY | libc::O_DIRECTORY)?;
-        check_file(&d, true, Some(uid)).map_err(|e| named(run_dir, e))?;
-        let s = at(
-            Some(&d),
-            Path::new(seg_name),
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
-        )?;
-        check_file(&s, true, Some(uid)).map_err(|e| named(seg_dir, e))?;
-        let f = at(
-            Some(&s),
-            Path::new(name),
-            libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK,
-        )?;
-        check_file(&f, false, Some(uid)).map_err(|e| named(path, e))?;
+        let d = std::fs::File::open(run_dir)
+            .map(OwnedFd::from)
+            .map_err(|e| named(run_dir, e.to_string()))?;
+        fs::check_fd(d.as_fd(), fs::Expect::Dir, owner).map_err(|e| named(run_dir, e))?;
+        let s = fs::open_checked(Some(d.as_fd()), Path::new(seg_name), fs::Expect::Dir, owner)
+            .map_err(|e| named(seg_dir, e))?;
+        fs::open_checked(Some(s.as_fd()), Path::new(name), fs::Expect::File, owner)
+            .map_err(|e| named(path, e))?;
         Ok(RepairTarget {
             path: PathBuf::from(format!("/proc/self/fd/{}", s.as_raw_fd())).join(name),
             _dir: Some(s),
