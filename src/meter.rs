@@ -293,10 +293,12 @@ fn load(devices: usize) -> bool {
     while WANTED_AT.load(Ordering::Relaxed) == 0 {
         std::thread::sleep(std::time::Duration::from_nanos(UNLOADED_NAP_NS));
     }
-    let _g = LOADING.lock().unwrap_or_else(|e| e.into_inner());
     if TENANT_PROFILES.load(Ordering::Acquire) {
         return false;
     }
+    // The library is opened before `LOADING` is taken: a program thread
+    // that registers its callbacks from a library's constructor holds the
+    // loader's lock while it waits for `LOADING`.
     let (h, path) = match open_cupti() {
         Ok(x) => x,
         Err(why) => {
@@ -313,6 +315,10 @@ fn load(devices: usize) -> bool {
             return false;
         }
     };
+    let _g = LOADING.lock().unwrap_or_else(|e| e.into_inner());
+    if TENANT_PROFILES.load(Ordering::Acquire) {
+        return false;
+    }
     let m = Meter {
         api,
         path,
