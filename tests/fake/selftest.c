@@ -1859,7 +1859,10 @@ static void test_timeslice(void)
                p50, max);
         CHECK(n >= 40, "light child served %u requests", n);
         CHECK(p50 <= 100 + 1000, "two light processes: p50 %llu us", p50);
-        CHECK(max <= 100 + 100 + SLACK_US, "two light processes: max %llu us", max);
+        /* The max of 50 requests is one descheduling on a loaded machine
+         * (5.2 ms seen with 4 busy processes on 2 cores): twice the slack.
+         * The model's property is the p50 above. */
+        CHECK(max <= 100 + 100 + 2 * SLACK_US, "two light processes: max %llu us", max);
     }
 }
 
