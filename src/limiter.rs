@@ -36,7 +36,8 @@ use std::sync::atomic::{
 
 use cuslice_core::config::{Config, DEFAULT_COMPUTE_SLICE_MS, format_uuid};
 use cuslice_core::gpu::{
-    Acquire, GpuSegment, LATENCY_LINGER_NS, Route, futex_wait, futex_wake_all,
+    Acquire, GpuSegment, LATENCY_LINGER_NS, LATENCY_PRIVILEGE_NS, Route, futex_wait,
+    futex_wake_all, privilege_refill,
 };
 
 use crate::generated::real;
@@ -87,6 +88,15 @@ pub struct Gpu {
     slot: usize,
     slice_ns: u64,
     latency: bool,
+    /// The tenant's share on this GPU, percent (refills a latency
+    /// process's privilege).
+    share: u32,
+    /// A latency process: whether its passes stamp their work in flight
+    /// (others hold back), decided at each route from its privilege budget
+    /// (`priv_tokens`, ns, as of `priv_at`; see `privilege_refill`).
+    privileged: AtomicBool,
+    priv_tokens: AtomicI64,
+    priv_at: AtomicU64,
     /// Launches left in this pass (the fast path's one atomic; 0 while no
     /// pass is open, so that the next launch takes the slow path).
     credits: AtomicI64,
@@ -145,6 +155,7 @@ pub struct Gpu {
     /// its own queue (checkpoints) and for others (the lease, a latency
     /// tenant, its ceiling).
     free_passes: AtomicU64,
+    priv_passes: AtomicU64,
     held_passes: AtomicU64,
     leases: AtomicU64,
     queue_wait_ns: AtomicU64,
@@ -229,6 +240,10 @@ pub fn build(cfg: &Config, uuids: &[[u8; 16]]) -> Result<(), String> {
             slot,
             slice_ns,
             latency: cfg.latency,
+            share,
+            privileged: AtomicBool::new(false),
+            priv_tokens: AtomicI64::new(LATENCY_PRIVILEGE_NS as i64),
+            priv_at: AtomicU64::new(now_ns()),
             credits: AtomicI64::new(0),
             clock_mask: AtomicI64::new(15),
             deadline: AtomicU64::new(0),
@@ -258,6 +273,7 @@ pub fn build(cfg: &Config, uuids: &[[u8; 16]]) -> Result<(), String> {
             hold_from: AtomicU64::new(u64::MAX),
             hold_to: AtomicU64::new(u64::MAX),
             free_passes: AtomicU64::new(0),
+            priv_passes: AtomicU64::new(0),
             held_passes: AtomicU64::new(0),
             leases: AtomicU64::new(0),
             queue_wait_ns: AtomicU64::new(0),
@@ -412,14 +428,18 @@ impl Gpu {
     /// to `end`: charged as GPU time unless kernel records measure it, and
     /// the busy period goes on to `end`.
     fn charge_in_flight(&self, start: u64, end: u64, now: u64) {
-        // A latency tenant is charged its wall time in flight: that is what
-        // its privilege costs the others (they hold back meanwhile), however
-        // little of it its kernels run.
-        let since = if self.latency {
-            None
-        } else {
-            crate::meter::active()
-        };
+        // A privileged latency process spends its privilege budget by its
+        // wall time in flight: that is what its privilege costs the others
+        // (they hold back meanwhile), however little of it its kernels run.
+        // Its share is charged like anyone's: its kernels' GPU time where
+        // measured (a privilege spent is not GPU time used: charged its
+        // wall time, a decode loop's first milliseconds of each request
+        // made it heavy, and through the lease it stayed so).
+        if self.latency && self.privileged.load(Ordering::Relaxed) {
+            self.priv_tokens
+                .fetch_sub(end.saturating_sub(start) as i64, Ordering::Relaxed);
+        }
+        let since = crate::meter::active();
         if since.is_none() {
             self.seg
                 .charge_free(self.tenant, end.saturating_sub(start), now);
@@ -459,9 +479,11 @@ impl Gpu {
             match self.seg.route(self.tenant, now, self.slice_ns) {
                 Route::Free => {
                     let contended = self.seg.contended(self.tenant, now);
-                    // Charge what the GPU ran, not the time in flight
-                    // (not for a latency tenant: see `charge_in_flight`).
-                    crate::meter::want(contended && !self.latency, now);
+                    if self.latency {
+                        self.privilege(now);
+                    }
+                    // Charge what the GPU ran, not the time in flight.
+                    crate::meter::want(contended, now);
                     self.alone.store(
                         !contended && self.seg.uncapped(self.tenant),
                         Ordering::Relaxed,
@@ -490,6 +512,22 @@ impl Gpu {
         if waited > 50_000 && self.mode.load(Ordering::Relaxed) == FREE {
             self.seg.add_throttled(self.tenant, waited);
         }
+    }
+
+    /// A latency process: refills its privilege budget to `now` and decides
+    /// whether its next passes are privileged (budget left, tenant not
+    /// heavy).
+    fn privilege(&self, now: u64) -> bool {
+        let elapsed = now.saturating_sub(self.priv_at.swap(now, Ordering::Relaxed));
+        let tokens = privilege_refill(
+            self.priv_tokens.load(Ordering::Relaxed),
+            elapsed,
+            self.share,
+        );
+        self.priv_tokens.store(tokens, Ordering::Relaxed);
+        let p = tokens > 0 && self.seg.latency_privileged(self.tenant);
+        self.privileged.store(p, Ordering::Relaxed);
+        p
     }
 
     /// A standard process waits while a latency tenant has work in flight
@@ -551,8 +589,11 @@ impl Gpu {
             None => first,
         };
         let (horizon, budget) = if self.latency && mode == FREE {
-            self.seg
-                .latency_stamp(self.tenant, now.saturating_add(LATENCY_LINGER_NS));
+            if self.privileged.load(Ordering::Relaxed) {
+                self.seg
+                    .latency_stamp(self.tenant, now.saturating_add(LATENCY_LINGER_NS));
+                self.priv_passes.fetch_add(1, Ordering::Relaxed);
+            }
             (LATENCY_PASS_NS, UNBOUNDED)
         } else if shallow {
             (SHALLOW_PASS_NS, bounded(SHALLOW_PASS_NS, 1, 0))
@@ -685,7 +726,9 @@ impl Gpu {
         };
         self.sync_charged.store(free, Ordering::Relaxed);
         self.sync_start.store(now, Ordering::Relaxed);
-        let stamp = self.latency && self.seg.latency_privileged(self.tenant);
+        let stamp = self.latency
+            && self.privileged.load(Ordering::Relaxed)
+            && self.seg.latency_privileged(self.tenant);
         if stamp {
             self.seg.latency_sync_begin(self.slot, self.tenant, now);
         }
@@ -744,9 +787,6 @@ pub fn metered(dev: usize, start: u64, end: u64) {
     let Some(g) = get().and_then(|l| l.gpus.get(dev)).and_then(Option::as_ref) else {
         return;
     };
-    if g.latency {
-        return; // charged its wall time in flight (`CUSLICE_METER=always`)
-    }
     let (hf, ht) = (
         g.hold_from.load(Ordering::Acquire),
         g.hold_to.load(Ordering::Acquire),
@@ -793,8 +833,9 @@ pub fn at_exit() {
             let Some(g) = g else { continue };
             let ms = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64 / 1e6;
             crate::info!(
-                "GPU {i}: {} passes launching freely, {} holding the lease (taken {} times); waited {:.1} ms for others (lease, latency tenant, ceiling) and {:.1} ms for its own queue",
+                "GPU {i}: {} passes launching freely ({} privileged), {} holding the lease (taken {} times); waited {:.1} ms for others (lease, latency tenant, ceiling) and {:.1} ms for its own queue",
                 g.free_passes.load(Ordering::Relaxed),
+                g.priv_passes.load(Ordering::Relaxed),
                 g.held_passes.load(Ordering::Relaxed),
                 g.leases.load(Ordering::Relaxed),
                 ms(&g.held_back_ns),

@@ -49,8 +49,15 @@
 //!   returns, then `LATENCY_SYNC_TAIL_NS`). While such a stamp lies ahead, other tenants launch nothing
 //!   new ([`GpuSegment::latency_hold`]), and while a latency tenant is live
 //!   they keep their queues short (the shim's business), so its kernels
-//!   find the GPU at the next kernel boundary. A latency tenant over its
-//!   share is heavy like any other and loses both privileges.
+//!   find the GPU at the next kernel boundary. The first privilege is a
+//!   budget per process ([`privilege_refill`]: up to
+//!   `LATENCY_PRIVILEGE_NS` at once, refilled at half the tenant's share):
+//!   spent, the process launches as a standard one until it has refilled
+//!   (charged its kernels' GPU time where measured), and the others keep
+//!   only their short queues. Its share is charged like anyone's (its
+//!   kernels' GPU time where measured): the privilege is paid for in
+//!   privilege, not in share. A latency tenant over its share is heavy
+//!   like any other and loses both privileges.
 
 use std::sync::atomic::Ordering;
 
@@ -113,6 +120,26 @@ pub const LATENCY_SYNC_CAP_NS: u64 = 20_000_000;
 /// in flight; this covers only the gap to its next launch, if the request
 /// goes on (a few tens of microseconds of host code).
 pub const LATENCY_SYNC_TAIL_NS: u64 = 100_000;
+/// A latency process's privilege (others hold back while its work is in
+/// flight) is a budget of wall time in flight: at most this much at once,
+/// refilled at half its share of wall time ([`privilege_refill`]). A
+/// service's request (milliseconds) finds it full; a launch-bound loop
+/// (a decode server, in flight for hundreds of milliseconds while its
+/// kernels run a few percent of it) spends it in the first 20 ms of each
+/// request and goes on as a standard tenant would, charged its kernels'
+/// GPU time: holding a trainer back for the rest would idle the GPU.
+pub const LATENCY_PRIVILEGE_NS: u64 = 20_000_000;
+
+/// A latency process's privilege budget (ns; negative: spent beyond it by
+/// a call that ran long) after `elapsed` more ns of wall time at a share of
+/// `share` percent: refilled at half the share, up to
+/// `LATENCY_PRIVILEGE_NS`. Over a long run a latency tenant holds others
+/// back at most half its share of the time, however often it comes.
+pub fn privilege_refill(tokens: i64, elapsed: u64, share: u32) -> i64 {
+    let cap = LATENCY_PRIVILEGE_NS as i64;
+    let add = (elapsed as u128 * u128::from(share.clamp(1, 100)) / 200).min(cap as u128 * 2) as i64;
+    tokens.clamp(-cap * 50, cap).saturating_add(add).min(cap)
+}
 
 /// The ceiling bucket's burst of tenant `t`, ns. A burst beyond what a
 /// configuration can give is corrupt and counts as unset (one slice).
@@ -876,6 +903,33 @@ impl GpuSegment {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_latency_privilege_refills_at_half_the_share_up_to_its_budget() {
+        let cap = LATENCY_PRIVILEGE_NS as i64;
+        // Spent, at a 50 % share: a quarter of the wall time comes back.
+        assert_eq!(privilege_refill(0, 40_000_000, 50), 10_000_000);
+        // Never beyond the budget, however long it was idle.
+        assert_eq!(privilege_refill(cap, 10_000_000_000, 50), cap);
+        assert_eq!(privilege_refill(0, u64::MAX, 100), cap);
+        // A debt (a synchronising call that ran long) is paid back first.
+        assert_eq!(privilege_refill(-10_000_000, 40_000_000, 50), 0);
+        // A share out of range counts as 1..=100; a corrupt debt is bounded.
+        assert_eq!(privilege_refill(0, 200_000_000, 0), 1_000_000);
+        assert_eq!(privilege_refill(i64::MIN, 0, 50), -cap * 50);
+        // Over a long run: a tenant that spends its budget whenever it has
+        // some is privileged at most half its share of the time.
+        let (mut tokens, mut privileged) = (cap, 0u64);
+        for _ in 0..10_000 {
+            if tokens > 0 {
+                tokens -= 1_000_000;
+                privileged += 1_000_000;
+            }
+            tokens = privilege_refill(tokens, 1_000_000, 30);
+        }
+        let fraction = privileged as f64 / 1e10;
+        assert!((0.15..0.153).contains(&fraction), "{fraction}");
+    }
 
     const SLICE: u64 = 20_000_000;
 
