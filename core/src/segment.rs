@@ -713,6 +713,53 @@ mod tests {
     }
 
     #[test]
+    fn a_slot_this_process_is_sweeping_is_not_taken_for_dead_by_its_other_threads() {
+        // An OFD lock never conflicts with its own holder: while one thread
+        // cleans a dead process's slot (its lock held, the device lock
+        // taken on its behalf), a probe from another thread of the same
+        // process found that slot unlocked, took the device lock over and
+        // ran beside the sweep (the soak: usage 9.5 MiB above its slots).
+        let (_dir, p) = tmp("sweeping");
+        let b = Segment::open_or_create(&p).expect("open b");
+        let d = b.register_device(&[6; 16], 1000).expect("dev");
+        let mine = b.claim_slot(2).expect("slot");
+        let dead = {
+            let a = Segment::open_or_create(&p).expect("open a");
+            let s = a.claim_slot(1).expect("slot");
+            assert_eq!(a.admit(d, s, 30), Admit::Granted);
+            s
+        };
+        assert!(!b.slot_alive(dead));
+        assert!(b.shm.try_lock_slot(dead), "the sweep takes the dead slot");
+        assert!(b.slot_alive(dead), "held by this process: alive to it");
+        assert!(!b.shm.try_lock_slot(dead), "a second sweep of the same slot");
+        let dev = b.device(d).expect("dev");
+        let g = b.lock_device(dev, dead);
+        let admitted = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|sc| {
+            let h = sc.spawn(|| {
+                let r = b.admit(d, mine, 10);
+                admitted.store(true, Ordering::Release);
+                r
+            });
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            assert!(
+                !admitted.load(Ordering::Acquire),
+                "another thread took the device lock over from the sweep"
+            );
+            // The sweep's critical section: credit the dead slot.
+            let n = b.slot(dead).expect("slot").used[d].swap(0, Ordering::AcqRel);
+            dev.used
+                .store(dev.used.load(Ordering::Relaxed) - n, Ordering::Release);
+            drop(g);
+            assert_eq!(h.join().expect("admit"), Admit::Granted);
+        });
+        b.shm.unlock_slot(dead);
+        assert!(!b.slot_alive(dead));
+        assert_eq!(b.device_usage(d).map(|u| u.used), Some(10));
+    }
+
+    #[test]
     fn claiming_the_slot_of_a_holder_that_died_in_the_lock() {
         let (_dir, p) = tmp("reuse");
         let b = Segment::open_or_create(&p).expect("open b");
