@@ -323,6 +323,21 @@ impl Segment {
                 }
                 continue;
             }
+            // A lock word naming no slot at all is corrupt (its "holder" is
+            // dead): taken over at once, not after spinning (a segment
+            // scribbled over leaves one in every device entry, and an exit
+            // that walks them all crawled on a loaded host: a thousand
+            // yields each).
+            let owner = (cur - 1) as usize;
+            if owner >= MAX_SLOTS
+                && dev
+                    .lock
+                    .compare_exchange(cur, me, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+            {
+                self.recompute(dev);
+                return DeviceGuard { dev };
+            }
             spins = spins.wrapping_add(1);
             if spins < 100 {
                 std::hint::spin_loop();
@@ -330,20 +345,19 @@ impl Segment {
             }
             // SAFETY: sched_yield has no preconditions.
             unsafe { libc::sched_yield() };
-            // Every ~1000 tries, check the holder is alive. A holder in our
-            // own process (another thread) is alive by definition; a lock
-            // word naming no slot at all is corrupt: its "holder" is dead.
-            if spins.is_multiple_of(1000) && cur != me {
-                let owner = (cur - 1) as usize;
-                if (owner >= MAX_SLOTS || !self.slot_alive(owner))
-                    && dev
-                        .lock
-                        .compare_exchange(cur, me, Ordering::Acquire, Ordering::Relaxed)
-                        .is_ok()
-                {
-                    self.recompute(dev);
-                    return DeviceGuard { dev };
-                }
+            // After the spins and every ~100 yields, check the holder is
+            // alive. A holder in our own process (another thread) is alive
+            // by definition.
+            if spins.is_multiple_of(100)
+                && cur != me
+                && !self.slot_alive(owner)
+                && dev
+                    .lock
+                    .compare_exchange(cur, me, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+            {
+                self.recompute(dev);
+                return DeviceGuard { dev };
             }
         }
     }
