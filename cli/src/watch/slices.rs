@@ -908,14 +908,36 @@ pub mod tests {
         }
     }
 
-    fn tmp(name: &str) -> PathBuf {
+    /// A test's root directory, removed when the test ends (pass or fail).
+    struct TmpRoot(PathBuf);
+
+    impl std::ops::Deref for TmpRoot {
+        type Target = Path;
+        fn deref(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl AsRef<Path> for TmpRoot {
+        fn as_ref(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl Drop for TmpRoot {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn tmp(name: &str) -> TmpRoot {
         let d = std::env::temp_dir().join(format!(
             "cuslice-watch-slices-{}-{name}",
             std::process::id()
         ));
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).expect("mkdir");
-        d
+        TmpRoot(d)
     }
 
     fn container(root: &Path, id: &str, meta: serde_json::Value, quota: &str) {
