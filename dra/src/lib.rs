@@ -11,6 +11,7 @@ pub mod api;
 pub mod claim;
 pub mod gpus;
 pub mod node;
+pub mod publish;
 pub mod quantity;
 pub mod server;
 pub mod slice;

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Parser;
-use cuslice_dra::{api, claim, gpus, node, server};
+use cuslice_dra::{api, claim, gpus, node, publish, server};
 
 #[derive(Parser)]
 #[command(
@@ -69,6 +69,7 @@ fn main() -> ExitCode {
 }
 
 async fn run(a: Args) -> Result<(), String> {
+    let node_name = a.node_name.clone();
     let plugin_dir = a
         .plugin_dir
         .unwrap_or_else(|| PathBuf::from("/var/lib/kubelet/plugins").join(&a.driver_name));
@@ -90,7 +91,7 @@ async fn run(a: Args) -> Result<(), String> {
     let node = node::Node::open(node::Config {
         driver: claim::Driver {
             name: a.driver_name.clone(),
-            pool: a.node_name,
+            pool: node_name.clone(),
         },
         root: a.root,
         cdi_dir: a.cdi_dir,
@@ -101,6 +102,15 @@ async fn run(a: Args) -> Result<(), String> {
     let client = kube::Client::try_default()
         .await
         .map_err(|e| format!("cannot reach the API server: {e}"))?;
+    // The node's ResourceSlice: published now and kept current while the
+    // plugin runs (dropped with the runtime at exit; the slice stays).
+    tokio::spawn(publish::keep_published(
+        Arc::new(publish::Kube(client.clone())),
+        inventory.clone(),
+        a.driver_name.clone(),
+        node_name,
+        publish::REFRESH,
+    ));
     let (status, _) = tokio::sync::watch::channel(None);
     let registration = server::Registration {
         driver: a.driver_name.clone(),

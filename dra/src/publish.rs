@@ -1,0 +1,175 @@
+//! Publishing the node's ResourceSlice ([`crate::slice`]) to the API
+//! server, and keeping it current.
+//!
+//! - At start, and then every `REFRESH` (a GPU that vanished or came back
+//!   changes the slice), the plugin reads its GPUs and applies the slice
+//!   with server-side apply (field manager `cuslice-dra-plugin`, forced: the
+//!   slice is this plugin's alone).
+//! - The pool's generation goes up by one whenever the devices change (the
+//!   scheduler trusts the slice of the highest generation in a pool), and
+//!   stays put when nothing changed (applying the same slice again is a
+//!   no-op for the API server).
+//! - The slice is owned by its Node (an ownerReference with the Node's
+//!   UID), so that deleting the node deletes its slice. A Node that cannot
+//!   be read leaves the slice without an owner, said once.
+//! - The plugin does not delete its slice when it stops: a plugin restarted
+//!   for an upgrade must not make the node's GPUs vanish from the
+//!   scheduler's view in between, and the kubelet removes the slices of a
+//!   driver whose plugin stays unregistered.
+//!
+//! Behind [`SliceSink`], so that tests can play the API server.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use k8s_openapi::api::resource::v1::ResourceSlice;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+
+use crate::gpus::Gpu;
+
+/// The field manager of the plugin's server-side applies.
+pub const FIELD_MANAGER: &str = "cuslice-dra-plugin";
+/// How often the slice is checked against the node's GPUs.
+pub const REFRESH: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Where ResourceSlices go.
+#[tonic::async_trait]
+pub trait SliceSink: Send + Sync {
+    /// The slice named `name`, if the API server has it.
+    async fn get(&self, name: &str) -> Result<Option<ResourceSlice>, String>;
+    /// Server-side apply of `slice` (its name in its metadata).
+    async fn apply(&self, slice: &ResourceSlice) -> Result<ResourceSlice, String>;
+    /// The UID of Node `name`.
+    async fn node_uid(&self, name: &str) -> Result<String, String>;
+}
+
+/// The API server, through kube.
+pub struct Kube(pub kube::Client);
+
+#[tonic::async_trait]
+impl SliceSink for Kube {
+    async fn get(&self, name: &str) -> Result<Option<ResourceSlice>, String> {
+        kube::Api::<ResourceSlice>::all(self.0.clone())
+            .get_opt(name)
+            .await
+            .map_err(|e| format!("cannot get ResourceSlice {name}: {e}"))
+    }
+
+    async fn apply(&self, slice: &ResourceSlice) -> Result<ResourceSlice, String> {
+        let name = slice.metadata.name.as_deref().unwrap_or_default();
+        kube::Api::<ResourceSlice>::all(self.0.clone())
+            .patch(
+                name,
+                &kube::api::PatchParams::apply(FIELD_MANAGER).force(),
+                &kube::api::Patch::Apply(slice),
+            )
+            .await
+            .map_err(|e| format!("cannot apply ResourceSlice {name}: {e}"))
+    }
+
+    async fn node_uid(&self, name: &str) -> Result<String, String> {
+        let n = kube::Api::<k8s_openapi::api::core::v1::Node>::all(self.0.clone())
+            .get(name)
+            .await
+            .map_err(|e| format!("cannot get Node {name}: {e}"))?;
+        n.metadata
+            .uid
+            .ok_or_else(|| format!("Node {name} has no uid"))
+    }
+}
+
+/// Whether the missing owner was said.
+static SAID: AtomicBool = AtomicBool::new(false);
+
+/// What a publish did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Published {
+    /// The slice was created or its devices changed: now at `generation`.
+    Changed { generation: i64 },
+    /// The API server's slice already had these devices (applied again).
+    Unchanged { generation: i64 },
+}
+
+/// Publishes the slice of `node`'s `gpus` for `driver` to `sink`.
+pub async fn publish(
+    sink: &dyn SliceSink,
+    driver: &str,
+    node: &str,
+    gpus: &[Gpu],
+) -> Result<Published, String> {
+    let mut slice = crate::slice::resource_slice(driver, node, gpus, 0);
+    let name = slice.metadata.name.clone().unwrap_or_default();
+    let old = sink.get(&name).await?;
+    let (generation, changed) = match &old {
+        None => (1, true),
+        Some(o) => {
+            let same = o.spec.devices == slice.spec.devices
+                && o.spec.driver == slice.spec.driver
+                && o.spec.node_name == slice.spec.node_name
+                && o.spec.pool.name == slice.spec.pool.name;
+            let g = o.spec.pool.generation.max(0);
+            if same { (g, false) } else { (g + 1, true) }
+        }
+    };
+    slice.spec.pool.generation = generation;
+    match sink.node_uid(node).await {
+        Ok(uid) => {
+            slice.metadata.owner_references = Some(vec![OwnerReference {
+                api_version: "v1".into(),
+                kind: "Node".into(),
+                name: node.into(),
+                uid,
+                controller: Some(true),
+                block_owner_deletion: None,
+            }])
+        }
+        Err(e) => {
+            // Kept from the slice already there, if it had one.
+            slice.metadata.owner_references = old
+                .as_ref()
+                .and_then(|o| o.metadata.owner_references.clone());
+            if slice.metadata.owner_references.is_none() && !SAID.swap(true, Ordering::Relaxed) {
+                eprintln!(
+                    "cuslice-dra-plugin: {e}: ResourceSlice {name} is published without an owner (deleting the node will not delete it)"
+                );
+            }
+        }
+    }
+    sink.apply(&slice).await?;
+    Ok(if changed {
+        Published::Changed { generation }
+    } else {
+        Published::Unchanged { generation }
+    })
+}
+
+/// Publishes now and then every `every`, until the task is dropped: each
+/// round reads the node's GPUs afresh; a failure is said (once per kind of
+/// failure in a row) and retried at the next round.
+pub async fn keep_published(
+    sink: std::sync::Arc<dyn SliceSink>,
+    inventory: std::sync::Arc<dyn crate::gpus::Inventory>,
+    driver: String,
+    node: String,
+    every: std::time::Duration,
+) {
+    let mut last: Option<Result<Published, String>> = None;
+    loop {
+        let r = match inventory.gpus() {
+            Ok(gpus) => publish(sink.as_ref(), &driver, &node, &gpus).await,
+            Err(e) => Err(format!("cannot list this node's GPUs: {e}")),
+        };
+        match &r {
+            Ok(Published::Changed { generation }) => eprintln!(
+                "cuslice-dra-plugin: ResourceSlice {node}-{driver} published (pool {node}, generation {generation})"
+            ),
+            Ok(Published::Unchanged { .. }) => {}
+            Err(e) if last.as_ref().is_some_and(|l| l.as_ref().err() == Some(e)) => {}
+            Err(e) => eprintln!(
+                "cuslice-dra-plugin: {e} (retried every {} s)",
+                every.as_secs()
+            ),
+        }
+        last = Some(r);
+        tokio::time::sleep(every).await;
+    }
+}
