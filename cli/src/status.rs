@@ -108,6 +108,19 @@ impl Sources {
             v.sort();
             mem.extend(v);
         }
+        // DRA claims (the plugin's layout, beside the containers:
+        // <root>/claims/<uid>/segment/memory.seg).
+        if let Some(root) = self.containers_root.parent()
+            && let Ok(rd) = std::fs::read_dir(root.join(crate::oci::CLAIMS_DIR))
+        {
+            let mut v: Vec<PathBuf> = rd
+                .flatten()
+                .map(|e| e.path().join("segment").join("memory.seg"))
+                .filter(|p| p.is_file())
+                .collect();
+            v.sort();
+            mem.extend(v);
+        }
         // Programs started by `cuslice run` (its private directories, where
         // `run` puts them from this environment: host/run_dir.rs).
         let runs = run_dir::base_here();
@@ -281,9 +294,9 @@ struct GpuRead {
 struct MemRead {
     view: ContainerView,
     file: Option<(u64, u64)>,
-    /// A container's segment under the hook's root (its id), whether or not
-    /// the hook recorded what it runs.
-    container_id: Option<String>,
+    /// What runs there where no container record says more: `container
+    /// <id>` (the hook's layout) or `DRA claim <uid>` (the DRA plugin's).
+    origin: Option<String>,
 }
 
 /// Everything read at one time.
@@ -345,16 +358,21 @@ fn segment_owner(seg: &Path) -> (String, Option<ContainerMeta>, Option<String>) 
     let meta = dir
         .and_then(|d| std::fs::read(d.join(META_FILE)).ok())
         .and_then(|b| serde_json::from_slice::<ContainerMeta>(&b).ok());
-    // <root>/containers/<id>/segment/memory.seg: the hook's layout.
-    let id = dir
-        .filter(|d| {
-            d.parent()
-                .and_then(Path::file_name)
-                .is_some_and(|n| n == "containers")
-        })
-        .and_then(Path::file_name)
-        .map(|n| clean(&n.to_string_lossy()));
-    (clean(&tenant), meta.map(|m| m.for_display()), id)
+    // <root>/containers/<id>/segment/memory.seg: the hook's layout;
+    // <root>/claims/<uid>/segment/memory.seg: a DRA claim's (all of the
+    // claim's containers share it; its tenant is `namespace/name`).
+    let origin = dir.and_then(|d| {
+        let kind = d.parent().and_then(Path::file_name)?;
+        let id = clean(&d.file_name()?.to_string_lossy());
+        if kind == "containers" {
+            Some(format!("container {}", short_id(&id)))
+        } else if kind == crate::oci::CLAIMS_DIR {
+            Some(format!("DRA claim {}", short_id(&id)))
+        } else {
+            None
+        }
+    });
+    (clean(&tenant), meta.map(|m| m.for_display()), origin)
 }
 
 fn read_gpu(path: &Path) -> Result<GpuRead, String> {
@@ -433,7 +451,7 @@ fn read_mem(path: &Path) -> Result<MemRead, String> {
                 .collect(),
         })
         .collect();
-    let (tenant, container, container_id) = segment_owner(path);
+    let (tenant, container, origin) = segment_owner(path);
     Ok(MemRead {
         view: ContainerView {
             segment: clean(&path.display().to_string()),
@@ -443,7 +461,7 @@ fn read_mem(path: &Path) -> Result<MemRead, String> {
             processes,
         },
         file: file_id(path),
-        container_id,
+        origin,
     })
 }
 
@@ -704,9 +722,9 @@ impl Observer {
                 }
                 if row.runs.is_empty()
                     && row.container.is_none()
-                    && let Some(id) = &m.container_id
+                    && let Some(o) = &m.origin
                 {
-                    row.runs = format!("container {}", short_id(id));
+                    row.runs = o.clone();
                 }
                 files.extend(m.file);
             }

@@ -258,6 +258,44 @@ fn exporter_serves_the_same_figures() {
     assert!(body.contains("application/openmetrics-text"), "{body}");
 }
 
+#[test]
+fn a_dra_claim_is_shown_and_exported_by_its_namespace_and_name() {
+    // The DRA plugin's layout: <root>/claims/<uid>/quota.toml (tenant =
+    // "<namespace>/<name>") and the claim's memory segment in segment/,
+    // beside the hook's containers/ (issue #20: claims in status and the
+    // exporter).
+    let f = fixture("claim");
+    let uid = "0b5f3c1e-7a2d-4e9f-8c6b-2d4e6f8a0b1c";
+    let claim = f.dir.join("claims").join(uid);
+    std::fs::create_dir_all(&claim).expect("mkdir");
+    std::fs::write(claim.join("quota.toml"), "tenant = \"team-a/trainer\"\n").expect("quota");
+    let mem = Segment::open_or_create(&claim.join("segment").join("memory.seg")).expect("mem");
+    let d = mem
+        .register_device(&common::FAKE_UUID, 8 * GIB)
+        .expect("dev");
+    let slot = mem.claim_slot(5151).expect("slot");
+    assert_eq!(mem.admit(d, slot, 2 * GIB), Admit::Granted);
+    let (v, code) = status_json(&f);
+    assert_eq!(code, 0, "{v}");
+    let tenants = v["gpus"][0]["tenants"].as_array().expect("tenants");
+    let t = tenants
+        .iter()
+        .find(|t| t["name"] == "team-a/trainer")
+        .unwrap_or_else(|| panic!("no row for the claim: {v}"));
+    assert_eq!(t["runs"], "DRA claim 0b5f3c1e-7a2");
+    assert_eq!(t["memory_used_bytes"], 2 * GIB);
+    assert_eq!(t["memory_limit_bytes"], 8 * GIB);
+    assert_eq!(t["pids"], serde_json::json!([5151]));
+    let body = scrape(&f);
+    let want = format!(
+        "cuslice_memory_limit_bytes{{gpu=\"0\",UUID=\"{}\",modelName=\"cuslice Fake GPU\",Hostname=\"{}\",tenant=\"team-a/trainer\"}} 8589934592",
+        f.gpu_uuid,
+        hostname()
+    );
+    assert!(body.contains(&want), "missing {want} in:\n{body}");
+    drop(mem);
+}
+
 /// Every metric name a PromQL expression mentions: the `cuslice_...` words.
 fn metric_names(expr: &str) -> Vec<String> {
     let mut out = vec![];
