@@ -45,6 +45,29 @@ struct Args {
     /// memory, minor, product}) instead of NVML.
     #[arg(long)]
     gpus_file: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+/// Without a command: serve the kubelet (register, prepare, unprepare,
+/// publish the node's ResourceSlice).
+#[derive(clap::Subcommand)]
+enum Command {
+    /// Prepare one allocated ResourceClaim read from a file (JSON, as `kubectl
+    /// get resourceclaim -o json` prints it) without a kubelet or an API
+    /// server, exactly as the kubelet's NodePrepareResources would: its
+    /// quota file, segment directory and CDI spec; prints the CDI device.
+    /// For trying a claim on a node, and for running one by hand.
+    Prepare {
+        /// The ResourceClaim (JSON).
+        #[arg(long)]
+        claim: PathBuf,
+    },
+    /// Undo `prepare` (or the kubelet's prepare) of the claim with this UID.
+    Unprepare {
+        #[arg(long)]
+        uid: String,
+    },
 }
 
 fn main() -> ExitCode {
@@ -65,6 +88,34 @@ fn main() -> ExitCode {
             eprintln!("cuslice-dra-plugin: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// `prepare` / `unprepare` of one claim, by hand.
+fn by_hand(node: &node::Node, inventory: &dyn gpus::Inventory, cmd: Command) -> Result<(), String> {
+    match cmd {
+        Command::Prepare { claim } => {
+            let text =
+                std::fs::read_to_string(&claim).map_err(|e| format!("{}: {e}", claim.display()))?;
+            let rc: k8s_openapi::api::resource::v1::ResourceClaim = serde_json::from_str(&text)
+                .map_err(|e| format!("{}: not a ResourceClaim: {e}", claim.display()))?;
+            let m = &rc.metadata;
+            let want = claim::ClaimRef {
+                namespace: m.namespace.clone().unwrap_or_else(|| "default".into()),
+                name: m.name.clone().unwrap_or_default(),
+                uid: m.uid.clone().unwrap_or_default(),
+            };
+            node::check_uid(&want.uid).map_err(|e| format!("{}: {e}", claim.display()))?;
+            let alloc = api::allocation(&rc, &want)?;
+            let devices = node.prepare(&want, &alloc, &inventory.gpus()?)?;
+            for d in devices {
+                for id in d.cdi_device_ids {
+                    println!("{id}");
+                }
+            }
+            Ok(())
+        }
+        Command::Unprepare { uid } => node.unprepare(&uid),
     }
 }
 
@@ -99,6 +150,9 @@ async fn run(a: Args) -> Result<(), String> {
         cuslice: a.cuslice,
         lib: a.lib,
     })?;
+    if let Some(cmd) = a.command {
+        return by_hand(&node, inventory.as_ref(), cmd);
+    }
     let client = kube::Client::try_default()
         .await
         .map_err(|e| format!("cannot reach the API server: {e}"))?;

@@ -172,19 +172,31 @@ async fn the_node_slice_is_applied_owned_by_its_node_and_its_generation_follows_
     assert_eq!(s.metadata.name.as_deref(), Some("node-1-gpu.cuslice.io"));
     assert_eq!(s.spec.driver, DRIVER);
     assert_eq!(s.spec.node_name.as_deref(), Some(NODE));
-    assert_eq!((s.spec.pool.name.as_str(), s.spec.pool.generation), (NODE, 1));
+    assert_eq!(
+        (s.spec.pool.name.as_str(), s.spec.pool.generation),
+        (NODE, 1)
+    );
     let devices = s.spec.devices.as_ref().expect("devices");
     assert_eq!(
         devices.iter().map(|d| d.name.as_str()).collect::<Vec<_>>(),
         ["gpu-0", "gpu-1"]
     );
-    assert!(devices.iter().all(|d| d.allow_multiple_allocations == Some(true)));
+    assert!(
+        devices
+            .iter()
+            .all(|d| d.allow_multiple_allocations == Some(true))
+    );
     let caps = devices[1].capacity.as_ref().expect("capacity");
     assert_eq!(caps["memory"].value.0, (141u64 << 30).to_string());
     assert_eq!(caps["compute"].value.0, "100");
     let owner = s.metadata.owner_references.as_ref().expect("owner")[0].clone();
     assert_eq!(
-        (owner.api_version.as_str(), owner.kind.as_str(), owner.name.as_str(), owner.uid.as_str()),
+        (
+            owner.api_version.as_str(),
+            owner.kind.as_str(),
+            owner.name.as_str(),
+            owner.uid.as_str()
+        ),
         ("v1", "Node", NODE, NODE_UID)
     );
     // A server-side apply, forced, by the plugin's field manager.
@@ -198,7 +210,10 @@ async fn the_node_slice_is_applied_owned_by_its_node_and_its_generation_follows_
         .collect();
     assert_eq!(applies.len(), 1, "{applies:?}");
     let a = &applies[0];
-    assert_eq!(a.path, "/apis/resource.k8s.io/v1/resourceslices/node-1-gpu.cuslice.io");
+    assert_eq!(
+        a.path,
+        "/apis/resource.k8s.io/v1/resourceslices/node-1-gpu.cuslice.io"
+    );
     assert_eq!(a.content_type, "application/apply-patch+yaml");
     assert!(
         a.query.contains("fieldManager=cuslice-dra-plugin") && a.query.contains("force=true"),
