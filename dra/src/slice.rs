@@ -7,7 +7,7 @@
 //!
 //! | capacity | value | request policy |
 //! |---|---|---|
-//! | `memory` | the GPU's memory, bytes | from 256Mi up to all of it, in steps of 256Mi; all of it when a request names none |
+//! | `memory` | the GPU's memory, bytes | from 256Mi up to all of it, in steps of 256Mi (the largest multiple within it); that much when a request names none |
 //! | `compute` | 100 | 1 to 100, in steps of 1; all of it when a request names none |
 //!
 //! A request that names neither capacity gets the whole GPU, so nothing
@@ -32,14 +32,24 @@ fn q(v: impl ToString) -> Quantity {
     Quantity(v.to_string())
 }
 
+/// A capacity of `value` handed out from `min` in steps of `step`. The API
+/// server wants the range's max and the default on the step grid from min
+/// (`validateRequestPolicyRangeStep`): both are the largest such amount
+/// within `value` (a GPU's memory is rarely a whole number of steps: an
+/// H100 80GB has 81559 MiB, an H200 143771 MiB).
 fn capacity(value: u64, min: u64, step: u64) -> DeviceCapacity {
+    let top = if value <= min {
+        min
+    } else {
+        value - (value - min) % step
+    };
     DeviceCapacity {
         value: q(value),
         request_policy: Some(CapacityRequestPolicy {
-            default: Some(q(value)),
+            default: Some(q(top)),
             valid_range: Some(CapacityRequestPolicyRange {
                 min: q(min),
-                max: Some(q(value)),
+                max: Some(q(top)),
                 step: Some(q(step)),
             }),
             valid_values: None,
@@ -189,6 +199,25 @@ mod tests {
                 .expect("a")
                 .contains_key("productName")
         );
+        // A GPU whose memory is not a whole number of steps (an H100 80GB:
+        // 81559 MiB): the range's max and the default on the step grid, the
+        // value the GPU's own.
+        let h100 = Gpu {
+            memory: 81559 << 20,
+            ..gpus[1].clone()
+        };
+        let s100 = resource_slice("gpu.cuslice.io", "node-1", &[h100], 1);
+        let m = &s100.spec.devices.as_ref().expect("devices")[0]
+            .capacity
+            .as_ref()
+            .expect("capacity")["memory"];
+        let p = m.request_policy.as_ref().expect("policy");
+        let r = p.valid_range.as_ref().expect("range");
+        let top: u64 = r.max.as_ref().expect("max").0.parse().expect("bytes");
+        assert_eq!(m.value.0, (81559u64 << 20).to_string());
+        assert_eq!(top, 81408 << 20);
+        assert_eq!((top - MEMORY_STEP) % MEMORY_STEP, 0);
+        assert_eq!(p.default.as_ref().map(|q| q.0.as_str()), Some(top.to_string().as_str()));
         // As the API server reads it: the field names of resource.k8s.io/v1.
         let j = serde_json::to_value(&s).expect("json");
         assert_eq!(j["apiVersion"], "resource.k8s.io/v1");
