@@ -746,7 +746,10 @@ mod tests {
         assert!(!b.slot_alive(dead));
         assert!(b.shm.try_lock_slot(dead), "the sweep takes the dead slot");
         assert!(b.slot_alive(dead), "held by this process: alive to it");
-        assert!(!b.shm.try_lock_slot(dead), "a second sweep of the same slot");
+        assert!(
+            !b.shm.try_lock_slot(dead),
+            "a second sweep of the same slot"
+        );
         let dev = b.device(d).expect("dev");
         let g = b.lock_device(dev, dead);
         let admitted = std::sync::atomic::AtomicBool::new(false);

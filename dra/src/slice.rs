@@ -217,7 +217,10 @@ mod tests {
         assert_eq!(m.value.0, (81559u64 << 20).to_string());
         assert_eq!(top, 81408 << 20);
         assert_eq!((top - MEMORY_STEP) % MEMORY_STEP, 0);
-        assert_eq!(p.default.as_ref().map(|q| q.0.as_str()), Some(top.to_string().as_str()));
+        assert_eq!(
+            p.default.as_ref().map(|q| q.0.as_str()),
+            Some(top.to_string().as_str())
+        );
         // As the API server reads it: the field names of resource.k8s.io/v1.
         let j = serde_json::to_value(&s).expect("json");
         assert_eq!(j["apiVersion"], "resource.k8s.io/v1");

@@ -12,6 +12,7 @@
 
 mod fake;
 mod host;
+pub mod podman;
 mod rng;
 pub mod rootfs;
 mod segments;
