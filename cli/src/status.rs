@@ -367,12 +367,33 @@ fn segment_owner(seg: &Path) -> (String, Option<ContainerMeta>, Option<String>) 
         if kind == "containers" {
             Some(format!("container {}", short_id(&id)))
         } else if kind == crate::oci::CLAIMS_DIR {
-            Some(format!("DRA claim {}", short_id(&id)))
+            let pods = claim_pods(d);
+            Some(if pods.is_empty() {
+                format!("DRA claim {}", short_id(&id))
+            } else {
+                format!("pod {} (DRA claim {})", pods.join(", "), short_id(&id))
+            })
         } else {
             None
         }
     });
     (clean(&tenant), meta.map(|m| m.for_display()), origin)
+}
+
+/// The pods a DRA claim is reserved for, from the record the plugin writes
+/// beside its quota file (`claim.json`; root's, bounded, never following a
+/// link), escaped; none where there is no readable record.
+fn claim_pods(dir: &Path) -> Vec<String> {
+    #[derive(serde::Deserialize)]
+    struct Record {
+        #[serde(default)]
+        pods: Vec<String>,
+    }
+    crate::host::fs::read_checked(&dir.join("claim.json"), Some((0, "root")), 64 << 10)
+        .ok()
+        .and_then(|t| serde_json::from_str::<Record>(&t).ok())
+        .map(|r| r.pods.iter().take(4).map(|p| clean(p)).collect())
+        .unwrap_or_default()
 }
 
 fn read_gpu(path: &Path) -> Result<GpuRead, String> {

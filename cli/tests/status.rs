@@ -269,6 +269,14 @@ fn a_dra_claim_is_shown_and_exported_by_its_namespace_and_name() {
     let claim = f.dir.join("claims").join(uid);
     std::fs::create_dir_all(&claim).expect("mkdir");
     std::fs::write(claim.join("quota.toml"), "tenant = \"team-a/trainer\"\n").expect("quota");
+    // The plugin's record: the pods the claim is reserved for.
+    std::fs::write(
+        claim.join("claim.json"),
+        format!(
+            r#"{{"namespace":"team-a","name":"trainer","uid":"{uid}","pods":["team-a/trainer-0"]}}"#
+        ),
+    )
+    .expect("record");
     let mem = Segment::open_or_create(&claim.join("segment").join("memory.seg")).expect("mem");
     let d = mem
         .register_device(&common::FAKE_UUID, 8 * GIB)
@@ -282,7 +290,7 @@ fn a_dra_claim_is_shown_and_exported_by_its_namespace_and_name() {
         .iter()
         .find(|t| t["name"] == "team-a/trainer")
         .unwrap_or_else(|| panic!("no row for the claim: {v}"));
-    assert_eq!(t["runs"], "DRA claim 0b5f3c1e-7a2");
+    assert_eq!(t["runs"], "pod team-a/trainer-0 (DRA claim 0b5f3c1e-7a2)");
     assert_eq!(t["memory_used_bytes"], 2 * GIB);
     assert_eq!(t["memory_limit_bytes"], 8 * GIB);
     assert_eq!(t["pids"], serde_json::json!([5151]));

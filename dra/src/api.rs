@@ -72,5 +72,19 @@ pub fn allocation(claim: &ResourceClaim, want: &ClaimRef) -> Result<Allocation, 
             })
         })
         .collect();
-    Ok(Allocation { devices, config })
+    let ns = want.namespace.as_str();
+    let pods = claim
+        .status
+        .as_ref()
+        .and_then(|s| s.reserved_for.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|r| r.resource == "pods" && r.api_group.as_deref().unwrap_or("").is_empty())
+        .map(|r| format!("{ns}/{}", r.name))
+        .collect();
+    Ok(Allocation {
+        devices,
+        config,
+        pods,
+    })
 }

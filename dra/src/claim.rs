@@ -75,6 +75,9 @@ pub struct OpaqueConfig {
 pub struct Allocation {
     pub devices: Vec<AllocatedDevice>,
     pub config: Vec<OpaqueConfig>,
+    /// The pods the claim is reserved for (`status.reservedFor`), as
+    /// `namespace/name`: what `cuslice status` names the claim's row by.
+    pub pods: Vec<String>,
 }
 
 /// What the plugin serves: its driver name and the pool (the node's name)
@@ -400,6 +403,7 @@ mod tests {
                     parameters: p,
                 })
                 .collect(),
+            pods: vec![],
         }
     }
 

@@ -106,6 +106,10 @@ pub struct Node {
     state: Mutex<Checkpoint>,
 }
 
+/// The claim's record beside its quota file (`claim.json`: namespace, name,
+/// uid and the pods it is reserved for), read by `cuslice status`.
+pub const CLAIM_RECORD: &str = "claim.json";
+
 /// A claim UID as a file name: what Kubernetes makes (a UUID), nothing that
 /// could climb out of a directory.
 pub fn check_uid(uid: &str) -> Result<(), String> {
@@ -335,6 +339,16 @@ impl Node {
             keep_dir(&dir, 0o700)?;
             keep_dir(&dir.join("segment"), 0o755)?;
             replace_file(&dir.join("quota.toml"), s.quota.as_bytes(), 0o444)?;
+            // Who the claim is for, for `cuslice status` (its row is the
+            // claim's namespace/name, its pods say what runs there).
+            let record = serde_json::json!({
+                "namespace": c.namespace, "name": c.name, "uid": c.uid, "pods": alloc.pods,
+            });
+            replace_file(
+                &dir.join(CLAIM_RECORD),
+                format!("{record}\n").as_bytes(),
+                0o444,
+            )?;
             keep_dir(&self.cfg.cdi_dir, 0o755)?;
             let spec = serde_json::to_string_pretty(&self.cdi_spec(&c.uid, &s.gpu))
                 .map_err(|e| e.to_string())?;
@@ -445,6 +459,7 @@ mod tests {
                 driver: "gpu.cuslice.io".into(),
                 parameters: serde_json::json!({"latency": true}),
             }],
+            pods: vec!["default/svc-0".into()],
         }
     }
 
@@ -476,6 +491,16 @@ mod tests {
         assert_eq!(cfg.by_uuid[&u].memory, Some(16 << 30));
         assert_eq!(cfg.by_uuid[&u].compute, Some(20));
         assert!(cfg.latency);
+        // Who it is for: its record, for `cuslice status`.
+        let r: serde_json::Value =
+            serde_json::from_str(&fs::read_to_string(dir.join(CLAIM_RECORD)).expect("record"))
+                .expect("json");
+        assert_eq!(
+            r,
+            serde_json::json!({"namespace": "default", "name": "svc", "uid": uid,
+                "pods": ["default/svc-0"]})
+        );
+        assert_eq!(mode(&dir.join(CLAIM_RECORD)), 0o444);
         assert_eq!(
             (
                 mode(&t.path().join("run/cuslice")),

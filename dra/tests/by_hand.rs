@@ -14,7 +14,9 @@ fn claim(consumed: serde_json::Value, pool: &str) -> serde_json::Value {
         "kind": "ResourceClaim",
         "metadata": {"namespace": "team-a", "name": "trainer", "uid": UID},
         "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.cuslice.io"}}]}},
-        "status": {"allocation": {"devices": {
+        "status": {"reservedFor": [{"resource": "pods", "name": "trainer-0", "uid": "5d6e7f80-1a2b-4c3d-8e9f-0a1b2c3d4e5f"},
+                                   {"apiGroup": "batch", "resource": "jobs", "name": "nightly", "uid": "6e7f8091-2b3c-4d4e-9f0a-1b2c3d4e5f60"}],
+                   "allocation": {"devices": {
             "results": [{"request": "gpu", "driver": "gpu.cuslice.io", "pool": pool, "device": "gpu-0",
                          "shareID": "9f0c6c3e-7b1a-4c55-8d7e-1f2a3b4c5d6e",
                          "consumedCapacity": consumed}],
@@ -81,6 +83,12 @@ fn a_claim_from_a_file_is_prepared_and_unprepared_by_hand() {
         serde_json::from_slice(&std::fs::read(&spec).expect("CDI spec")).expect("json");
     assert_eq!(v["kind"], "cuslice.io/claim");
     assert_eq!(v["devices"][0]["name"], UID);
+    // Who it is for (the pods of status.reservedFor), for `cuslice status`.
+    let r: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(t.path().join("root/claims").join(UID).join("claim.json")).expect("record"),
+    )
+    .expect("json");
+    assert_eq!(r["pods"], serde_json::json!(["team-a/trainer-0"]), "{r}");
     // The plugin's checkpoint knows it: a plugin started later unprepares it.
     let cp = std::fs::read_to_string(t.path().join("plugin/checkpoint.json")).expect("checkpoint");
     assert!(cp.contains(UID), "{cp}");

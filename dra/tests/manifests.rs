@@ -798,6 +798,7 @@ fn the_example_claims_fit_one_gpu_and_the_plugin_takes_them() {
                 consumed: caps.iter().map(|(k, v)| (k.clone(), v.0.clone())).collect(),
             }],
             config: opaque_configs(t),
+            pods: vec![],
         };
         let c = ClaimRef {
             namespace: namespace(&t.metadata).into(),
