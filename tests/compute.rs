@@ -370,13 +370,15 @@ impl Twin {
 }
 
 /// What a latency may exceed its reference by: the noise between two runs
-/// of the same program side by side on a loaded machine, 2 ms and a
-/// quarter of the reference (measured under 2 busy processes on 2 cores:
-/// the twins' p99 differ by up to ~1.5 ms). Waiting for another tenant's
-/// lease (a 20 ms slice and its drain), the regression these tests guard
+/// of the same program side by side on a loaded machine, 3 ms and a
+/// quarter of the reference (under 2 busy processes on 2 cores the twins'
+/// p99 differed by up to ~1.5 ms; under 4, one of three whole-suite runs
+/// saw a latency tenant's p99 0.4 ms over a 2 ms allowance: a descheduled
+/// request or two). Waiting for another tenant's lease (a 20 ms slice and
+/// its drain) or a 50 ms time-slice, the regressions these tests guard
 /// against, costs far more.
 fn noise(reference: f64) -> f64 {
-    2.0 + reference / 4.0
+    3.0 + reference / 4.0
 }
 
 #[test]

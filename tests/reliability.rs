@@ -41,12 +41,32 @@ fn wait_all(children: Vec<std::process::Child>, limit: Duration) -> Vec<std::pro
 fn eight_processes_of_sixteen_threads_end_at_zero() {
     let (h, env) = setup("load", "512MiB");
     let t0 = Instant::now();
+    // All eight start their load together once each holds its context (as
+    // in the test below): on a loaded machine the first to run filled the
+    // quota before the last made its context, which was refused (1 run in
+    // 5 under 4 busy processes on 2 cores).
+    let go = h.dir.join("go");
     let opts = Opts {
-        args: vec!["16".into(), "100000".into()],
+        args: vec!["16".into(), "100000".into(), go.display().to_string()],
         env,
         ..Opts::default()
     };
     let children: Vec<_> = (0..8).map(|_| common::spawn("load", &opts)).collect();
+    let pids: Vec<u32> = children.iter().map(std::process::Child::id).collect();
+    let seg = h.mem_seg("t");
+    // Told to go whatever happens (none may wait for ever); a process that
+    // could not make its context fails the checks below.
+    let _ = common::poll_until(Duration::from_secs(60), || {
+        let procs = Segment::open_read_only(&seg).ok()?.processes();
+        pids.iter()
+            .all(|&pid| {
+                procs
+                    .iter()
+                    .any(|p| p.pid == pid && p.alive && p.used.iter().sum::<u64>() >= MIB)
+            })
+            .then_some(())
+    });
+    std::fs::write(&go, b"").expect("go");
     let outs = wait_all(children, Duration::from_secs(300));
     let mut refused = 0u64;
     for o in &outs {
