@@ -37,7 +37,12 @@
 //! of the claim shares its memory quota, as they share its capacity. The
 //! container's annotations are then ignored (the claim is what the
 //! scheduler granted), and everything else (the checks, the other mounts,
-//! the record) is the same. A claim with no quota file fails creation.
+//! the record) is the same, but for the record's `claim`: the claim's UID,
+//! by which `cuslice watch` judges every container of the claim as one
+//! slice against the claim's quota file and memory segment (the copy in
+//! `<root>/containers/<id>/quota.toml`, mounted at
+//! `/etc/cuslice/quota.toml`, is what the container's shim reads). A claim
+//! with no quota file fails creation.
 //!
 //! A container without `cuslice.io/*` annotations is left alone. A bad
 //! annotation fails container creation with one line naming it, and nothing
@@ -55,7 +60,9 @@
 //! `<root>/containers/<id>/container.json` holds its name, pod and image
 //! where an annotation of the runtime gives them, and its command line;
 //! and, for `cuslice watch`, the inode of its PID namespace and its cgroup
-//! (what maps a host PID to the container, whatever the process does).
+//! (what maps a host PID to the container, whatever the process does), its
+//! init (host PID and start time) and, given `--claim`, the claim's UID
+//! (what maps the container to the claim's slice).
 
 use std::collections::BTreeMap;
 use std::ffi::CString;
@@ -176,6 +183,7 @@ fn container_meta(id: &str, ann: &BTreeMap<String, String>, args: &[String]) -> 
         cgroup: None,
         init_pid: None,
         init_start: None,
+        claim: None,
     }
 }
 
@@ -363,7 +371,7 @@ pub struct HookArgs {
 }
 
 /// Where the DRA plugin keeps each claim's files, under `--root`.
-pub const CLAIMS_DIR: &str = "claims";
+pub use crate::host::container::CLAIMS_DIR;
 
 /// The quota file the DRA plugin wrote for claim `uid`
 /// (`<root>/claims/<uid>/quota.toml`) and its path for messages: a regular
@@ -432,6 +440,7 @@ pub fn create(a: &HookArgs) -> Result<(), String> {
             .ok()
             .and_then(|t| crate::host::proc::parse_stat(&t))
             .map(|s| s.start),
+        claim: a.claim.clone(),
         ..meta
     };
     let rootfs = match spec.root {

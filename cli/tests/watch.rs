@@ -694,11 +694,20 @@ fn tampered_segments_are_reported_and_restored_within_two_intervals() {
     );
 }
 
+/// Where a container's slice comes from.
+enum Quota<'a> {
+    /// A memory quota (the `cuslice.io/memory` annotation).
+    Memory(&'a str),
+    /// A DRA claim's (`oci-hook create --claim <uid>`, as the claim's CDI
+    /// spec has it), no annotation.
+    Claim(&'a str),
+}
+
 /// A runc bundle whose hooks use `root`, running `script` (fake driver
 /// inside, FAKE_CUDA_STATE shared with the host's), with `extra` host
-/// binaries copied into its root file system (path inside), with a memory
-/// quota of `memory` (the `cuslice.io/memory` annotation).
-fn bundle(h: &Host, name: &str, memory: &str, script: &str, extra: &[(PathBuf, &str)]) -> PathBuf {
+/// binaries copied into its root file system (path inside), its slice
+/// from `quota`.
+fn bundle(h: &Host, name: &str, quota: &Quota, script: &str, extra: &[(PathBuf, &str)]) -> PathBuf {
     let e = common::env();
     let dir = h.dir.join(format!("bundle-{name}"));
     let rootfs = dir.join("rootfs");
@@ -721,10 +730,21 @@ fn bundle(h: &Host, name: &str, memory: &str, script: &str, extra: &[(PathBuf, &
     let mut spec: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&path).expect("read")).expect("json");
     let hook = |stage: &str| {
-        serde_json::json!({
-            "path": env!("CARGO_BIN_EXE_cuslice"),
-            "args": ["cuslice", "oci-hook", stage, "--root", h.root(), "--lib", e.shim],
-        })
+        let mut args = serde_json::json!([
+            "cuslice",
+            "oci-hook",
+            stage,
+            "--root",
+            h.root(),
+            "--lib",
+            e.shim
+        ]);
+        if let (Quota::Claim(uid), "create") = (quota, stage) {
+            let a = args.as_array_mut().expect("args");
+            a.push("--claim".into());
+            a.push((*uid).into());
+        }
+        serde_json::json!({"path": env!("CARGO_BIN_EXE_cuslice"), "args": args})
     };
     spec["process"]["terminal"] = false.into();
     spec["process"]["args"] = serde_json::json!(["/bin/sh", "-c", script]);
@@ -735,7 +755,10 @@ fn bundle(h: &Host, name: &str, memory: &str, script: &str, extra: &[(PathBuf, &
         "FAKE_CUDA_CTX_OVERHEAD=1MiB",
     ]);
     spec["root"]["readonly"] = false.into();
-    spec["annotations"] = serde_json::json!({"cuslice.io/memory": memory});
+    spec["annotations"] = match quota {
+        Quota::Memory(m) => serde_json::json!({"cuslice.io/memory": m}),
+        Quota::Claim(_) => serde_json::json!({}),
+    };
     spec["hooks"] =
         serde_json::json!({"createRuntime": [hook("create")], "poststop": [hook("poststop")]});
     // The fake GPU's state, shared with the host's processes and NVML.
@@ -764,6 +787,27 @@ impl Container {
         script: &str,
         extra: &[(PathBuf, &str)],
     ) -> Container {
+        Container::start(h, name, &Quota::Memory(memory), script, extra)
+    }
+
+    /// A container of DRA claim `uid` (see [`claim`]).
+    fn of_claim(
+        h: &Host,
+        name: &str,
+        uid: &str,
+        script: &str,
+        extra: &[(PathBuf, &str)],
+    ) -> Container {
+        Container::start(h, name, &Quota::Claim(uid), script, extra)
+    }
+
+    fn start(
+        h: &Host,
+        name: &str,
+        quota: &Quota,
+        script: &str,
+        extra: &[(PathBuf, &str)],
+    ) -> Container {
         // SAFETY: geteuid has no preconditions.
         let euid = unsafe { libc::geteuid() };
         assert_eq!(euid, 0, "the container tests need root");
@@ -772,7 +816,7 @@ impl Container {
             "{name}-{}",
             h.dir.file_name().expect("name").to_string_lossy()
         );
-        let dir = bundle(h, name, memory, script, extra);
+        let dir = bundle(h, name, quota, script, extra);
         let mut c = Command::new("runc");
         c.args(["run", "--bundle"]).arg(dir).arg(&id);
         Container {
@@ -996,6 +1040,268 @@ fn a_container_raising_its_own_quota_is_restored_and_killed_and_the_container_be
     );
     assert!(s["action"] == "restored", "memory segment: {s}");
     a_sibling_and_the_neighbour_are_untouched(&h, &watch, &a, &b);
+}
+
+/// The UID of the tests' DRA claims, and what the watch calls such a
+/// claim: `DRA claim team-a/<name> (<its UID cut to 12>)`.
+const CLAIM_UID: &str = "0b1c2d3e-0000-4000-8000-000000000001";
+
+fn claim_label(name: &str) -> String {
+    format!("DRA claim team-a/{name} ({})", &CLAIM_UID[..12])
+}
+
+/// A DRA claim as `cuslice-dra-plugin` prepares one (issue #20), under the
+/// host's root: `claims/<uid>/quota.toml` (root's, 0444: `memory` for
+/// every container of the claim together, as tenant `team-a/<name>`, each
+/// context charged 1 MiB, what the fake GPU takes), its record
+/// `claim.json` and its segment directory. Returns the claim's memory
+/// segment (made by the hook for the claim's first container).
+fn claim(h: &Host, uid: &str, name: &str, memory: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let d = h.root().join("claims").join(uid);
+    std::fs::create_dir_all(d.join("segment")).expect("mkdir");
+    let q = d.join("quota.toml");
+    std::fs::write(
+        &q,
+        format!(
+            "# written by cuslice-dra-plugin for ResourceClaim team-a/{name} (uid {uid})\ntenant = \"team-a/{name}\"\nsegment_dir = \"/run/cuslice/segment\"\ngpu_segment_dir = \"/run/cuslice/gpu\"\ncontext_overhead = \"1MiB\"\n[all]\nmemory = \"{memory}\"\n"
+        ),
+    )
+    .expect("quota");
+    std::fs::set_permissions(&q, std::fs::Permissions::from_mode(0o444)).expect("chmod");
+    std::fs::write(
+        d.join("claim.json"),
+        serde_json::json!({"namespace": "team-a", "name": name, "uid": uid, "pods": [format!("team-a/{name}-0")]})
+            .to_string(),
+    )
+    .expect("record");
+    d.join("segment/memory.seg")
+}
+
+/// What `container.json` of container `c` says.
+fn record(h: &Host, c: &Container) -> serde_json::Value {
+    let p = h
+        .root()
+        .join("containers")
+        .join(&c.id)
+        .join("container.json");
+    serde_json::from_slice(&std::fs::read(&p).expect("container.json")).expect("json")
+}
+
+/// Issue #20: the containers of a DRA claim share its memory segment and
+/// its quota, and are judged together. A holds 700 MiB through the shim,
+/// B 700 MiB around it (registered, so that only the memory check can
+/// catch it), under the claim's 1 GiB: each alone is within it, together
+/// they are not. Before, each was judged alone against its copy of the
+/// claim's quota (nothing found) and looked for in a memory segment of
+/// its own that a claim's container does not have (both reported as
+/// never registered: under `kill`, killed).
+#[test]
+fn two_containers_of_a_claim_over_its_quota_together_are_found_and_neither_is_taken_for_unregistered()
+ {
+    let h = Host::new("claim-mem");
+    let seg = claim(&h, CLAIM_UID, "pair", "1GiB");
+    let watch = h.watch("");
+    let a = Container::of_claim(
+        &h,
+        "a",
+        CLAIM_UID,
+        "memtest hold 734003200 & echo A $!; wait",
+        &[],
+    );
+    a.proc.line("R held");
+    let b = Container::of_claim(
+        &h,
+        "b",
+        CLAIM_UID,
+        "attack_noshim 734003200 -1 0 register & echo B $!; wait",
+        &[],
+    );
+    let (line, t) = b.proc.line("ATTACK noshim holding 734003200 bytes");
+    // The hook recorded the claim: what maps the containers to it.
+    for c in [&a, &b] {
+        assert_eq!(record(&h, c)["claim"], CLAIM_UID);
+    }
+    // Both registered in the claim's one segment.
+    let live = || {
+        Segment::open_read_only(&seg)
+            .expect("the claim's segment")
+            .processes()
+            .iter()
+            .filter(|p| p.alive)
+            .count()
+    };
+    assert_eq!(live(), 2, "{line}");
+    let label = claim_label("pair");
+    let m = h.finding("memory", &label, TWO_INTERVALS, &watch);
+    assert!(t.elapsed() <= TWO_INTERVALS, "{line}");
+    let what = m["what"].as_str().unwrap_or_default();
+    assert!(
+        what.starts_with(&format!("{label} pids ")) && what.contains("> quota 1.0 GiB"),
+        "{m}"
+    );
+    assert_eq!(m["tenant"], "team-a/pair", "{m}");
+    assert_eq!(m["action"], "reported", "{m}");
+    // A few passes more: neither process is taken for unregistered, and
+    // neither container is judged on its own.
+    std::thread::sleep(Duration::from_millis(3 * INTERVAL_MS));
+    let state = h.state().expect("state");
+    assert!(
+        !state["findings"]
+            .as_array()
+            .expect("findings")
+            .iter()
+            .any(|f| f["kind"] == "unregistered"),
+        "{state}"
+    );
+    let text = watch.text();
+    assert!(!text.contains("never registered"), "{text}");
+    assert!(
+        !text.contains(&a.label()) && !text.contains(&b.label()),
+        "{text}"
+    );
+    assert_eq!(live(), 2, "report only: nobody killed\n{text}");
+}
+
+/// Issue #20, the claim's side of #18's hole 6: a container of a claim
+/// raises the quota in the claim's memory segment (shared by every
+/// container of the claim) and takes 3 GiB through the shim. The watch
+/// finds it in the claim's segment, restores the quota there from the
+/// claim's quota file and, under `kill`, kills what the claim holds beyond
+/// its quota: the attack, the newest process; A's older process and the
+/// claim's other container keep theirs. Before, the watch looked in
+/// `containers/<id>/segment`, which a claim's container does not have.
+#[test]
+fn a_claim_container_raising_the_claims_quota_is_restored_from_the_claims_quota_file_and_killed() {
+    let h = Host::new("claim-quota");
+    let seg = claim(&h, CLAIM_UID, "quota", "2GiB");
+    let watch = h.watch("policy = \"kill\"");
+    // B, the claim's other container: 200 MiB (201 with its context, a
+    // figure nothing else on the fake GPU holds).
+    let b = Container::of_claim(
+        &h,
+        "b",
+        CLAIM_UID,
+        "memtest hold 209715200 & echo B $!; wait",
+        &[],
+    );
+    let b_inner = b.proc.pid("B");
+    b.proc.line("R held");
+    let a = Container::of_claim(
+        &h,
+        "a",
+        CLAIM_UID,
+        &sibling_then("attack-quota 3GiB"),
+        &[(common::attack_bin("attack-quota"), "/usr/bin/attack-quota")],
+    );
+    a.proc.line("R held");
+    let (line, t) = a.proc.line("ATTACK quota raised");
+    assert!(line.contains("; holding 3221225472 bytes; pid "), "{line}");
+    let label = claim_label("quota");
+    let s = h.finding("memory_segment", &label, TWO_INTERVALS, &watch);
+    let m = h.finding("memory", &label, TWO_INTERVALS, &watch);
+    assert!(t.elapsed() <= TWO_INTERVALS, "{line}");
+    assert!(
+        s["what"].as_str().is_some_and(|w| w.contains(&format!(
+            "memory segment {} says GPU 0 quota 5.0 GiB, its quota file 2.0 GiB",
+            seg.display()
+        ))),
+        "{s}"
+    );
+    // Restored in the claim's segment from the claim's quota file.
+    let sg = Segment::open_read_only(&seg).expect("the claim's segment");
+    common::wait_for(
+        || format!("the claim's quota was not restored:\n{}", watch.text()),
+        TWO_INTERVALS.saturating_sub(t.elapsed()),
+        || (sg.device_usage(0).map(|u| u.limit) == Some(2 << 30)).then_some(()),
+    );
+    assert!(s["action"] == "restored", "memory segment: {s}");
+    let killed = m["action"]
+        .as_str()
+        .and_then(|a| a.strip_prefix("killed pid "))
+        .and_then(|p| p.parse::<u32>().ok())
+        .unwrap_or_else(|| panic!("not killed: {m}"));
+    common::wait_for(
+        || format!("the attack ({killed}) still alive:\n{}", watch.text()),
+        TWO_INTERVALS.saturating_sub(t.elapsed()),
+        || (!alive(killed)).then_some(()),
+    );
+    // A's older process and B's live on, B's memory with it.
+    let live = sg.processes().iter().filter(|p| p.alive).count();
+    assert_eq!(live, 2, "A1 and B must live on:\n{}", watch.text());
+    assert_eq!(
+        held_exactly(&h, b_inner, 201 << 20),
+        1,
+        "the claim's other container lost memory on the fake GPU"
+    );
+}
+
+/// This process's start time (field 22 of `/proc/self/stat`).
+fn own_start() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/stat").expect("stat");
+    let rest = s.rsplit_once(')').expect("stat").1;
+    rest.split_whitespace()
+        .nth(19)
+        .and_then(|v| v.parse().ok())
+        .expect("start time")
+}
+
+/// A container record naming a DRA claim that cannot be checked (no
+/// directory, no quota file) is one log line naming the path and what is
+/// wrong: never judged against its own copy of a quota, nor taken as
+/// unlimited without a word.
+#[test]
+fn a_container_record_naming_a_claim_without_a_quota_file_is_one_line_naming_the_path() {
+    let h = Host::new("claim-missing");
+    // Another claim, so that the claims' directory is there.
+    claim(&h, CLAIM_UID, "other", "1GiB");
+    std::fs::create_dir_all(h.root().join("claims/empty-uid")).expect("mkdir");
+    // Records as the hook writes them for a live container (its init: this
+    // process), each with its copy of a quota file.
+    for (id, uid) in [("ghost1", "missing-uid"), ("ghost2", "empty-uid")] {
+        let d = h.root().join("containers").join(id);
+        std::fs::create_dir_all(&d).expect("mkdir");
+        std::fs::write(d.join("quota.toml"), "[all]\nmemory = \"100GiB\"\n").expect("quota");
+        std::fs::write(
+            d.join("container.json"),
+            serde_json::json!({"id": id, "pid_ns": 1, "cgroup": format!("/{id}"),
+                "init_pid": std::process::id(), "init_start": own_start(), "claim": uid})
+            .to_string(),
+        )
+        .expect("record");
+    }
+    let watch = h.watch("");
+    let claims = h.root().join("claims");
+    for (uid, id, path, wrong) in [
+        (
+            "missing-uid",
+            "ghost1",
+            claims.join("missing-uid"),
+            "cannot open the directory: No such file or directory",
+        ),
+        (
+            "empty-uid",
+            "ghost2",
+            claims.join("empty-uid/quota.toml"),
+            "cannot open the file: No such file or directory",
+        ),
+    ] {
+        let prefix = format!("cuslice watch: DRA claim {uid} (named by container {id}): ");
+        let (rest, _) = watch.line(&prefix);
+        assert!(
+            rest.starts_with(&format!("{}: {wrong}", path.display()))
+                && rest.ends_with(": its containers are not checked"),
+            "{rest}"
+        );
+        // Said once.
+        std::thread::sleep(Duration::from_millis(2 * INTERVAL_MS));
+        let n = watch
+            .text()
+            .lines()
+            .filter(|l| l.starts_with(&prefix))
+            .count();
+        assert_eq!(n, 1, "{}", watch.text());
+    }
 }
 
 /// The GPU time (percent of the wall time) a `spin` session got between

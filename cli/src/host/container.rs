@@ -11,6 +11,18 @@ pub const DEFAULT_ROOT: &str = "/run/cuslice";
 /// The file the hook writes next to a container's quota file.
 pub const META_FILE: &str = "container.json";
 
+/// Where the DRA kubelet plugin (`cuslice-dra-plugin`) keeps each claim's
+/// files under the hook's root: `<root>/claims/<uid>/` holds the claim's
+/// quota file `quota.toml` (root's, 0444), its record [`CLAIM_RECORD`] and
+/// its memory segment directory `segment/`, which the OCI hook mounts into
+/// every container of the claim.
+pub const CLAIMS_DIR: &str = "claims";
+
+/// The DRA plugin's record of a claim beside its quota file: its
+/// namespace, name, UID and the pods it is reserved for (what `cuslice
+/// status` and `cuslice watch` name it by).
+pub const CLAIM_RECORD: &str = "claim.json";
+
 /// What `create` records about a container in `container.json`, for
 /// `cuslice status` / `top`. Fields a runtime does not give are absent.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
@@ -45,6 +57,14 @@ pub struct ContainerMeta {
     pub init_pid: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub init_start: Option<u64>,
+    /// The UID of the Kubernetes ResourceClaim the container was given its
+    /// slice by (`oci-hook create --claim`): its quota file and memory
+    /// segment are the claim's, `<root>/claims/<uid>/`, shared by every
+    /// container of the claim. `cuslice watch` judges all of them as one
+    /// slice, against the claim's quota file. Absent for a container whose
+    /// quota came from its annotations.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claim: Option<String>,
 }
 
 impl ContainerMeta {
@@ -66,6 +86,41 @@ impl ContainerMeta {
             cgroup: opt(&self.cgroup),
             init_pid: self.init_pid,
             init_start: self.init_start,
+            claim: opt(&self.claim),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The claim is written only for a container of one, and a record
+    /// without it (an older hook's, or a container of annotations) reads
+    /// as none.
+    #[test]
+    fn a_record_names_its_claim_only_where_there_is_one() {
+        let m = ContainerMeta {
+            id: "abc".into(),
+            claim: Some("0b1c2d3e-0000-4000-8000-000000000001".into()),
+            ..ContainerMeta::default()
+        };
+        let text = serde_json::to_string(&m).expect("encode");
+        assert_eq!(
+            text,
+            r#"{"id":"abc","claim":"0b1c2d3e-0000-4000-8000-000000000001"}"#
+        );
+        assert_eq!(
+            serde_json::from_str::<ContainerMeta>(&text).expect("decode"),
+            m
+        );
+        let old: ContainerMeta =
+            serde_json::from_str(r#"{"id":"abc","pid_ns":5}"#).expect("decode");
+        assert_eq!(old.claim, None);
+        assert!(
+            !serde_json::to_string(&old)
+                .expect("encode")
+                .contains("claim")
+        );
     }
 }

@@ -252,6 +252,7 @@ pub fn expected_tenants<'a>(
 pub fn slice_key(id: &SliceId) -> String {
     match id {
         SliceId::Container(c) => format!("container:{c}"),
+        SliceId::Claim(uid) => format!("claim:{uid}"),
         SliceId::Run { pid, start } => format!("run:{pid}:{start}"),
     }
 }

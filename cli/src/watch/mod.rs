@@ -1,8 +1,9 @@
 //! `cuslice watch`: the host watchdog. Every interval it reads NVML's
 //! per-process device memory and SM utilization for every GPU, maps each
-//! host PID to its slice (a container made through the OCI hook, or a
-//! `cuslice run` session: `slices`), compares with the slice's quota file
-//! and share, audits the segments, and acts by the host's policy
+//! host PID to its slice (a container made through the OCI hook, every
+//! container of a Kubernetes DRA claim together, or a `cuslice run`
+//! session: `slices`), compares with the slice's quota file and share,
+//! audits the segments, and acts by the host's policy
 //! (`config`): report, kill or freeze. What it finds is one log line when
 //! it starts, when something is done about it and when it ends, a counter
 //! in the exporter and a row in `cuslice status` (`state`).

@@ -12,6 +12,27 @@
 //!   is gone matches nothing (namespace inodes are reused: a stale record
 //!   would claim whatever namespace got its inode next) until its
 //!   `container.json` is written again.
+//! - **A Kubernetes DRA claim** (`SliceId::Claim(uid)`): every container
+//!   whose `container.json` names the claim (`claim`, recorded by
+//!   `oci-hook create --claim <uid>`) is a member of one slice, the
+//!   claim's, and the container's record then only maps processes to it
+//!   (as above; processes that several containers of the one claim claim
+//!   alike are the claim's, not ambiguous). The claim's containers share
+//!   one memory segment and one quota, so they are judged together: usage
+//!   summed over all their processes, against the claim's quota file
+//!   `<root>/claims/<uid>/quota.toml` (not the copy in each container's
+//!   directory), its memory segment `<root>/claims/<uid>/segment/memory.seg`
+//!   audited and repaired. The quota file is read as the OCI hook reads it,
+//!   through `host::fs` from `<root>`: no link followed on the way from
+//!   `<root>/claims`, a regular file of the watch's own user (root), at most
+//!   [`config::MAX_FILE_BYTES`], with some limit in it; it is read again
+//!   when it or the claim's record changes. A claim whose directory or
+//!   quota file is missing or bad is one note naming the path and what is
+//!   wrong and its containers are not checked (never judged against their
+//!   own copies, nor as unlimited without a word). Shown as `DRA claim
+//!   <namespace>/<name> (<uid, 12 characters>)` from the DRA plugin's
+//!   record `<root>/claims/<uid>/claim.json` (read the same way), else
+//!   `DRA claim <uid, 12 characters>`; its finding keys name `claim:<uid>`.
 //! - **A `cuslice run` session**: every descendant of a `cuslice run`
 //!   process (an executable named `cuslice` with `run` as its first
 //!   argument), found through the parent chain (`cuslice run` is a child
@@ -36,7 +57,7 @@
 //! process not seen before.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -44,7 +65,7 @@ use std::path::{Path, PathBuf};
 use cuslice_core::config::{self, Config};
 
 use super::procfs::ProcSource;
-use crate::host::container::{ContainerMeta, META_FILE};
+use crate::host::container::{CLAIM_RECORD, CLAIMS_DIR, ContainerMeta, META_FILE};
 use crate::host::{fs, run_dir, text};
 
 /// Whose a host process is.
@@ -71,8 +92,11 @@ impl Owner {
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum SliceId {
-    /// The container's id.
+    /// The container's id (a container not of a DRA claim).
     Container(String),
+    /// The UID of a Kubernetes ResourceClaim: every container whose record
+    /// names it.
+    Claim(String),
     /// The `cuslice run` process: its PID and start time.
     Run { pid: u32, start: u64 },
 }
@@ -82,8 +106,9 @@ pub struct Slice {
     pub id: SliceId,
     /// The tenant its processes register as.
     pub tenant: String,
-    /// For messages: `container web-1 (0123456789ab)`, `cuslice run 4242
-    /// (python3 train.py)`.
+    /// For messages: `container web-1 (0123456789ab)`, `DRA claim
+    /// team-a/trainer (0b1c2d3e-000)`, `cuslice run 4242 (python3
+    /// train.py)`.
     pub label: String,
     /// Its quota file, parsed (None: unreadable; see the note).
     pub quota: Option<Config>,
@@ -103,8 +128,41 @@ pub struct Slice {
     /// The user the memory segment and the directories above it up to the
     /// session's directory must belong to before the watch writes it: the
     /// `cuslice run` process's uid (None: a container's, under the
-    /// root-only `<root>/containers`).
+    /// root-only `<root>/containers`, or a claim's, under the root-only
+    /// `<root>/claims`).
     pub mem_seg_owner: Option<u32>,
+    /// A container record naming a DRA claim: the claim's UID. Such a
+    /// record only maps processes to the claim's slice
+    /// ([`SliceId::Claim`]); its own quota, tenant and memory segment are
+    /// unset (the claim's are judged).
+    pub claim: Option<String>,
+}
+
+impl Slice {
+    /// The slice the processes this record matches belong to: the claim's
+    /// for a container of a DRA claim, else its own.
+    fn owner(&self) -> SliceId {
+        match &self.claim {
+            Some(uid) => SliceId::Claim(uid.clone()),
+            None => self.id.clone(),
+        }
+    }
+}
+
+/// The one slice that every record of `records` belongs to (containers of
+/// one DRA claim are one slice); None for none or several.
+fn one_slice(records: &[&Slice]) -> Option<SliceId> {
+    let first = records.first()?.owner();
+    records[1..]
+        .iter()
+        .all(|c| c.owner() == first)
+        .then_some(first)
+}
+
+/// The slices `records` belong to, each once, in order.
+fn owner_ids(records: &[&Slice]) -> Vec<SliceId> {
+    let set: std::collections::BTreeSet<SliceId> = records.iter().map(|c| c.owner()).collect();
+    set.into_iter().collect()
 }
 
 /// `container.json`'s identity: device, inode, modification time (s, ns).
@@ -115,15 +173,37 @@ fn file_id(p: &Path) -> Option<FileId> {
     Some((m.dev(), m.ino(), m.mtime(), m.mtime_nsec()))
 }
 
+/// A claim's `quota.toml` and `claim.json` identities (None: missing): a
+/// claim is read again when either changes.
+type ClaimFiles = (Option<FileId>, Option<FileId>);
+
+/// The most of a claim's record that is read.
+const CLAIM_RECORD_MAX: u64 = 64 << 10;
+
+/// What the watch takes from a claim's record: its name, for messages.
+#[derive(serde::Deserialize)]
+struct ClaimRecord {
+    #[serde(default)]
+    namespace: String,
+    #[serde(default)]
+    name: String,
+}
+
 pub struct Slices {
     root: PathBuf,
     /// The watch's own PID namespace: a container recorded with it shares
     /// the host's, and is found by cgroup.
     host_ns: Option<u64>,
+    /// Every container record loaded: a slice of its own, or (`claim`) a
+    /// member of a claim's.
     pub containers: BTreeMap<String, Slice>,
+    /// The DRA claims the loaded container records name, by UID.
+    pub claims: BTreeMap<String, Slice>,
     pub runs: BTreeMap<(u32, u64), Slice>,
     /// The `container.json` each container (loaded or stale) was read from.
     meta_ids: HashMap<String, FileId>,
+    /// The claim's quota file and record each claim was read from.
+    claim_ids: HashMap<String, ClaimFiles>,
     /// Containers whose recorded init is gone: not loaded again until their
     /// `container.json` changes.
     stale: HashSet<String>,
@@ -303,8 +383,10 @@ impl Slices {
             root: root.to_path_buf(),
             host_ns,
             containers: BTreeMap::new(),
+            claims: BTreeMap::new(),
             runs: BTreeMap::new(),
             meta_ids: HashMap::new(),
+            claim_ids: HashMap::new(),
             stale: HashSet::new(),
             shared_runs: HashSet::new(),
             cache: HashMap::new(),
@@ -316,18 +398,26 @@ impl Slices {
     pub fn get(&self, id: &SliceId) -> Option<&Slice> {
         match id {
             SliceId::Container(c) => self.containers.get(c),
+            SliceId::Claim(uid) => self.claims.get(uid),
             SliceId::Run { pid, start } => self.runs.get(&(*pid, *start)),
         }
     }
 
+    /// Every slice: the containers not of a claim, the claims, the
+    /// sessions.
     pub fn all(&self) -> impl Iterator<Item = &Slice> {
-        self.containers.values().chain(self.runs.values())
+        self.containers
+            .values()
+            .filter(|c| c.claim.is_none())
+            .chain(self.claims.values())
+            .chain(self.runs.values())
     }
 
     /// Finds containers that came, went, were written again or whose init
-    /// ended, and sessions that ended. One directory listing, and per
-    /// container one `stat` of its `container.json` and one read of its
-    /// init's `/proc/<pid>/stat`; one `stat` per live session.
+    /// ended, claims whose files changed, and sessions that ended. One
+    /// directory listing, and per container one `stat` of its
+    /// `container.json` and one read of its init's `/proc/<pid>/stat`; two
+    /// `stat`s per claim; one `stat` per live session.
     pub fn refresh(&mut self, p: &dyn ProcSource) {
         let dir = self.root.join("containers");
         let mut ids: Vec<String> = std::fs::read_dir(&dir)
@@ -378,6 +468,7 @@ impl Slices {
                 }
             }
         }
+        changed |= self.refresh_claims();
         let before = self.runs.len();
         let alive = |(pid, start): &(u32, u64)| p.stat(*pid).is_some_and(|s| s.start == *start);
         self.runs.retain(|k, _| alive(k));
@@ -385,14 +476,116 @@ impl Slices {
         changed |= before != self.runs.len();
         if changed {
             // A new container may own processes seen outside any slice;
-            // a gone one owns none.
+            // a gone one owns none. A claim's processes are classified
+            // again (rare: containers come and go): which of its
+            // containers each was in is not kept, and one may be gone.
             let containers = &self.containers;
             let runs = &self.runs;
             self.cache.retain(|_, (_, o)| match o {
-                Owner::Nobody | Owner::Ambiguous(_) => false,
-                Owner::Slice(SliceId::Container(c)) => containers.contains_key(c),
+                Owner::Nobody | Owner::Ambiguous(_) | Owner::Slice(SliceId::Claim(_)) => false,
+                Owner::Slice(SliceId::Container(c)) => {
+                    containers.get(c).is_some_and(|c| c.claim.is_none())
+                }
                 Owner::Slice(SliceId::Run { pid, start }) => runs.contains_key(&(*pid, *start)),
             });
+        }
+    }
+
+    /// The claims the loaded container records name: those no record
+    /// names any more are forgotten, a new one or one whose quota file or
+    /// record changed is read. Whether anything changed.
+    fn refresh_claims(&mut self) -> bool {
+        let mut named: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for c in self.containers.values() {
+            if let Some(uid) = &c.claim {
+                named.entry(uid.clone()).or_default().push(c.label.clone());
+            }
+        }
+        let before = self.claims.len();
+        self.claims.retain(|uid, _| named.contains_key(uid));
+        self.claim_ids.retain(|uid, _| named.contains_key(uid));
+        let mut changed = before != self.claims.len();
+        let dir = self.root.join(CLAIMS_DIR);
+        for (uid, members) in named {
+            // Taken before the files are read: a change meanwhile is read
+            // at the next pass.
+            let now = (
+                file_id(&dir.join(&uid).join("quota.toml")),
+                file_id(&dir.join(&uid).join(CLAIM_RECORD)),
+            );
+            if self.claims.contains_key(&uid) && self.claim_ids.get(&uid) == Some(&now) {
+                continue;
+            }
+            let s = self.load_claim(&uid, &members);
+            self.claim_ids.insert(uid.clone(), now);
+            self.claims.insert(uid, s);
+            changed = true;
+        }
+        changed
+    }
+
+    /// Claim `uid`'s slice, `members` the labels of the containers whose
+    /// records name it (for the note on a claim that cannot be checked).
+    fn load_claim(&mut self, uid: &str, members: &[String]) -> Slice {
+        let shown = text::clean(&short(uid));
+        let dir = fs::Dir::open(&self.root)
+            .and_then(|r| r.open_dir(OsStr::new(CLAIMS_DIR)))
+            .and_then(|c| c.open_dir(OsStr::new(uid)));
+        // The plugin's record, for the label: best effort (a claim is
+        // judged whatever its record says).
+        let record = dir
+            .as_ref()
+            .ok()
+            .and_then(|d| d.read_file(CLAIM_RECORD, CLAIM_RECORD_MAX).ok())
+            .and_then(|t| serde_json::from_str::<ClaimRecord>(&t).ok())
+            .filter(|r| !r.namespace.is_empty() && !r.name.is_empty());
+        let label = match record {
+            Some(r) => format!(
+                "DRA claim {}/{} ({shown})",
+                text::clean(&r.namespace),
+                text::clean(&r.name)
+            ),
+            None => format!("DRA claim {shown}"),
+        };
+        let quota = dir.map_err(String::from).and_then(|d| {
+            let text = d.read_file("quota.toml", config::MAX_FILE_BYTES)?;
+            let path = d.join("quota.toml");
+            let cfg = config::parse_file(&path, &text).map_err(|e| e.to_string())?;
+            if !cfg.has_limits() {
+                // What the hook refuses to give a container.
+                return Err(format!("{}: no limit in it", path.display()));
+            }
+            Ok(cfg)
+        });
+        let quota = match quota {
+            Ok(c) => Some(c),
+            Err(e) => {
+                self.notes.push(format!(
+                    "{label} (named by {}): {e}: its containers are not checked",
+                    members.join(", ")
+                ));
+                None
+            }
+        };
+        let seg_dir = self.root.join(CLAIMS_DIR).join(uid).join("segment");
+        Slice {
+            id: SliceId::Claim(uid.to_string()),
+            tenant: quota
+                .as_ref()
+                .map_or_else(|| format!("claim-{uid}"), Config::tenant_name),
+            label,
+            mem_seg: quota
+                .as_ref()
+                .filter(|c| c.has_memory())
+                .map(|_| seg_dir.join("memory.seg")),
+            quota,
+            gpu_dir: self.root.join("gpu"),
+            pid_ns: None,
+            cgroup: None,
+            init: None,
+            repair: true,
+            mem_seg_owner: None,
+            claim: None,
         }
     }
 
@@ -407,16 +600,23 @@ impl Slices {
         // The hook writes the quota file, then container.json: until both
         // are there, try again at the next pass.
         let meta_bytes = std::fs::read(dir.join(META_FILE)).ok()?;
-        let q = dir.join("quota.toml");
-        let quota = match read_quota(&q, &q, None) {
-            Ok(c) => Some(c),
-            Err(e) => {
-                self.notes
-                    .push(format!("container {}: {e}: not checked", short(id)));
-                None
-            }
-        };
         let meta: Option<ContainerMeta> = serde_json::from_slice(&meta_bytes).ok();
+        // A container of a DRA claim is judged with the claim's other
+        // containers, against the claim's quota file (`refresh_claims`):
+        // its own copy is not read.
+        let claim = meta.as_ref().and_then(|m| m.claim.clone());
+        let q = dir.join("quota.toml");
+        let quota = match claim {
+            Some(_) => None,
+            None => match read_quota(&q, &q, None) {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    self.notes
+                        .push(format!("container {}: {e}: not checked", short(id)));
+                    None
+                }
+            },
+        };
         // The name, pod and image are annotations, the command the spec's:
         // the tenant's, escaped by `describe`.
         let label = match &meta {
@@ -455,9 +655,12 @@ impl Slices {
         }
         Some(Slice {
             id: SliceId::Container(id.to_string()),
-            tenant: quota
-                .as_ref()
-                .map_or_else(|| format!("ctr-{}", short(id)), Config::tenant_name),
+            tenant: match (&quota, &claim) {
+                (Some(c), _) => c.tenant_name(),
+                // A claim's container registers as the claim's tenant.
+                (None, Some(_)) => String::new(),
+                (None, None) => format!("ctr-{}", short(id)),
+            },
             label,
             mem_seg: quota
                 .as_ref()
@@ -470,6 +673,7 @@ impl Slices {
             init,
             repair: true,
             mem_seg_owner: None,
+            claim,
         })
     }
 
@@ -499,6 +703,7 @@ impl Slices {
             init: None,
             repair: false,
             mem_seg_owner: uid,
+            claim: None,
         };
         let Some(uid) = uid else {
             self.notes
@@ -532,7 +737,13 @@ impl Slices {
                 return slice;
             }
         };
-        if let Some(c) = self.containers.values().find(|c| c.tenant == tenant) {
+        if let Some(c) = self
+            .containers
+            .values()
+            .filter(|c| c.claim.is_none())
+            .chain(self.claims.values())
+            .find(|c| c.tenant == tenant)
+        {
             self.notes.push(format!(
                 "{label}: its tenant {tenant} is also {}'s: not checked",
                 c.label
@@ -625,46 +836,48 @@ impl Slices {
                 .values()
                 .filter(|c| c.pid_ns == Some(*ns) && c.pid_ns != host)
                 .collect();
-            match owners[..] {
-                [] => continue,
-                [c] => return Owner::Slice(c.id.clone()),
-                _ => {
-                    // Containers sharing a PID namespace (`--pid
-                    // container:`, a pod's shareProcessNamespace): told
-                    // apart by cgroup; a process none or several claim
-                    // alike is no one's, never acted on.
-                    let by_cg = most_specific(cg.as_deref(), owners.clone());
-                    if let [c] = by_cg[..] {
-                        return Owner::Slice(c.id.clone());
-                    }
-                    let names: Vec<&str> = by_cg.iter().map(|c| c.label.as_str()).collect();
-                    self.notes.push(format!(
-                        "pid {pid}: in a PID namespace that several containers share, and its cgroup ({}) does not tell which of them it belongs to{}: not checked",
-                        cg.as_deref().unwrap_or("unknown"),
-                        if names.is_empty() {
-                            String::new()
-                        } else {
-                            format!(" ({})", names.join(", "))
-                        }
-                    ));
-                    let claim = if by_cg.is_empty() { owners } else { by_cg };
-                    return Owner::Ambiguous(claim.iter().map(|c| c.id.clone()).collect());
-                }
+            if owners.is_empty() {
+                continue;
             }
+            // One container, or containers of one DRA claim (a pod's
+            // containers sharing its PID namespace): one slice.
+            if let Some(id) = one_slice(&owners) {
+                return Owner::Slice(id);
+            }
+            // Containers of several slices sharing a PID namespace (`--pid
+            // container:`, a pod's shareProcessNamespace): told apart by
+            // cgroup; a process none or several claim alike is no one's,
+            // never acted on.
+            let by_cg = most_specific(cg.as_deref(), owners.clone());
+            if let Some(id) = one_slice(&by_cg) {
+                return Owner::Slice(id);
+            }
+            let names: Vec<&str> = by_cg.iter().map(|c| c.label.as_str()).collect();
+            self.notes.push(format!(
+                "pid {pid}: in a PID namespace that several containers share, and its cgroup ({}) does not tell which of them it belongs to{}: not checked",
+                cg.as_deref().unwrap_or("unknown"),
+                if names.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", names.join(", "))
+                }
+            ));
+            let claim = if by_cg.is_empty() { owners } else { by_cg };
+            return Owner::Ambiguous(owner_ids(&claim));
         }
         let all: Vec<&Slice> = self.containers.values().collect();
-        match most_specific(cg.as_deref(), all)[..] {
-            [c] => return Owner::Slice(c.id.clone()),
-            [] => {}
-            ref several => {
-                let names: Vec<&str> = several.iter().map(|c| c.label.as_str()).collect();
-                self.notes.push(format!(
-                    "pid {pid}: its cgroup ({}) is recorded by several containers ({}): not checked",
-                    cg.as_deref().unwrap_or("unknown"),
-                    names.join(", ")
-                ));
-                return Owner::Ambiguous(several.iter().map(|c| c.id.clone()).collect());
-            }
+        let by_cg = most_specific(cg.as_deref(), all);
+        if let Some(id) = one_slice(&by_cg) {
+            return Owner::Slice(id);
+        }
+        if !by_cg.is_empty() {
+            let names: Vec<&str> = by_cg.iter().map(|c| c.label.as_str()).collect();
+            self.notes.push(format!(
+                "pid {pid}: its cgroup ({}) is recorded by several containers ({}): not checked",
+                cg.as_deref().unwrap_or("unknown"),
+                names.join(", ")
+            ));
+            return Owner::Ambiguous(owner_ids(&by_cg));
         }
         // A process in a PID namespace of its own that is no container's
         // (`unshare -Urpf` needs no privilege) is walked up like any
@@ -1172,6 +1385,265 @@ pub mod tests {
         );
         // By cgroup alone (the host's namespace): the most specific record.
         assert_eq!(of(&mut s, 33), Some(SliceId::Container("qqq".into())));
+    }
+
+    /// A DRA claim's files as its plugin writes them: `quota`, a record
+    /// when given, an empty segment directory.
+    fn claim(root: &Path, uid: &str, quota: &str, record: Option<serde_json::Value>) {
+        let d = root.join("claims").join(uid);
+        std::fs::create_dir_all(d.join("segment")).expect("mkdir");
+        std::fs::write(d.join("quota.toml"), quota).expect("quota");
+        if let Some(r) = record {
+            std::fs::write(d.join("claim.json"), r.to_string()).expect("record");
+        }
+    }
+
+    /// What `cuslice-dra-plugin` writes for a claim of 2 GiB.
+    const CLAIM_QUOTA: &str = "tenant = \"team-a/trainer\"\nsegment_dir = \"/run/cuslice/segment\"\ngpu_segment_dir = \"/run/cuslice/gpu\"\n[all]\nmemory = \"2GiB\"\n";
+
+    /// A container record of claim `uid` (or none), its init `init` (host
+    /// PID, start time 1), in PID namespace `ns` and cgroup `/pod/<id>`.
+    fn member(root: &Path, id: &str, ns: u64, init: u32, uid: Option<&str>) {
+        let mut meta = serde_json::json!({"id": id, "pid_ns": ns, "cgroup": format!("/pod/{id}"),
+            "init_pid": init, "init_start": 1});
+        if let Some(u) = uid {
+            meta["claim"] = u.into();
+        }
+        // Its copy of the claim's quota file: what its shim reads, not
+        // what the watch judges it by (100 GiB here, to tell them apart).
+        container(root, id, meta, &CLAIM_QUOTA.replace("2GiB", "100GiB"));
+    }
+
+    #[test]
+    fn the_containers_of_a_dra_claim_are_one_slice_held_to_the_claims_quota_file_and_segment() {
+        let root = tmp("claim");
+        claim(
+            &root,
+            "uid-1",
+            CLAIM_QUOTA,
+            Some(
+                serde_json::json!({"namespace": "team-a", "name": "trainer\u{1b}[2J", "uid": "uid-1", "pods": ["team-a/t-0"]}),
+            ),
+        );
+        member(&root, "aaa", 111, 10, Some("uid-1"));
+        member(&root, "bbb", 222, 20, Some("uid-1"));
+        // Two more of the claim sharing a PID namespace (a pod's
+        // shareProcessNamespace): whichever of them a process is in, it
+        // is the claim's.
+        member(&root, "ddd", 444, 40, Some("uid-1"));
+        member(&root, "eee", 444, 41, Some("uid-1"));
+        // A container of its own beside them.
+        container(
+            &root,
+            "ccc",
+            serde_json::json!({"id": "ccc", "pid_ns": 333, "cgroup": "/pod/ccc", "init_pid": 30, "init_start": 1}),
+            QUOTA,
+        );
+        let mut fp = FakeProc::default();
+        for (pid, ns) in [(10, 111), (20, 222), (30, 333), (40, 444), (41, 444)] {
+            fp.procs
+                .insert(pid, p(1, 1, &[ns, HOST], &format!("/pod/{pid}"), "sh", &[]));
+        }
+        fp.procs
+            .insert(11, p(10, 2, &[111, HOST], "/pod/aaa", "python3", &[]));
+        fp.procs
+            .insert(21, p(20, 2, &[222, HOST], "/pod/bbb", "python3", &[]));
+        fp.procs
+            .insert(31, p(30, 2, &[333, HOST], "/pod/ccc", "python3", &[]));
+        fp.procs
+            .insert(42, p(40, 2, &[444, HOST], "/elsewhere", "python3", &[]));
+        let mut s = Slices::new(&root, Some(HOST));
+        s.refresh(&fp);
+        assert!(s.notes.is_empty(), "{:?}", s.notes);
+        let claim_id = Some(SliceId::Claim("uid-1".into()));
+        for (pid, want) in [
+            (11, claim_id.clone()),
+            (21, claim_id.clone()),
+            (42, claim_id.clone()),
+            (31, Some(SliceId::Container("ccc".into()))),
+        ] {
+            assert_eq!(s.slice_of(&fp, pid).map(|x| x.1), Some(want), "pid {pid}");
+        }
+        // One slice for the claim, none for its containers.
+        let ids: Vec<SliceId> = s.all().map(|x| x.id.clone()).collect();
+        assert_eq!(
+            ids,
+            [
+                SliceId::Container("ccc".into()),
+                SliceId::Claim("uid-1".into())
+            ]
+        );
+        let c = s.get(&SliceId::Claim("uid-1".into())).expect("claim");
+        assert_eq!(c.label, "DRA claim team-a/trainer\\x1b[2J (uid-1)");
+        assert_eq!(c.tenant, "team-a/trainer");
+        assert_eq!(c.quota.as_ref().and_then(|q| q.all.memory), Some(2 << 30));
+        let seg = root.join("claims/uid-1/segment/memory.seg");
+        assert_eq!(c.mem_seg.as_deref(), Some(seg.as_path()));
+        assert_eq!(
+            c.open_mem_seg_for_repair().expect("repair").path(),
+            seg.as_path()
+        );
+        // Its record gone: named by its UID, read again.
+        std::fs::remove_file(root.join("claims/uid-1/claim.json")).expect("rm");
+        s.refresh(&fp);
+        assert_eq!(s.claims["uid-1"].label, "DRA claim uid-1");
+        assert!(s.notes.is_empty(), "{:?}", s.notes);
+        // A container of the claim goes: its processes are no one's, the
+        // others' stay the claim's.
+        std::fs::remove_dir_all(root.join("containers/aaa")).expect("rm");
+        s.refresh(&fp);
+        assert_eq!(s.cached(11), None);
+        assert_eq!(s.slice_of(&fp, 11).map(|x| x.1), Some(None));
+        assert_eq!(s.slice_of(&fp, 21).map(|x| x.1), Some(claim_id.clone()));
+        // The last ones go: so does the claim.
+        for id in ["bbb", "ddd", "eee"] {
+            std::fs::remove_dir_all(root.join("containers").join(id)).expect("rm");
+        }
+        s.refresh(&fp);
+        assert!(s.claims.is_empty());
+        assert_eq!(s.slice_of(&fp, 21).map(|x| x.1), Some(None));
+    }
+
+    #[test]
+    fn a_claim_whose_directory_or_quota_file_is_missing_or_bad_is_one_note_naming_the_path_and_is_not_checked()
+     {
+        let root = tmp("badclaim");
+        let mut fp = FakeProc::default();
+        fp.procs
+            .insert(10, p(1, 1, &[111, HOST], "/pod/aaa", "sh", &[]));
+        fp.procs
+            .insert(11, p(10, 2, &[111, HOST], "/pod/aaa", "python3", &[]));
+        member(&root, "aaa", 111, 10, Some("uid-2"));
+        let uid2 = root.join("claims/uid-2");
+        // (what is done to the claim, what the note says). A claim is read
+        // again when its quota file or record changes: each case changes
+        // the quota file as `stat` sees it.
+        let cases: Vec<(Box<dyn Fn()>, String)> = vec![
+            (
+                Box::new(|| ()),
+                format!(
+                    "{}: cannot open the directory: No such file or directory",
+                    root.join("claims").display()
+                ),
+            ),
+            (
+                Box::new(|| {
+                    claim(&root, "elsewhere", CLAIM_QUOTA, None);
+                    std::os::unix::fs::symlink(root.join("claims/elsewhere"), &uid2)
+                        .expect("symlink");
+                }),
+                format!("{}: expected a directory, got a symlink", uid2.display()),
+            ),
+            (
+                Box::new(|| {
+                    std::fs::remove_file(&uid2).expect("rm");
+                    std::fs::create_dir_all(&uid2).expect("mkdir");
+                }),
+                format!(
+                    "{}: cannot open the file: No such file or directory",
+                    uid2.join("quota.toml").display()
+                ),
+            ),
+            (
+                Box::new(|| {
+                    std::os::unix::fs::symlink(
+                        root.join("claims/elsewhere/quota.toml"),
+                        uid2.join("quota.toml"),
+                    )
+                    .expect("symlink");
+                }),
+                format!(
+                    "{}: cannot open the file: Too many levels of symbolic links",
+                    uid2.join("quota.toml").display()
+                ),
+            ),
+            (
+                Box::new(|| {
+                    std::fs::remove_file(uid2.join("quota.toml")).expect("rm");
+                    std::fs::write(uid2.join("quota.toml"), "[all]\nmemory = \"lots\"\n")
+                        .expect("write");
+                }),
+                format!(
+                    "{}: all.memory: expected a size",
+                    uid2.join("quota.toml").display()
+                ),
+            ),
+            (
+                Box::new(|| {
+                    std::fs::write(uid2.join("quota.toml"), "tenant = \"team-a/x\"\n")
+                        .expect("write");
+                }),
+                format!("{}: no limit in it", uid2.join("quota.toml").display()),
+            ),
+            (
+                Box::new(|| {
+                    std::fs::write(
+                        uid2.join("quota.toml"),
+                        vec![b'#'; (config::MAX_FILE_BYTES + 1) as usize],
+                    )
+                    .expect("write");
+                }),
+                format!("{}: larger than", uid2.join("quota.toml").display()),
+            ),
+        ];
+        let mut s = Slices::new(&root, Some(HOST));
+        for (i, (make, want)) in cases.iter().enumerate() {
+            make();
+            // Each change seen as one (a file written in the same clock
+            // tick as the last is not told from it).
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            s.refresh(&fp);
+            assert_eq!(s.notes.len(), 1, "case {i}: {:?}", s.notes);
+            let n = s.notes.remove(0);
+            assert!(
+                n.starts_with("DRA claim uid-2 (named by container aaa): ")
+                    && n.contains(want.as_str())
+                    && n.ends_with(": its containers are not checked"),
+                "case {i}: {n}\nwanted {want}"
+            );
+            // The claim's processes: the claim's, not judged; never the
+            // container's own (its copy gives 100 GiB).
+            let c = &s.claims["uid-2"];
+            assert!(c.quota.is_none() && c.mem_seg.is_none(), "case {i}");
+            assert_eq!(
+                s.slice_of(&fp, 11).map(|x| x.1),
+                Some(Some(SliceId::Claim("uid-2".into()))),
+                "case {i}"
+            );
+            assert_eq!(s.all().count(), 1);
+            // Said once.
+            s.refresh(&fp);
+            assert!(s.notes.is_empty(), "case {i}: {:?}", s.notes);
+        }
+        // Another user's file (the watch runs as root: root's only).
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            let q = uid2.join("quota.toml");
+            std::fs::write(&q, CLAIM_QUOTA).expect("write");
+            std::os::unix::fs::chown(&q, Some(4242), None).expect("chown");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            s.refresh(&fp);
+            assert_eq!(s.notes.len(), 1, "{:?}", s.notes);
+            assert!(
+                s.notes[0].contains(&format!(
+                    "{}: expected a file of uid 0, got one of uid 4242",
+                    q.display()
+                )),
+                "{}",
+                s.notes[0]
+            );
+            s.notes.clear();
+            std::os::unix::fs::chown(&q, Some(0), None).expect("chown");
+        }
+        // Made right: read again, judged, no note.
+        std::fs::write(uid2.join("quota.toml"), CLAIM_QUOTA).expect("write");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        s.refresh(&fp);
+        assert!(s.notes.is_empty(), "{:?}", s.notes);
+        assert_eq!(
+            s.claims["uid-2"].quota.as_ref().and_then(|q| q.all.memory),
+            Some(2 << 30)
+        );
     }
 
     #[test]

@@ -98,8 +98,9 @@ pub struct Registration {
 pub struct SliceSnap {
     /// The tenant its processes register as.
     pub tenant: String,
-    /// For messages: `container web-1 (0123456789ab)`, `cuslice run 4242
-    /// (python3 train.py)`.
+    /// For messages: `container web-1 (0123456789ab)`, `DRA claim
+    /// team-a/trainer (0b1c2d3e-000)`, `cuslice run 4242 (python3
+    /// train.py)`.
     pub label: String,
     /// Its quota file, parsed (None: unreadable; not judged).
     pub quota: Option<Config>,
