@@ -7,8 +7,11 @@
 //! budget) through until its deadline, with one fetch-sub per launch (and a
 //! clock read every 16th) and no lock, syscall or allocation. At a pass's
 //! end (the slow path, under a process-local mutex):
-//! - a process that launched freely is charged the pass's wall time
-//!   (unless `crate::meter` charges its kernels' GPU time instead); one
+//! - a process that launched freely is charged the pass's wall time in
+//!   flight, an upper bound of its GPU time; where that bound could make
+//!   it heavy on a contended GPU, what `crate::meter`'s probes measure
+//!   instead (its kernels' GPU time from records during a probe, the
+//!   probe's ratio of GPU time to time in flight between probes); one
 //!   that holds the lease renews it (charged the slice) or, when a waiting
 //!   tenant is owed the GPU or its ceiling is reached, drains its work
 //!   (`cuCtxSynchronize`), is charged the slice and releases the lease;
@@ -77,6 +80,21 @@ const PRESENCE_CHECK_NS: u64 = 50_000_000;
 const HOLD_SLEEP_NS: u64 = 2_000_000;
 /// A budget that never ends a pass before its deadline.
 const UNBOUNDED: u64 = 1 << 40;
+/// A process on a contended GPU asks the meter for probes (`crate::meter`)
+/// once its wall time in flight could make its tenant heavy: in flight
+/// this long without a break...
+const NEED_BUSY_NS: u64 = 10_000_000;
+/// ...or at least this much of its share (per mille) over a demand window.
+/// Under it, charged its wall time in flight (an upper bound), it is light
+/// whatever its kernels ran.
+const NEED_SHARE_PERMILLE: u64 = 500;
+/// A probe's ratio of GPU time to wall time in flight stands in for
+/// records this long (probes come every `PROBE_NS + REST_NS` while needed).
+const RATIO_STALE_NS: u64 = 3_000_000_000;
+/// A probe that saw less wall time in flight than this teaches nothing (the
+/// process was idle through it): the last ratio stands.
+const MIN_PROBE_WALL_NS: u64 = 2_000_000;
+const NO_RATIO: u64 = u64::MAX;
 
 const NONE: u8 = 0;
 const FREE: u8 = 1;
@@ -149,6 +167,19 @@ pub struct Gpu {
     /// again (the lease charges its slices).
     hold_from: AtomicU64,
     hold_to: AtomicU64,
+    /// The current probe (`crate::meter`): GPU time its records charged,
+    /// and wall time in flight of free passes inside it.
+    probe_gpu: AtomicU64,
+    probe_wall: AtomicU64,
+    /// GPU time per wall time in flight, parts per million, as the last
+    /// probe measured it at `ratio_at` (`NO_RATIO`: none yet).
+    ratio_ppm: AtomicU64,
+    ratio_at: AtomicU64,
+    /// Wall time in flight of free passes in the current window (from
+    /// `wall_start`), and per mille of the last whole window.
+    wall_start: AtomicU64,
+    wall_ns: AtomicU64,
+    wall_pm: AtomicU64,
     /// What this process's launches went through, for the log at exit:
     /// passes launching freely and holding the lease, times it went
     /// through the lease, and time (ns) its launching thread waited for
@@ -272,6 +303,13 @@ pub fn build(cfg: &Config, uuids: &[[u8; 16]]) -> Result<(), String> {
             busy_metered: AtomicU64::new(0),
             hold_from: AtomicU64::new(u64::MAX),
             hold_to: AtomicU64::new(u64::MAX),
+            probe_gpu: AtomicU64::new(0),
+            probe_wall: AtomicU64::new(0),
+            ratio_ppm: AtomicU64::new(NO_RATIO),
+            ratio_at: AtomicU64::new(0),
+            wall_start: AtomicU64::new(now_ns()),
+            wall_ns: AtomicU64::new(0),
+            wall_pm: AtomicU64::new(0),
             free_passes: AtomicU64::new(0),
             priv_passes: AtomicU64::new(0),
             held_passes: AtomicU64::new(0),
@@ -379,8 +417,13 @@ impl Gpu {
             self.close_free_pass(now);
             if !self.latency && (by_budget || shallow) {
                 self.bound_queue(stream, shallow);
+                // Waiting for its own work, the process has it in flight
+                // (beside a latency tenant, a trainer's passes are short
+                // and its kernels run while it waits here).
+                let t = now_ns();
+                self.charge_in_flight(now, t, t);
                 if by_budget {
-                    self.measure(now_ns(), launches);
+                    self.measure(t, launches);
                 }
             }
             return;
@@ -425,8 +468,9 @@ impl Gpu {
     }
 
     /// Work of a process that launches freely was in flight from `start`
-    /// to `end`: charged as GPU time unless kernel records measure it, and
-    /// the busy period goes on to `end`.
+    /// to `end`: charged as GPU time (what the meter's records cover of it
+    /// by them; the rest by the last probe's ratio where there is one, else
+    /// whole, an upper bound), and the busy period goes on to `end`.
     fn charge_in_flight(&self, start: u64, end: u64, now: u64) {
         // A privileged latency process spends its privilege budget by its
         // wall time in flight: that is what its privilege costs the others
@@ -439,19 +483,23 @@ impl Gpu {
             self.priv_tokens
                 .fetch_sub(end.saturating_sub(start) as i64, Ordering::Relaxed);
         }
-        let since = crate::meter::active();
-        if since.is_none() {
-            self.seg
-                .charge_free(self.tenant, end.saturating_sub(start), now);
+        let wall = end.saturating_sub(start);
+        self.note_wall(wall, now);
+        let window = crate::meter::window();
+        let recorded = window.map_or(0, |(s, u)| end.min(u).saturating_sub(start.max(s)));
+        if recorded > 0 {
+            self.probe_wall.fetch_add(recorded, Ordering::Relaxed);
+        }
+        let ratio = self.ratio(now);
+        let rest = wall - recorded.min(wall);
+        if rest > 0 {
+            let ns = ratio.map_or(rest, |r| of_ppm(rest, r));
+            self.seg.charge_free(self.tenant, ns, now);
         }
         self.busy_last.store(end, Ordering::Relaxed);
         let busy_since = self.busy_since.load(Ordering::Relaxed);
-        match since {
-            None => {
-                let busy = end.saturating_sub(busy_since);
-                self.seg.note_busy(self.tenant, busy, None, now);
-            }
-            Some(since) => {
+        match window {
+            Some((since, u64::MAX)) => {
                 // Measured from when both the busy period and the records
                 // began (records lag by a flush: an underestimate).
                 let busy = end.saturating_sub(busy_since.max(since));
@@ -461,7 +509,62 @@ impl Gpu {
                     .saturating_sub(self.busy_metered.load(Ordering::Relaxed));
                 self.seg.note_busy(self.tenant, busy, Some(gpu), now);
             }
+            _ => {
+                let busy = end.saturating_sub(busy_since);
+                match ratio {
+                    Some(r) => self
+                        .seg
+                        .note_busy(self.tenant, busy, Some(of_ppm(busy, r)), now),
+                    // Where the meter works (or a probe asked for is on its
+                    // way), a stretch is judged by what probes measure, not
+                    // by its wall time; one not measured yet is charged its
+                    // wall time meanwhile, which its demand then shows.
+                    None if crate::meter::usable() || crate::meter::coming(now) => {}
+                    None => self.seg.note_busy(self.tenant, busy, None, now),
+                }
+            }
         }
+    }
+
+    /// Counts `ns` of wall time in flight into this process's window.
+    fn note_wall(&self, ns: u64, now: u64) {
+        let start = self.wall_start.load(Ordering::Relaxed);
+        let span = now.saturating_sub(start);
+        if span >= cuslice_core::gpu::DEMAND_WINDOW_NS {
+            let total = self.wall_ns.swap(0, Ordering::Relaxed) + ns;
+            self.wall_pm.store(
+                (total.saturating_mul(1000) / span).min(1000),
+                Ordering::Relaxed,
+            );
+            self.wall_start.store(now, Ordering::Relaxed);
+        } else {
+            self.wall_ns.fetch_add(ns, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether this process's wall time in flight could make its tenant
+    /// heavy (then its GPU time is worth measuring): a busy stretch of
+    /// `NEED_BUSY_NS`, or in flight `NEED_SHARE_PERMILLE` of its share over
+    /// the last window or the current one so far.
+    fn needs_probe(&self, now: u64) -> bool {
+        let busy = now.saturating_sub(self.busy_last.load(Ordering::Relaxed)) <= BUSY_GAP_NS
+            && now.saturating_sub(self.busy_since.load(Ordering::Relaxed)) >= NEED_BUSY_NS;
+        let bar = u64::from(self.share.clamp(1, 100)) * 10 * NEED_SHARE_PERMILLE / 1000;
+        let span = now
+            .saturating_sub(self.wall_start.load(Ordering::Relaxed))
+            .max(cuslice_core::gpu::DEMAND_WINDOW_NS);
+        let current = self.wall_ns.load(Ordering::Relaxed).saturating_mul(1000) / span;
+        busy || self.wall_pm.load(Ordering::Relaxed) >= bar || current >= bar
+    }
+
+    /// The last probe's ratio of GPU time to wall time in flight (ppm),
+    /// while it is fresh and the meter works.
+    fn ratio(&self, now: u64) -> Option<u64> {
+        let r = self.ratio_ppm.load(Ordering::Relaxed);
+        (r != NO_RATIO
+            && now.saturating_sub(self.ratio_at.load(Ordering::Relaxed)) < RATIO_STALE_NS
+            && crate::meter::usable())
+        .then_some(r)
     }
 
     /// The process no longer holds the lease (released, taken, or handed
@@ -482,8 +585,12 @@ impl Gpu {
                     if self.latency {
                         self.privilege(now);
                     }
-                    // Charge what the GPU ran, not the time in flight.
-                    crate::meter::want(contended, now);
+                    // Charge what the GPU ran, not the time in flight,
+                    // where the difference can matter.
+                    if contended {
+                        crate::meter::prepare();
+                    }
+                    crate::meter::want(contended, contended && self.needs_probe(now), now);
                     self.alone.store(
                         !contended && self.seg.uncapped(self.tenant),
                         Ordering::Relaxed,
@@ -796,6 +903,38 @@ pub fn metered(dev: usize, start: u64, end: u64) {
     if ns > 0 {
         g.pending.fetch_add(ns, Ordering::Relaxed);
         g.metered.fetch_add(ns, Ordering::Relaxed);
+        g.probe_gpu.fetch_add(ns, Ordering::Relaxed);
+    }
+}
+
+/// `ns` times `ppm` parts per million.
+fn of_ppm(ns: u64, ppm: u64) -> u64 {
+    (u128::from(ns) * u128::from(ppm) / 1_000_000) as u64
+}
+
+/// The meter begins a probe (its thread): GPU time and wall time in flight
+/// count for it from now on.
+pub fn probe_begin() {
+    let Some(l) = get() else { return };
+    for g in l.gpus.iter().flatten() {
+        g.probe_gpu.store(0, Ordering::Relaxed);
+        g.probe_wall.store(0, Ordering::Relaxed);
+    }
+}
+
+/// A probe ended and its records are in (the meter's thread, at `now`):
+/// each GPU's ratio of GPU time to wall time in flight over it, where the
+/// process had work in flight in it.
+pub fn probe_end(now: u64) {
+    let Some(l) = get() else { return };
+    for g in l.gpus.iter().flatten() {
+        let wall = g.probe_wall.swap(0, Ordering::Relaxed);
+        let gpu = g.probe_gpu.swap(0, Ordering::Relaxed);
+        if wall >= MIN_PROBE_WALL_NS {
+            let ppm = (u128::from(gpu) * 1_000_000 / u128::from(wall)).min(1_000_000) as u64;
+            g.ratio_ppm.store(ppm, Ordering::Relaxed);
+            g.ratio_at.store(now, Ordering::Relaxed);
+        }
     }
 }
 
@@ -840,6 +979,12 @@ pub fn at_exit() {
                 g.leases.load(Ordering::Relaxed),
                 ms(&g.held_back_ns),
                 ms(&g.queue_wait_ns)
+            );
+        }
+        if let Some((probes, ns)) = crate::meter::summary() {
+            crate::info!(
+                "GPU time meter: recorded kernels in {probes} probes, {:.0} ms in all",
+                ns as f64 / 1e6
             );
         }
         for g in l.gpus.iter().flatten() {

@@ -4,24 +4,42 @@
 //! for most of that time: a decode loop beside a trainer is in flight
 //! 67-77 % of the time while its kernels run 4.5 %
 //! (docs/benchmarks/2026-11-24-h100-gpu-time-signals.md). Only CUPTI's
-//! kernel records say when the GPU ran a process's kernels. So a process
-//! that launches freely on a contended GPU is charged the time its kernels
-//! ran (their union per device), from these records, instead of its wall
-//! time in flight.
+//! kernel records say when the GPU ran a process's kernels. But recording
+//! costs every launch about a microsecond (more through PyTorch: a decode
+//! loop's requests took ~15 % longer while recorded,
+//! docs/benchmarks/2026-11-26-h200-decode-tail.md), so the meter records
+//! only where the answer can change a decision, and then in **probes**:
 //!
+//! - A process that launches freely on a contended GPU is charged its wall
+//!   time in flight (an upper bound of its GPU time) while that bound is
+//!   well under its share: it is light either way, and nothing is recorded
+//!   (two light services beside each other never pay for recording).
+//! - Where the bound could make it heavy (in flight at least half its
+//!   share over a demand window, or a busy stretch of `NEED_BUSY_NS`), the
+//!   limiter asks for a probe (`want`): the meter records kernels for
+//!   `PROBE_NS`, then rests for `REST_NS` before the next. During a probe
+//!   the process is charged its kernels' GPU time from the records; at its
+//!   end the limiter learns the ratio of GPU time to wall time in flight
+//!   (`crate::limiter::probe_end`), and until the ratio is stale it charges
+//!   wall time in flight times that ratio. So recording costs a launch-bound
+//!   loop a tenth of what it did; the price is that a change in a process's
+//!   ratio (a decode server that turns into a batch job) is seen at the next
+//!   probe, within about `PROBE_NS + REST_NS`.
+//! - `CUSLICE_METER=continuous` records all the time the GPU is shared (the
+//!   meter before probes, for comparisons); `always` records all the time,
+//!   alone too (experiments).
 //! - `libcupti` is the tenant's (`CUSLICE_CUPTI=<path>`, else the one the
 //!   program already loaded, else `libcupti.so.13` / `.12` / `libcupti.so`
 //!   on the search path or in the CUDA installation); `CUSLICE_CUPTI=off`
 //!   turns the meter off. Without it, the shim charges wall time as before
 //!   (and says so once).
 //! - CUPTI is loaded, and its callbacks registered, by the meter's thread
-//!   the first time the process launches freely on a contended GPU (`want`),
-//!   not before: a process alone on its GPU never loads it (initialised,
-//!   CUPTI costs every launch a little, and loading it takes milliseconds).
-//!   Recording is switched on only while the process launches freely on a
-//!   contended GPU, and off again after `IDLE_OFF_NS` without that.
-//! - A thread of ours flushes the records every `FLUSH_NS`; the charges lag
-//!   the GPU by about that much.
+//!   the first time the process launches freely on a contended GPU
+//!   (`prepare`), not before: a process alone on its GPU never loads it
+//!   (initialised, CUPTI costs every launch a little, and loading it takes
+//!   milliseconds).
+//! - A thread of ours flushes the records every `FLUSH_NS` while recording;
+//!   the charges lag the GPU by about that much.
 //! - The tenant's own profiler wins: when the program registers its own
 //!   activity callbacks (`cuptiActivityRegisterCallbacks`, which the shim
 //!   exports so that it sees the call), when a profiler is injected
@@ -30,7 +48,7 @@
 //!   charged wall time again (said once, at info level).
 
 use std::ffi::{CStr, c_char, c_void};
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use crate::limiter::now_ns;
@@ -38,7 +56,15 @@ use crate::sys::CUcontext;
 
 /// How often our thread flushes CUPTI's records while recording.
 const FLUSH_NS: u64 = 4_000_000;
-/// Recording stops this long after the process last wanted it.
+/// A probe records this long...
+pub const PROBE_NS: u64 = 100_000_000;
+/// ...and the next begins no sooner than this after it ended.
+pub const REST_NS: u64 = 900_000_000;
+/// A probe begins only while the process asked for one this recently (it
+/// launches, and needs it).
+const WANT_FRESH_NS: u64 = 50_000_000;
+/// `continuous`: recording stops this long after the process last wanted
+/// it.
 const IDLE_OFF_NS: u64 = 2_000_000_000;
 /// The records-stopped check: over this long, a process that launched at
 /// least `LOST_LAUNCHES` kernels but got no record, twice in a row, has lost
@@ -79,9 +105,11 @@ struct Meter {
     api: Api,
     path: String,
     /// Recording now, since `since` (our clock): kernels launched before are
-    /// not in the records.
+    /// not in the records. `until`: when the last recording ended
+    /// (`u64::MAX` while it goes on).
     enabled: AtomicBool,
     since: AtomicU64,
+    until: AtomicU64,
     /// CUPTI's clock minus ours.
     offset: AtomicI64,
     /// Given up for good (the tenant's profiler took CUPTI, or CUPTI failed).
@@ -104,11 +132,22 @@ static TENANT_PROFILES: AtomicBool = AtomicBool::new(false);
 /// the program's own registration makes the meter step aside: whichever
 /// comes second sees the first.
 static LOADING: Mutex<()> = Mutex::new(());
-/// When the process last asked for recording (our clock; 0: never). Kept
-/// outside `Meter`, which exists only once CUPTI is loaded.
+/// When the process last asked for recording (our clock; 0: never), and
+/// whether its GPU was ever shared (CUPTI is loaded then). Kept outside
+/// `Meter`, which exists only once CUPTI is loaded.
 static WANTED_AT: AtomicU64 = AtomicU64::new(0);
-/// `CUSLICE_METER=always`: record even while the GPU is not shared.
-static ALWAYS: AtomicBool = AtomicBool::new(false);
+static SHARED: AtomicBool = AtomicBool::new(false);
+/// `CUSLICE_METER`: probes (`shared`, the default), `continuous` or
+/// `always`.
+static MODE: AtomicU8 = AtomicU8::new(PROBES);
+const PROBES: u8 = 0;
+const CONTINUOUS: u8 = 1;
+const ALWAYS: u8 = 2;
+/// Probes taken, and wall time recorded in all (ns), for the exit report.
+static PROBES_TAKEN: AtomicU64 = AtomicU64::new(0);
+/// The next probe begins no sooner than this (our clock).
+static REST_UNTIL: AtomicU64 = AtomicU64::new(0);
+static RECORDED_NS: AtomicU64 = AtomicU64::new(0);
 /// The meter's thread runs (it loads CUPTI when first wanted).
 static STARTED: AtomicBool = AtomicBool::new(false);
 /// How often the meter's thread looks whether it is wanted before CUPTI is
@@ -262,15 +301,16 @@ pub fn start(devices: usize) {
         );
         return;
     }
-    let always = match std::env::var("CUSLICE_METER").as_deref() {
-        Ok("always") => true,
-        Ok("") | Ok("shared") | Err(_) => false,
+    let mode = match std::env::var("CUSLICE_METER").as_deref() {
+        Ok("always") => ALWAYS,
+        Ok("continuous") => CONTINUOUS,
+        Ok("") | Ok("shared") | Err(_) => PROBES,
         Ok(v) => {
-            crate::warn!("CUSLICE_METER={v} is not shared or always; using shared");
-            false
+            crate::warn!("CUSLICE_METER={v} is not shared, continuous or always; using shared");
+            PROBES
         }
     };
-    ALWAYS.store(always, Ordering::Relaxed);
+    MODE.store(mode, Ordering::Relaxed);
     let spawned = std::thread::Builder::new()
         .name("cuslice-meter".into())
         .spawn(move || {
@@ -290,7 +330,7 @@ pub fn start(devices: usize) {
 /// loads CUPTI and registers the callbacks. False where it cannot (said
 /// once) or the program's own profiler came first.
 fn load(devices: usize) -> bool {
-    while WANTED_AT.load(Ordering::Relaxed) == 0 {
+    while !SHARED.load(Ordering::Relaxed) && MODE.load(Ordering::Relaxed) != ALWAYS {
         std::thread::sleep(std::time::Duration::from_nanos(UNLOADED_NAP_NS));
     }
     if TENANT_PROFILES.load(Ordering::Acquire) {
@@ -324,6 +364,7 @@ fn load(devices: usize) -> bool {
         path,
         enabled: AtomicBool::new(false),
         since: AtomicU64::new(0),
+        until: AtomicU64::new(0),
         offset: AtomicI64::new(0),
         lost: AtomicBool::new(false),
         records: AtomicU64::new(0),
@@ -353,23 +394,83 @@ fn load(devices: usize) -> bool {
     true
 }
 
-/// Whether free launches are charged from the records now: Some(since)
-/// (kernels launched from `since` on are in them).
+/// The current or last recording, `(since, until)` (our clock; `until` is
+/// `u64::MAX` while it goes on): kernels launched in it are charged from
+/// the records. None where the meter is not loaded or has stopped for good.
 #[inline]
-pub fn active() -> Option<u64> {
+pub fn window() -> Option<(u64, u64)> {
     let m = METER.get()?;
-    (m.enabled.load(Ordering::Acquire) && !m.lost.load(Ordering::Acquire))
-        .then(|| m.since.load(Ordering::Acquire))
+    if m.lost.load(Ordering::Acquire) {
+        return None;
+    }
+    let until = m.until.load(Ordering::Acquire);
+    let since = m.since.load(Ordering::Acquire);
+    (since != 0).then_some((since, until))
 }
 
-/// The process launches freely, on a contended GPU or not: record (from
-/// the meter's next tick on) where it is contended, or always with
-/// `CUSLICE_METER=always`.
+/// Whether the meter records now.
 #[inline]
-pub fn want(contended: bool, now: u64) {
-    if contended || ALWAYS.load(Ordering::Relaxed) {
+pub fn recording() -> bool {
+    METER
+        .get()
+        .is_some_and(|m| m.enabled.load(Ordering::Acquire) && !m.lost.load(Ordering::Acquire))
+}
+
+/// Whether a ratio learned from probes may stand in for records: the
+/// meter works (loaded, not given up).
+#[inline]
+pub fn usable() -> bool {
+    METER.get().is_some_and(|m| !m.lost.load(Ordering::Acquire))
+}
+
+/// Whether a probe the process asked for is coming: asked for within the
+/// last `WANT_FRESH_NS`, the meter not given up, and (loaded or not) not
+/// recording yet. A busy stretch is not judged saturating unmeasured while
+/// its measurement is on its way.
+#[inline]
+pub fn coming(now: u64) -> bool {
+    if !STARTED.load(Ordering::Acquire) || recording() {
+        return false;
+    }
+    if METER.get().is_some_and(|m| m.lost.load(Ordering::Acquire)) {
+        return false;
+    }
+    let at = WANTED_AT.load(Ordering::Relaxed);
+    at != 0 && now.saturating_sub(at) < WANT_FRESH_NS && now >= REST_UNTIL.load(Ordering::Relaxed)
+}
+
+/// The process launches freely on a contended GPU: CUPTI is loaded (once)
+/// so that a probe can begin at once when one is wanted.
+#[inline]
+pub fn prepare() {
+    if !SHARED.load(Ordering::Relaxed) {
+        SHARED.store(true, Ordering::Relaxed);
+    }
+}
+
+/// The process launches freely on a contended GPU where its wall time in
+/// flight could make it heavy (`need`), or just on a contended GPU
+/// (`contended`): a probe is wanted where `need`, recording all along
+/// under `continuous` where contended, and always under `always`.
+#[inline]
+pub fn want(contended: bool, need: bool, now: u64) {
+    let wanted = match MODE.load(Ordering::Relaxed) {
+        PROBES => contended && need,
+        CONTINUOUS => contended,
+        _ => true,
+    };
+    if wanted {
         WANTED_AT.store(now, Ordering::Relaxed);
     }
+}
+
+/// Probes taken and wall time recorded (ns), where the meter was loaded.
+pub fn summary() -> Option<(u64, u64)> {
+    METER.get()?;
+    Some((
+        PROBES_TAKEN.load(Ordering::Relaxed),
+        RECORDED_NS.load(Ordering::Relaxed),
+    ))
 }
 
 /// Kernels launched (for the records-stopped check).
@@ -399,12 +500,33 @@ fn give_up(m: &Meter, why: &str) {
     crate::info!("GPU time meter stops ({why}): charging wall time in flight from now on");
 }
 
-/// The meter's thread: switches recording on and off, flushes.
+/// Switches recording off at `now` (the records so far are flushed; the
+/// last ones at the next tick, when the probe's end is reported).
+fn stop_recording(m: &Meter, now: u64) {
+    m.enabled.store(false, Ordering::Release);
+    m.until.store(now, Ordering::Release);
+    // SAFETY: CUPTI calls.
+    unsafe {
+        (m.api.disable)(KIND_CONCURRENT_KERNEL);
+        (m.api.flush_all)(0);
+    }
+    RECORDED_NS.fetch_add(
+        now.saturating_sub(m.since.load(Ordering::Relaxed)),
+        Ordering::Relaxed,
+    );
+}
+
+/// The meter's thread: takes probes (switches recording on and off),
+/// flushes.
 fn run() {
     let Some(m) = METER.get() else { return };
     let mut calibrated_at = 0u64;
     let mut check_at = 0u64;
     let (mut seen, mut launched, mut silent) = (0u64, 0u64, 0u32);
+    // End of the current probe, earliest start of the next, and whether a
+    // probe that ended waits for its last records to be reported.
+    let (mut probe_until, mut rest_until, mut ending) = (0u64, 0u64, false);
+    let mode = MODE.load(Ordering::Relaxed);
     loop {
         if m.lost.load(Ordering::Acquire) {
             if m.enabled.swap(false, Ordering::AcqRel) && !TENANT_PROFILES.load(Ordering::Acquire) {
@@ -417,9 +539,40 @@ fn run() {
         }
         let now = now_ns();
         let wanted_at = WANTED_AT.load(Ordering::Relaxed);
-        let wanted = wanted_at != 0 && now.saturating_sub(wanted_at) < IDLE_OFF_NS;
+        let fresh = if mode == CONTINUOUS {
+            IDLE_OFF_NS
+        } else {
+            WANT_FRESH_NS
+        };
+        let wanted = mode == ALWAYS || (wanted_at != 0 && now.saturating_sub(wanted_at) < fresh);
         let enabled = m.enabled.load(Ordering::Acquire);
-        if wanted && !enabled {
+        if !enabled && ending {
+            // The probe's last records (the kernels that were still running
+            // when it ended) are in: its ratio can be taken.
+            // SAFETY: CUPTI call; delivers completed buffers here.
+            unsafe { (m.api.flush_all)(0) };
+            crate::limiter::probe_end(now);
+            ending = false;
+            // Records stopped coming while the process launched, over two
+            // probes in a row: someone else took CUPTI.
+            let (r, l) = (
+                m.records.load(Ordering::Relaxed),
+                m.launches.load(Ordering::Relaxed),
+            );
+            silent = if r == seen && l.saturating_sub(launched) >= LOST_LAUNCHES {
+                silent + 1
+            } else {
+                0
+            };
+            if silent >= 2 {
+                give_up(
+                    m,
+                    "no kernel records while the process launches: another CUPTI client took them",
+                );
+                continue;
+            }
+        }
+        if wanted && !enabled && now >= rest_until {
             calibrate(m);
             calibrated_at = now;
             // SAFETY: CUPTI call.
@@ -436,25 +589,31 @@ fn run() {
             for c in m.covered.iter() {
                 c.store(0, Ordering::Relaxed);
             }
-            m.since.store(now_ns(), Ordering::Release);
+            crate::limiter::probe_begin();
+            let t = now_ns();
+            m.until.store(u64::MAX, Ordering::Release);
+            m.since.store(t, Ordering::Release);
             m.enabled.store(true, Ordering::Release);
+            PROBES_TAKEN.fetch_add(1, Ordering::Relaxed);
+            probe_until = if mode == PROBES {
+                t + PROBE_NS
+            } else {
+                u64::MAX
+            };
             check_at = now + LOST_CHECK_NS;
             seen = m.records.load(Ordering::Relaxed);
             launched = m.launches.load(Ordering::Relaxed);
-            silent = 0;
             crate::debug!("GPU time meter on");
         } else if enabled {
             // SAFETY: CUPTI call; delivers completed buffers to `completed`
             // on this thread.
             unsafe { (m.api.flush_all)(0) };
-            if !wanted {
-                m.enabled.store(false, Ordering::Release);
-                // SAFETY: CUPTI calls.
-                unsafe {
-                    (m.api.disable)(KIND_CONCURRENT_KERNEL);
-                    (m.api.flush_all)(0);
-                }
-                crate::debug!("GPU time meter off (the GPU is no longer shared)");
+            if now >= probe_until || (mode == CONTINUOUS && !wanted) {
+                stop_recording(m, now);
+                rest_until = now + REST_NS;
+                REST_UNTIL.store(rest_until, Ordering::Relaxed);
+                ending = true;
+                crate::debug!("GPU time meter off");
             } else if now >= check_at {
                 let (r, l) = (
                     m.records.load(Ordering::Relaxed),
@@ -478,7 +637,7 @@ fn run() {
                 calibrated_at = now;
             }
         }
-        let nap = if m.enabled.load(Ordering::Acquire) {
+        let nap = if m.enabled.load(Ordering::Acquire) || ending {
             FLUSH_NS
         } else {
             FLUSH_NS * 5

@@ -299,8 +299,9 @@ static void deliver(CUpti_BuffersCallbackRequestFunc requested, CUpti_BuffersCal
     }
 }
 
-static CUptiResult flush_all(void)
+static CUptiResult flush_all(size_t *delivered)
 {
+    *delivered = 0;
     if (t_in_flush)
         return CUPTI_ERROR_INVALID_OPERATION; /* from a buffer callback: not allowed, as in CUPTI */
     pthread_mutex_lock(&g_flush);
@@ -329,14 +330,16 @@ static CUptiResult flush_all(void)
     if (n > 0)
         deliver(requested, completed, g_out, n);
     pthread_mutex_unlock(&g_flush);
+    *delivered = n;
     return CUPTI_SUCCESS;
 }
 
 CUptiResult cuptiActivityFlushAll(uint32_t flag)
 {
     setup();
-    CUptiResult r = flush_all();
-    LOGR(r, "flag=%u", flag);
+    size_t n;
+    CUptiResult r = flush_all(&n);
+    LOGR(r, "flag=%u records=%zu", flag, n);
     return r;
 }
 

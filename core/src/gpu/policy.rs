@@ -8,9 +8,11 @@
 //!   beside whoever else runs (the GPU time-slices between contexts, and a
 //!   light tenant waits at most about one time-slice, ~2 ms, measured on an
 //!   H100: docs/benchmarks/2026-11-23-h100-colocation-explore.md). It is
-//!   charged (`charge_free`) its kernels' GPU time from kernel records
-//!   where the shim has them (on a contended GPU), else the wall time its
-//!   work is in flight, an upper bound.
+//!   charged (`charge_free`) the wall time its work is in flight, an upper
+//!   bound of its GPU time, or, where that bound could make it heavy on a
+//!   contended GPU, its kernels' GPU time as the shim's meter measures it
+//!   (kernel records in probes, and their ratio of GPU time to time in
+//!   flight between them: `src/meter.rs`).
 //! - **Through the lease**, for tenants that compete for a saturated GPU
 //!   ("heavy"): one process at a time has the GPU for a slice, drains it
 //!   before handing it over, and so measures its own GPU time exactly.
