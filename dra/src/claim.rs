@@ -364,6 +364,7 @@ mod tests {
             memory: 141 << 30,
             minor: 0,
             product: "NVIDIA H200".into(),
+            compute_capability: None,
         }
     }
 

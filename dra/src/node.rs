@@ -422,6 +422,7 @@ mod tests {
                 memory: 80 << 30,
                 minor: 0,
                 product: String::new(),
+                compute_capability: None,
             },
             Gpu {
                 index: 1,
@@ -429,6 +430,7 @@ mod tests {
                 memory: 80 << 30,
                 minor: 3,
                 product: String::new(),
+                compute_capability: None,
             },
         ]
     }

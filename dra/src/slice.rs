@@ -11,8 +11,15 @@
 //! | `compute` | 100 | 1 to 100, in steps of 1; all of it when a request names none |
 //!
 //! A request that names neither capacity gets the whole GPU, so nothing
-//! is ever shared without a limit. Attributes: `uuid`, `productName`,
-//! `index`.
+//! is ever shared without a limit. Attributes, for CEL selectors
+//! (`device.attributes["<driver>"].<name>`):
+//!
+//! | attribute | type | value |
+//! |---|---|---|
+//! | `uuid` | string | NVML's `GPU-...` |
+//! | `index` | int | NVML's index |
+//! | `productName` | string | NVML's name ("NVIDIA H200"); absent if NVML gave none |
+//! | `cudaComputeCapability` | version | the CUDA compute capability as a semantic version, 9.0 as `9.0.0` (the name and form of NVIDIA's own DRA driver); absent where the inventory file gives none |
 
 use std::collections::BTreeMap;
 
@@ -24,6 +31,9 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::gpus::Gpu;
+
+/// The attribute holding the GPU's CUDA compute capability (a `version`).
+pub const COMPUTE_CAPABILITY: &str = "cudaComputeCapability";
 
 /// The memory step (and smallest piece) a claim can ask for.
 pub const MEMORY_STEP: u64 = 256 << 20;
@@ -82,6 +92,15 @@ fn device(g: &Gpu) -> Device {
             },
         );
     }
+    if let Some(cc) = g.compute_capability {
+        attributes.insert(
+            COMPUTE_CAPABILITY.to_string(),
+            DeviceAttribute {
+                version: Some(cc.semver()),
+                ..Default::default()
+            },
+        );
+    }
     Device {
         name: g.device_name(),
         allow_multiple_allocations: Some(true),
@@ -121,6 +140,7 @@ pub fn resource_slice(driver: &str, node: &str, gpus: &[Gpu], generation: i64) -
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gpus::{ComputeCapability, Inventory};
 
     #[test]
     fn one_shared_device_per_gpu_with_memory_and_compute() {
@@ -131,6 +151,7 @@ mod tests {
                 memory: 141 << 30,
                 minor: 0,
                 product: "NVIDIA H200".into(),
+                compute_capability: Some(ComputeCapability { major: 9, minor: 0 }),
             },
             Gpu {
                 index: 1,
@@ -138,6 +159,7 @@ mod tests {
                 memory: 80 << 30,
                 minor: 1,
                 product: String::new(),
+                compute_capability: None,
             },
         ];
         let s = resource_slice("gpu.cuslice.io", "node-1", &gpus, 3);
@@ -161,6 +183,13 @@ mod tests {
         assert_eq!(a["uuid"].string.as_deref(), Some(gpus[0].uuid.as_str()));
         assert_eq!(a["index"].int, Some(0));
         assert_eq!(a["productName"].string.as_deref(), Some("NVIDIA H200"));
+        assert_eq!(
+            a["cudaComputeCapability"],
+            DeviceAttribute {
+                version: Some("9.0.0".into()),
+                ..Default::default()
+            }
+        );
         let c = d.capacity.as_ref().expect("capacity");
         assert_eq!(c.len(), 2);
         let m = &c["memory"];
@@ -192,13 +221,9 @@ mod tests {
             ),
             ("1", Some("100"), Some("1"))
         );
-        assert!(
-            !devices[1]
-                .attributes
-                .as_ref()
-                .expect("a")
-                .contains_key("productName")
-        );
+        let a1 = devices[1].attributes.as_ref().expect("a");
+        assert!(!a1.contains_key("productName"));
+        assert!(!a1.contains_key("cudaComputeCapability"));
         // A GPU whose memory is not a whole number of steps (an H100 80GB:
         // 81559 MiB): the range's max and the default on the step grid, the
         // value the GPU's own.
@@ -232,8 +257,73 @@ mod tests {
             "1"
         );
         assert_eq!(d["attributes"]["uuid"]["string"], gpus[0].uuid.as_str());
+        assert_eq!(
+            d["attributes"]["cudaComputeCapability"],
+            serde_json::json!({"version": "9.0.0"})
+        );
         assert_eq!(j["spec"]["pool"]["resourceSliceCount"], 1);
         let back: ResourceSlice = serde_json::from_value(j).expect("parses back");
         assert_eq!(back, s);
+    }
+
+    /// The attribute a DeviceClass or a claim selects on: a `version` (a
+    /// semantic version, the one type CEL's `semver` compares), nothing else
+    /// set in it, from the compute capability NVML or the file gives.
+    #[test]
+    fn the_compute_capability_is_a_version_attribute() {
+        for (major, minor, want) in [(9, 0, "9.0.0"), (8, 6, "8.6.0"), (12, 1, "12.1.0")] {
+            let g = Gpu {
+                index: 0,
+                uuid: "GPU-8f3c2a1e-5b7d-4c2e-9a1b-0c3d4e5f6a7b".into(),
+                memory: 80 << 30,
+                minor: 0,
+                product: String::new(),
+                compute_capability: Some(ComputeCapability { major, minor }),
+            };
+            let s = resource_slice("gpu.cuslice.io", "node-1", &[g], 1);
+            let j = serde_json::to_value(&s).expect("json");
+            let a = &j["spec"]["devices"][0]["attributes"][COMPUTE_CAPABILITY];
+            assert_eq!(a, &serde_json::json!({"version": want}), "{major}.{minor}");
+            // As the API server validates a version: semver.org 2.0.0,
+            // major.minor.patch, no leading zeros.
+            let parts: Vec<&str> = want.split('.').collect();
+            assert_eq!(parts.len(), 3);
+            assert!(parts.iter().all(|p| p == &"0" || !p.starts_with('0')));
+            let back: ResourceSlice = serde_json::from_value(j).expect("parses back");
+            let at = &back.spec.devices.as_ref().expect("devices")[0]
+                .attributes
+                .as_ref()
+                .expect("attributes")[COMPUTE_CAPABILITY];
+            assert_eq!(at.version.as_deref(), Some(want));
+            assert_eq!(
+                (at.bool, at.int, at.string.as_ref(), at.strings.as_ref()),
+                (None, None, None, None)
+            );
+        }
+    }
+
+    /// An inventory file without `compute_capability` (one written before
+    /// it): the device is published without the attribute, the rest alike.
+    #[test]
+    fn a_gpus_file_without_a_compute_capability_publishes_none() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let f = dir.path().join("gpus.json");
+        std::fs::write(
+            &f,
+            r#"[{"index": 0, "uuid": "GPU-8f3c2a1e-5b7d-4c2e-9a1b-0c3d4e5f6a7b", "memory": 151397597184, "minor": 0, "product": "NVIDIA H200"},
+                {"index": 1, "uuid": "GPU-00000000-5b7d-4c2e-9a1b-0c3d4e5f6a7c", "memory": 151397597184, "minor": 1, "product": "NVIDIA H200", "compute_capability": "9.0"}]"#,
+        )
+        .expect("write");
+        let gpus = crate::gpus::File(f).gpus().expect("parses");
+        let s = resource_slice("gpu.cuslice.io", "node-1", &gpus, 1);
+        let devices = s.spec.devices.as_ref().expect("devices");
+        let a0 = devices[0].attributes.as_ref().expect("attributes");
+        assert!(!a0.contains_key(COMPUTE_CAPABILITY), "{a0:?}");
+        assert_eq!(
+            a0.keys().map(String::as_str).collect::<Vec<_>>(),
+            ["index", "productName", "uuid"]
+        );
+        let a1 = devices[1].attributes.as_ref().expect("attributes");
+        assert_eq!(a1[COMPUTE_CAPABILITY].version.as_deref(), Some("9.0.0"));
     }
 }

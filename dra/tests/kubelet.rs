@@ -27,6 +27,7 @@ fn gpus() -> Vec<Gpu> {
         memory: 141 << 30,
         minor: 0,
         product: "NVIDIA H200".into(),
+        compute_capability: None,
     }]
 }
 

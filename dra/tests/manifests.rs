@@ -731,6 +731,7 @@ fn h100() -> Gpu {
         memory: 81559 << 20,
         minor: 0,
         product: "NVIDIA H100 80GB HBM3".into(),
+        compute_capability: None,
     }
 }
 

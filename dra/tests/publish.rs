@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use cuslice_dra::gpus::Gpu;
+use cuslice_dra::gpus::{ComputeCapability, Gpu};
 use cuslice_dra::publish::{self, Published};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
@@ -24,6 +24,7 @@ fn gpus() -> Vec<Gpu> {
             memory: 141 << 30,
             minor: 0,
             product: "NVIDIA H200".into(),
+            compute_capability: Some(ComputeCapability { major: 9, minor: 0 }),
         },
         Gpu {
             index: 1,
@@ -31,6 +32,7 @@ fn gpus() -> Vec<Gpu> {
             memory: 141 << 30,
             minor: 1,
             product: "NVIDIA H200".into(),
+            compute_capability: Some(ComputeCapability { major: 9, minor: 0 }),
         },
     ]
 }
@@ -189,6 +191,13 @@ async fn the_node_slice_is_applied_owned_by_its_node_and_its_generation_follows_
     let caps = devices[1].capacity.as_ref().expect("capacity");
     assert_eq!(caps["memory"].value.0, (141u64 << 30).to_string());
     assert_eq!(caps["compute"].value.0, "100");
+    // The compute capability as a version attribute, as a selector reads it
+    // (and read back equal: the next publish finds the devices unchanged).
+    let attrs = devices[1].attributes.as_ref().expect("attributes");
+    assert_eq!(
+        attrs["cudaComputeCapability"].version.as_deref(),
+        Some("9.0.0")
+    );
     let owner = s.metadata.owner_references.as_ref().expect("owner")[0].clone();
     assert_eq!(
         (

@@ -345,6 +345,23 @@ nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int len
     return r;
 }
 
+/* 9.0 for every device: what libcuda's cuDeviceGetAttribute answers for
+ * COMPUTE_CAPABILITY_MAJOR / _MINOR (the self-test checks they agree). */
+nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int *major, int *minor)
+{
+    setup();
+    unsigned idx = 0;
+    nvmlReturn_t r = device_index(device, &idx);
+    if (r == NVML_SUCCESS && (major == NULL || minor == NULL))
+        r = NVML_ERROR_INVALID_ARGUMENT;
+    if (r == NVML_SUCCESS) {
+        *major = 9;
+        *minor = 0;
+    }
+    LOGR(r, "device=%u", idx);
+    return r;
+}
+
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
 {
     setup();

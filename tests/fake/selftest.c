@@ -1372,6 +1372,23 @@ static void test_nvml(void)
     EQ(idx, 1);
     CK(nvmlDeviceGetName(d0, buf, sizeof buf), NVML_SUCCESS);
     CHECK(strcmp(buf, FAKE_DEVICE_NAME) == 0, "NVML name %s", buf);
+    /* the compute capability: 9.0 on each device, as CUDA's attributes say */
+    nvmlDevice_t ds[2] = {d0, d1};
+    for (int i = 0; i < 2; i++) {
+        int major = -1, minor = -1, cmajor = -1, cminor = -1;
+        CK(nvmlDeviceGetCudaComputeCapability(ds[i], &major, &minor), NVML_SUCCESS);
+        CK(cuDeviceGetAttribute(&cmajor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, i), CUDA_SUCCESS);
+        CK(cuDeviceGetAttribute(&cminor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, i), CUDA_SUCCESS);
+        CHECK(major == 9 && minor == 0 && major == cmajor && minor == cminor,
+              "device %d: NVML compute capability %d.%d, CUDA %d.%d", i, major, minor, cmajor, cminor);
+    }
+    {
+        int major = -1, minor = -1;
+        CK(nvmlDeviceGetCudaComputeCapability(d0, NULL, &minor), NVML_ERROR_INVALID_ARGUMENT);
+        CK(nvmlDeviceGetCudaComputeCapability(d0, &major, NULL), NVML_ERROR_INVALID_ARGUMENT);
+        CK(nvmlDeviceGetCudaComputeCapability(NULL, &major, &minor), NVML_ERROR_INVALID_ARGUMENT);
+        CHECK(major == -1 && minor == -1, "a failed call leaves its outputs alone");
+    }
     CK(nvmlSystemGetDriverVersion(buf, sizeof buf), NVML_SUCCESS);
     CHECK(buf[0] != '\0', "driver version");
     int cv = 0;
@@ -1388,6 +1405,10 @@ static void test_nvml(void)
     CK(nvmlDeviceGetCount_v2(&n), NVML_SUCCESS);
     CK(nvmlShutdown(), NVML_SUCCESS);
     CK(nvmlDeviceGetCount_v2(&n), NVML_ERROR_UNINITIALIZED);
+    {
+        int major = -1, minor = -1;
+        CK(nvmlDeviceGetCudaComputeCapability(d0, &major, &minor), NVML_ERROR_UNINITIALIZED);
+    }
     CK(nvmlShutdown(), NVML_ERROR_UNINITIALIZED);
     CK(nvmlInitWithFlags(0), NVML_SUCCESS);
 }
