@@ -381,13 +381,17 @@ fn noise(reference: f64) -> f64 {
     3.0 + reference / 4.0
 }
 
-/// What process `pid` recorded, from the fake CUPTI's lines in the call
-/// log `log`: (times recording was switched on, kernel records taken out).
-fn recorded(log: &Path, pid: u32) -> (u32, u64) {
+/// What process `pid` recorded, from the fake's lines in the call log
+/// `log`: (times recording was switched on, kernel records taken out,
+/// kernels launched).
+fn recorded(log: &Path, pid: u32) -> (u32, u64, u64) {
     let text = std::fs::read_to_string(log).unwrap_or_default();
     let me = format!("{pid} ");
-    let (mut on, mut records) = (0, 0);
+    let (mut on, mut records, mut launched) = (0, 0, 0);
     for l in text.lines().filter(|l| l.starts_with(&me)) {
+        if l.contains(" cuLaunchKernel") && l.ends_with("-> 0") {
+            launched += 1;
+        }
         if l.contains(" cuptiActivityEnable kind=") && l.ends_with("-> 0") {
             on += 1;
         }
@@ -399,7 +403,7 @@ fn recorded(log: &Path, pid: u32) -> (u32, u64) {
                 .unwrap_or_else(|| panic!("no record count in {l:?}"));
         }
     }
-    (on, records)
+    (on, records, launched)
 }
 
 #[test]
@@ -410,11 +414,13 @@ fn two_light_tenants_are_not_delayed() {
     // without cuslice, measured at the same time; and without load, within
     // its own kernel, the other's when they collide, and a slice of noise.
     //
-    // And neither records its kernels (issue #19: recording costs every
-    // launch; two light services paid 2.5x their p99 on an H200 for it):
-    // their wall time in flight, an upper bound of their GPU time, is far
-    // under their shares, so what their kernels ran cannot change a thing.
-    // Both see the GPU shared (each loads CUPTI), neither switches it on.
+    // And neither records its kernels all along (issue #19: recording
+    // costs every launch): their wall time in flight, an upper bound of
+    // their GPU time, is far under their shares, so what their kernels ran
+    // cannot change a thing. Both see the GPU shared (each loads CUPTI);
+    // at most a probe each (a request held up for 10 ms by a loaded test
+    // machine is a busy stretch worth measuring), recording at most a
+    // tenth of their kernels (recorded all along: every kernel).
     let tw = Twin::new("two-light");
     let qa = tw.sliced.quota("a", "", "compute = 50");
     let qb = tw.sliced.quota("b", "", "compute = 50");
@@ -441,7 +447,11 @@ fn two_light_tenants_are_not_delayed() {
             calls.contains(&format!("{pid} cuptiActivityRegisterCallbacks ")),
             "{pid} saw the GPU shared and loaded CUPTI"
         );
-        assert_eq!(recorded(&log, pid), (0, 0), "{pid} recorded kernels");
+        let (on, records, launched) = recorded(&log, pid);
+        assert!(
+            on <= 1 && records * 10 <= launched && launched >= u64::from(native[0].due),
+            "{pid} recorded {records} of {launched} kernels, switched on {on} times"
+        );
     }
 }
 
@@ -765,8 +775,8 @@ fn a_launch_bound_tenant_is_charged_what_its_kernels_ran_and_launches_freely() {
     );
     assert!(!heavy, "a launch-bound tenant is never heavy: {p:?}");
     assert!(trainer >= 80.0, "the trainer keeps the GPU: {trainer:.1} %");
-    let (on, records) = recorded(&log, pid);
-    let launched = u64::from(p.served) * 48;
+    let (on, records, launched) = recorded(&log, pid);
+    assert!(launched >= u64::from(p.served) * 48, "{launched} launches");
     assert!(
         on >= 2 && records * 2 <= launched,
         "probes: recording on {on} times, {records} records of {launched} kernels"

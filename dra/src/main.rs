@@ -42,7 +42,8 @@ struct Args {
     #[arg(long)]
     lib: Option<PathBuf>,
     /// Take the node's GPUs from this JSON file (a list of {index, uuid,
-    /// memory, minor, product}) instead of NVML.
+    /// memory, minor, product, compute_capability ("9.0")}) instead of
+    /// NVML.
     #[arg(long)]
     gpus_file: Option<PathBuf>,
     #[command(subcommand)]

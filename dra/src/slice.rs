@@ -1,5 +1,5 @@
-//! The ResourceSlice this node's GPUs are published in (not published
-//! yet: the plugin builds it, tests check it; see docs/kubernetes.md).
+//! The ResourceSlice this node's GPUs are published in (`crate::publish`
+//! applies it; see docs/kubernetes.md).
 //!
 //! One device per GPU (`gpu-<index>`), shared by many allocations
 //! (`allowMultipleAllocations`, KEP-5075 consumable capacity), with two

@@ -166,6 +166,17 @@ fn build(root: &Path, dir: &Path) {
 pub fn env() -> &'static Env {
     static ENV: OnceLock<Env> = OnceLock::new();
     ENV.get_or_init(|| {
+        // A host-wide quota file would be every test process's: the shim
+        // takes it over the test's own CUSLICE_CONFIG (a mounted quota
+        // file wins, by design). scripts/test.sh hides it.
+        let host_quota = Path::new(cuslice_core::config::DEFAULT_CONFIG_PATH);
+        assert!(
+            !host_quota.exists(),
+            "{} exists on this host: the shim in every test process would take it over the test's own \
+             quota file (a mounted quota file wins over CUSLICE_CONFIG, by design). Run the tests with \
+             `bash scripts/test.sh`, which hides the host's cuslice state in a private mount namespace.",
+            host_quota.display()
+        );
         let root = repo();
         let profile = profile_dir();
         let shim = profile.join("libcuslice.so");
