@@ -417,11 +417,14 @@ impl Gpu {
             self.close_free_pass(now);
             if !self.latency && (by_budget || shallow) {
                 self.bound_queue(stream, shallow);
-                // Waiting for its own work, the process has it in flight
-                // (beside a latency tenant, a trainer's passes are short
-                // and its kernels run while it waits here).
+                // Beside a latency tenant a trainer's passes are short and
+                // its kernels run while it waits here for them: the wait
+                // is work in flight (charged only its passes, it was
+                // charged a seventh of its GPU time and never measured).
                 let t = now_ns();
-                self.charge_in_flight(now, t, t);
+                if shallow {
+                    self.charge_in_flight(now, t, t);
+                }
                 if by_budget {
                     self.measure(t, launches);
                 }
