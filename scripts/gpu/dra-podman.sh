@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# Two podman containers from two prepared DRA claims on one real GPU
+# (issue #20), without a cluster: the plugin prepares two allocated
+# ResourceClaims by hand (`cuslice-dra-plugin prepare --claim`, the code of
+# the kubelet's NodePrepareResources), 20Gi + compute 30 and 40Gi + 70, both
+# on gpu-0 (the GPU from NVML), and writes each claim's CDI spec; podman
+# runs one container per claim with `--device cuslice.io/claim=<uid>`, so
+# the spec's hook (`cuslice oci-hook create --claim`) gives each container
+# its claim's quota file, segment directory, library and GPU device nodes.
+# Each container sees the host's root file system through an overlay
+# (`--rootfs /:O`: its Python and PyTorch; nothing it or the hook writes
+# reaches the host). Shows, per claim, the GPU size PyTorch sees and how far
+# it allocates (mem_torch.py), then the two matmul loops' split, run
+# together (mm_loop.py), against the same loop alone without a container.
+#
+# Usage: scripts/gpu/dra-podman.sh PLUGIN CUSLICE LIBCUSLICE [TOOLS] [SECONDS=10]
+#   TOOLS: a directory with podman, conmon, runc and lib/ (the libraries
+#   podman and conmon need), for a host without a container runtime (the
+#   GPU hosts we borrow have none); default: the host's podman.
+# Needs root.
+set -euo pipefail
+PLUGIN=$(realpath "$1")
+CLI=$(realpath "$2")
+LIB=$(realpath "$3")
+TOOLS=${4:-}
+SECS=${5:-10}
+HERE=$(cd "$(dirname "$0")" && pwd)
+[ "$(id -u)" -eq 0 ] || { echo "dra-podman.sh: needs root (podman, the OCI hook)" >&2; exit 1; }
+W=$(mktemp -d /tmp/cuslice-dra-podman.XXXXXX)
+NODE=gpu-host
+
+if [ -n "$TOOLS" ]; then
+    TOOLS=$(realpath "$TOOLS")
+    P=(env "LD_LIBRARY_PATH=$TOOLS/lib" "$TOOLS/podman" --conmon "$TOOLS/conmon" --runtime "$TOOLS/runc")
+else
+    P=(podman)
+fi
+# A private store and run directory: nothing of the host's podman is used
+# or left behind; no systemd, no network.
+P+=(--root "$W/storage" --runroot "$W/run" --storage-driver vfs --cgroup-manager cgroupfs
+    --events-backend file)
+cleanup() {
+    "${P[@]}" rm --all --force >/dev/null 2>&1 || true
+    rm -rf "$W"
+}
+trap cleanup EXIT
+
+run_plugin() {
+    "$PLUGIN" --node-name "$NODE" --root "$W/root" --cdi-dir "$W/cdi" \
+        --plugin-dir "$W/plugin" --cuslice "$CLI" --lib "$LIB" \
+        ${GPUS_FILE:+--gpus-file "$GPUS_FILE"} "$@"
+}
+claim() { # NAME UID MEMORY COMPUTE
+    cat >"$W/$1.json" <<EOF
+{"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+ "metadata": {"namespace": "default", "name": "$1", "uid": "$2"},
+ "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.cuslice.io"}}]}},
+ "status": {"allocation": {"devices": {"results": [{"request": "gpu", "driver": "gpu.cuslice.io",
+   "pool": "$NODE", "device": "gpu-0", "shareID": "$2",
+   "consumedCapacity": {"memory": "$3", "compute": "$4"}}]}}}}
+EOF
+    echo "== prepare claim default/$1 (memory $3, compute $4)"
+    run_plugin prepare --claim "$W/$1.json"
+}
+A=0a1b2c3d-0000-4000-8000-000000000030
+B=0a1b2c3d-0000-4000-8000-000000000070
+claim trainer-30 $A 20Gi 30
+claim trainer-70 $B 40Gi 70
+ls "$W/cdi"
+
+# podman reads CDI specs from /etc/cdi and /run/cdi: the claims' specs are
+# bind-mounted over /run/cdi in a mount namespace of this script's own.
+mkdir -p /run/cdi
+podman_cdi() {
+    unshare --mount --propagation private sh -c 'mount --bind "$0" /run/cdi && exec "$@"' "$W/cdi" "${P[@]}" "$@"
+}
+# One container of claim UID running CMD... in /w (this directory's src/).
+in_claim() { # UID NAME CMD...
+    local uid=$1 name=$2
+    shift 2
+    podman_cdi run --rm --name "$name" --network none --device "cuslice.io/claim=$uid" \
+        --rootfs /:O -v "$HERE/src:/w:ro" -w /w "$@"
+}
+
+echo "== memory: what each claim's container sees and allocates (256 MiB steps)"
+in_claim $A mem-30 python3 mem_torch.py claim-20Gi
+in_claim $B mem-70 python3 mem_torch.py claim-40Gi
+
+echo "== compute: matmul loops, ${SECS} s"
+solo=$(python3 "$HERE/src/mm_loop.py" "$SECS" | awk '/^TFLOPS/ {print $2}')
+echo "native alone, no container: $solo TFLOP/s"
+# Both lined up on one start (each pays podman's start first).
+at=$(python3 -c 'import time; print(time.monotonic() + 20)')
+in_claim $A mm-30 env START_AT="$at" python3 mm_loop.py "$SECS" >"$W/a.out" 2>"$W/a.err" &
+pa=$!
+in_claim $B mm-70 env START_AT="$at" python3 mm_loop.py "$SECS" >"$W/b.out" 2>"$W/b.err" &
+pb=$!
+wait $pa || { cat "$W/a.err" >&2; exit 1; }
+wait $pb || { cat "$W/b.err" >&2; exit 1; }
+ta=$(awk '/^TFLOPS/ {print $2}' "$W/a.out")
+tb=$(awk '/^TFLOPS/ {print $2}' "$W/b.out")
+python3 - "$solo" "$ta" "$tb" <<'EOF'
+import sys
+solo, a, b = map(float, sys.argv[1:])
+both = a + b
+print("| claim (podman container) | compute | TFLOP/s together | share of the pair | of solo | target | verdict |")
+print("|---|---|---|---|---|---|---|")
+for name, want, v in (("default/trainer-30", 30, a), ("default/trainer-70", 70, b)):
+    got = 100 * v / both
+    ok = abs(got - want) <= 3
+    print(f"| {name} | {want} | {v:.0f} | {got:.1f} % | {100 * v / solo:.1f} % | {want} ± 3 | {'PASS' if ok else 'FAIL'} |")
+print(f"| together | | {both:.0f} | | {100 * both / solo:.1f} % | >= 97 % | {'PASS' if both >= 0.97 * solo else 'FAIL'} |")
+EOF
+echo "== unprepare"
+run_plugin unprepare --uid $A
+run_plugin unprepare --uid $B
+ls -A "$W/cdi" "$W/root/claims"
