@@ -17,7 +17,10 @@
 #   TOOLS: a directory with podman, conmon, runc and lib/ (the libraries
 #   podman and conmon need), for a host without a container runtime (the
 #   GPU hosts we borrow have none); default: the host's podman.
-# Needs root.
+# Needs root. Tried on a host without a GPU (the fake driver, carried
+# podman 4.3.1 + conmon + runc + their libraries, 49 MB): the claim's quota
+# file inside, the preload in place, its 1 GiB quota holding, nothing
+# written to the host's /etc.
 set -euo pipefail
 PLUGIN=$(realpath "$1")
 CLI=$(realpath "$2")
@@ -78,8 +81,11 @@ podman_cdi() {
 in_claim() { # UID NAME CMD...
     local uid=$1 name=$2
     shift 2
+    # (`--rootfs` is a flag: the first argument after the options is the
+    # root file system, `/:O` the host's through an overlay.)
     podman_cdi run --rm --name "$name" --network none --device "cuslice.io/claim=$uid" \
-        --rootfs /:O -v "$HERE/src:/w:ro" -w /w "$@"
+        --ulimit nofile=1024:1024 --ulimit nproc=1024:1024 \
+        -v "$HERE/src:/w:ro" -w /w --rootfs /:O "$@"
 }
 
 echo "== memory: what each claim's container sees and allocates (256 MiB steps)"
