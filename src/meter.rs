@@ -500,6 +500,31 @@ fn give_up(m: &Meter, why: &str) {
     crate::info!("GPU time meter stops ({why}): charging wall time in flight from now on");
 }
 
+/// The records-stopped check, against `(records, launches)` as they were
+/// at the last look: a look that finds no new record while the process
+/// launched at least `LOST_LAUNCHES` kernels counts in `silent`; the
+/// second in a row means someone else took CUPTI, and the meter gives up
+/// (None). Else `(records, launches)` now.
+fn lost(m: &Meter, (seen, launched): (u64, u64), silent: &mut u32) -> Option<(u64, u64)> {
+    let (r, l) = (
+        m.records.load(Ordering::Relaxed),
+        m.launches.load(Ordering::Relaxed),
+    );
+    *silent = if r == seen && l.saturating_sub(launched) >= LOST_LAUNCHES {
+        *silent + 1
+    } else {
+        0
+    };
+    if *silent >= 2 {
+        give_up(
+            m,
+            "no kernel records while the process launches: another CUPTI client took them",
+        );
+        return None;
+    }
+    Some((r, l))
+}
+
 /// Switches recording off at `now` (the records so far are flushed; the
 /// last ones at the next tick, when the probe's end is reported).
 fn stop_recording(m: &Meter, now: u64) {
@@ -553,22 +578,8 @@ fn run() {
             unsafe { (m.api.flush_all)(0) };
             crate::limiter::probe_end(now);
             ending = false;
-            // Records stopped coming while the process launched, over two
-            // probes in a row: someone else took CUPTI.
-            let (r, l) = (
-                m.records.load(Ordering::Relaxed),
-                m.launches.load(Ordering::Relaxed),
-            );
-            silent = if r == seen && l.saturating_sub(launched) >= LOST_LAUNCHES {
-                silent + 1
-            } else {
-                0
-            };
-            if silent >= 2 {
-                give_up(
-                    m,
-                    "no kernel records while the process launches: another CUPTI client took them",
-                );
+            // Over two probes in a row.
+            if lost(m, (seen, launched), &mut silent).is_none() {
                 continue;
             }
         }
@@ -615,22 +626,11 @@ fn run() {
                 ending = true;
                 crate::debug!("GPU time meter off");
             } else if now >= check_at {
-                let (r, l) = (
-                    m.records.load(Ordering::Relaxed),
-                    m.launches.load(Ordering::Relaxed),
-                );
-                silent = if r == seen && l.saturating_sub(launched) >= LOST_LAUNCHES {
-                    silent + 1
-                } else {
-                    0
-                };
-                if silent >= 2 {
-                    give_up(
-                        m,
-                        "no kernel records while the process launches: another CUPTI client took them",
-                    );
+                // Over two checks in a row (recording longer than a probe).
+                if let Some(now_seen) = lost(m, (seen, launched), &mut silent) {
+                    (seen, launched) = now_seen;
                 }
-                (seen, launched, check_at) = (r, l, now + LOST_CHECK_NS);
+                check_at = now + LOST_CHECK_NS;
             }
             if now.saturating_sub(calibrated_at) >= CALIBRATE_NS {
                 calibrate(m);

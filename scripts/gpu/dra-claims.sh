@@ -19,23 +19,10 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
 NODE=gpu-host
-# GPUS_FILE: the plugin's --gpus-file (a try without a GPU); default NVML.
-run_plugin() {
-    "$PLUGIN" --node-name "$NODE" --root "$W/root" --cdi-dir "$W/cdi" \
-        --plugin-dir "$W/plugin" --cuslice "$CLI" --lib "$LIB" \
-        ${GPUS_FILE:+--gpus-file "$GPUS_FILE"} "$@"
-}
+# shellcheck source=dra-common.sh
+. "$HERE/dra-common.sh"
 claim() { # NAME UID MEMORY COMPUTE
-    cat >"$W/$1.json" <<EOF
-{"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
- "metadata": {"namespace": "default", "name": "$1", "uid": "$2"},
- "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.cuslice.io"}}]}},
- "status": {"allocation": {"devices": {"results": [{"request": "gpu", "driver": "gpu.cuslice.io",
-   "pool": "$NODE", "device": "gpu-0", "shareID": "$2",
-   "consumedCapacity": {"memory": "$3", "compute": "$4"}}]}}}}
-EOF
-    echo "== prepare claim default/$1 (memory $3, compute $4)"
-    run_plugin prepare --claim "$W/$1.json"
+    prepare_claim "$@"
     # What the claim's CDI hook gives its containers: the quota file, with
     # the claim's segment directory and the host's GPU segments mounted
     # where it names them.

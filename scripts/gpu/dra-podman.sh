@@ -48,27 +48,12 @@ cleanup() {
 }
 trap cleanup EXIT
 
-run_plugin() {
-    "$PLUGIN" --node-name "$NODE" --root "$W/root" --cdi-dir "$W/cdi" \
-        --plugin-dir "$W/plugin" --cuslice "$CLI" --lib "$LIB" \
-        ${GPUS_FILE:+--gpus-file "$GPUS_FILE"} "$@"
-}
-claim() { # NAME UID MEMORY COMPUTE
-    cat >"$W/$1.json" <<EOF
-{"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
- "metadata": {"namespace": "default", "name": "$1", "uid": "$2"},
- "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.cuslice.io"}}]}},
- "status": {"allocation": {"devices": {"results": [{"request": "gpu", "driver": "gpu.cuslice.io",
-   "pool": "$NODE", "device": "gpu-0", "shareID": "$2",
-   "consumedCapacity": {"memory": "$3", "compute": "$4"}}]}}}}
-EOF
-    echo "== prepare claim default/$1 (memory $3, compute $4)"
-    run_plugin prepare --claim "$W/$1.json"
-}
+# shellcheck source=dra-common.sh
+. "$HERE/dra-common.sh"
 A=0a1b2c3d-0000-4000-8000-000000000030
 B=0a1b2c3d-0000-4000-8000-000000000070
-claim trainer-30 $A 20Gi 30
-claim trainer-70 $B 40Gi 70
+prepare_claim trainer-30 $A 20Gi 30
+prepare_claim trainer-70 $B 40Gi 70
 ls "$W/cdi"
 
 # podman reads CDI specs from /etc/cdi and /run/cdi: the claims' specs are
