@@ -22,3 +22,22 @@ EOF
     echo "== prepare claim default/$1 (memory $3, compute $4)"
     run_plugin prepare --claim "$W/$1.json"
 }
+
+# The two claims' split table: the matmul loop's TFLOP/s alone (SOLO) and
+# in claims trainer-30 (A) and trainer-70 (B) together; WHAT names a
+# claim's column ("claim", "claim (podman container)").
+split_table() { # SOLO A B WHAT
+    python3 - "$@" <<'EOF'
+import sys
+solo, a, b = map(float, sys.argv[1:4])
+what = sys.argv[4]
+both = a + b
+print(f"| {what} | compute | TFLOP/s together | share of the pair | of solo | target | verdict |")
+print("|---|---|---|---|---|---|---|")
+for name, want, v in (("default/trainer-30", 30, a), ("default/trainer-70", 70, b)):
+    got = 100 * v / both
+    ok = abs(got - want) <= 3
+    print(f"| {name} | {want} | {v:.0f} | {got:.1f} % | {100 * v / solo:.1f} % | {want} ± 3 | {'PASS' if ok else 'FAIL'} |")
+print(f"| together | | {both:.0f} | | {100 * both / solo:.1f} % | >= 97 % | {'PASS' if both >= 0.97 * solo else 'FAIL'} |")
+EOF
+}

@@ -90,18 +90,7 @@ wait $pa || { cat "$W/a.err" >&2; exit 1; }
 wait $pb || { cat "$W/b.err" >&2; exit 1; }
 ta=$(awk '/^TFLOPS/ {print $2}' "$W/a.out")
 tb=$(awk '/^TFLOPS/ {print $2}' "$W/b.out")
-python3 - "$solo" "$ta" "$tb" <<'EOF'
-import sys
-solo, a, b = map(float, sys.argv[1:])
-both = a + b
-print("| claim (podman container) | compute | TFLOP/s together | share of the pair | of solo | target | verdict |")
-print("|---|---|---|---|---|---|---|")
-for name, want, v in (("default/trainer-30", 30, a), ("default/trainer-70", 70, b)):
-    got = 100 * v / both
-    ok = abs(got - want) <= 3
-    print(f"| {name} | {want} | {v:.0f} | {got:.1f} % | {100 * v / solo:.1f} % | {want} ± 3 | {'PASS' if ok else 'FAIL'} |")
-print(f"| together | | {both:.0f} | | {100 * both / solo:.1f} % | >= 97 % | {'PASS' if both >= 0.97 * solo else 'FAIL'} |")
-EOF
+split_table "$solo" "$ta" "$tb" "claim (podman container)"
 echo "== unprepare"
 run_plugin unprepare --uid $A
 run_plugin unprepare --uid $B
