@@ -3,6 +3,9 @@
 //! NodePrepareResources would (what a GPU run of two claims uses, and what
 //! an admin uses to try a claim on a node).
 
+#[path = "../../tests/common/mod.rs"]
+mod common;
+
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -142,4 +145,63 @@ fn a_bad_claim_by_hand_is_one_line_naming_what_is_wrong_and_leaves_nothing() {
         stderr.contains("claim.json: not a ResourceClaim: "),
         "{stderr}"
     );
+}
+
+#[test]
+fn without_a_gpus_file_the_gpus_come_from_nvml() {
+    // The plugin's NVML path (what a node runs): the fake NVML's GPUs, their
+    // UUIDs, device nodes and compute capability, into the claim's quota
+    // file and CDI spec.
+    let t = tempfile::tempdir().expect("tmp");
+    let f = t.path().join("claim.json");
+    let c = claim(
+        serde_json::json!({"memory": "4Gi", "compute": "30"}),
+        "node-1",
+    );
+    std::fs::write(&f, c.to_string()).expect("claim");
+    let out = Command::new(env!("CARGO_BIN_EXE_cuslice-dra-plugin"))
+        .env(
+            "CUSLICE_REAL_NVML",
+            common::env().fake.join("libnvidia-ml.so.1"),
+        )
+        .env("FAKE_CUDA_STATE", t.path().join("fake.state"))
+        .args(["--node-name", "node-1", "--root"])
+        .arg(t.path().join("root"))
+        .arg("--cdi-dir")
+        .arg(t.path().join("cdi"))
+        .arg("--plugin-dir")
+        .arg(t.path().join("plugin"))
+        .args([
+            "--cuslice",
+            "/opt/cuslice/bin/cuslice",
+            "prepare",
+            "--claim",
+        ])
+        .arg(&f)
+        .output()
+        .expect("cuslice-dra-plugin");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let uuid = cuslice_core::config::format_uuid(&common::FAKE_UUID);
+    assert!(
+        stderr.contains(&format!("GPU(s): gpu-0 {uuid}")),
+        "{stderr}"
+    );
+    let quota = std::fs::read_to_string(t.path().join("root/claims").join(UID).join("quota.toml"))
+        .expect("quota file");
+    assert!(
+        quota.contains(&format!("[device.{uuid}]")) && quota.contains("memory = 4294967296"),
+        "{quota}"
+    );
+    let spec: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(
+            t.path()
+                .join("cdi")
+                .join(format!("cuslice.io-claim_{UID}.json")),
+        )
+        .expect("CDI spec"),
+    )
+    .expect("json");
+    let nodes = &spec["devices"][0]["containerEdits"]["deviceNodes"];
+    assert_eq!(nodes[0]["path"], "/dev/nvidia0", "{spec}");
 }

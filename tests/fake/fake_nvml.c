@@ -362,6 +362,21 @@ nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int *major,
     return r;
 }
 
+/* The minor number of the device node (/dev/nvidia<minor>): the index, as
+ * on a host whose GPUs were probed in order. */
+nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *minorNumber)
+{
+    setup();
+    unsigned idx = 0;
+    nvmlReturn_t r = device_index(device, &idx);
+    if (r == NVML_SUCCESS && minorNumber == NULL)
+        r = NVML_ERROR_INVALID_ARGUMENT;
+    if (r == NVML_SUCCESS)
+        *minorNumber = idx;
+    LOGR(r, "device=%u", idx);
+    return r;
+}
+
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
 {
     setup();

@@ -1382,6 +1382,13 @@ static void test_nvml(void)
         CHECK(major == 9 && minor == 0 && major == cmajor && minor == cminor,
               "device %d: NVML compute capability %d.%d, CUDA %d.%d", i, major, minor, cmajor, cminor);
     }
+    /* device nodes: /dev/nvidia<index> */
+    for (int i = 0; i < 2; i++) {
+        unsigned m = 99;
+        CK(nvmlDeviceGetMinorNumber(ds[i], &m), NVML_SUCCESS);
+        EQ(m, (unsigned)i);
+    }
+    CK(nvmlDeviceGetMinorNumber(d0, NULL), NVML_ERROR_INVALID_ARGUMENT);
     {
         int major = -1, minor = -1;
         CK(nvmlDeviceGetCudaComputeCapability(d0, NULL, &minor), NVML_ERROR_INVALID_ARGUMENT);
