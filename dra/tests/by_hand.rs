@@ -30,25 +30,30 @@ fn claim(consumed: serde_json::Value, pool: &str) -> serde_json::Value {
     })
 }
 
+/// The plugin run by hand on `t`, its GPUs from a file (one H200).
 fn plugin(t: &Path, args: &[&str]) -> Output {
     std::fs::write(
         t.join("gpus.json"),
         r#"[{"index": 0, "uuid": "GPU-8f3c2a1e-5b7d-4c2e-9a1b-0c3d4e5f6a7b", "memory": 151397597184, "minor": 0, "product": "NVIDIA H200"}]"#,
     )
     .expect("gpus");
-    Command::new(env!("CARGO_BIN_EXE_cuslice-dra-plugin"))
-        .args(["--node-name", "node-1", "--gpus-file"])
-        .arg(t.join("gpus.json"))
-        .arg("--root")
+    let mut c = plugin_command(t);
+    c.arg("--gpus-file").arg(t.join("gpus.json"));
+    c.args(args).output().expect("cuslice-dra-plugin")
+}
+
+/// The plugin's command on `t`'s directories (its GPUs from NVML unless
+/// the caller adds `--gpus-file`).
+fn plugin_command(t: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_cuslice-dra-plugin"));
+    c.args(["--node-name", "node-1", "--root"])
         .arg(t.join("root"))
         .arg("--cdi-dir")
         .arg(t.join("cdi"))
         .arg("--plugin-dir")
         .arg(t.join("plugin"))
-        .args(["--cuslice", "/opt/cuslice/bin/cuslice"])
-        .args(args)
-        .output()
-        .expect("cuslice-dra-plugin")
+        .args(["--cuslice", "/opt/cuslice/bin/cuslice"]);
+    c
 }
 
 #[test]
@@ -159,24 +164,13 @@ fn without_a_gpus_file_the_gpus_come_from_nvml() {
         "node-1",
     );
     std::fs::write(&f, c.to_string()).expect("claim");
-    let out = Command::new(env!("CARGO_BIN_EXE_cuslice-dra-plugin"))
+    let out = plugin_command(t.path())
         .env(
             "CUSLICE_REAL_NVML",
             common::env().fake.join("libnvidia-ml.so.1"),
         )
         .env("FAKE_CUDA_STATE", t.path().join("fake.state"))
-        .args(["--node-name", "node-1", "--root"])
-        .arg(t.path().join("root"))
-        .arg("--cdi-dir")
-        .arg(t.path().join("cdi"))
-        .arg("--plugin-dir")
-        .arg(t.path().join("plugin"))
-        .args([
-            "--cuslice",
-            "/opt/cuslice/bin/cuslice",
-            "prepare",
-            "--claim",
-        ])
+        .args(["prepare", "--claim"])
         .arg(&f)
         .output()
         .expect("cuslice-dra-plugin");
