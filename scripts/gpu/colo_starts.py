@@ -18,6 +18,7 @@ probes, for comparison), `nometer` the standard class without the meter
 (`CUSLICE_CUPTI=off`: wall time in flight charged).
 """
 import argparse
+import json
 import os
 import signal
 import statistics
@@ -44,6 +45,13 @@ p.add_argument("--modes", default="solo,native,standard,latency",
 p.add_argument("--pin", action="store_true",
                help="pin the service to CPUs 2-3 and the trainer to CPUs 4-5 (in every mode alike): less noise "
                     "from the host's scheduler")
+p.add_argument("--first-start", type=int, default=0,
+               help="the first start's index (its offset is OFFSETS[index % 8]): an invocation that goes on where "
+                    "another on this machine stopped (a device call is limited to 10 min)")
+p.add_argument("--dump", default=None, help="FILE: write every start's results as JSON, for --merge")
+p.add_argument("--merge", default=None,
+               help="FILE,FILE...: run nothing; the table of the starts these --dump files hold together (the "
+                    "reference is their native starts together, the solo figures their median)")
 p.add_argument("--native-ref", default=None,
                help="P99_MS,SERVED_FRACTION,TFLOPS[,SOLO_P99_MS]: the native pair's medians from an earlier "
                     "invocation on this machine, instead of running the native mode again")
@@ -177,76 +185,14 @@ def summary(results):
     return p99, served, tf
 
 
-gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                     capture_output=True, text=True).stdout.strip().splitlines()[0]
-for cell in args.cells.split(","):
-    probe = parse(subprocess.run(service_cmd(cell) + ["--seconds", "0.5"], capture_output=True, text=True).stdout)
-    if "SKIP" in probe:
-        row(cell, "all", probe["SKIP"], "", "", "", "SKIP")
-        continue
-    if cell == "decode" and args.decode_period_ms <= 0:
-        # One request at a time, far apart: how long a request takes alone.
-        r = parse(subprocess.run([sys.executable, os.path.join(SRC, "decode_probe.py"), "--seconds", "3",
-                                  "--period-ms", "1000"], capture_output=True, text=True).stdout)
-        args.decode_period_ms = max(50.0, 10.0 * round(2 * r["LAT"][0] / 10.0))
-        row(cell, f"request period {args.decode_period_ms:.0f} ms (twice the solo request time, "
-            f"{r['LAT'][0]:.1f} ms)", "", "", "", "", "setup")
+def verdicts(cell, by_mode, solo_p99, starts):
+    """The table's rows for the pair modes of CELL: BY_MODE maps a mode to
+    its starts' (service results, trainer TFLOP/s)."""
     ref = {}
     if args.native_ref:
         v = [float(x) for x in args.native_ref.split(",")]
         ref = {"p99": v[0], "served": v[1], "tf": v[2]}
-        solo_p99 = v[3] if len(v) > 3 else float("nan")
-        row(cell, "native pair and solo: from an earlier invocation on this machine", f"p99 median {v[0]:.2f} ms",
-            f"served {100 * v[1]:.0f} %", f"trainer median {v[2]:.0f} TFLOP/s", f"solo p99 {solo_p99:.2f}", "reference")
-    else:
-        solo = [one(cell, 0, None, None, with_trainer=False) for _ in range(3)]
-        solo_p99 = statistics.median(r["LAT"][1] for r, _ in solo)
-        solo_p50 = statistics.median(r["LAT"][0] for r, _ in solo)
-        row(cell, "service alone, native (3 starts)", f"p50 {solo_p50:.2f} / p99 {solo_p99:.2f} ms", "", "",
-            "p50: " + ", ".join(f"{r['LAT'][0]:.2f}" for r, _ in solo), "reference")
-    # Alone under cuslice (issue #19: a launch-bound tenant pays nothing
-    # alone): median p50 within 5 % of native.
-    for label, top, env in (("compute 50", "", None), ("compute 50, latency", "latency = true", None),
-                            ("compute 50, GPU time meter always on", "", {"CUSLICE_METER": "always"})):
-        if "solo" not in args.modes or args.native_ref:
-            break
-        res = [one(cell, 0, quota("compute = 50", top), None, with_trainer=False, service_env=env)
-               for _ in range(3)]
-        p50 = statistics.median(r["LAT"][0] for r, _ in res)
-        served = min(r["SERVED"][0] / r["SERVED"][1] for r, _ in res)
-        row(cell, f"service alone, {label} (3 starts)",
-            f"p50 {p50:.2f} ms ({p50 / solo_p50:.2f}x native)", f"served worst {100 * served:.0f} %", "",
-            "p50: " + ", ".join(f"{r['LAT'][0]:.2f}" for r, _ in res),
-            "PASS" if p50 <= 1.05 * solo_p50 and served >= 1.0 - 1e-9 else "**FAIL**")
-    pair_modes = [m for m in args.modes.split(",") if m != "solo"]
-    # Start-major: each start's offset is run in every mode in turn (the
-    # order rotating), so that a drift of the host over the invocation
-    # falls on every mode alike.
-    by_mode = {m: [] for m in pair_modes}
-    for i in range(args.starts):
-        off = OFFSETS[i % len(OFFSETS)]
-        k = i % len(pair_modes) if pair_modes else 0
-        for mode in pair_modes[k:] + pair_modes[:k]:
-            if mode == "native":
-                sq = tq = None
-            elif mode == "standard":
-                sq, tq = quota("compute = 50"), quota("compute = 50")
-            elif mode == "trainer-only":
-                # The trainer under cuslice, the service native: what the
-                # trainer's own limiter does to the service.
-                sq, tq = None, quota("compute = 50")
-            elif mode == "latency":
-                sq, tq = quota("compute = 50", "latency = true"), quota("compute = 50")
-            elif mode in ("continuous", "nometer"):
-                sq, tq = quota("compute = 50"), quota("compute = 50")
-            else:
-                sys.exit(f"unknown mode {mode!r}")
-            env = {"continuous": {"CUSLICE_METER": "continuous"}, "nometer": {"CUSLICE_CUPTI": "off"}}.get(mode)
-            by_mode[mode].append(one(cell, off, sq, tq, service_env=env, label=mode))
-            r, tf = by_mode[mode][-1]
-            print(f"start {i} {mode} offset {off}: p50 {r['LAT'][0]:.2f} p99 {r['LAT'][1]:.2f} ms, served "
-                  f"{r['SERVED'][0]:.0f}/{r['SERVED'][1]:.0f}, trainer {tf} TFLOP/s", file=sys.stderr, flush=True)
-    for mode in sorted(pair_modes, key=lambda m: m != "native"):
+    for mode in sorted(by_mode, key=lambda m: m != "native"):
         res = by_mode[mode]
         p99, served, tf = summary(res)
         med = statistics.median(p99)
@@ -271,20 +217,161 @@ for cell in args.cells.split(","):
             ok_served = min(served) >= min(1.0, ref["served"]) - 1e-9
             ok_tf = cell == "pair" or tf_worst >= (0.90 if mode == "latency" else 0.95) * ref["tf"]
             verdict = "PASS" if ok_tail and ok_served and ok_tf else "**FAIL**"
-        row(cell, f"{mode}: {args.starts} starts, offsets {OFFSETS[:args.starts]} s",
+        row(cell, f"{mode}: {len(res)} starts, offsets {starts} s",
             f"p99 median {med:.2f} / worst {worst:.2f} ms"
             + (f" ({med / ref['p99']:.2f}x / {worst / ref['p99']:.2f}x native pair)" if mode != "native" else ""),
             f"served worst {100 * min(served):.0f} %",
             f"trainer median {tf_med:.0f} / worst {tf_worst:.0f} TFLOP/s"
-            + (f" ({100 * tf_med / ref['tf']:.0f} % / {100 * tf_worst / ref['tf']:.0f} % of native pair)" if mode != "native" else ""),
+            + (f" ({100 * tf_med / ref['tf']:.0f} % / {100 * tf_worst / ref['tf']:.0f} % of native pair)"
+               if mode != "native" else ""),
             "per p99: " + ", ".join(f"{x:.1f}" for x in p99)
             + (f"; bound: solo p99 {solo_p99:.2f} + trainer kernel {kernel_ms:.2f} ms"
                if mode == "latency" and cell == "small" else ""), verdict)
 
+
+def solo_rows(cell, solo, alone):
+    """Item 3 of issue #19, a launch-bound tenant pays nothing alone: the
+    service alone under each limit against `cuslice run` with no limits
+    (the issue's reference) and against native, median p50 within 5 % and
+    every request served. SOLO: the native starts' results; ALONE maps a
+    label to its starts' results."""
+    solo_p50 = statistics.median(r["LAT"][0] for r in solo)
+    free = alone.get("no limits")
+    free_p50 = statistics.median(r["LAT"][0] for r in free) if free else float("nan")
+    for label, res in alone.items():
+        p50 = statistics.median(r["LAT"][0] for r in res)
+        served = min(r["SERVED"][0] / r["SERVED"][1] for r in res)
+        ok = label == "no limits" or (p50 <= 1.05 * free_p50 and served >= 1.0 - 1e-9)
+        row(cell, f"service alone, {label} ({len(res)} starts)",
+            f"p50 {p50:.2f} ms ({p50 / solo_p50:.2f}x native"
+            + (f", {p50 / free_p50:.2f}x no limits)" if label != "no limits" else ")"),
+            f"served worst {100 * served:.0f} %", "",
+            "p50: " + ", ".join(f"{r['LAT'][0]:.2f}" for r in res),
+            "reference" if label == "no limits" else "PASS" if ok else "**FAIL**")
+
+
+STARTS = [OFFSETS[i % len(OFFSETS)] for i in range(args.first_start, args.first_start + args.starts)]
+if args.merge:
+    # The starts of earlier invocations (--dump), together.
+    dumps = []
+    for f in args.merge.split(","):
+        with open(f) as fh:
+            dumps.append(json.load(fh))
+    gpus = sorted({d["gpu"] for d in dumps})
+    gpu = " / ".join(gpus)
+    STARTS = [o for d in dumps for o in d["starts"]]
+    args.window = "/".join(sorted({str(d.get("window")) for d in dumps}))
+    cells = []
+    for d in dumps:
+        cells += [c for c in d["cells"] if c not in cells]
+    for cell in cells:
+        parts = [d["cells"][cell] for d in dumps if cell in d["cells"]]
+        for setup in dict.fromkeys(d["setup"] for d in parts if d.get("setup")):
+            row(cell, setup, "", "", "", "", "setup")
+        solo = [r for d in parts for r in d["solo"]]
+        solo_p99 = statistics.median(r["LAT"][1] for r in solo)
+        if solo:
+            row(cell, f"service alone, native ({len(solo)} starts)",
+                f"p50 {statistics.median(r['LAT'][0] for r in solo):.2f} / p99 {solo_p99:.2f} ms", "", "",
+                "p50: " + ", ".join(f"{r['LAT'][0]:.2f}" for r in solo), "reference")
+        alone = {}
+        for d in parts:
+            for label, res in d.get("alone", {}).items():
+                alone.setdefault(label, []).extend(res)
+        if alone:
+            solo_rows(cell, solo, alone)
+        by_mode = {}
+        for d in parts:
+            for mode, res in d["modes"].items():
+                by_mode.setdefault(mode, []).extend([tuple(x) for x in res])
+        verdicts(cell, by_mode, solo_p99, STARTS)
+else:
+    gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                         capture_output=True, text=True).stdout.strip().splitlines()[0]
+    dump = {"gpu": gpu, "window": args.window, "starts": STARTS, "cells": {}}
+    for cell in args.cells.split(","):
+        probe = parse(subprocess.run(service_cmd(cell) + ["--seconds", "0.5"], capture_output=True,
+                                     text=True).stdout)
+        if "SKIP" in probe:
+            row(cell, "all", probe["SKIP"], "", "", "", "SKIP")
+            continue
+        d = dump["cells"][cell] = {"setup": "", "solo": [], "alone": {}, "modes": {}}
+        if cell == "decode" and args.decode_period_ms <= 0:
+            # One request at a time, far apart: how long a request takes alone.
+            r = parse(subprocess.run([sys.executable, os.path.join(SRC, "decode_probe.py"), "--seconds", "3",
+                                      "--period-ms", "1000"], capture_output=True, text=True).stdout)
+            args.decode_period_ms = max(50.0, 10.0 * round(2 * r["LAT"][0] / 10.0))
+            d["setup"] = (f"request period {args.decode_period_ms:.0f} ms (twice the solo request time, "
+                          f"{r['LAT'][0]:.1f} ms)")
+            row(cell, d["setup"], "", "", "", "", "setup")
+        if args.native_ref:
+            v = [float(x) for x in args.native_ref.split(",")]
+            solo_p99 = v[3] if len(v) > 3 else float("nan")
+            row(cell, "native pair and solo: from an earlier invocation on this machine", f"p99 median {v[0]:.2f} ms",
+                f"served {100 * v[1]:.0f} %", f"trainer median {v[2]:.0f} TFLOP/s", f"solo p99 {solo_p99:.2f}",
+                "reference")
+        else:
+            solo = d["solo"] = [one(cell, 0, None, None, with_trainer=False)[0] for _ in range(3)]
+            solo_p99 = statistics.median(r["LAT"][1] for r in solo)
+            solo_p50 = statistics.median(r["LAT"][0] for r in solo)
+            row(cell, "service alone, native (3 starts)", f"p50 {solo_p50:.2f} / p99 {solo_p99:.2f} ms", "", "",
+                "p50: " + ", ".join(f"{r['LAT'][0]:.2f}" for r in solo), "reference")
+            if "solo" in args.modes:
+                # Alone under cuslice, each limit in turn within each round
+                # (a drift of the host falls on all alike).
+                kinds = (("no limits", "", "", None), ("compute 50", "compute = 50", "", None),
+                         ("compute 50, latency", "compute = 50", "latency = true", None),
+                         ("compute 50, GPU time meter always on", "compute = 50", "", {"CUSLICE_METER": "always"}))
+                for _ in range(3):
+                    for label, limits, top, env in kinds:
+                        d["alone"].setdefault(label, []).append(
+                            one(cell, 0, quota(limits, top), None, with_trainer=False, service_env=env,
+                                label="alone")[0])
+                solo_rows(cell, solo, d["alone"])
+        pair_modes = [m for m in args.modes.split(",") if m != "solo"]
+        # Start-major: each start's offset is run in every mode in turn (the
+        # order rotating), so that a drift of the host over the invocation
+        # falls on every mode alike.
+        by_mode = {m: [] for m in pair_modes}
+        for i, off in enumerate(STARTS, start=args.first_start):
+            k = i % len(pair_modes) if pair_modes else 0
+            for mode in pair_modes[k:] + pair_modes[:k]:
+                if mode == "native":
+                    sq = tq = None
+                elif mode == "standard":
+                    sq, tq = quota("compute = 50"), quota("compute = 50")
+                elif mode == "trainer-only":
+                    # The trainer under cuslice, the service native: what the
+                    # trainer's own limiter does to the service.
+                    sq, tq = None, quota("compute = 50")
+                elif mode == "latency":
+                    sq, tq = quota("compute = 50", "latency = true"), quota("compute = 50")
+                elif mode in ("continuous", "nometer"):
+                    sq, tq = quota("compute = 50"), quota("compute = 50")
+                else:
+                    sys.exit(f"unknown mode {mode!r}")
+                env = {"continuous": {"CUSLICE_METER": "continuous"}, "nometer": {"CUSLICE_CUPTI": "off"}}.get(mode)
+                by_mode[mode].append(one(cell, off, sq, tq, service_env=env, label=mode))
+                r, tf = by_mode[mode][-1]
+                print(f"start {i} {mode} offset {off}: p50 {r['LAT'][0]:.2f} p99 {r['LAT'][1]:.2f} ms, served "
+                      f"{r['SERVED'][0]:.0f}/{r['SERVED'][1]:.0f}, trainer {tf} TFLOP/s", file=sys.stderr,
+                      flush=True)
+                d["modes"] = by_mode
+                dump["decode_period_ms"] = args.decode_period_ms
+                if args.dump:
+                    # After every start: a call cut off at its time limit
+                    # keeps what it measured.
+                    with open(args.dump, "w") as fh:
+                        json.dump(dump, fh)
+        if pair_modes:
+            verdicts(cell, by_mode, solo_p99, STARTS)
+    if args.dump:
+        with open(args.dump, "w") as fh:
+            json.dump(dump, fh)
+
 print(f"# Co-location in several starts on {gpu}\n")
-print(f"Command: `python3 scripts/gpu/colo_starts.py --lib target/release/libcuslice.so --starts {args.starts} "
-      f"--cells {args.cells}`; the service starts {OFFSETS[:args.starts]} s after the trainer's work begins; "
-      f"each service window {args.window} s.\n")
+print(f"Command: `python3 scripts/gpu/colo_starts.py {' '.join(sys.argv[1:])}`; the service starts {STARTS} s "
+      f"after the trainer's work begins (one start per offset and mode); each service window {args.window} s.\n")
 print("Targets (issue #19): standard class, small service: every start p99 <= 1.2x the native pair's median, all served, "
       "trainer >= 95 %; decode: p99 <= 1.1x, served >= native, trainer >= 95 %; latency class: decode p99 <= "
       "max(0.8x native pair, 1.1x solo), small p99 <= solo p99 + the trainer's kernel, trainer >= 90 %; pair (two small "
