@@ -91,6 +91,12 @@ const NEED_SHARE_PERMILLE: u64 = 500;
 /// A probe's ratio of GPU time to wall time in flight stands in for
 /// records this long (probes come every `PROBE_NS + REST_NS` while needed).
 const RATIO_STALE_NS: u64 = 3_000_000_000;
+/// A process whose last ratio puts it far under the bar (its wall time in
+/// flight times the ratio, doubled, under `NEED_SHARE_PERMILLE` of its
+/// share) needs no probe until its ratio is this old: a decode loop beside
+/// a trainer is probed every ~2 s instead of every second (each probe
+/// slows the requests it overlaps), and still before the ratio goes stale.
+const RELAXED_NS: u64 = 2_000_000_000;
 /// A probe that saw less wall time in flight than this teaches nothing (the
 /// process was idle through it): the last ratio stands.
 const MIN_PROBE_WALL_NS: u64 = 2_000_000;
@@ -549,6 +555,11 @@ impl Gpu {
     /// heavy (then its GPU time is worth measuring): a busy stretch of
     /// `NEED_BUSY_NS`, or in flight `NEED_SHARE_PERMILLE` of its share over
     /// the last window or the current one so far.
+    ///
+    /// Where a fresh ratio (younger than `RELAXED_NS`) puts the process far
+    /// under that bar, the next probe waits: its in flight (per mille, at
+    /// least a whole window's for a busy stretch) times the ratio, doubled,
+    /// under the bar.
     fn needs_probe(&self, now: u64) -> bool {
         let busy = now.saturating_sub(self.busy_last.load(Ordering::Relaxed)) <= BUSY_GAP_NS
             && now.saturating_sub(self.busy_since.load(Ordering::Relaxed)) >= NEED_BUSY_NS;
@@ -557,7 +568,15 @@ impl Gpu {
             .saturating_sub(self.wall_start.load(Ordering::Relaxed))
             .max(cuslice_core::gpu::DEMAND_WINDOW_NS);
         let current = self.wall_ns.load(Ordering::Relaxed).saturating_mul(1000) / span;
-        busy || self.wall_pm.load(Ordering::Relaxed) >= bar || current >= bar
+        let bound = self.wall_pm.load(Ordering::Relaxed).max(current);
+        if !busy && bound < bar {
+            return false;
+        }
+        let far_under = self.ratio(now).is_some_and(|r| {
+            now.saturating_sub(self.ratio_at.load(Ordering::Relaxed)) < RELAXED_NS
+                && 2 * of_ppm(if busy { 1000 } else { bound }, r) < bar
+        });
+        !far_under
     }
 
     /// The last probe's ratio of GPU time to wall time in flight (ppm),
