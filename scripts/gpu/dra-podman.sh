@@ -34,7 +34,11 @@ NODE=gpu-host
 
 if [ -n "$TOOLS" ]; then
     TOOLS=$(realpath "$TOOLS")
-    P=(env "LD_LIBRARY_PATH=$TOOLS/lib" "$TOOLS/podman" --conmon "$TOOLS/conmon" --runtime "$TOOLS/runc")
+    # podman starts conmon with an environment of its own (no
+    # LD_LIBRARY_PATH): conmon gets its libraries through a wrapper.
+    printf '#!/bin/sh\nLD_LIBRARY_PATH="%s/lib" exec "%s/conmon" "$@"\n' "$TOOLS" "$TOOLS" >"$W/conmon"
+    chmod +x "$W/conmon"
+    P=(env "LD_LIBRARY_PATH=$TOOLS/lib" "$TOOLS/podman" --conmon "$W/conmon" --runtime "$TOOLS/runc")
 else
     P=(podman)
 fi
@@ -62,6 +66,22 @@ mkdir -p /run/cdi
 podman_cdi() {
     unshare --mount --propagation private sh -c 'mount --bind "$0" /run/cdi && exec "$@"' "$W/cdi" "${P[@]}" "$@"
 }
+# The host's Python and where it finds its packages (PyTorch may live on a
+# path the host's environment names): the same paths exist in the
+# container, whose root is the host's.
+PY=$(python3 -c 'import sys; print(sys.executable)')
+PYPATH=$(python3 -c 'import sys; print(":".join(p for p in sys.path if p))')
+# The driver's libraries, where the host finds them through LD_LIBRARY_PATH
+# (a cluster's NVIDIA container toolkit mounts them; here the host's root
+# is the container's).
+LDPATH=${LD_LIBRARY_PATH:-}
+# Those directories may be mounts of their own, which the overlay of the
+# host's root does not show: bound read-only where they exist.
+DRV=()
+IFS=: read -ra dirs <<<"$LDPATH"
+for d in "${dirs[@]}"; do
+    [ -n "$d" ] && [ -d "$d" ] && DRV+=(-v "$d:$d:ro")
+done
 # One container of claim UID running CMD... in /w (this directory's src/).
 in_claim() { # UID NAME CMD...
     local uid=$1 name=$2
@@ -69,22 +89,22 @@ in_claim() { # UID NAME CMD...
     # (`--rootfs` is a flag: the first argument after the options is the
     # root file system, `/:O` the host's through an overlay.)
     podman_cdi run --rm --name "$name" --network none --device "cuslice.io/claim=$uid" \
-        --ulimit nofile=1024:1024 --ulimit nproc=1024:1024 \
+        --ulimit nofile=1024:1024 --ulimit nproc=1024:1024 -e "PYTHONPATH=$PYPATH" -e "LD_LIBRARY_PATH=$LDPATH" "${DRV[@]}" \
         -v "$HERE/src:/w:ro" -w /w --rootfs /:O "$@"
 }
 
 echo "== memory: what each claim's container sees and allocates (256 MiB steps)"
-in_claim $A mem-30 python3 mem_torch.py claim-20Gi
-in_claim $B mem-70 python3 mem_torch.py claim-40Gi
+in_claim $A mem-30 "$PY" mem_torch.py claim-20Gi
+in_claim $B mem-70 "$PY" mem_torch.py claim-40Gi
 
 echo "== compute: matmul loops, ${SECS} s"
 solo=$(python3 "$HERE/src/mm_loop.py" "$SECS" | awk '/^TFLOPS/ {print $2}')
 echo "native alone, no container: $solo TFLOP/s"
 # Both lined up on one start (each pays podman's start first).
 at=$(python3 -c 'import time; print(time.monotonic() + 20)')
-in_claim $A mm-30 env START_AT="$at" python3 mm_loop.py "$SECS" >"$W/a.out" 2>"$W/a.err" &
+in_claim $A mm-30 env START_AT="$at" "$PY" mm_loop.py "$SECS" >"$W/a.out" 2>"$W/a.err" &
 pa=$!
-in_claim $B mm-70 env START_AT="$at" python3 mm_loop.py "$SECS" >"$W/b.out" 2>"$W/b.err" &
+in_claim $B mm-70 env START_AT="$at" "$PY" mm_loop.py "$SECS" >"$W/b.out" 2>"$W/b.err" &
 pb=$!
 wait $pa || { cat "$W/a.err" >&2; exit 1; }
 wait $pb || { cat "$W/b.err" >&2; exit 1; }
