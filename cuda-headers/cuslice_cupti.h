@@ -98,5 +98,8 @@ CUptiResult cuptiActivityGetNextRecord(uint8_t *buffer, size_t validBufferSizeBy
 CUptiResult cuptiActivityGetNumDroppedRecords(CUcontext context, uint32_t streamId, size_t *dropped);
 CUptiResult cuptiGetTimestamp(uint64_t *timestamp);
 CUptiResult cuptiGetResultString(CUptiResult result, const char **str);
+/* Detaches CUPTI from the process (optional for cuslice: the meter detaches
+ * between probes under CUSLICE_METER_DETACH=1 where the library has it). */
+CUptiResult cuptiFinalize(void);
 
 #endif /* CUSLICE_CUPTI_H */

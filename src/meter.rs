@@ -46,6 +46,24 @@
 //!   (`CUDA_INJECTION64_PATH`: Nsight), or when records stop coming while
 //!   the process launches, the meter stops for good and the process is
 //!   charged wall time again (said once, at info level).
+//! - `CUSLICE_METER_DETACH=1` (opt-in; probes only, not `continuous` or
+//!   `always`): once a probe's last records are in, the meter's thread
+//!   detaches CUPTI from the process (`cuptiFinalize`, after a forced
+//!   flush) and, before the next probe, registers its callbacks again. Why:
+//!   on an H100, a PyTorch decode loop's requests stayed ~8-11 % slower for
+//!   as long as CUPTI stayed attached after its activity API had been used
+//!   (recording off), and were as fast as before once `cuptiFinalize`
+//!   detached it; so a launch-bound tenant, attached between probes, pays
+//!   for recording all the time its GPU is shared. Never while the
+//!   program's own profiler has CUPTI (checked under the lock its
+//!   registration takes, so that it is never detached from under it); a
+//!   libcupti without `cuptiFinalize` stays attached (said once). Not yet
+//!   validated on a GPU with kernels launched from other threads while
+//!   CUPTI detaches (NVIDIA recommends calling `cuptiFinalize` from an API
+//!   exit callback; the meter calls it from its own thread, between
+//!   probes); and it detaches all of CUPTI, so a program that uses CUPTI's
+//!   callback API (`cuptiSubscribe`) without registering activity callbacks
+//!   would lose its subscription: off by default.
 
 use std::ffi::{CStr, c_char, c_void};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, AtomicU64, AtomicUsize, Ordering};
@@ -80,6 +98,8 @@ const CALIBRATE_NS: u64 = 10_000_000_000;
 const CUPTI_SUCCESS: i32 = 0;
 const CUPTI_ERROR_MAX_LIMIT_REACHED: i32 = 12;
 const CUPTI_ERROR_UNKNOWN: i32 = 999;
+/// `cuptiActivityFlushAll`'s flag: buffers holding incomplete records too.
+const CUPTI_ACTIVITY_FLAG_FLUSH_FORCED: u32 = 1;
 const KIND_KERNEL: u32 = 3;
 const KIND_CONCURRENT_KERNEL: u32 = 10;
 /// Offsets in a kernel record (`CUpti_ActivityKernel4` to `10`, CUDA 11 to
@@ -99,6 +119,8 @@ struct Api {
     next_record: unsafe extern "C" fn(*mut u8, usize, *mut *mut u8) -> i32,
     timestamp: unsafe extern "C" fn(*mut u64) -> i32,
     result_string: Option<unsafe extern "C" fn(i32, *mut *const c_char) -> i32>,
+    /// `cuptiFinalize` (optional: `CUSLICE_METER_DETACH` only).
+    finalize: Option<unsafe extern "C" fn() -> i32>,
 }
 
 struct Meter {
@@ -143,6 +165,9 @@ static MODE: AtomicU8 = AtomicU8::new(PROBES);
 const PROBES: u8 = 0;
 const CONTINUOUS: u8 = 1;
 const ALWAYS: u8 = 2;
+/// `CUSLICE_METER_DETACH=1` under probes: CUPTI is detached between
+/// probes (read once, by `start`).
+static DETACH: AtomicBool = AtomicBool::new(false);
 /// Probes taken, and wall time recorded in all (ns), for the exit report.
 static PROBES_TAKEN: AtomicU64 = AtomicU64::new(0);
 /// The next probe begins no sooner than this (our clock).
@@ -271,6 +296,7 @@ fn load_api(h: *mut c_void) -> Result<Api, String> {
             next_record: cast(get(c"cuptiActivityGetNextRecord")?),
             timestamp: cast(get(c"cuptiGetTimestamp")?),
             result_string: get(c"cuptiGetResultString").ok().map(|p| cast(p)),
+            finalize: get(c"cuptiFinalize").ok().map(|p| cast(p)),
         })
     }
 }
@@ -311,6 +337,24 @@ pub fn start(devices: usize) {
         }
     };
     MODE.store(mode, Ordering::Relaxed);
+    let detach = match std::env::var_os("CUSLICE_METER_DETACH") {
+        None => false,
+        Some(v) if v.is_empty() || v == "0" => false,
+        Some(v) if v == "1" => true,
+        Some(v) => {
+            crate::warn!(
+                "CUSLICE_METER_DETACH={} is not 0 or 1; CUPTI stays attached between probes",
+                v.to_string_lossy()
+            );
+            false
+        }
+    };
+    if detach && mode != PROBES {
+        crate::warn!(
+            "CUSLICE_METER_DETACH=1 applies to probes (CUSLICE_METER=shared) only; CUPTI stays attached"
+        );
+    }
+    DETACH.store(detach && mode == PROBES, Ordering::Relaxed);
     let spawned = std::thread::Builder::new()
         .name("cuslice-meter".into())
         .spawn(move || {
@@ -391,6 +435,12 @@ fn load(devices: usize) -> bool {
         "GPU time meter: {} (kernel records while the GPU is shared)",
         m.path
     );
+    if DETACH.load(Ordering::Relaxed) && m.api.finalize.is_none() {
+        crate::info!(
+            "{} has no cuptiFinalize: detaching CUPTI between probes (CUSLICE_METER_DETACH=1) is unavailable with this libcupti; it stays attached",
+            m.path
+        );
+    }
     true
 }
 
@@ -541,6 +591,53 @@ fn stop_recording(m: &Meter, now: u64) {
     );
 }
 
+/// `CUSLICE_METER_DETACH`, once a probe's last records are in: the
+/// records still in CUPTI's buffers are delivered (a forced flush gives our
+/// buffers back), then CUPTI is detached (`finalize`). True where it is
+/// detached; false where the program's own profiler has CUPTI (or the
+/// meter stopped): it is left alone. The check and the detach are made
+/// under `LOADING`, which the program's registration takes before it
+/// reaches CUPTI: a program that registers its callbacks meanwhile does
+/// so after the detach, never before it. Err: `cuptiFinalize`'s error.
+fn detach(m: &Meter, finalize: unsafe extern "C" fn() -> i32) -> Result<bool, i32> {
+    let _g = LOADING.lock().unwrap_or_else(|e| e.into_inner());
+    if TENANT_PROFILES.load(Ordering::Acquire) || m.lost.load(Ordering::Acquire) {
+        return Ok(false);
+    }
+    // SAFETY: CUPTI calls: the flush delivers buffers to `completed` on
+    // this thread (our callbacks: the program's registration waits for
+    // `LOADING`); then the detach, recording off and flushed.
+    let r = unsafe {
+        (m.api.flush_all)(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+        finalize()
+    };
+    if r == CUPTI_SUCCESS { Ok(true) } else { Err(r) }
+}
+
+/// `CUSLICE_METER_DETACH`, before a probe where CUPTI was detached: our
+/// callbacks registered again (CUPTI attaches anew). False, the meter
+/// stopped for good, where the program's own profiler took CUPTI meanwhile
+/// or the registration failed (said).
+fn attach(m: &Meter) -> bool {
+    let _g = LOADING.lock().unwrap_or_else(|e| e.into_inner());
+    if TENANT_PROFILES.load(Ordering::Acquire) || m.lost.load(Ordering::Acquire) {
+        m.lost.store(true, Ordering::Release);
+        return false;
+    }
+    // SAFETY: CUPTI call with our two callbacks (valid for the process).
+    let r = unsafe { (m.api.register)(Some(requested), Some(completed)) };
+    if r != CUPTI_SUCCESS {
+        crate::warn!(
+            "{}: cannot register activity callbacks again: {}; charging wall time in flight",
+            m.path,
+            cupti_error(m, r)
+        );
+        m.lost.store(true, Ordering::Release);
+        return false;
+    }
+    true
+}
+
 /// The meter's thread: takes probes (switches recording on and off),
 /// flushes.
 fn run() {
@@ -552,6 +649,15 @@ fn run() {
     // probe that ended waits for its last records to be reported.
     let (mut probe_until, mut rest_until, mut ending) = (0u64, 0u64, false);
     let mode = MODE.load(Ordering::Relaxed);
+    // `CUSLICE_METER_DETACH`: `cuptiFinalize` where it is on and the
+    // library has it (None once it failed), and whether CUPTI is detached
+    // now.
+    let mut finalize = if DETACH.load(Ordering::Relaxed) && mode == PROBES {
+        m.api.finalize
+    } else {
+        None
+    };
+    let mut detached = false;
     loop {
         if m.lost.load(Ordering::Acquire) {
             if m.enabled.swap(false, Ordering::AcqRel) && !TENANT_PROFILES.load(Ordering::Acquire) {
@@ -582,8 +688,35 @@ fn run() {
             if lost(m, (seen, launched), &mut silent).is_none() {
                 continue;
             }
+            if let Some(f) = finalize {
+                match detach(m, f) {
+                    Ok(d) => detached = d,
+                    Err(r) => {
+                        crate::info!(
+                            "{}: cannot detach CUPTI between probes (CUSLICE_METER_DETACH=1): {}; it stays attached",
+                            m.path,
+                            cupti_error(m, r)
+                        );
+                        finalize = None;
+                    }
+                }
+            }
+            crate::debug!(
+                "GPU time meter off ({})",
+                if detached {
+                    "CUPTI detached"
+                } else {
+                    "CUPTI stays attached"
+                }
+            );
         }
         if wanted && !enabled && now >= rest_until {
+            if detached {
+                if !attach(m) {
+                    continue;
+                }
+                detached = false;
+            }
             calibrate(m);
             calibrated_at = now;
             // SAFETY: CUPTI call.
@@ -624,7 +757,6 @@ fn run() {
                 rest_until = now + REST_NS;
                 REST_UNTIL.store(rest_until, Ordering::Relaxed);
                 ending = true;
-                crate::debug!("GPU time meter off");
             } else if now >= check_at {
                 // Over two checks in a row (recording longer than a probe).
                 if let Some(now_seen) = lost(m, (seen, launched), &mut silent) {

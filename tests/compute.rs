@@ -381,29 +381,63 @@ fn noise(reference: f64) -> f64 {
     3.0 + reference / 4.0
 }
 
-/// What process `pid` recorded, from the fake's lines in the call log
-/// `log`: (times recording was switched on, kernel records taken out,
-/// kernels launched).
-fn recorded(log: &Path, pid: u32) -> (u32, u64, u64) {
+/// What process `pid` did with CUPTI, from the fake's lines in the call
+/// log.
+#[derive(Debug, Default)]
+struct CuptiCalls {
+    /// Times recording was switched on (successful enables).
+    on: u32,
+    /// Kernel records taken out by flushes.
+    records: u64,
+    /// Kernels launched.
+    launched: u64,
+    /// Successful callback registrations, and detaches (`cuptiFinalize`).
+    registered: u32,
+    finalized: u32,
+    /// The registrations, enables and detaches in order: `R`, `E`, `F`.
+    order: String,
+}
+
+/// What process `pid` did with CUPTI, from the fake's lines in the call
+/// log `log`.
+fn cupti_calls(log: &Path, pid: u32) -> CuptiCalls {
     let text = std::fs::read_to_string(log).unwrap_or_default();
     let me = format!("{pid} ");
-    let (mut on, mut records, mut launched) = (0, 0, 0);
+    let mut c = CuptiCalls::default();
     for l in text.lines().filter(|l| l.starts_with(&me)) {
-        if l.contains(" cuLaunchKernel") && l.ends_with("-> 0") {
-            launched += 1;
+        let ok = l.ends_with("-> 0");
+        if l.contains(" cuLaunchKernel") && ok {
+            c.launched += 1;
         }
-        if l.contains(" cuptiActivityEnable kind=") && l.ends_with("-> 0") {
-            on += 1;
+        if l.contains(" cuptiActivityEnable kind=") && ok {
+            c.on += 1;
+            c.order.push('E');
+        }
+        if l.contains(" cuptiActivityRegisterCallbacks ") && ok {
+            c.registered += 1;
+            c.order.push('R');
+        }
+        if l.contains(" cuptiFinalize ") && ok {
+            c.finalized += 1;
+            c.order.push('F');
         }
         if l.contains(" cuptiActivityFlushAll ") {
-            records += l
+            c.records += l
                 .split_whitespace()
                 .find_map(|w| w.strip_prefix("records="))
                 .and_then(|n| n.parse::<u64>().ok())
                 .unwrap_or_else(|| panic!("no record count in {l:?}"));
         }
     }
-    (on, records, launched)
+    c
+}
+
+/// What process `pid` recorded, from the fake's lines in the call log
+/// `log`: (times recording was switched on, kernel records taken out,
+/// kernels launched).
+fn recorded(log: &Path, pid: u32) -> (u32, u64, u64) {
+    let c = cupti_calls(log, pid);
+    (c.on, c.records, c.launched)
 }
 
 #[test]
@@ -786,6 +820,13 @@ fn a_launch_bound_tenant_is_charged_what_its_kernels_ran_and_launches_freely() {
         (2..=3).contains(&on) && records * 20 <= launched,
         "probes: recording on {on} times, {records} records of {launched} kernels"
     );
+    // Without CUSLICE_METER_DETACH, CUPTI stays attached between probes:
+    // registered once, never detached.
+    let c = cupti_calls(&log, pid);
+    assert!(
+        c.registered == 1 && c.finalized == 0,
+        "attached all along: {c:?}"
+    );
 
     // The same pair without the meter: charged its time in flight, many
     // times its kernels' time, and held through the lease.
@@ -798,6 +839,51 @@ fn a_launch_bound_tenant_is_charged_what_its_kernels_ran_and_launches_freely() {
         used as f64 / 1e6
     );
     assert!(heavy, "charged its time in flight, it looks saturating");
+}
+
+#[test]
+fn with_detach_on_the_meter_detaches_cupti_after_each_probe_and_attaches_again_for_the_next() {
+    // CUPTI left attached once its activity API was used slows every
+    // launch of a decode loop (~8-11 % on an H100, recording off);
+    // CUSLICE_METER_DETACH=1 detaches it (cuptiFinalize) once each probe's
+    // records are in, and registers the meter's callbacks again before the
+    // next probe. Measured as without it: charged about its kernels' time,
+    // never heavy.
+    let h = Host::new("compute", "decode-detach");
+    let log = h.dir.join("calls.log");
+    let logged = log.display().to_string();
+    let (p, used, heavy, trainer, pid) = decode_beside_trainer(
+        &h,
+        &[("FAKE_CUDA_LOG", &logged), ("CUSLICE_METER_DETACH", "1")],
+    );
+    assert_eq!(p.served, p.due, "{p:?}");
+    let kernels_ns = u64::from(p.served) * 48 * 20_000;
+    assert!(
+        used >= kernels_ns * 9 / 10 && used <= kernels_ns * 3 + 50_000_000,
+        "charged {} ms for {} ms of kernels",
+        used as f64 / 1e6,
+        kernels_ns as f64 / 1e6
+    );
+    assert!(!heavy, "a launch-bound tenant is never heavy: {p:?}");
+    assert!(trainer >= 80.0, "the trainer keeps the GPU: {trainer:.1} %");
+    let c = cupti_calls(&log, pid);
+    assert!(
+        c.on >= 2 && c.records > 0,
+        "recorded in 2 probes or more: {c:?}"
+    );
+    // Detached after every probe that ended before the exit (the last may
+    // be cut short by it), registered again before every probe: R E, then
+    // F R E per probe, and an F at the end unless the exit came first.
+    assert!(
+        c.finalized + 1 >= c.on && c.finalized <= c.on && c.registered == c.on,
+        "one detach per completed probe, one registration per probe: {c:?}"
+    );
+    let body = c.order.strip_prefix("RE").unwrap_or("?");
+    let body = body.strip_suffix('F').unwrap_or(body);
+    assert!(
+        body.as_bytes().chunks(3).all(|x| x == b"FRE"),
+        "each enable after the first preceded by a detach and a registration: {c:?}"
+    );
 }
 
 #[test]

@@ -159,7 +159,7 @@ struct fake_cupti_rec {
 
 struct fake_cupti_proc {
     int32_t pid;          /* 0: never claimed; else getpid() in the owner's own PID namespace */
-    uint32_t gen;         /* bumped at each claim */
+    uint32_t gen;         /* bumped at each claim and at the owner's cuptiFinalize */
     uint64_t pidns;       /* as fake_slot's: who the owner is from any namespace */
     uint64_t start_ticks;
     uint32_t kinds;       /* bit k set: activity kind k enabled (CUPTI_ACTIVITY_KIND_KERNEL 3, CONCURRENT_KERNEL 10) */
@@ -170,7 +170,7 @@ struct fake_cupti_proc {
 };
 
 struct fake_cupti {
-    uint64_t epoch; /* bumped at every claim: libcuda looks its entry up again */
+    uint64_t epoch; /* bumped at every claim and cuptiFinalize: libcuda looks its entry up again */
     struct fake_cupti_proc p[FAKE_CUPTI_PROCS];
 };
 

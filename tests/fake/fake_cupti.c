@@ -252,6 +252,52 @@ CUptiResult cuptiActivityDisable(CUpti_ActivityKind kind)
     return r;
 }
 
+/* Detaches CUPTI from this process, as cuptiFinalize does: every kind it
+ * enabled is off, the records not delivered yet, and those of its kernels
+ * still queued, are dropped (not counted: the client was to flush first),
+ * and its callbacks are forgotten. Nothing
+ * is delivered until the client registers callbacks again (a flush is
+ * refused until then, as before the first RegisterCallbacks); kinds
+ * enabled again before that record, as before the first registration.
+ * Refused from a buffer callback (a flush is under way). */
+static CUptiResult finalize(void)
+{
+    if (t_in_flush)
+        return CUPTI_ERROR_INVALID_OPERATION;
+    pthread_mutex_lock(&g_flush);
+    pthread_mutex_lock(&g_mu);
+    g_requested = NULL;
+    g_completed = NULL;
+    g_dropped = 0;
+    if (g_entry >= 0) {
+        tl_lock();
+        struct fake_cupti_proc *p = &S->cupti.p[g_entry];
+        if (p->gen == g_entry_gen) {
+            /* A new generation: kernels still queued, marked with the
+             * old one, leave no record when they retire. libcuda looks
+             * the entry up again (the epoch moves). */
+            p->gen++;
+            g_entry_gen = p->gen;
+            p->kinds = 0;
+            p->head = p->tail;
+            p->dropped = 0;
+            S->cupti.epoch++;
+        }
+        tl_unlock();
+    }
+    pthread_mutex_unlock(&g_mu);
+    pthread_mutex_unlock(&g_flush);
+    return CUPTI_SUCCESS;
+}
+
+CUptiResult cuptiFinalize(void)
+{
+    setup();
+    CUptiResult r = finalize();
+    LOGR0(r);
+    return r;
+}
+
 /* Writes record `in` as a kernel activity record at `dst` (REC_SIZE bytes). */
 static void write_record(uint8_t *dst, const struct fake_cupti_rec *in)
 {

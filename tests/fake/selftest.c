@@ -390,6 +390,7 @@ static struct {
     __typeof__(cuptiActivityGetNumDroppedRecords) *dropped;
     __typeof__(cuptiGetTimestamp) *ts;
     __typeof__(cuptiGetResultString) *str;
+    __typeof__(cuptiFinalize) *fin;
 } CU;
 
 static void cupti_load(void)
@@ -407,6 +408,7 @@ static void cupti_load(void)
     CUPTI_SYM(dropped, cuptiActivityGetNumDroppedRecords);
     CUPTI_SYM(ts, cuptiGetTimestamp);
     CUPTI_SYM(str, cuptiGetResultString);
+    CUPTI_SYM(fin, cuptiFinalize);
 #undef CUPTI_SYM
 }
 
@@ -2257,6 +2259,39 @@ static void test_cupti(CUfunction fsleep)
     recs_reset();
     CK(CU.flush(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), CUPTI_SUCCESS);
     EQ(g_nrecs, 1);
+
+    /* cuptiFinalize detaches: a kernel still running when it is called, and
+     * the kernels launched after it, leave no record; a flush is refused
+     * until callbacks are registered again. Enabled again without them, as
+     * before the first registration: recorded, delivered once they are.
+     * Registered and enabled again: recorded as before. */
+    launch_sleep(fsleep, s, 2000000);
+    CK(CU.fin(), CUPTI_SUCCESS);
+    CK(CU.fin(), CUPTI_SUCCESS); /* again: nothing to do */
+    launch_sleep(fsleep, s, 100000);
+    CK(cuStreamSynchronize(s), CUDA_SUCCESS);
+    CK(CU.flush(0), CUPTI_ERROR_INVALID_OPERATION);
+    CK(CU.reg(buf_requested, buf_completed), CUPTI_SUCCESS);
+    recs_reset();
+    EQ(cupti_flush(), 0);
+    CK(CU.dropped(NULL, 0, &dropped), CUPTI_SUCCESS);
+    EQ(dropped, 0);
+    CK(CU.enable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), CUPTI_SUCCESS);
+    launch_sleep(fsleep, s, 300000);
+    CK(cuStreamSynchronize(s), CUDA_SUCCESS);
+    EQ(cupti_flush(), 1);
+    EQ(rec_ns(&g_recs[0]), 300000);
+    CK(CU.fin(), CUPTI_SUCCESS);
+    CK(CU.enable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), CUPTI_SUCCESS);
+    launch_sleep(fsleep, s, 400000);
+    CK(cuStreamSynchronize(s), CUDA_SUCCESS);
+    CK(CU.flush(0), CUPTI_ERROR_INVALID_OPERATION);
+    CK(CU.reg(buf_requested, buf_completed), CUPTI_SUCCESS);
+    recs_reset();
+    EQ(cupti_flush(), 1);
+    EQ(rec_ns(&g_recs[0]), 400000);
+    printf("cupti: finalize: a kernel running at it and those after it unrecorded; recorded again once "
+           "registered and enabled\n");
 
     CK(cuStreamDestroy_v2(s), CUDA_SUCCESS);
     CK(cuStreamDestroy_v2(s2), CUDA_SUCCESS);
