@@ -786,6 +786,22 @@ fn decode_beside_trainer(h: &Host, extra: &[(&'static str, &str)]) -> (Ping, u64
     (p, used, heavy, st.fraction(), pid)
 }
 
+/// `decode_beside_trainer`'s decode loop, metered: every request served,
+/// charged about its kernels' time (0.9-3x, plus 50 ms), never heavy, the
+/// trainer keeping the GPU.
+fn charged_its_kernels(p: &Ping, used: u64, heavy: bool, trainer: f64) {
+    assert_eq!(p.served, p.due, "{p:?}");
+    let kernels_ns = u64::from(p.served) * 48 * 20_000;
+    assert!(
+        used >= kernels_ns * 9 / 10 && used <= kernels_ns * 3 + 50_000_000,
+        "charged {} ms for {} ms of kernels",
+        used as f64 / 1e6,
+        kernels_ns as f64 / 1e6
+    );
+    assert!(!heavy, "a launch-bound tenant is never heavy: {p:?}");
+    assert!(trainer >= 80.0, "the trainer keeps the GPU: {trainer:.1} %");
+}
+
 #[test]
 fn a_launch_bound_tenant_is_charged_what_its_kernels_ran_and_launches_freely() {
     // Issue #19: charged its wall time in flight, a decode loop beside a
@@ -801,16 +817,7 @@ fn a_launch_bound_tenant_is_charged_what_its_kernels_ran_and_launches_freely() {
     let log = h.dir.join("calls.log");
     let logged = log.display().to_string();
     let (p, used, heavy, trainer, pid) = decode_beside_trainer(&h, &[("FAKE_CUDA_LOG", &logged)]);
-    assert_eq!(p.served, p.due, "{p:?}");
-    let kernels_ns = u64::from(p.served) * 48 * 20_000;
-    assert!(
-        used >= kernels_ns * 9 / 10 && used <= kernels_ns * 3 + 50_000_000,
-        "charged {} ms for {} ms of kernels",
-        used as f64 / 1e6,
-        kernels_ns as f64 / 1e6
-    );
-    assert!(!heavy, "a launch-bound tenant is never heavy: {p:?}");
-    assert!(trainer >= 80.0, "the trainer keeps the GPU: {trainer:.1} %");
+    charged_its_kernels(&p, used, heavy, trainer);
     let (on, records, launched) = recorded(&log, pid);
     assert!(launched >= u64::from(p.served) * 48, "{launched} launches");
     // Far under its share by the first probe's ratio, it is probed about
@@ -856,16 +863,7 @@ fn with_detach_on_the_meter_detaches_cupti_after_each_probe_and_attaches_again_f
         &h,
         &[("FAKE_CUDA_LOG", &logged), ("CUSLICE_METER_DETACH", "1")],
     );
-    assert_eq!(p.served, p.due, "{p:?}");
-    let kernels_ns = u64::from(p.served) * 48 * 20_000;
-    assert!(
-        used >= kernels_ns * 9 / 10 && used <= kernels_ns * 3 + 50_000_000,
-        "charged {} ms for {} ms of kernels",
-        used as f64 / 1e6,
-        kernels_ns as f64 / 1e6
-    );
-    assert!(!heavy, "a launch-bound tenant is never heavy: {p:?}");
-    assert!(trainer >= 80.0, "the trainer keeps the GPU: {trainer:.1} %");
+    charged_its_kernels(&p, used, heavy, trainer);
     let c = cupti_calls(&log, pid);
     assert!(
         c.on >= 2 && c.records > 0,
