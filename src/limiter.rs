@@ -410,9 +410,7 @@ impl Gpu {
     /// Closes the pass that ended at `now`: charges a free one, renews or
     /// releases the lease at a slice's end, bounds the queue.
     fn end_pass(&self, stream: CUstream, now: u64, mode: u8) {
-        let left = self.credits.swap(0, Ordering::AcqRel);
-        let launches = (self.budget.load(Ordering::Relaxed) as i64 - left).max(1) as u64;
-        crate::meter::launched(launches);
+        let (left, launches) = self.take_launches();
         let shallow = self.shallow_now(now);
         if mode == FREE {
             // A free pass that used up its budget before its deadline
@@ -468,6 +466,16 @@ impl Gpu {
     /// ended long after it had nothing in flight is not charged the idle
     /// time; nothing where its kernels' GPU time is measured) and notes the
     /// busy period.
+    /// The pass's credits left, and the launches it made (counted for the
+    /// meter's records-stopped check), wherever a pass ends: at the next
+    /// launch's slow path or at a synchronising call.
+    fn take_launches(&self) -> (i64, u64) {
+        let left = self.credits.swap(0, Ordering::AcqRel);
+        let launches = (self.budget.load(Ordering::Relaxed) as i64 - left).max(1) as u64;
+        crate::meter::launched(launches);
+        (left, launches)
+    }
+
     fn close_free_pass(&self, now: u64) {
         let end = now.min(self.deadline.load(Ordering::Relaxed));
         let start = self.pass_start.load(Ordering::Relaxed);
@@ -848,6 +856,9 @@ impl Gpu {
         // (If another thread is in the slow path, it closes the pass.)
         let free = match self.slow.try_lock() {
             Ok(_g) if self.mode.load(Ordering::Acquire) == FREE => {
+                // (Its launches count here: a process that synchronises
+                // after every few launches ends all its passes here.)
+                self.take_launches();
                 self.close_free_pass(now);
                 true
             }

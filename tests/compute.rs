@@ -849,6 +849,52 @@ fn a_launch_bound_tenant_is_charged_what_its_kernels_ran_and_launches_freely() {
 }
 
 #[test]
+fn when_kernel_records_stop_coming_the_meter_gives_up_and_charges_time_in_flight_again() {
+    // Another CUPTI client can take the records (a profiler attached
+    // later, CUPTI's callbacks replaced): the meter's probes then see none
+    // while the process launches. A probe without records measures a
+    // ratio of 0 (charged nothing until the next), so after two such
+    // probes in a row the meter gives up for good, says why, and the
+    // process is charged its wall time in flight again: never a process
+    // charged nothing for the rest of its run.
+    let h = Host::new("compute", "decode-silent");
+    let extra = [
+        ("FAKE_CUDA_TIMESLICE_NS", "2000000"),
+        ("FAKE_CUPTI_FAIL", "silent"),
+    ];
+    let qt = h.quota("trainer", "", "compute = 50");
+    let qd = h.quota("decode", "", "compute = 50");
+    let t = h.spawn("spin", Some(&qt), &["6.5", "5000000", "10"], &extra);
+    std::thread::sleep(Duration::from_millis(300));
+    // As decode_beside_trainer's loop, for 6 s: its probes come ~2 s apart
+    // (the silent first one puts it far under its share).
+    let mut env = extra.to_vec();
+    env.push(("CUSLICE_LOG", "info"));
+    let d = h.spawn(
+        "decode",
+        Some(&qd),
+        &["6", "80000", "12", "4", "20000", "100000"],
+        &env,
+    );
+    let out = common::output_by("decode", d, Instant::now() + Duration::from_secs(60));
+    let used = used_ns(&h, "decode");
+    finish(t);
+    let p = ping_result(&out);
+    let report = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        report.contains("GPU time meter stops (no kernel records while the process launches"),
+        "the meter says it gave up: {report}"
+    );
+    let kernels_ns = u64::from(p.served) * 48 * 20_000;
+    assert!(
+        used >= 5 * kernels_ns,
+        "charged its time in flight after giving up: {} ms for {} ms of kernels",
+        used as f64 / 1e6,
+        kernels_ns as f64 / 1e6
+    );
+}
+
+#[test]
 fn with_detach_on_the_meter_detaches_cupti_after_each_probe_and_attaches_again_for_the_next() {
     // CUPTI left attached once its activity API was used slows every
     // launch of a decode loop (~8-11 % on an H100, recording off);
