@@ -91,12 +91,6 @@ const NEED_SHARE_PERMILLE: u64 = 500;
 /// A probe's ratio of GPU time to wall time in flight stands in for
 /// records this long (probes come every `PROBE_NS + REST_NS` while needed).
 const RATIO_STALE_NS: u64 = 3_000_000_000;
-/// A process whose last ratio puts it far under the bar (its wall time in
-/// flight times the ratio, doubled, under `NEED_SHARE_PERMILLE` of its
-/// share) needs no probe until its ratio is this old: a decode loop beside
-/// a trainer is probed every ~2 s instead of every second (each probe
-/// slows the requests it overlaps), and still before the ratio goes stale.
-const RELAXED_NS: u64 = 2_000_000_000;
 /// A probe that saw less wall time in flight than this teaches nothing (the
 /// process was idle through it): the last ratio stands.
 const MIN_PROBE_WALL_NS: u64 = 2_000_000;
@@ -462,10 +456,6 @@ impl Gpu {
         self.measure(now_ns(), launches);
     }
 
-    /// Charges a free pass (its wall time, up to its deadline: a pass that
-    /// ended long after it had nothing in flight is not charged the idle
-    /// time; nothing where its kernels' GPU time is measured) and notes the
-    /// busy period.
     /// The pass's credits left, and the launches it made (counted for the
     /// meter's records-stopped check), wherever a pass ends: at the next
     /// launch's slow path or at a synchronising call.
@@ -476,6 +466,10 @@ impl Gpu {
         (left, launches)
     }
 
+    /// Charges a free pass (its wall time, up to its deadline: a pass that
+    /// ended long after it had nothing in flight is not charged the idle
+    /// time; nothing where its kernels' GPU time is measured) and notes the
+    /// busy period.
     fn close_free_pass(&self, now: u64) {
         let end = now.min(self.deadline.load(Ordering::Relaxed));
         let start = self.pass_start.load(Ordering::Relaxed);
@@ -564,10 +558,11 @@ impl Gpu {
     /// `NEED_BUSY_NS`, or in flight `NEED_SHARE_PERMILLE` of its share over
     /// the last window or the current one so far.
     ///
-    /// Where a fresh ratio (younger than `RELAXED_NS`) puts the process far
-    /// under that bar, the next probe waits: its in flight (per mille, at
-    /// least a whole window's for a busy stretch) times the ratio, doubled,
-    /// under the bar.
+    /// (Not relaxed where the last ratio puts the process far under its
+    /// share: under contention every free process's ratio is low, a
+    /// saturating one's too, and it rises when the others are held; probed
+    /// only every 2 s such processes were charged at a stale low ratio and
+    /// eight saturating tenants missed their shares by up to 8 points.)
     fn needs_probe(&self, now: u64) -> bool {
         let busy = now.saturating_sub(self.busy_last.load(Ordering::Relaxed)) <= BUSY_GAP_NS
             && now.saturating_sub(self.busy_since.load(Ordering::Relaxed)) >= NEED_BUSY_NS;
@@ -576,15 +571,7 @@ impl Gpu {
             .saturating_sub(self.wall_start.load(Ordering::Relaxed))
             .max(cuslice_core::gpu::DEMAND_WINDOW_NS);
         let current = self.wall_ns.load(Ordering::Relaxed).saturating_mul(1000) / span;
-        let bound = self.wall_pm.load(Ordering::Relaxed).max(current);
-        if !busy && bound < bar {
-            return false;
-        }
-        let far_under = self.ratio(now).is_some_and(|r| {
-            now.saturating_sub(self.ratio_at.load(Ordering::Relaxed)) < RELAXED_NS
-                && 2 * of_ppm(if busy { 1000 } else { bound }, r) < bar
-        });
-        !far_under
+        busy || self.wall_pm.load(Ordering::Relaxed) >= bar || current >= bar
     }
 
     /// The last probe's ratio of GPU time to wall time in flight (ppm),

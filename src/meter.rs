@@ -75,7 +75,7 @@ use crate::sys::CUcontext;
 /// How often our thread flushes CUPTI's records while recording.
 const FLUSH_NS: u64 = 4_000_000;
 /// A probe records this long...
-pub const PROBE_NS: u64 = 50_000_000;
+pub const PROBE_NS: u64 = 100_000_000;
 /// ...and the next begins no sooner than this after it ended.
 pub const REST_NS: u64 = 900_000_000;
 /// A probe begins only while the process asked for one this recently (it
