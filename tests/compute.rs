@@ -861,8 +861,8 @@ fn when_kernel_records_stop_coming_the_meter_gives_up_and_charges_time_in_flight
     let qd = h.quota("decode", "", "compute = 50");
     let t = h.spawn("spin", Some(&qt), &["6.5", "5000000", "10"], &extra);
     std::thread::sleep(Duration::from_millis(300));
-    // As decode_beside_trainer's loop, for 6 s: its probes come ~2 s apart
-    // (the silent first one puts it far under its share).
+    // As decode_beside_trainer's loop, for 6 s: time for the two silent
+    // probes (about a second apart) and a long stretch charged after them.
     let mut env = extra.to_vec();
     env.push(("CUSLICE_LOG", "info"));
     let d = h.spawn(
