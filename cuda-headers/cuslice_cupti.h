@@ -11,6 +11,13 @@
  * "CUPTI_ERROR_NOT_COMPATIBLE": the Go and Rust bindings give 14).
  * CUPTI_ERROR_NOT_COMPATIBLE is 14 (28 is
  * CUPTI_ERROR_UM_PROFILING_NOT_SUPPORTED).
+ *
+ * Two entry points of other CUPTI APIs are declared at the end: the shim
+ * exports them in front of CUPTI's (the callback API's cuptiSubscribe, the
+ * profiler's cuptiProfilerInitialize) to learn that the program uses CUPTI
+ * itself, so that the meter never detaches CUPTI from under it. The ABI
+ * test checks them against cupti.h and cupti_profiler_target.h (which
+ * cupti.h does not include).
  */
 #ifndef CUSLICE_CUPTI_H
 #define CUSLICE_CUPTI_H
@@ -34,6 +41,7 @@ typedef enum {
     CUPTI_ERROR_NOT_COMPATIBLE = 14,
     CUPTI_ERROR_NOT_INITIALIZED = 15,
     CUPTI_ERROR_INVALID_KIND = 21,
+    CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED = 39,
     CUPTI_ERROR_UNKNOWN = 999
 } CUptiResult;
 
@@ -99,7 +107,34 @@ CUptiResult cuptiActivityGetNumDroppedRecords(CUcontext context, uint32_t stream
 CUptiResult cuptiGetTimestamp(uint64_t *timestamp);
 CUptiResult cuptiGetResultString(CUptiResult result, const char **str);
 /* Detaches CUPTI from the process (optional for cuslice: the meter detaches
- * between probes under CUSLICE_METER_DETACH=1 where the library has it). */
+ * it between probes where the library has it, unless CUSLICE_METER_DETACH=0
+ * or the program uses CUPTI itself). */
 CUptiResult cuptiFinalize(void);
+
+/* ---- Entry points the shim fronts (it calls none of them itself) ---- */
+
+/* The callback API: a subscriber, the handle CUPTI gives it, and the
+ * function CUPTI calls for each callback it enables (userdata as given at
+ * subscription, the callback's domain and id, and data that depends on
+ * the domain; domain is CUPTI's CUpti_CallbackDomain, an enum of
+ * unsigned values, passed as such). Only the handle type's name is needed
+ * here. */
+typedef struct CUpti_Subscriber_st *CUpti_SubscriberHandle;
+typedef uint32_t CUpti_CallbackId;
+typedef void (*CUpti_CallbackFunc)(void *userdata, uint32_t domain, CUpti_CallbackId cbid, const void *cbdata);
+
+/* Registers the process's one callback subscriber (no callback enabled
+ * yet); a second one -> CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED. */
+CUptiResult cuptiSubscribe(CUpti_SubscriberHandle *subscriber, CUpti_CallbackFunc callback, void *userdata);
+
+/* The profiler API's first call (range profiling): structSize is the size
+ * of the struct the caller knows (up to and including pPriv), pPriv is
+ * NULL. */
+typedef struct CUpti_Profiler_Initialize_Params {
+    size_t structSize;
+    void *pPriv;
+} CUpti_Profiler_Initialize_Params;
+
+CUptiResult cuptiProfilerInitialize(CUpti_Profiler_Initialize_Params *pParams);
 
 #endif /* CUSLICE_CUPTI_H */

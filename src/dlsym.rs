@@ -67,12 +67,15 @@ extern "C" fn route(handle: *mut c_void, name: *const c_char) -> Route {
     };
     // SAFETY: forwarding the caller's arguments to glibc's dlsym.
     let p = unsafe { real(handle, name) };
-    // A profiler that looks CUPTI's registration up by name gets ours (the
-    // GPU time meter steps aside for it).
-    // SAFETY: name is non-null and NUL-terminated (checked by lib_of).
-    if !p.is_null() && unsafe { CStr::from_ptr(name) } == c"cuptiActivityRegisterCallbacks" {
+    // A program that looks CUPTI's registration, subscription or profiler
+    // initialisation up by name gets ours (the GPU time meter steps aside
+    // for its profiler, or stops detaching CUPTI from under it).
+    if !p.is_null()
+        // SAFETY: name is non-null and NUL-terminated (checked by lib_of).
+        && let Some(ours) = crate::meter::front_for(unsafe { CStr::from_ptr(name) }, p)
+    {
         return Route {
-            value: crate::meter::register_hook(),
+            value: ours,
             tail: 0,
         };
     }

@@ -46,24 +46,39 @@
 //!   (`CUDA_INJECTION64_PATH`: Nsight), or when records stop coming while
 //!   the process launches, the meter stops for good and the process is
 //!   charged wall time again (said once, at info level).
-//! - `CUSLICE_METER_DETACH=1` (opt-in; probes only, not `continuous` or
-//!   `always`): once a probe's last records are in, the meter's thread
+//! - Between probes CUPTI is detached (the default under probes;
+//!   `CUSLICE_METER_DETACH=0` keeps it attached; never under `continuous`
+//!   or `always`): once a probe's last records are in, the meter's thread
 //!   detaches CUPTI from the process (`cuptiFinalize`, after a forced
 //!   flush) and, before the next probe, registers its callbacks again. Why:
 //!   on an H100, a PyTorch decode loop's requests stayed ~8-11 % slower for
 //!   as long as CUPTI stayed attached after its activity API had been used
 //!   (recording off), and were as fast as before once `cuptiFinalize`
 //!   detached it; so a launch-bound tenant, attached between probes, pays
-//!   for recording all the time its GPU is shared. Never while the
-//!   program's own profiler has CUPTI (checked under the lock its
-//!   registration takes, so that it is never detached from under it); a
-//!   libcupti without `cuptiFinalize` stays attached (said once). Not yet
-//!   validated on a GPU with kernels launched from other threads while
-//!   CUPTI detaches (NVIDIA recommends calling `cuptiFinalize` from an API
-//!   exit callback; the meter calls it from its own thread, between
-//!   probes); and it detaches all of CUPTI, so a program that uses CUPTI's
-//!   callback API (`cuptiSubscribe`) without registering activity callbacks
-//!   would lose its subscription: off by default.
+//!   for recording all the time its GPU is shared (on the GPU, a decode
+//!   server beside a trainer: p99 median 323 ms detached, 364 ms attached,
+//!   332 ms for the pair without cuslice; 6 starts each, no crash). A
+//!   libcupti without `cuptiFinalize` stays attached (said once).
+//!   `cuptiFinalize` detaches all of CUPTI, so the meter never detaches
+//!   while the program uses CUPTI itself, as far as the shim can see it:
+//!   its own activity callbacks (the meter steps aside altogether, above),
+//!   or CUPTI's callback API (`cuptiSubscribe`) or range profiler
+//!   (`cuptiProfilerInitialize`), which the shim exports too, in front of
+//!   CUPTI's: from the program's first call to either, the meter keeps
+//!   probing but leaves CUPTI attached between probes (said once). Each
+//!   check and detach is made under the lock those calls take before they
+//!   reach CUPTI, so that nothing is detached from under them. (The
+//!   program's calls to these exports go on to CUPTI's functions: those the
+//!   dlsym hook found where it handed ours out, as for a libcupti opened
+//!   privately, else the meter's library's, else the next definitions
+//!   after ours.) Not
+//!   covered: a program that reaches CUPTI only through other entry points
+//!   (`cuptiSubscribe_v2`, the event and metric, PM sampling, PC sampling
+//!   or SASS metrics APIs, ...) would lose its session at the next detach
+//!   (`CUSLICE_METER_DETACH=0` for such a program); and NVIDIA recommends
+//!   calling `cuptiFinalize` from an API exit callback, while the meter
+//!   calls it from its own thread, between probes, while the program may
+//!   be launching.
 
 use std::ffi::{CStr, c_char, c_void};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, AtomicU64, AtomicUsize, Ordering};
@@ -110,6 +125,13 @@ const REC_DEVICE: usize = 40;
 
 type Requested = unsafe extern "C" fn(*mut *mut u8, *mut usize, *mut usize);
 type Completed = unsafe extern "C" fn(CUcontext, u32, *mut u8, usize, usize);
+/// `CUpti_CallbackFunc`: (userdata, domain, callback id, callback data).
+type CallbackFunc = unsafe extern "C" fn(*mut c_void, u32, u32, *const c_void);
+/// `cuptiSubscribe(CUpti_SubscriberHandle *, CUpti_CallbackFunc, void *)`:
+/// the handle is a pointer to an opaque struct.
+type Subscribe = unsafe extern "C" fn(*mut *mut c_void, Option<CallbackFunc>, *mut c_void) -> i32;
+/// `cuptiProfilerInitialize(CUpti_Profiler_Initialize_Params *)`.
+type ProfilerInit = unsafe extern "C" fn(*mut c_void) -> i32;
 
 struct Api {
     register: unsafe extern "C" fn(Option<Requested>, Option<Completed>) -> i32,
@@ -119,8 +141,13 @@ struct Api {
     next_record: unsafe extern "C" fn(*mut u8, usize, *mut *mut u8) -> i32,
     timestamp: unsafe extern "C" fn(*mut u64) -> i32,
     result_string: Option<unsafe extern "C" fn(i32, *mut *const c_char) -> i32>,
-    /// `cuptiFinalize` (optional: `CUSLICE_METER_DETACH` only).
+    /// `cuptiFinalize` (optional: without it CUPTI stays attached between
+    /// probes).
     finalize: Option<unsafe extern "C" fn() -> i32>,
+    /// `cuptiSubscribe` and `cuptiProfilerInitialize`, where the library
+    /// has them: where the program's calls to ours go on to.
+    subscribe: Option<Subscribe>,
+    profiler_init: Option<ProfilerInit>,
 }
 
 struct Meter {
@@ -150,6 +177,12 @@ static METER: OnceLock<Meter> = OnceLock::new();
 /// Set once the program registered its own activity callbacks (even
 /// before the meter started: then it never starts).
 static TENANT_PROFILES: AtomicBool = AtomicBool::new(false);
+/// Set once the program called CUPTI's callback API (`cuptiSubscribe`) or
+/// range profiler (`cuptiProfilerInitialize`): the program uses CUPTI
+/// itself, and the meter never detaches it again (set under `LOADING`).
+static TENANT_CUPTI: AtomicBool = AtomicBool::new(false);
+/// Said once: `TENANT_CUPTI` kept CUPTI attached.
+static KEPT_SAID: AtomicBool = AtomicBool::new(false);
 /// Held while the meter loads CUPTI and registers its callbacks, and while
 /// the program's own registration makes the meter step aside: whichever
 /// comes second sees the first.
@@ -165,8 +198,8 @@ static MODE: AtomicU8 = AtomicU8::new(PROBES);
 const PROBES: u8 = 0;
 const CONTINUOUS: u8 = 1;
 const ALWAYS: u8 = 2;
-/// `CUSLICE_METER_DETACH=1` under probes: CUPTI is detached between
-/// probes (read once, by `start`).
+/// Under probes, unless `CUSLICE_METER_DETACH=0`: CUPTI is detached
+/// between probes (read once, by `start`).
 static DETACH: AtomicBool = AtomicBool::new(false);
 /// Probes taken, and wall time recorded in all (ns), for the exit report.
 static PROBES_TAKEN: AtomicU64 = AtomicU64::new(0);
@@ -297,6 +330,8 @@ fn load_api(h: *mut c_void) -> Result<Api, String> {
             timestamp: cast(get(c"cuptiGetTimestamp")?),
             result_string: get(c"cuptiGetResultString").ok().map(|p| cast(p)),
             finalize: get(c"cuptiFinalize").ok().map(|p| cast(p)),
+            subscribe: get(c"cuptiSubscribe").ok().map(|p| cast(p)),
+            profiler_init: get(c"cuptiProfilerInitialize").ok().map(|p| cast(p)),
         })
     }
 }
@@ -337,23 +372,32 @@ pub fn start(devices: usize) {
         }
     };
     MODE.store(mode, Ordering::Relaxed);
+    // Detached between probes unless `0`; only probes ever detach.
     let detach = match std::env::var_os("CUSLICE_METER_DETACH") {
-        None => false,
-        Some(v) if v.is_empty() || v == "0" => false,
-        Some(v) if v == "1" => true,
+        None => true,
+        Some(v) if v.is_empty() => true,
+        Some(v) if v == "0" => false,
+        Some(v) if v == "1" => {
+            if mode != PROBES {
+                crate::warn!(
+                    "CUSLICE_METER_DETACH=1 applies to probes (CUSLICE_METER=shared) only; CUPTI stays attached"
+                );
+            }
+            true
+        }
         Some(v) => {
             crate::warn!(
-                "CUSLICE_METER_DETACH={} is not 0 or 1; CUPTI stays attached between probes",
-                v.to_string_lossy()
+                "CUSLICE_METER_DETACH={} is not 0 or 1; {}",
+                v.to_string_lossy(),
+                if mode == PROBES {
+                    "detaching CUPTI between probes (the default)"
+                } else {
+                    "CUPTI stays attached (CUSLICE_METER=continuous or always never detaches)"
+                }
             );
-            false
+            true
         }
     };
-    if detach && mode != PROBES {
-        crate::warn!(
-            "CUSLICE_METER_DETACH=1 applies to probes (CUSLICE_METER=shared) only; CUPTI stays attached"
-        );
-    }
     DETACH.store(detach && mode == PROBES, Ordering::Relaxed);
     let spawned = std::thread::Builder::new()
         .name("cuslice-meter".into())
@@ -437,7 +481,7 @@ fn load(devices: usize) -> bool {
     );
     if DETACH.load(Ordering::Relaxed) && m.api.finalize.is_none() {
         crate::info!(
-            "{} has no cuptiFinalize: detaching CUPTI between probes (CUSLICE_METER_DETACH=1) is unavailable with this libcupti; it stays attached",
+            "{} has no cuptiFinalize: CUPTI stays attached between probes",
             m.path
         );
     }
@@ -591,17 +635,28 @@ fn stop_recording(m: &Meter, now: u64) {
     );
 }
 
-/// `CUSLICE_METER_DETACH`, once a probe's last records are in: the
+/// Detaching between probes, once a probe's last records are in: the
 /// records still in CUPTI's buffers are delivered (a forced flush gives our
 /// buffers back), then CUPTI is detached (`finalize`). True where it is
 /// detached; false where the program's own profiler has CUPTI (or the
-/// meter stopped): it is left alone. The check and the detach are made
-/// under `LOADING`, which the program's registration takes before it
-/// reaches CUPTI: a program that registers its callbacks meanwhile does
-/// so after the detach, never before it. Err: `cuptiFinalize`'s error.
+/// meter stopped), or the program uses CUPTI's callback or profiler API
+/// (`TENANT_CUPTI`, said once): it is left alone. The check and the detach
+/// are made under `LOADING`, which the program's registration,
+/// subscription and profiler initialisation take before they reach CUPTI:
+/// a program that makes one of those calls meanwhile makes it after the
+/// detach (CUPTI attaches again for it), never before it. Err:
+/// `cuptiFinalize`'s error.
 fn detach(m: &Meter, finalize: unsafe extern "C" fn() -> i32) -> Result<bool, i32> {
     let _g = LOADING.lock().unwrap_or_else(|e| e.into_inner());
     if TENANT_PROFILES.load(Ordering::Acquire) || m.lost.load(Ordering::Acquire) {
+        return Ok(false);
+    }
+    if TENANT_CUPTI.load(Ordering::Acquire) {
+        if !KEPT_SAID.swap(true, Ordering::Relaxed) {
+            crate::info!(
+                "the program uses CUPTI's callback/profiler API: cuslice keeps CUPTI attached between probes"
+            );
+        }
         return Ok(false);
     }
     // SAFETY: CUPTI calls: the flush delivers buffers to `completed` on
@@ -614,7 +669,7 @@ fn detach(m: &Meter, finalize: unsafe extern "C" fn() -> i32) -> Result<bool, i3
     if r == CUPTI_SUCCESS { Ok(true) } else { Err(r) }
 }
 
-/// `CUSLICE_METER_DETACH`, before a probe where CUPTI was detached: our
+/// Before a probe where CUPTI was detached: our
 /// callbacks registered again (CUPTI attaches anew). False, the meter
 /// stopped for good, where the program's own profiler took CUPTI meanwhile
 /// or the registration failed (said).
@@ -649,7 +704,7 @@ fn run() {
     // probe that ended waits for its last records to be reported.
     let (mut probe_until, mut rest_until, mut ending) = (0u64, 0u64, false);
     let mode = MODE.load(Ordering::Relaxed);
-    // `CUSLICE_METER_DETACH`: `cuptiFinalize` where it is on and the
+    // Detaching between probes: `cuptiFinalize` where it is on and the
     // library has it (None once it failed), and whether CUPTI is detached
     // now.
     let mut finalize = if DETACH.load(Ordering::Relaxed) && mode == PROBES {
@@ -693,7 +748,7 @@ fn run() {
                     Ok(d) => detached = d,
                     Err(r) => {
                         crate::info!(
-                            "{}: cannot detach CUPTI between probes (CUSLICE_METER_DETACH=1): {}; it stays attached",
+                            "{}: cannot detach CUPTI between probes: {}; it stays attached",
                             m.path,
                             cupti_error(m, r)
                         );
@@ -901,23 +956,80 @@ pub fn tenant_registers() {
     );
 }
 
-/// The real `cuptiActivityRegisterCallbacks` for a program's call: the
-/// meter's library if it has one, else the next definition after ours.
-pub fn real_register() -> *mut c_void {
-    static REAL: AtomicUsize = AtomicUsize::new(0);
-    let p = REAL.load(Ordering::Acquire);
+/// The CUPTI entry points the shim exports in front of CUPTI's own, so
+/// that it sees the program call them (the dlsym hook hands ours out for
+/// their names too).
+#[derive(Clone, Copy)]
+enum Front {
+    Register = 0,
+    Subscribe = 1,
+    ProfilerInit = 2,
+}
+
+const FRONT_NAMES: [&CStr; 3] = [
+    c"cuptiActivityRegisterCallbacks",
+    c"cuptiSubscribe",
+    c"cuptiProfilerInitialize",
+];
+
+/// Per entry point: CUPTI's function for the program's calls, once found;
+/// and the real address the dlsym hook found for the name when it handed
+/// ours out (a program that opened libcupti privately, as Python's ctypes
+/// does, is not reached through `RTLD_NEXT`).
+static FRONT_REAL: [AtomicUsize; 3] = [const { AtomicUsize::new(0) }; 3];
+static FRONT_SEEN: [AtomicUsize; 3] = [const { AtomicUsize::new(0) }; 3];
+
+/// Our exports, by `Front`.
+fn front_hooks() -> [*mut c_void; 3] {
+    [
+        cuptiActivityRegisterCallbacks as *mut c_void,
+        cuptiSubscribe as *mut c_void,
+        cuptiProfilerInitialize as *mut c_void,
+    ]
+}
+
+/// CUPTI's function behind our export `f`, for a program's call: the one
+/// the dlsym hook found for the program where it looked the name up, else
+/// the meter's library's where it is loaded and has it, else the next
+/// definition after ours.
+/// Null: there is none (no CUPTI in the process).
+fn front_real(f: Front) -> *mut c_void {
+    let i = f as usize;
+    let p = FRONT_REAL[i].load(Ordering::Acquire);
     if p != 0 {
         return p as *mut c_void;
     }
-    let p = if let Some(m) = METER.get() {
-        m.api.register as *mut c_void
-    } else {
-        crate::real::sym(libc::RTLD_NEXT, c"cuptiActivityRegisterCallbacks")
+    // What the program's own lookup found comes first: a program that
+    // opened a libcupti of its own privately calls that library, not the
+    // meter's.
+    let seen = FRONT_SEEN[i].load(Ordering::Acquire);
+    let meter = METER.get().and_then(|m| match f {
+        Front::Register => Some(m.api.register as *mut c_void),
+        Front::Subscribe => m.api.subscribe.map(|s| s as *mut c_void),
+        Front::ProfilerInit => m.api.profiler_init.map(|s| s as *mut c_void),
+    });
+    let p = match (seen, meter) {
+        (0, Some(p)) => p,
+        (0, None) => crate::real::sym(libc::RTLD_NEXT, FRONT_NAMES[i]),
+        (seen, _) => seen as *mut c_void,
     };
     if !p.is_null() {
-        REAL.store(p as usize, Ordering::Release);
+        FRONT_REAL[i].store(p as usize, Ordering::Release);
     }
     p
+}
+
+/// For the dlsym hook: our export where `name` is one of the CUPTI entry
+/// points we front (`real`: what glibc's dlsym found for it, not null,
+/// remembered as where the program's calls go on to).
+pub fn front_for(name: &CStr, real: *mut c_void) -> Option<*mut c_void> {
+    let i = FRONT_NAMES.iter().position(|n| *n == name)?;
+    let ours = front_hooks()[i];
+    if real != ours {
+        let _ =
+            FRONT_SEEN[i].compare_exchange(0, real as usize, Ordering::AcqRel, Ordering::Acquire);
+    }
+    Some(ours)
 }
 
 /// The program's `cuptiActivityRegisterCallbacks` (exported so that a
@@ -933,19 +1045,71 @@ pub unsafe extern "C" fn cuptiActivityRegisterCallbacks(
     completed: Option<Completed>,
 ) -> i32 {
     tenant_registers();
-    let p = real_register();
+    let p = front_real(Front::Register);
     if p.is_null() {
         // No CUPTI in the process: what CUPTI's own stub would say.
         return CUPTI_ERROR_UNKNOWN;
     }
     // SAFETY: p is CUPTI's cuptiActivityRegisterCallbacks (never ours:
-    // RTLD_NEXT or the meter's own handle).
+    // the meter's handle, the address glibc's dlsym found, which is not
+    // ours, or RTLD_NEXT).
     let f: unsafe extern "C" fn(Option<Requested>, Option<Completed>) -> i32 = unsafe { cast(p) };
     // SAFETY: forwarding the program's arguments.
     unsafe { f(requested, completed) }
 }
 
-/// Our export's address (the dlsym hook hands it out for the name).
-pub fn register_hook() -> *mut c_void {
-    cuptiActivityRegisterCallbacks as *mut c_void
+/// The program uses CUPTI's callback API or range profiler: from now on
+/// the meter never detaches CUPTI (set under `LOADING`, so that a detach
+/// under way ends before the program's call reaches CUPTI, and none
+/// begins after).
+fn tenant_uses_cupti() {
+    let _g = LOADING.lock().unwrap_or_else(|e| e.into_inner());
+    TENANT_CUPTI.store(true, Ordering::Release);
+}
+
+/// The program's `cuptiSubscribe` (exported so that the meter sees that
+/// the program uses CUPTI's callback API, which a detach would end): the
+/// meter stops detaching CUPTI, then CUPTI subscribes the program.
+///
+/// # Safety
+/// CUPTI's contract for `cuptiSubscribe`.
+#[cfg_attr(not(test), unsafe(no_mangle))]
+#[allow(non_snake_case)] // CUPTI's name, exported as is
+pub unsafe extern "C" fn cuptiSubscribe(
+    subscriber: *mut *mut c_void,
+    callback: Option<CallbackFunc>,
+    userdata: *mut c_void,
+) -> i32 {
+    tenant_uses_cupti();
+    let p = front_real(Front::Subscribe);
+    if p.is_null() {
+        return CUPTI_ERROR_UNKNOWN;
+    }
+    // SAFETY: p is CUPTI's cuptiSubscribe (never ours: see
+    // cuptiActivityRegisterCallbacks).
+    let f: Subscribe = unsafe { cast(p) };
+    // SAFETY: forwarding the program's arguments.
+    unsafe { f(subscriber, callback, userdata) }
+}
+
+/// The program's `cuptiProfilerInitialize` (exported so that the meter
+/// sees that the program uses CUPTI's range profiler, which a detach
+/// would end): the meter stops detaching CUPTI, then CUPTI initialises
+/// the profiler.
+///
+/// # Safety
+/// CUPTI's contract for `cuptiProfilerInitialize`.
+#[cfg_attr(not(test), unsafe(no_mangle))]
+#[allow(non_snake_case)] // CUPTI's name, exported as is
+pub unsafe extern "C" fn cuptiProfilerInitialize(params: *mut c_void) -> i32 {
+    tenant_uses_cupti();
+    let p = front_real(Front::ProfilerInit);
+    if p.is_null() {
+        return CUPTI_ERROR_UNKNOWN;
+    }
+    // SAFETY: p is CUPTI's cuptiProfilerInitialize (never ours: see
+    // cuptiActivityRegisterCallbacks).
+    let f: ProfilerInit = unsafe { cast(p) };
+    // SAFETY: forwarding the program's argument.
+    unsafe { f(params) }
 }

@@ -394,7 +394,12 @@ struct CuptiCalls {
     /// Successful callback registrations, and detaches (`cuptiFinalize`).
     registered: u32,
     finalized: u32,
-    /// The registrations, enables and detaches in order: `R`, `E`, `F`.
+    /// Detaches that dropped the program's own subscription or profiler
+    /// session (`subscriber_lost=1` / `profiler_lost=1` on the fake's line).
+    lost: u32,
+    /// The registrations, enables and detaches in order: `R`, `E`, `F`;
+    /// and `S` for the program's own successful `cuptiSubscribe` or
+    /// `cuptiProfilerInitialize`.
     order: String,
 }
 
@@ -420,6 +425,12 @@ fn cupti_calls(log: &Path, pid: u32) -> CuptiCalls {
         if l.contains(" cuptiFinalize ") && ok {
             c.finalized += 1;
             c.order.push('F');
+            if l.contains(" subscriber_lost=1") || l.contains(" profiler_lost=1") {
+                c.lost += 1;
+            }
+        }
+        if (l.contains(" cuptiSubscribe ") || l.contains(" cuptiProfilerInitialize ")) && ok {
+            c.order.push('S');
         }
         if l.contains(" cuptiActivityFlushAll ") {
             c.records += l
@@ -822,13 +833,6 @@ fn a_launch_bound_tenant_is_charged_what_its_kernels_ran_and_launches_freely() {
         on >= 2 && records * 2 <= launched,
         "probes: recording on {on} times, {records} records of {launched} kernels"
     );
-    // Without CUSLICE_METER_DETACH, CUPTI stays attached between probes:
-    // registered once, never detached.
-    let c = cupti_calls(&log, pid);
-    assert!(
-        c.registered == 1 && c.finalized == 0,
-        "attached all along: {c:?}"
-    );
 
     // The same pair without the meter: charged its time in flight, many
     // times its kernels' time, and held through the lease.
@@ -890,20 +894,17 @@ fn when_kernel_records_stop_coming_the_meter_gives_up_and_charges_time_in_flight
 }
 
 #[test]
-fn with_detach_on_the_meter_detaches_cupti_after_each_probe_and_attaches_again_for_the_next() {
+fn the_meter_detaches_cupti_after_each_probe_and_attaches_again_for_the_next() {
     // CUPTI left attached once its activity API was used slows every
-    // launch of a decode loop (~8-11 % on an H100, recording off);
-    // CUSLICE_METER_DETACH=1 detaches it (cuptiFinalize) once each probe's
-    // records are in, and registers the meter's callbacks again before the
-    // next probe. Measured as without it: charged about its kernels' time,
-    // never heavy.
+    // launch of a decode loop (~8-11 % on an H100, recording off); by
+    // default the meter detaches it (cuptiFinalize) once each probe's
+    // records are in, and registers its callbacks again before the next
+    // probe. Measured as attached: charged about its kernels' time, never
+    // heavy.
     let h = Host::new("compute", "decode-detach");
     let log = h.dir.join("calls.log");
     let logged = log.display().to_string();
-    let (p, used, heavy, trainer, pid) = decode_beside_trainer(
-        &h,
-        &[("FAKE_CUDA_LOG", &logged), ("CUSLICE_METER_DETACH", "1")],
-    );
+    let (p, used, heavy, trainer, pid) = decode_beside_trainer(&h, &[("FAKE_CUDA_LOG", &logged)]);
     charged_its_kernels(&p, used, heavy, trainer);
     let c = cupti_calls(&log, pid);
     assert!(
@@ -923,6 +924,160 @@ fn with_detach_on_the_meter_detaches_cupti_after_each_probe_and_attaches_again_f
         body.as_bytes().chunks(3).all(|x| x == b"FRE"),
         "each enable after the first preceded by a detach and a registration: {c:?}"
     );
+}
+
+#[test]
+fn with_detach_off_cupti_stays_attached_between_probes() {
+    // CUSLICE_METER_DETACH=0: registered once, never detached, and still
+    // probed (recording switched on again and again), measured as
+    // detached.
+    let h = Host::new("compute", "decode-attached");
+    let log = h.dir.join("calls.log");
+    let logged = log.display().to_string();
+    let (p, used, heavy, trainer, pid) = decode_beside_trainer(
+        &h,
+        &[("FAKE_CUDA_LOG", &logged), ("CUSLICE_METER_DETACH", "0")],
+    );
+    charged_its_kernels(&p, used, heavy, trainer);
+    let c = cupti_calls(&log, pid);
+    assert!(
+        c.on >= 2 && c.records > 0,
+        "recorded in 2 probes or more: {c:?}"
+    );
+    assert!(
+        c.registered == 1 && c.finalized == 0,
+        "attached all along: {c:?}"
+    );
+}
+
+#[test]
+fn a_detach_setting_other_than_0_or_1_says_what_applies() {
+    // One line naming the variable and its value, and what the meter does
+    // instead: detach under probes (the default), stay attached under
+    // `continuous` (which never detaches); an explicit 1 there says it
+    // does not apply.
+    let h = Host::new("compute", "detach-setting");
+    let q = h.quota("t", "", "compute = 50");
+    for (detach, meter, says) in [
+        (
+            "yes",
+            "shared",
+            "CUSLICE_METER_DETACH=yes is not 0 or 1; detaching CUPTI between probes (the default)",
+        ),
+        (
+            "yes",
+            "continuous",
+            "CUSLICE_METER_DETACH=yes is not 0 or 1; CUPTI stays attached (CUSLICE_METER=continuous or always never detaches)",
+        ),
+        (
+            "1",
+            "continuous",
+            "CUSLICE_METER_DETACH=1 applies to probes (CUSLICE_METER=shared) only; CUPTI stays attached",
+        ),
+    ] {
+        let out = common::output_by(
+            "spin",
+            h.spawn(
+                "spin",
+                Some(&q),
+                &["0.1", "1000000", "4"],
+                &[("CUSLICE_METER_DETACH", detach), ("CUSLICE_METER", meter)],
+            ),
+            Instant::now() + Duration::from_secs(60),
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{detach} {meter}: {err}");
+        assert!(
+            err.lines().any(|l| l.ends_with(says)),
+            "{detach} {meter}: {err}"
+        );
+    }
+}
+
+#[test]
+fn a_program_that_uses_cuptis_callback_or_profiler_api_never_has_cupti_detached_from_under_it() {
+    // cuptiFinalize detaches all of CUPTI: a program's own subscription
+    // (the callback API) or range profiler session would end at the
+    // meter's next detach (the fake logs subscriber_lost=1 or
+    // profiler_lost=1 then). The shim exports both entry points in front
+    // of CUPTI's: from the program's call on, the meter keeps probing but
+    // leaves CUPTI attached between probes, and says so. The call comes
+    // before the first request (the meter has not loaded CUPTI yet), or
+    // 1.3 s into the run (after a probe or two, each followed by a detach:
+    // CUPTI may be detached when the program calls, and attaches for it);
+    // the function is looked up in the global scope (what a program linked
+    // against libcupti binds to) or in a libcupti opened privately (as
+    // Python's ctypes does: the shim's export must still reach CUPTI).
+    for (what, how, at_ms, seconds) in [
+        ("subscribe", "global", "0", "2.5"),
+        ("profiler", "private", "0", "2.5"),
+        ("subscribe", "private", "1300", "3.5"),
+        ("profiler", "global", "1300", "3.5"),
+    ] {
+        let case = format!("{what} {how} at {at_ms} ms");
+        let h = Host::new("compute", &format!("cupti-user-{what}-{how}"));
+        let log = h.dir.join("calls.log");
+        let logged = log.display().to_string();
+        let env = [
+            ("FAKE_CUDA_TIMESLICE_NS", "2000000"),
+            ("FAKE_CUDA_LOG", logged.as_str()),
+        ];
+        let qt = h.quota("trainer", "", "compute = 50");
+        let qd = h.quota("tracer", "", "compute = 50");
+        let trainer_s = format!("{}", seconds.parse::<f64>().unwrap() + 1.0);
+        let t = h.spawn("spin", Some(&qt), &[&trainer_s, "5000000", "10"], &env);
+        std::thread::sleep(Duration::from_millis(300));
+        // decode_beside_trainer's loop.
+        let mut denv = env.to_vec();
+        denv.push(("CUSLICE_LOG", "info"));
+        let d = h.spawn(
+            "cupti_user",
+            Some(&qd),
+            &[
+                what, how, at_ms, seconds, "80000", "12", "4", "20000", "100000",
+            ],
+            &denv,
+        );
+        let pid = d.id();
+        let out = common::output_by("cupti_user", d, Instant::now() + Duration::from_secs(60));
+        finish(t);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{case}: {stdout}\n{err}");
+        assert!(
+            stdout.contains(" libcuslice.so "),
+            "{case}: the program's lookup found the shim's export: {stdout}"
+        );
+        let p = ping_result(&out);
+        assert_eq!(p.served, p.due, "{case}: {p:?}");
+        let c = cupti_calls(&log, pid);
+        let s = c
+            .order
+            .find('S')
+            .unwrap_or_else(|| panic!("{case}: the program's call is not in the log: {c:?}"));
+        assert!(
+            c.lost == 0 && !c.order[s..].contains('F'),
+            "{case}: CUPTI never detached after the program's call: {c:?}"
+        );
+        // Still metered: probes before and after the call.
+        assert!(
+            c.on >= 2 && c.records > 0 && c.order[s..].contains('E'),
+            "{case}: recorded in 2 probes or more, and after the call: {c:?}"
+        );
+        assert!(
+            err.contains(
+                "the program uses CUPTI's callback/profiler API: cuslice keeps CUPTI attached between probes"
+            ),
+            "{case}: says why it keeps CUPTI attached: {err}"
+        );
+        if at_ms != "0" {
+            // Detached by default until then.
+            assert!(
+                c.order[..s].contains('F'),
+                "{case}: detached after the probes before the call: {c:?}"
+            );
+        }
+    }
 }
 
 #[test]

@@ -77,8 +77,17 @@ fn real() -> &'static Real {
         let nvml_args: Vec<String> = NVML_ARGS.iter().map(|s| s.to_string()).collect();
         let nvml = model::parse(&Input::File(&h.nvml_h), &nvml_args)?;
         // Without CUDA_ARGS: under __CUDA_API_VERSION_INTERNAL cupti.h
-        // redefines the _v1 structs that cuda.h then declares too.
-        let cupti = model::parse(&Input::File(&h.cupti_h), &[])?;
+        // redefines the _v1 structs that cuda.h then declares too. With
+        // cupti_profiler_target.h, which cupti.h does not include (ours
+        // declares cuptiProfilerInitialize, which the shim exports).
+        let cupti_dir = h.cupti_h.parent().unwrap_or(Path::new("."));
+        let cupti = model::parse(
+            &Input::Contents {
+                name: "cupti_and_profiler_target.h",
+                text: "#include <cupti.h>\n#include <cupti_profiler_target.h>\n",
+            },
+            &[format!("-I{}", cupti_dir.display())],
+        )?;
         let version = match cuda.consts.get("CUDA_VERSION").map(|c| &c.value) {
             Some(model::Value::Int(v)) => {
                 format!("{}.{} (CUDA_VERSION {v})", v / 1000, v % 1000 / 10)
@@ -87,7 +96,7 @@ fn real() -> &'static Real {
         };
         Ok(Real {
             description: format!(
-                "cuda.h {version} at {}, nvml.h at {} and cupti.h at {}, from {}",
+                "cuda.h {version} at {}, nvml.h at {} and cupti.h (+ cupti_profiler_target.h) at {}, from {}",
                 h.cuda_h.display(),
                 h.nvml_h.display(),
                 h.cupti_h.display(),

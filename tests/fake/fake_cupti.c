@@ -1,5 +1,6 @@
 /*
- * cuslice fake driver: libcupti.so.13, the activity API calls cuslice makes,
+ * cuslice fake driver: libcupti.so.13, the activity API calls cuslice makes
+ * (and the callback and profiler APIs' first calls, which the shim fronts),
  * reporting kernel records (CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL / KERNEL)
  * whose start and end are the times the fake GPU timeline ran the kernels.
  * Written for cuslice's tests; see README.md beside this file ("CUPTI").
@@ -50,6 +51,15 @@ static int g_entry = -1;     /* our entry in S->cupti, -1: not claimed yet */
 static uint32_t g_entry_gen; /* its gen when we claimed it */
 static uint64_t g_dropped;   /* records not delivered since the last GetNumDroppedRecords (buffer problems) */
 static __thread int t_in_flush; /* this thread is inside a flush's callbacks */
+/* The callback API's one subscriber (cuptiSubscribe), and whether the
+ * profiler API was initialised (cuptiProfilerInitialize): kept for the
+ * call log, dropped by cuptiFinalize, as the real one drops them. */
+static struct fake_cupti_subscriber {
+    CUpti_CallbackFunc callback;
+    void *userdata;
+} g_subscriber;
+static bool g_subscribed;
+static bool g_profiler;
 
 /* Taken out of our entry by a flush (under g_flush). */
 static struct fake_cupti_rec g_out[FAKE_CUPTI_RECS];
@@ -257,13 +267,16 @@ CUptiResult cuptiActivityDisable(CUpti_ActivityKind kind)
 /* Detaches CUPTI from this process, as cuptiFinalize does: every kind it
  * enabled is off, the records not delivered yet, and those of its kernels
  * still queued, are dropped (not counted: the client was to flush first),
- * and its callbacks are forgotten. Nothing
+ * and its callbacks are forgotten, with the callback API's subscriber and
+ * the profiler's initialisation (*subscriber_lost, *profiler_lost: there
+ * was one). Nothing
  * is delivered until the client registers callbacks again (a flush is
  * refused until then, as before the first RegisterCallbacks); kinds
  * enabled again before that record, as before the first registration.
  * Refused from a buffer callback (a flush is under way). */
-static CUptiResult finalize(void)
+static CUptiResult finalize(bool *subscriber_lost, bool *profiler_lost)
 {
+    *subscriber_lost = *profiler_lost = false;
     if (t_in_flush)
         return CUPTI_ERROR_INVALID_OPERATION;
     pthread_mutex_lock(&g_flush);
@@ -271,6 +284,12 @@ static CUptiResult finalize(void)
     g_requested = NULL;
     g_completed = NULL;
     g_dropped = 0;
+    /* The callback API's subscriber and the profiler's session go too
+     * (all of CUPTI is detached): the call log says so. */
+    *subscriber_lost = g_subscribed;
+    *profiler_lost = g_profiler;
+    g_subscribed = g_profiler = false;
+    memset(&g_subscriber, 0, sizeof g_subscriber);
     if (g_entry >= 0) {
         tl_lock();
         struct fake_cupti_proc *p = &S->cupti.p[g_entry];
@@ -295,8 +314,57 @@ static CUptiResult finalize(void)
 CUptiResult cuptiFinalize(void)
 {
     setup();
-    CUptiResult r = finalize();
-    LOGR0(r);
+    bool sub, prof;
+    CUptiResult r = finalize(&sub, &prof);
+    if (sub || prof)
+        LOGR(r, "%s%s%s", sub ? "subscriber_lost=1" : "", sub && prof ? " " : "", prof ? "profiler_lost=1" : "");
+    else
+        LOGR0(r);
+    return r;
+}
+
+/* The callback API's subscription, as far as the tests need it: one
+ * subscriber at a time (a second -> MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED,
+ * as the real one answers), a non-NULL handle that names it; no callback
+ * is ever called (none can be enabled: cuptiEnableCallback and co. are
+ * not modelled). Dropped by cuptiFinalize. */
+CUptiResult cuptiSubscribe(CUpti_SubscriberHandle *subscriber, CUpti_CallbackFunc callback, void *userdata)
+{
+    setup();
+    CUptiResult r = CUPTI_SUCCESS;
+    if (subscriber == NULL) {
+        r = CUPTI_ERROR_INVALID_PARAMETER;
+    } else {
+        pthread_mutex_lock(&g_mu);
+        if (g_subscribed) {
+            r = CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
+        } else {
+            g_subscribed = true;
+            g_subscriber.callback = callback;
+            g_subscriber.userdata = userdata;
+            *subscriber = (CUpti_SubscriberHandle)(void *)&g_subscriber;
+        }
+        pthread_mutex_unlock(&g_mu);
+    }
+    LOGR(r, "callback=0x%llx userdata=0x%llx", (unsigned long long)(uintptr_t)callback,
+         (unsigned long long)(uintptr_t)userdata);
+    return r;
+}
+
+/* The profiler API's initialisation: accepted (again too) where structSize
+ * is set and pPriv NULL; nothing is profiled. Dropped by cuptiFinalize. */
+CUptiResult cuptiProfilerInitialize(CUpti_Profiler_Initialize_Params *pParams)
+{
+    setup();
+    CUptiResult r = CUPTI_SUCCESS;
+    if (pParams == NULL || pParams->structSize == 0 || pParams->pPriv != NULL) {
+        r = CUPTI_ERROR_INVALID_PARAMETER;
+    } else {
+        pthread_mutex_lock(&g_mu);
+        g_profiler = true;
+        pthread_mutex_unlock(&g_mu);
+    }
+    LOGR(r, "structSize=%zu", pParams != NULL ? pParams->structSize : (size_t)0);
     return r;
 }
 
@@ -483,6 +551,7 @@ CUptiResult cuptiGetResultString(CUptiResult result, const char **str)
         {CUPTI_ERROR_NOT_COMPATIBLE, "CUPTI_ERROR_NOT_COMPATIBLE"},
         {CUPTI_ERROR_NOT_INITIALIZED, "CUPTI_ERROR_NOT_INITIALIZED"},
         {CUPTI_ERROR_INVALID_KIND, "CUPTI_ERROR_INVALID_KIND"},
+        {CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED, "CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED"},
         {CUPTI_ERROR_UNKNOWN, "CUPTI_ERROR_UNKNOWN"},
     };
     CUptiResult r = CUPTI_ERROR_INVALID_PARAMETER;

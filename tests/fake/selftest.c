@@ -391,6 +391,8 @@ static struct {
     __typeof__(cuptiGetTimestamp) *ts;
     __typeof__(cuptiGetResultString) *str;
     __typeof__(cuptiFinalize) *fin;
+    __typeof__(cuptiSubscribe) *sub;
+    __typeof__(cuptiProfilerInitialize) *prof;
 } CU;
 
 static void cupti_load(void)
@@ -409,6 +411,8 @@ static void cupti_load(void)
     CUPTI_SYM(ts, cuptiGetTimestamp);
     CUPTI_SYM(str, cuptiGetResultString);
     CUPTI_SYM(fin, cuptiFinalize);
+    CUPTI_SYM(sub, cuptiSubscribe);
+    CUPTI_SYM(prof, cuptiProfilerInitialize);
 #undef CUPTI_SYM
 }
 
@@ -2293,6 +2297,27 @@ static void test_cupti(CUfunction fsleep)
     printf("cupti: finalize: a kernel running at it and those after it unrecorded; recorded again once "
            "registered and enabled\n");
 
+    /* The callback API's subscriber (one at a time) and the profiler's
+     * initialisation: cuptiFinalize drops both, and says so in the call
+     * log (test_log); then another may subscribe. */
+    CUpti_SubscriberHandle sub = NULL, sub2 = NULL;
+    CK(CU.sub(NULL, NULL, NULL), CUPTI_ERROR_INVALID_PARAMETER);
+    CK(CU.sub(&sub, NULL, &sub), CUPTI_SUCCESS);
+    CHECK(sub != NULL, "cuptiSubscribe gave no handle");
+    CK(CU.sub(&sub2, NULL, NULL), CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED);
+    CUpti_Profiler_Initialize_Params pp = {0, NULL};
+    CK(CU.prof(NULL), CUPTI_ERROR_INVALID_PARAMETER);
+    CK(CU.prof(&pp), CUPTI_ERROR_INVALID_PARAMETER); /* structSize 0 */
+    pp.structSize = sizeof pp;
+    CK(CU.prof(&pp), CUPTI_SUCCESS);
+    CK(CU.fin(), CUPTI_SUCCESS); /* logged with subscriber_lost=1 profiler_lost=1 */
+    CK(CU.sub(&sub2, NULL, NULL), CUPTI_SUCCESS);
+    CHECK(sub2 != NULL, "cuptiSubscribe after cuptiFinalize gave no handle");
+    CK(CU.fin(), CUPTI_SUCCESS); /* subscriber_lost=1 */
+    CK(CU.fin(), CUPTI_SUCCESS); /* nothing lost */
+    CK(CU.reg(buf_requested, buf_completed), CUPTI_SUCCESS);
+    printf("cupti: subscribe and profiler initialisation: dropped by finalize\n");
+
     CK(cuStreamDestroy_v2(s), CUDA_SUCCESS);
     CK(cuStreamDestroy_v2(s2), CUDA_SUCCESS);
 
@@ -2354,7 +2379,7 @@ static void test_log(pid_t me, size_t oom_size)
     CHECK(f != NULL, "open %s", g_log_path);
     char line[1024];
     int lines = 0, found_oom = 0, found_init = 0, found_nvml = 0, found_proc = 0, found_child = 0, found_err = 0,
-        found_cupti = 0;
+        found_cupti = 0, found_lost = 0, found_sub_lost = 0;
     char want_cupti[64];
     snprintf(want_cupti, sizeof want_cupti, "%d cuptiActivityEnable kind=10 -> 0\n", (int)me);
     char want_oom[128], want_init[64], want_nvml[64], want_proc[128];
@@ -2391,6 +2416,10 @@ static void test_log(pid_t me, size_t oom_size)
         found_proc |= strcmp(line, want_proc) == 0;
         found_err |= strstr(line, "nvmlErrorString result=1 -> -") != NULL;
         found_cupti |= strcmp(line, want_cupti) == 0;
+        if (atoi(line) == me) {
+            found_lost += strstr(line, " cuptiFinalize subscriber_lost=1 profiler_lost=1 -> 0\n") != NULL;
+            found_sub_lost += strstr(line, " cuptiFinalize subscriber_lost=1 -> 0\n") != NULL;
+        }
         if (strstr(line, " cuLaunchKernel func=sleep_kernel grid=1,1,1 block=1,1,1 stream=0x0 ns=100000000 -> 0"))
             found_child |= atoi(line) != me;
     }
@@ -2402,6 +2431,8 @@ static void test_log(pid_t me, size_t oom_size)
     CHECK(found_err, "log has nvmlErrorString");
     CHECK(found_cupti, "log has \"%.*s\"", (int)strlen(want_cupti) - 1, want_cupti);
     CHECK(found_child, "log has the timeline children's launches");
+    CHECK(found_lost == 1 && found_sub_lost == 1, "log has 1 cuptiFinalize that dropped a subscriber and a profiler "
+          "(%d) and 1 that dropped a subscriber (%d)", found_lost, found_sub_lost);
     CHECK(lines > 300, "log has %d lines", lines);
 }
 

@@ -2,7 +2,8 @@
 //! are never committed; in order of preference they come from:
 //!
 //! 1. `$CUSLICE_CUDA_INCLUDE`, a directory holding all three headers (and
-//!    what `cupti.h` includes: a toolkit's `include/`);
+//!    what `cupti.h` includes, and `cupti_profiler_target.h` beside it: a
+//!    toolkit's `include/`);
 //! 2. `/usr/local/cuda/include`, when it holds all three;
 //! 3. the PyPI wheels `nvidia-cuda-runtime`, `nvidia-nvml-dev`,
 //!    `nvidia-cuda-cupti` and `nvidia-cuda-crt` (`crt/host_defines.h`, which
