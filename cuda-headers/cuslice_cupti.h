@@ -127,6 +127,23 @@ typedef void (*CUpti_CallbackFunc)(void *userdata, uint32_t domain, CUpti_Callba
  * yet); a second one -> CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED. */
 CUptiResult cuptiSubscribe(CUpti_SubscriberHandle *subscriber, CUpti_CallbackFunc callback, void *userdata);
 
+/* cuptiSubscribe's successor (CUDA 13): the same, with optional parameters
+ * (pParams may be NULL): structSize as for the profiler's parameters, a
+ * name for the subscriber, where to write the name of an incompatible
+ * subscriber already there and that buffer's size, and a request to allow
+ * several subscribers (1) or not (0). */
+typedef struct {
+    size_t structSize;
+    const char *subscriberName;
+    char *oldSubscriberName;
+    size_t oldSubscriberSize;
+    uint8_t allowMultipleSubscribers;
+    uint8_t padding[7];
+} CUpti_SubscriberParams;
+
+CUptiResult cuptiSubscribe_v2(CUpti_SubscriberHandle *subscriber, CUpti_CallbackFunc callback, void *userdata,
+                              CUpti_SubscriberParams *pParams);
+
 /* The profiler API's first call (range profiling): structSize is the size
  * of the struct the caller knows (up to and including pPriv), pPriv is
  * NULL. */

@@ -62,9 +62,10 @@
 //!   `cuptiFinalize` detaches all of CUPTI, so the meter never detaches
 //!   while the program uses CUPTI itself, as far as the shim can see it:
 //!   its own activity callbacks (the meter steps aside altogether, above),
-//!   or CUPTI's callback API (`cuptiSubscribe`) or range profiler
-//!   (`cuptiProfilerInitialize`), which the shim exports too, in front of
-//!   CUPTI's: from the program's first call to either, the meter keeps
+//!   or CUPTI's callback API (`cuptiSubscribe`, `cuptiSubscribe_v2`) or
+//!   range profiler (`cuptiProfilerInitialize`), which the shim exports
+//!   too, in front of CUPTI's: from the program's first call to one, the
+//!   meter keeps
 //!   probing but leaves CUPTI attached between probes (said once). Each
 //!   check and detach is made under the lock those calls take before they
 //!   reach CUPTI, so that nothing is detached from under them. (The
@@ -73,8 +74,8 @@
 //!   privately, else the meter's library's, else the next definitions
 //!   after ours.) Not
 //!   covered: a program that reaches CUPTI only through other entry points
-//!   (`cuptiSubscribe_v2`, the event and metric, PM sampling, PC sampling
-//!   or SASS metrics APIs, ...) would lose its session at the next detach
+//!   (the event and metric, PM sampling, PC sampling or SASS metrics APIs,
+//!   ...) would lose its session at the next detach
 //!   (`CUSLICE_METER_DETACH=0` for such a program); and NVIDIA recommends
 //!   calling `cuptiFinalize` from an API exit callback, while the meter
 //!   calls it from its own thread, between probes, while the program may
@@ -130,6 +131,10 @@ type CallbackFunc = unsafe extern "C" fn(*mut c_void, u32, u32, *const c_void);
 /// `cuptiSubscribe(CUpti_SubscriberHandle *, CUpti_CallbackFunc, void *)`:
 /// the handle is a pointer to an opaque struct.
 type Subscribe = unsafe extern "C" fn(*mut *mut c_void, Option<CallbackFunc>, *mut c_void) -> i32;
+/// `cuptiSubscribe_v2(..., CUpti_SubscriberParams *)`: `cuptiSubscribe`
+/// with optional parameters.
+type Subscribe2 =
+    unsafe extern "C" fn(*mut *mut c_void, Option<CallbackFunc>, *mut c_void, *mut c_void) -> i32;
 /// `cuptiProfilerInitialize(CUpti_Profiler_Initialize_Params *)`.
 type ProfilerInit = unsafe extern "C" fn(*mut c_void) -> i32;
 
@@ -144,9 +149,10 @@ struct Api {
     /// `cuptiFinalize` (optional: without it CUPTI stays attached between
     /// probes).
     finalize: Option<unsafe extern "C" fn() -> i32>,
-    /// `cuptiSubscribe` and `cuptiProfilerInitialize`, where the library
+    /// `cuptiSubscribe`, `cuptiSubscribe_v2` and `cuptiProfilerInitialize`, where the library
     /// has them: where the program's calls to ours go on to.
     subscribe: Option<Subscribe>,
+    subscribe2: Option<Subscribe2>,
     profiler_init: Option<ProfilerInit>,
 }
 
@@ -177,7 +183,7 @@ static METER: OnceLock<Meter> = OnceLock::new();
 /// Set once the program registered its own activity callbacks (even
 /// before the meter started: then it never starts).
 static TENANT_PROFILES: AtomicBool = AtomicBool::new(false);
-/// Set once the program called CUPTI's callback API (`cuptiSubscribe`) or
+/// Set once the program called CUPTI's callback API (`cuptiSubscribe`, `_v2`) or
 /// range profiler (`cuptiProfilerInitialize`): the program uses CUPTI
 /// itself, and the meter never detaches it again (set under `LOADING`).
 static TENANT_CUPTI: AtomicBool = AtomicBool::new(false);
@@ -331,6 +337,7 @@ fn load_api(h: *mut c_void) -> Result<Api, String> {
             result_string: get(c"cuptiGetResultString").ok().map(|p| cast(p)),
             finalize: get(c"cuptiFinalize").ok().map(|p| cast(p)),
             subscribe: get(c"cuptiSubscribe").ok().map(|p| cast(p)),
+            subscribe2: get(c"cuptiSubscribe_v2").ok().map(|p| cast(p)),
             profiler_init: get(c"cuptiProfilerInitialize").ok().map(|p| cast(p)),
         })
     }
@@ -964,27 +971,30 @@ enum Front {
     Register = 0,
     Subscribe = 1,
     ProfilerInit = 2,
+    Subscribe2 = 3,
 }
 
-const FRONT_NAMES: [&CStr; 3] = [
+const FRONT_NAMES: [&CStr; 4] = [
     c"cuptiActivityRegisterCallbacks",
     c"cuptiSubscribe",
     c"cuptiProfilerInitialize",
+    c"cuptiSubscribe_v2",
 ];
 
 /// Per entry point: CUPTI's function for the program's calls, once found;
 /// and the real address the dlsym hook found for the name when it handed
 /// ours out (a program that opened libcupti privately, as Python's ctypes
 /// does, is not reached through `RTLD_NEXT`).
-static FRONT_REAL: [AtomicUsize; 3] = [const { AtomicUsize::new(0) }; 3];
-static FRONT_SEEN: [AtomicUsize; 3] = [const { AtomicUsize::new(0) }; 3];
+static FRONT_REAL: [AtomicUsize; 4] = [const { AtomicUsize::new(0) }; 4];
+static FRONT_SEEN: [AtomicUsize; 4] = [const { AtomicUsize::new(0) }; 4];
 
 /// Our exports, by `Front`.
-fn front_hooks() -> [*mut c_void; 3] {
+fn front_hooks() -> [*mut c_void; 4] {
     [
         cuptiActivityRegisterCallbacks as *mut c_void,
         cuptiSubscribe as *mut c_void,
         cuptiProfilerInitialize as *mut c_void,
+        cuptiSubscribe_v2 as *mut c_void,
     ]
 }
 
@@ -1007,6 +1017,7 @@ fn front_real(f: Front) -> *mut c_void {
         Front::Register => Some(m.api.register as *mut c_void),
         Front::Subscribe => m.api.subscribe.map(|s| s as *mut c_void),
         Front::ProfilerInit => m.api.profiler_init.map(|s| s as *mut c_void),
+        Front::Subscribe2 => m.api.subscribe2.map(|s| s as *mut c_void),
     });
     let p = match (seen, meter) {
         (0, Some(p)) => p,
@@ -1090,6 +1101,31 @@ pub unsafe extern "C" fn cuptiSubscribe(
     let f: Subscribe = unsafe { cast(p) };
     // SAFETY: forwarding the program's arguments.
     unsafe { f(subscriber, callback, userdata) }
+}
+
+/// The program's `cuptiSubscribe_v2` (CUDA 13's successor of
+/// `cuptiSubscribe`; exported for the same reason).
+///
+/// # Safety
+/// CUPTI's contract for `cuptiSubscribe_v2`.
+#[cfg_attr(not(test), unsafe(no_mangle))]
+#[allow(non_snake_case)] // CUPTI's name, exported as is
+pub unsafe extern "C" fn cuptiSubscribe_v2(
+    subscriber: *mut *mut c_void,
+    callback: Option<CallbackFunc>,
+    userdata: *mut c_void,
+    params: *mut c_void,
+) -> i32 {
+    tenant_uses_cupti();
+    let p = front_real(Front::Subscribe2);
+    if p.is_null() {
+        return CUPTI_ERROR_UNKNOWN;
+    }
+    // SAFETY: p is CUPTI's cuptiSubscribe_v2 (never ours: see
+    // cuptiActivityRegisterCallbacks).
+    let f: Subscribe2 = unsafe { cast(p) };
+    // SAFETY: forwarding the program's arguments.
+    unsafe { f(subscriber, callback, userdata, params) }
 }
 
 /// The program's `cuptiProfilerInitialize` (exported so that the meter

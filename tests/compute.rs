@@ -429,7 +429,11 @@ fn cupti_calls(log: &Path, pid: u32) -> CuptiCalls {
                 c.lost += 1;
             }
         }
-        if (l.contains(" cuptiSubscribe ") || l.contains(" cuptiProfilerInitialize ")) && ok {
+        if (l.contains(" cuptiSubscribe ")
+            || l.contains(" cuptiSubscribe_v2 ")
+            || l.contains(" cuptiProfilerInitialize "))
+            && ok
+        {
             c.order.push('S');
         }
         if l.contains(" cuptiActivityFlushAll ") {
@@ -997,9 +1001,10 @@ fn a_detach_setting_other_than_0_or_1_says_what_applies() {
 #[test]
 fn a_program_that_uses_cuptis_callback_or_profiler_api_never_has_cupti_detached_from_under_it() {
     // cuptiFinalize detaches all of CUPTI: a program's own subscription
-    // (the callback API) or range profiler session would end at the
-    // meter's next detach (the fake logs subscriber_lost=1 or
-    // profiler_lost=1 then). The shim exports both entry points in front
+    // (the callback API: cuptiSubscribe or CUDA 13's cuptiSubscribe_v2) or
+    // range profiler session would end at the meter's next detach (the
+    // fake logs subscriber_lost=1 or profiler_lost=1 then). The shim
+    // exports these entry points in front
     // of CUPTI's: from the program's call on, the meter keeps probing but
     // leaves CUPTI attached between probes, and says so. The call comes
     // before the first request (the meter has not loaded CUPTI yet), or
@@ -1013,6 +1018,7 @@ fn a_program_that_uses_cuptis_callback_or_profiler_api_never_has_cupti_detached_
         ("profiler", "private", "0", "2.5"),
         ("subscribe", "private", "1300", "3.5"),
         ("profiler", "global", "1300", "3.5"),
+        ("subscribe2", "private", "1300", "3.5"),
     ] {
         let case = format!("{what} {how} at {at_ms} ms");
         let h = Host::new("compute", &format!("cupti-user-{what}-{how}"));

@@ -378,6 +378,7 @@ fn every_annotated_hook_is_exported() {
         "cuptiActivityRegisterCallbacks",
         "cuptiSubscribe",
         "cuptiProfilerInitialize",
+        "cuptiSubscribe_v2",
     ];
     for c in cupti {
         assert!(exported.contains(c), "{c} is not exported");

@@ -5,6 +5,7 @@
  * request was due (0: before it), makes one CUPTI call:
  *   subscribe  cuptiSubscribe (the callback API; a tracer such as an
  *              NVTX or API-trace tool)
+ *   subscribe2 cuptiSubscribe_v2 (its CUDA 13 successor), with parameters
  *   profiler   cuptiProfilerInitialize (the range profiler)
  * A detach of CUPTI (cuptiFinalize) after that call ends the program's
  * subscription or profiler session: the fake CUPTI logs it. The call is
@@ -19,7 +20,7 @@
  *   T <p50_us> <p99_us> <max_us> <count>
  *   L <p50_us> <p99_us> <max_us> <served> <due>
  * Exits 1 if the call fails.
- *   cupti_user subscribe|profiler global|private AT_MS SECONDS PERIOD_US TOKENS KERNELS KERNEL_NS GAP_NS */
+ *   cupti_user subscribe|subscribe2|profiler global|private AT_MS SECONDS PERIOD_US TOKENS KERNELS KERNEL_NS GAP_NS */
 #include "app.h"
 #include "cuslice_cupti.h"
 #include "latency.h"
@@ -51,7 +52,7 @@ static void callback(void *userdata, uint32_t domain, CUpti_CallbackId cbid, con
 
 /* Makes the CUPTI call; exits 1 where it fails. */
 static void use_cupti(int subscribe, int global) {
-    const char *name = subscribe ? "cuptiSubscribe" : "cuptiProfilerInitialize";
+    const char *name = subscribe == 2 ? "cuptiSubscribe_v2" : subscribe ? "cuptiSubscribe" : "cuptiProfilerInitialize";
     void *h = dlopen("libcupti.so.13", RTLD_NOW | (global ? RTLD_GLOBAL : RTLD_LOCAL));
     if (h == NULL) {
         fprintf(stderr, "FAIL dlopen libcupti.so.13: %s\n", dlerror());
@@ -64,7 +65,17 @@ static void use_cupti(int subscribe, int global) {
         exit(1);
     }
     CUptiResult r;
-    if (subscribe) {
+    if (subscribe == 2) {
+        static CUpti_SubscriberHandle sub;
+        CUpti_SubscriberParams params = {.structSize = sizeof params, .subscriberName = "cupti_user"};
+        __typeof__(cuptiSubscribe_v2) *f;
+        *(void **)&f = p;
+        r = f(&sub, callback, NULL, &params);
+        if (r == CUPTI_SUCCESS && sub == NULL) {
+            fprintf(stderr, "FAIL cuptiSubscribe_v2 gave no handle\n");
+            exit(1);
+        }
+    } else if (subscribe) {
         static CUpti_SubscriberHandle sub;
         __typeof__(cuptiSubscribe) *f;
         *(void **)&f = p;
@@ -87,14 +98,14 @@ static void use_cupti(int subscribe, int global) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 10 || (strcmp(argv[1], "subscribe") && strcmp(argv[1], "profiler")) ||
+    if (argc != 10 || (strcmp(argv[1], "subscribe") && strcmp(argv[1], "subscribe2") && strcmp(argv[1], "profiler")) ||
         (strcmp(argv[2], "global") && strcmp(argv[2], "private"))) {
-        fprintf(stderr, "usage: cupti_user subscribe|profiler global|private AT_MS SECONDS PERIOD_US TOKENS "
+        fprintf(stderr, "usage: cupti_user subscribe|subscribe2|profiler global|private AT_MS SECONDS PERIOD_US TOKENS "
                         "KERNELS KERNEL_NS GAP_NS\n");
         return 2;
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
-    int subscribe = strcmp(argv[1], "subscribe") == 0, global = strcmp(argv[2], "global") == 0;
+    int subscribe = strcmp(argv[1], "subscribe2") == 0 ? 2 : strcmp(argv[1], "subscribe") == 0, global = strcmp(argv[2], "global") == 0;
     unsigned long long at = arg(argv[3], "AT_MS") * 1000000ull;
     double seconds = atof(argv[4]);
     unsigned long long period = arg(argv[5], "PERIOD_US") * 1000ull;

@@ -328,9 +328,8 @@ CUptiResult cuptiFinalize(void)
  * as the real one answers), a non-NULL handle that names it; no callback
  * is ever called (none can be enabled: cuptiEnableCallback and co. are
  * not modelled). Dropped by cuptiFinalize. */
-CUptiResult cuptiSubscribe(CUpti_SubscriberHandle *subscriber, CUpti_CallbackFunc callback, void *userdata)
+static CUptiResult subscribe(CUpti_SubscriberHandle *subscriber, CUpti_CallbackFunc callback, void *userdata)
 {
-    setup();
     CUptiResult r = CUPTI_SUCCESS;
     if (subscriber == NULL) {
         r = CUPTI_ERROR_INVALID_PARAMETER;
@@ -346,8 +345,35 @@ CUptiResult cuptiSubscribe(CUpti_SubscriberHandle *subscriber, CUpti_CallbackFun
         }
         pthread_mutex_unlock(&g_mu);
     }
+    return r;
+}
+
+CUptiResult cuptiSubscribe(CUpti_SubscriberHandle *subscriber, CUpti_CallbackFunc callback, void *userdata)
+{
+    setup();
+    CUptiResult r = subscribe(subscriber, callback, userdata);
     LOGR(r, "callback=0x%llx userdata=0x%llx", (unsigned long long)(uintptr_t)callback,
          (unsigned long long)(uintptr_t)userdata);
+    return r;
+}
+
+/* cuptiSubscribe with parameters: as cuptiSubscribe (one subscriber; a
+ * request to allow several is refused, as a CUPTI without multi-subscriber
+ * support answers it); pParams may be NULL, else its structSize must be
+ * set. */
+CUptiResult cuptiSubscribe_v2(CUpti_SubscriberHandle *subscriber, CUpti_CallbackFunc callback, void *userdata,
+                              CUpti_SubscriberParams *pParams)
+{
+    setup();
+    CUptiResult r;
+    if (pParams != NULL && pParams->structSize == 0)
+        r = CUPTI_ERROR_INVALID_PARAMETER;
+    else if (pParams != NULL && pParams->allowMultipleSubscribers)
+        r = CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
+    else
+        r = subscribe(subscriber, callback, userdata);
+    LOGR(r, "callback=0x%llx userdata=0x%llx params=%s", (unsigned long long)(uintptr_t)callback,
+         (unsigned long long)(uintptr_t)userdata, pParams != NULL ? "set" : "NULL");
     return r;
 }
 

@@ -392,6 +392,7 @@ static struct {
     __typeof__(cuptiGetResultString) *str;
     __typeof__(cuptiFinalize) *fin;
     __typeof__(cuptiSubscribe) *sub;
+    __typeof__(cuptiSubscribe_v2) *sub2;
     __typeof__(cuptiProfilerInitialize) *prof;
 } CU;
 
@@ -412,6 +413,7 @@ static void cupti_load(void)
     CUPTI_SYM(str, cuptiGetResultString);
     CUPTI_SYM(fin, cuptiFinalize);
     CUPTI_SYM(sub, cuptiSubscribe);
+    CUPTI_SYM(sub2, cuptiSubscribe_v2);
     CUPTI_SYM(prof, cuptiProfilerInitialize);
 #undef CUPTI_SYM
 }
@@ -2314,6 +2316,21 @@ static void test_cupti(CUfunction fsleep)
     CK(CU.sub(&sub2, NULL, NULL), CUPTI_SUCCESS);
     CHECK(sub2 != NULL, "cuptiSubscribe after cuptiFinalize gave no handle");
     CK(CU.fin(), CUPTI_SUCCESS); /* subscriber_lost=1 */
+    /* cuptiSubscribe_v2: the same subscriber, with parameters or NULL. */
+    CUpti_SubscriberParams sp = {0};
+    CK(CU.sub2(&sub2, NULL, NULL, &sp), CUPTI_ERROR_INVALID_PARAMETER); /* structSize 0 */
+    sp.structSize = sizeof sp;
+    sp.allowMultipleSubscribers = 1;
+    CK(CU.sub2(&sub2, NULL, NULL, &sp), CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED);
+    sp.allowMultipleSubscribers = 0;
+    sub2 = NULL;
+    CK(CU.sub2(&sub2, NULL, NULL, &sp), CUPTI_SUCCESS);
+    CHECK(sub2 != NULL, "cuptiSubscribe_v2 gave no handle");
+    CK(CU.sub2(&sub, NULL, NULL, NULL), CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED);
+    CK(CU.sub(&sub, NULL, NULL), CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED);
+    CK(CU.fin(), CUPTI_SUCCESS); /* subscriber_lost=1 */
+    CK(CU.sub2(&sub2, NULL, NULL, NULL), CUPTI_SUCCESS);
+    CK(CU.fin(), CUPTI_SUCCESS); /* subscriber_lost=1 */
     CK(CU.fin(), CUPTI_SUCCESS); /* nothing lost */
     CK(CU.reg(buf_requested, buf_completed), CUPTI_SUCCESS);
     printf("cupti: subscribe and profiler initialisation: dropped by finalize\n");
@@ -2431,8 +2448,8 @@ static void test_log(pid_t me, size_t oom_size)
     CHECK(found_err, "log has nvmlErrorString");
     CHECK(found_cupti, "log has \"%.*s\"", (int)strlen(want_cupti) - 1, want_cupti);
     CHECK(found_child, "log has the timeline children's launches");
-    CHECK(found_lost == 1 && found_sub_lost == 1, "log has 1 cuptiFinalize that dropped a subscriber and a profiler "
-          "(%d) and 1 that dropped a subscriber (%d)", found_lost, found_sub_lost);
+    CHECK(found_lost == 1 && found_sub_lost == 3, "log has 1 cuptiFinalize that dropped a subscriber and a profiler "
+          "(%d) and 3 that dropped a subscriber (%d)", found_lost, found_sub_lost);
     CHECK(lines > 300, "log has %d lines", lines);
 }
 
