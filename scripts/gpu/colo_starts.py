@@ -15,9 +15,11 @@ two in each start). Each is measured natively (the reference), with both at
 `continuous` is the standard class with the GPU time meter recording all
 the time the GPU is shared (`CUSLICE_METER=continuous`: the meter before
 probes, for comparison), `nometer` the standard class without the meter
-(`CUSLICE_CUPTI=off`: wall time in flight charged), `detach` the standard
-class with CUPTI detached between probes (`CUSLICE_METER_DETACH=1`),
-`latency-detach` the latency class so.
+(`CUSLICE_CUPTI=off`: wall time in flight charged), `attached` the standard
+class with CUPTI left attached between probes (`CUSLICE_METER_DETACH=0`,
+the default before 58b1a82), `detach` and `latency-detach` the standard and
+latency classes with `CUSLICE_METER_DETACH=1` set explicitly (the default
+since 58b1a82: the same as `standard` and `latency`).
 """
 import argparse
 import json
@@ -43,7 +45,7 @@ p.add_argument("--decode-period-ms", type=float, default=0.0,
                     "first (a server that cannot keep up alone measures a backlog)")
 p.add_argument("--modes", default="solo,native,standard,latency",
                help="solo: the service alone under cuslice; native: the pair without cuslice (the reference; "
-                    "needed by standard and latency); standard, latency, continuous, nometer, detach, latency-detach: the pair under "
+                    "needed by standard and latency); standard, latency, continuous, nometer, attached, detach, latency-detach: the pair under "
                     "cuslice")
 p.add_argument("--pin", action="store_true",
                help="pin the service to CPUs 2-3 and the trainer to CPUs 4-5 (in every mode alike): less noise "
@@ -350,12 +352,12 @@ else:
                     sq, tq = None, quota("compute = 50")
                 elif mode in ("latency", "latency-detach"):
                     sq, tq = quota("compute = 50", "latency = true"), quota("compute = 50")
-                elif mode in ("continuous", "nometer", "detach"):
+                elif mode in ("continuous", "nometer", "detach", "attached"):
                     sq, tq = quota("compute = 50"), quota("compute = 50")
                 else:
                     sys.exit(f"unknown mode {mode!r}")
                 env = {"continuous": {"CUSLICE_METER": "continuous"}, "nometer": {"CUSLICE_CUPTI": "off"},
-                       "detach": {"CUSLICE_METER_DETACH": "1"},
+                       "detach": {"CUSLICE_METER_DETACH": "1"}, "attached": {"CUSLICE_METER_DETACH": "0"},
                        "latency-detach": {"CUSLICE_METER_DETACH": "1"}}.get(mode)
                 by_mode[mode].append(one(cell, off, sq, tq, service_env=env, label=mode))
                 r, tf = by_mode[mode][-1]
