@@ -23,14 +23,7 @@
  *   cupti_user subscribe|subscribe2|profiler global|private AT_MS SECONDS PERIOD_US TOKENS KERNELS KERNEL_NS GAP_NS */
 #include "app.h"
 #include "cuslice_cupti.h"
-#include "latency.h"
-
-static void busy_wait(unsigned long long ns) {
-    if (ns == 0) return;
-    unsigned long long end = now_ns() + ns;
-    while (now_ns() < end) {
-    }
-}
+#include "decode_loop.h"
 
 static unsigned long long arg(const char *s, const char *what) {
     char *end;
@@ -97,6 +90,20 @@ static void use_cupti(int subscribe, int global) {
     }
 }
 
+struct when {
+    unsigned long long at_ns;
+    int subscribe, global, used;
+};
+
+/* Before each request: the CUPTI call, once AT_MS has passed. */
+static void maybe_use(unsigned long long since_ns, void *arg) {
+    struct when *w = arg;
+    if (!w->used && since_ns >= w->at_ns) {
+        use_cupti(w->subscribe, w->global);
+        w->used = 1;
+    }
+}
+
 int main(int argc, char **argv) {
     if (argc != 10 || (strcmp(argv[1], "subscribe") && strcmp(argv[1], "subscribe2") && strcmp(argv[1], "profiler")) ||
         (strcmp(argv[2], "global") && strcmp(argv[2], "private"))) {
@@ -105,61 +112,27 @@ int main(int argc, char **argv) {
         return 2;
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
-    int subscribe = strcmp(argv[1], "subscribe2") == 0 ? 2 : strcmp(argv[1], "subscribe") == 0, global = strcmp(argv[2], "global") == 0;
-    unsigned long long at = arg(argv[3], "AT_MS") * 1000000ull;
-    double seconds = atof(argv[4]);
-    unsigned long long period = arg(argv[5], "PERIOD_US") * 1000ull;
-    unsigned long long tokens = arg(argv[6], "TOKENS");
-    unsigned long long kernels = arg(argv[7], "KERNELS");
-    unsigned long long ns = arg(argv[8], "KERNEL_NS");
-    unsigned long long gap = arg(argv[9], "GAP_NS");
-    if (seconds <= 0 || period == 0 || tokens == 0 || kernels == 0) {
+    struct when w = {
+        .at_ns = arg(argv[3], "AT_MS") * 1000000ull,
+        .subscribe = strcmp(argv[1], "subscribe2") == 0 ? 2 : strcmp(argv[1], "subscribe") == 0,
+        .global = strcmp(argv[2], "global") == 0,
+    };
+    struct decode_shape sh = {
+        .seconds = atof(argv[4]),
+        .period_ns = arg(argv[5], "PERIOD_US") * 1000ull,
+        .tokens = arg(argv[6], "TOKENS"),
+        .kernels = arg(argv[7], "KERNELS"),
+        .kernel_ns = arg(argv[8], "KERNEL_NS"),
+        .gap_ns = arg(argv[9], "GAP_NS"),
+    };
+    if (sh.seconds <= 0 || sh.period_ns == 0 || sh.tokens == 0 || sh.kernels == 0) {
         fprintf(stderr, "cupti_user: SECONDS, PERIOD_US, TOKENS and KERNELS must be positive\n");
         return 2;
     }
-    unsigned long long span = (unsigned long long)(seconds * 1e9);
-    unsigned long long due = (span + period - 1) / period;
-    unsigned long long *lat = calloc(due, sizeof *lat);
-    if (!lat) return 1;
-    CUdevice dev;
-    CUcontext ctx;
-    CUmodule mod;
-    CUfunction f;
-    CUstream s;
-    CHECK(cuInit(0));
-    CHECK(cuDeviceGet(&dev, 0));
-    CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
-    CHECK(cuCtxSetCurrent(ctx));
-    CHECK(cuModuleLoadData(&mod, "fake-image"));
-    CHECK(cuModuleGetFunction(&f, mod, "sleep_kernel"));
-    CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
-    void *params[] = {&ns};
-    int used = 0;
-    unsigned long long t0 = now_ns(), end = t0 + span, served = 0;
-    for (unsigned long long i = 0; i < due; i++) {
-        unsigned long long d = t0 + i * period;
-        if (now_ns() >= end) break;
-        sleep_until(d);
-        if (!used && now_ns() >= t0 + at) {
-            use_cupti(subscribe, global);
-            used = 1;
-        }
-        for (unsigned long long t = 0; t < tokens; t++) {
-            for (unsigned long long k = 0; k < kernels; k++) {
-                if (k > 0) busy_wait(gap);
-                CHECK(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s, params, NULL));
-            }
-            CHECK(cuStreamSynchronize(s));
-        }
-        lat[served++] = now_ns() - d;
-    }
-    if (!used) {
+    int r = decode_run(&sh, maybe_use, &w);
+    if (!w.used) {
         fprintf(stderr, "FAIL the run ended before AT_MS\n");
         return 1;
     }
-    if (report_latencies(lat, served, due, period)) return 1;
-    CHECK(cuStreamDestroy(s));
-    CHECK(cuDevicePrimaryCtxRelease(dev));
-    free(lat);
-    return 0;
+    return r;
 }
