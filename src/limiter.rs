@@ -1001,11 +1001,8 @@ pub fn at_exit() {
                 ms(&g.queue_wait_ns)
             );
         }
-        if let Some((probes, ns)) = crate::meter::summary() {
-            crate::info!(
-                "GPU time meter: recorded kernels in {probes} probes, {:.0} ms in all",
-                ns as f64 / 1e6
-            );
+        if let Some(s) = crate::meter::summary() {
+            crate::info!("GPU time meter: {s}");
         }
         for g in l.gpus.iter().flatten() {
             g.seg.release_proc(g.slot, now_ns());

@@ -212,6 +212,14 @@ static PROBES_TAKEN: AtomicU64 = AtomicU64::new(0);
 /// The next probe begins no sooner than this (our clock).
 static REST_UNTIL: AtomicU64 = AtomicU64::new(0);
 static RECORDED_NS: AtomicU64 = AtomicU64::new(0);
+/// Time the meter's thread spent in CUPTI, for the exit report: loading it
+/// (`dlopen` and the first registration), switching recording on at each
+/// probe (registering again where it was detached, enabling), detaching it
+/// after a probe. Where CUPTI makes the program's launches wait meanwhile,
+/// these bound that wait.
+static LOADING_SPENT: Spent = Spent::new();
+static SWITCHING_ON: Spent = Spent::new();
+static DETACHING: Spent = Spent::new();
 /// The meter's thread runs (it loads CUPTI when first wanted).
 static STARTED: AtomicBool = AtomicBool::new(false);
 /// How often the meter's thread looks whether it is wanted before CUPTI is
@@ -434,6 +442,7 @@ fn load(devices: usize) -> bool {
     // The library is opened before `LOADING` is taken: a program thread
     // that registers its callbacks from a library's constructor holds the
     // loader's lock while it waits for `LOADING`.
+    let loading_since = now_ns();
     let (h, path) = match open_cupti() {
         Ok(x) => x,
         Err(why) => {
@@ -482,6 +491,7 @@ fn load(devices: usize) -> bool {
         );
         return false;
     }
+    LOADING_SPENT.since(loading_since);
     crate::info!(
         "GPU time meter: {} (kernel records while the GPU is shared)",
         m.path
@@ -565,13 +575,67 @@ pub fn want(contended: bool, need: bool, now: u64) {
     }
 }
 
-/// Probes taken and wall time recorded (ns), where the meter was loaded.
-pub fn summary() -> Option<(u64, u64)> {
+/// How often something took how long (ns): a count, the sum, the longest.
+struct Spent {
+    n: AtomicU64,
+    sum: AtomicU64,
+    max: AtomicU64,
+}
+
+impl Spent {
+    const fn new() -> Self {
+        Spent {
+            n: AtomicU64::new(0),
+            sum: AtomicU64::new(0),
+            max: AtomicU64::new(0),
+        }
+    }
+
+    /// Adds one that began at `since` (our clock) and ends now.
+    fn since(&self, since: u64) {
+        let ns = now_ns().saturating_sub(since);
+        self.n.fetch_add(1, Ordering::Relaxed);
+        self.sum.fetch_add(ns, Ordering::Relaxed);
+        self.max.fetch_max(ns, Ordering::Relaxed);
+    }
+
+    /// "N in X ms (longest Y ms)" ("1 in X ms"), or None where there was
+    /// none.
+    fn said(&self) -> Option<String> {
+        let n = self.n.load(Ordering::Relaxed);
+        let ms = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64 / 1e6;
+        match n {
+            0 => None,
+            1 => Some(format!("1 in {:.2} ms", ms(&self.sum))),
+            _ => Some(format!(
+                "{n} in {:.2} ms (longest {:.2} ms)",
+                ms(&self.sum),
+                ms(&self.max)
+            )),
+        }
+    }
+}
+
+/// The exit report's line, where the meter was loaded: probes taken, wall
+/// time recorded, and the time spent loading CUPTI, switching recording on
+/// and detaching CUPTI.
+pub fn summary() -> Option<String> {
     METER.get()?;
-    Some((
+    let mut s = format!(
+        "recorded kernels in {} probes, {:.0} ms in all",
         PROBES_TAKEN.load(Ordering::Relaxed),
-        RECORDED_NS.load(Ordering::Relaxed),
-    ))
+        RECORDED_NS.load(Ordering::Relaxed) as f64 / 1e6
+    );
+    for (what, spent) in [
+        ("loading CUPTI", &LOADING_SPENT),
+        ("switching recording on", &SWITCHING_ON),
+        ("detaching CUPTI", &DETACHING),
+    ] {
+        if let Some(x) = spent.said() {
+            s.push_str(&format!("; {what} {x}"));
+        }
+    }
+    Some(s)
 }
 
 /// Kernels launched (for the records-stopped check).
@@ -751,7 +815,12 @@ fn run() {
                 continue;
             }
             if let Some(f) = finalize {
-                match detach(m, f) {
+                let detaching_since = now_ns();
+                let r = detach(m, f);
+                if matches!(r, Ok(true)) {
+                    DETACHING.since(detaching_since);
+                }
+                match r {
                     Ok(d) => detached = d,
                     Err(r) => {
                         crate::info!(
@@ -764,7 +833,8 @@ fn run() {
                 }
             }
             crate::debug!(
-                "GPU time meter off ({})",
+                "GPU time meter off at {:.3} ms (CLOCK_MONOTONIC; {})",
+                now_ns() as f64 / 1e6,
                 if detached {
                     "CUPTI detached"
                 } else {
@@ -773,6 +843,7 @@ fn run() {
             );
         }
         if wanted && !enabled && now >= rest_until {
+            let switching_since = now_ns();
             if detached {
                 if !attach(m) {
                     continue;
@@ -795,6 +866,7 @@ fn run() {
             for c in m.covered.iter() {
                 c.store(0, Ordering::Relaxed);
             }
+            SWITCHING_ON.since(switching_since);
             crate::limiter::probe_begin();
             let t = now_ns();
             m.until.store(u64::MAX, Ordering::Release);
@@ -809,7 +881,10 @@ fn run() {
             check_at = now + LOST_CHECK_NS;
             seen = m.records.load(Ordering::Relaxed);
             launched = m.launches.load(Ordering::Relaxed);
-            crate::debug!("GPU time meter on");
+            crate::debug!(
+                "GPU time meter on at {:.3} ms (CLOCK_MONOTONIC)",
+                t as f64 / 1e6
+            );
         } else if enabled {
             // SAFETY: CUPTI call; delivers completed buffers to `completed`
             // on this thread.

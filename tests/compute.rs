@@ -1083,6 +1083,22 @@ fn a_program_that_uses_cuptis_callback_or_profiler_api_never_has_cupti_detached_
                 "{case}: detached after the probes before the call: {c:?}"
             );
         }
+        // The exit report counts what the meter's thread did with CUPTI
+        // (and how long it took): loaded once, switched on per probe,
+        // detached as often as the call log says.
+        let line = err
+            .lines()
+            .find(|l| l.contains("GPU time meter: recorded kernels in"))
+            .unwrap_or_else(|| panic!("{case}: no meter line at exit: {err}"));
+        let detaches = c.order.matches('F').count();
+        assert!(
+            line.contains(&format!("recorded kernels in {} probes", c.on))
+                && line.contains("; loading CUPTI 1 in ")
+                && line.contains(&format!("; switching recording on {} in ", c.on))
+                && (detaches == 0 && !line.contains("detaching")
+                    || line.contains(&format!("; detaching CUPTI {detaches} in "))),
+            "{case}: {line} ({c:?})"
+        );
     }
 }
 

@@ -67,8 +67,11 @@ os.makedirs(WORK, exist_ok=True)
 GPUSEG = os.path.join(WORK, "gpu")
 OFFSETS = [0.0, 0.5, 1.0, 2.0, 4.0, 0.25, 1.5, 3.0]
 _n = 0
-# COLO_LOGS=DIR: each start's service output and cuslice's messages go there.
+# COLO_LOGS=DIR: each start's service output and cuslice's messages go there
+# (at info level; COLO_LOG_LEVEL=debug for the meter's probe times, to line
+# up with the services' SLOW requests).
 LOGS = os.environ.get("COLO_LOGS")
+LOG_LEVEL = os.environ.get("COLO_LOG_LEVEL", "info")
 _log_n = 0
 if LOGS:
     os.makedirs(LOGS, exist_ok=True)
@@ -127,7 +130,7 @@ def one(cell, offset, sq, tq, with_trainer=True, service_env=None, label=""):
     `tq`, CPUs 4-5) instead of the trainer, both started together; the
     results are the one with the worse p99."""
     tr = None
-    logged = {"CUSLICE_LOG": "info"} if LOGS else {}
+    logged = {"CUSLICE_LOG": LOG_LEVEL} if LOGS else {}
     if with_trainer and cell != "pair":
         t_at = time.monotonic() + 6
         tr = start([sys.executable, os.path.join(SRC, "mm_loop.py"), "60"], tq,

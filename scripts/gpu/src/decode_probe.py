@@ -10,7 +10,8 @@
 #   decode_probe.py [--seconds 8] [--period-ms 200] [--start-at MONOTONIC_S]
 #
 # Prints "LAT <p50 ms> <p99 ms> <max ms>", "SERVED <answered within the
-# window> <due within the window>" and "START <monotonic ms>"; "SKIP ..."
+# window> <due within the window>", "START <monotonic ms>" and "SLOW
+# <due monotonic ms>:<latency ms> ..." (the 8 slowest requests); "SKIP ..."
 # without transformers.
 import argparse
 import time
@@ -56,6 +57,7 @@ n = int(a.seconds / period) + 1
 t0 = time.monotonic()
 print(f"START {t0 * 1e3:.3f}", flush=True)
 lat = []
+dues = []
 served = 0
 end = t0 + a.seconds + period
 for i in range(n):
@@ -68,8 +70,13 @@ for i in range(n):
     request()
     done = time.monotonic()
     lat.append((done - due) * 1e3)
+    dues.append(due * 1e3)
     if done <= end:
         served += 1
+# The slowest requests, with when they were due (CLOCK_MONOTONIC ms, as the
+# shim's debug log's probe times): to line them up with what else ran.
+slow = sorted(zip(lat, dues), reverse=True)[:8]
+print("SLOW " + " ".join(f"{d:.3f}:{x:.3f}" for x, d in slow), flush=True)
 lat.sort()
 q = lambda f: lat[min(len(lat) - 1, int(f * len(lat)))]
 print(f"LAT {q(0.5):.3f} {q(0.99):.3f} {lat[-1]:.3f}", flush=True)
