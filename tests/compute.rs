@@ -799,6 +799,21 @@ fn decode_beside_trainer(h: &Host, extra: &[(&'static str, &str)]) -> (Ping, u64
     (p, used, heavy, st.fraction(), pid)
 }
 
+/// `decode_beside_trainer` on a host of its own (`name`), with the fake's
+/// call log and `extra`: the decode loop charged about its kernels
+/// (`charged_its_kernels`); its results, what it was charged (ns) and its
+/// CUPTI calls.
+fn metered_decode(name: &str, extra: &[(&'static str, &str)]) -> (Ping, u64, CuptiCalls) {
+    let h = Host::new("compute", name);
+    let log = h.dir.join("calls.log");
+    let logged = log.display().to_string();
+    let mut env = vec![("FAKE_CUDA_LOG", logged.as_str())];
+    env.extend_from_slice(extra);
+    let (p, used, heavy, trainer, pid) = decode_beside_trainer(&h, &env);
+    charged_its_kernels(&p, used, heavy, trainer);
+    (p, used, cupti_calls(&log, pid))
+}
+
 /// `decode_beside_trainer`'s decode loop, metered: every request served,
 /// charged about its kernels' time (0.9-3x, plus 50 ms), never heavy, the
 /// trainer keeping the GPU.
@@ -826,12 +841,8 @@ fn a_launch_bound_tenant_is_charged_what_its_kernels_ran_and_launches_freely() {
     // probes: recording switched on again and again, its records a small
     // fraction of its kernels (the rest charged at the probes' ratio of
     // GPU time to time in flight), and still charged about its kernels.
-    let h = Host::new("compute", "decode-meter");
-    let log = h.dir.join("calls.log");
-    let logged = log.display().to_string();
-    let (p, used, heavy, trainer, pid) = decode_beside_trainer(&h, &[("FAKE_CUDA_LOG", &logged)]);
-    charged_its_kernels(&p, used, heavy, trainer);
-    let (on, records, launched) = recorded(&log, pid);
+    let (p, used, c) = metered_decode("decode-meter", &[]);
+    let (on, records, launched) = (c.on, c.records, c.launched);
     assert!(launched >= u64::from(p.served) * 48, "{launched} launches");
     assert!(
         on >= 2 && records * 2 <= launched,
@@ -905,12 +916,7 @@ fn the_meter_detaches_cupti_after_each_probe_and_attaches_again_for_the_next() {
     // records are in, and registers its callbacks again before the next
     // probe. Measured as attached: charged about its kernels' time, never
     // heavy.
-    let h = Host::new("compute", "decode-detach");
-    let log = h.dir.join("calls.log");
-    let logged = log.display().to_string();
-    let (p, used, heavy, trainer, pid) = decode_beside_trainer(&h, &[("FAKE_CUDA_LOG", &logged)]);
-    charged_its_kernels(&p, used, heavy, trainer);
-    let c = cupti_calls(&log, pid);
+    let (_, _, c) = metered_decode("decode-detach", &[]);
     assert!(
         c.on >= 2 && c.records > 0,
         "recorded in 2 probes or more: {c:?}"
@@ -935,15 +941,7 @@ fn with_detach_off_cupti_stays_attached_between_probes() {
     // CUSLICE_METER_DETACH=0: registered once, never detached, and still
     // probed (recording switched on again and again), measured as
     // detached.
-    let h = Host::new("compute", "decode-attached");
-    let log = h.dir.join("calls.log");
-    let logged = log.display().to_string();
-    let (p, used, heavy, trainer, pid) = decode_beside_trainer(
-        &h,
-        &[("FAKE_CUDA_LOG", &logged), ("CUSLICE_METER_DETACH", "0")],
-    );
-    charged_its_kernels(&p, used, heavy, trainer);
-    let c = cupti_calls(&log, pid);
+    let (_, _, c) = metered_decode("decode-attached", &[("CUSLICE_METER_DETACH", "0")]);
     assert!(
         c.on >= 2 && c.records > 0,
         "recorded in 2 probes or more: {c:?}"

@@ -37,4 +37,20 @@ static inline void describe(const char *what, void *p) {
     }
 }
 
+/* Device 0 (*dev), its primary context made current, and the fake
+ * driver's "sleep_kernel" (one parameter: how long it runs, ns). Exits
+ * where a step fails. */
+static inline CUfunction sleep_kernel_on_device0(CUdevice *dev) {
+    CUcontext ctx;
+    CUmodule mod;
+    CUfunction f;
+    CHECK(cuInit(0));
+    CHECK(cuDeviceGet(dev, 0));
+    CHECK(cuDevicePrimaryCtxRetain(&ctx, *dev));
+    CHECK(cuCtxSetCurrent(ctx));
+    CHECK(cuModuleLoadData(&mod, "fake-image"));
+    CHECK(cuModuleGetFunction(&f, mod, "sleep_kernel"));
+    return f;
+}
+
 #endif

@@ -42,16 +42,9 @@ static int decode_run(const struct decode_shape *sh, void (*before)(unsigned lon
     if (!lat) return 1;
     unsigned long long ns = sh->kernel_ns;
     CUdevice dev;
-    CUcontext ctx;
-    CUmodule mod;
     CUfunction f;
     CUstream s;
-    CHECK(cuInit(0));
-    CHECK(cuDeviceGet(&dev, 0));
-    CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
-    CHECK(cuCtxSetCurrent(ctx));
-    CHECK(cuModuleLoadData(&mod, "fake-image"));
-    CHECK(cuModuleGetFunction(&f, mod, "sleep_kernel"));
+    f = sleep_kernel_on_device0(&dev);
     CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
     void *params[] = {&ns};
     if (sh->warmup_ns) {

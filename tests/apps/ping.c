@@ -33,16 +33,9 @@ int main(int argc, char **argv) {
     unsigned long long *lat = calloc(due, sizeof *lat);
     if (!lat) return 1;
     CUdevice dev;
-    CUcontext ctx;
-    CUmodule mod;
     CUfunction f;
     CUstream s;
-    CHECK(cuInit(0));
-    CHECK(cuDeviceGet(&dev, 0));
-    CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
-    CHECK(cuCtxSetCurrent(ctx));
-    CHECK(cuModuleLoadData(&mod, "fake-image"));
-    CHECK(cuModuleGetFunction(&f, mod, "sleep_kernel"));
+    f = sleep_kernel_on_device0(&dev);
     CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
     void *params[] = {&ns};
     if (argc == 5) {

@@ -44,15 +44,8 @@ int main(int argc, char **argv) {
     int n = atoi(argv[1]);
     unsigned long long ns = strtoull(argv[2], NULL, 10);
     CUdevice dev;
-    CUcontext ctx;
-    CUmodule mod;
     CUfunction f;
-    CHECK(cuInit(0));
-    CHECK(cuDeviceGet(&dev, 0));
-    CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
-    CHECK(cuCtxSetCurrent(ctx));
-    CHECK(cuModuleLoadData(&mod, "fake-image"));
-    CHECK(cuModuleGetFunction(&f, mod, "sleep_kernel"));
+    f = sleep_kernel_on_device0(&dev);
     if (cuptiActivityRegisterCallbacks(requested, completed) != CUPTI_SUCCESS ||
         cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) != CUPTI_SUCCESS) {
         fprintf(stderr, "FAIL cupti\n");

@@ -32,16 +32,9 @@ int main(int argc, char **argv) {
         else return 2;
     }
     CUdevice dev;
-    CUcontext ctx;
-    CUmodule mod;
     CUfunction f;
     CUstream s;
-    CHECK(cuInit(0));
-    CHECK(cuDeviceGet(&dev, 0));
-    CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
-    CHECK(cuCtxSetCurrent(ctx));
-    CHECK(cuModuleLoadData(&mod, "fake-image"));
-    CHECK(cuModuleGetFunction(&f, mod, "sleep_kernel"));
+    f = sleep_kernel_on_device0(&dev);
     CHECK(cuStreamCreate(&s, 0));
     void *params[] = {&ns};
     CUgraphExec exec = NULL;
