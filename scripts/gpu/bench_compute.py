@@ -333,7 +333,7 @@ if "colocation" in SECTIONS:
            f"{str_['TFLOPS']:.0f} TFLOP/s ({tr:.1f} % of the native pair's)", ">= 95 % of native pair", tr >= 95)
 
 print(f"# Compute shares on {gpu}\n")
-print(f"Command: `python3 scripts/gpu/bench_compute.py --lib target/release/libcuslice.so{' --quick' if args.quick else ''}`; "
+print(f"Command: `python3 scripts/gpu/bench_compute.py {' '.join(sys.argv[1:])}`; "
       "every value is a ratio of runs of the same program on this GPU in this one invocation.\n")
 print("| section | measurement | value | target | verdict |")
 print("|---|---|---|---|---|")

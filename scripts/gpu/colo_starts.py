@@ -47,11 +47,14 @@ p.add_argument("--modes", default="solo,native,standard,latency",
                help="solo: the service alone under cuslice; native: the pair without cuslice (the reference; "
                     "needed by standard and latency); standard, latency, continuous, nometer, attached, detach, latency-detach: the pair under "
                     "cuslice")
+p.add_argument("--lib-b", default=None,
+               help="a second build of libcuslice.so: modes with the suffix -b (standard-b, latency-b, ...) run both "
+                    "tenants with it, side by side with the same modes on --lib (an A/B of two builds in one run)")
 p.add_argument("--pin", action="store_true",
                help="pin the service to CPUs 2-3 and the trainer to CPUs 4-5 (in every mode alike): less noise "
                     "from the host's scheduler")
 p.add_argument("--first-start", type=int, default=0,
-               help="the first start's index (its offset is OFFSETS[index % 8]): an invocation that goes on where "
+               help="the first start's index (its offset is OFFSETS[index %% 8]): an invocation that goes on where "
                     "another on this machine stopped (a device call is limited to 10 min)")
 p.add_argument("--dump", default=None, help="FILE: write every start's results as JSON, for --merge")
 p.add_argument("--merge", default=None,
@@ -62,6 +65,8 @@ p.add_argument("--native-ref", default=None,
                     "invocation on this machine, instead of running the native mode again")
 args = p.parse_args()
 LIB = os.path.abspath(args.lib)
+LIB_B = os.path.abspath(args.lib_b) if args.lib_b else None
+CUR_LIB = LIB  # the build the current mode runs (--lib, or --lib-b for a -b mode)
 WORK = args.work or tempfile.mkdtemp(prefix="cuslice-colo-")
 os.makedirs(WORK, exist_ok=True)
 GPUSEG = os.path.join(WORK, "gpu")
@@ -92,7 +97,7 @@ def start(cmd, q=None, extra=None, cpus=None):
     env.pop("LD_PRELOAD", None)
     env.update(extra or {})
     if q is not None:
-        env["LD_PRELOAD"] = LIB
+        env["LD_PRELOAD"] = CUR_LIB
         env["CUSLICE_CONFIG"] = q
     pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus and args.pin else None
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=WORK,
@@ -305,6 +310,7 @@ else:
             row(cell, "all", probe["SKIP"], "", "", "", "SKIP")
             continue
         d = dump["cells"][cell] = {"setup": "", "solo": [], "alone": {}, "modes": {}}
+        CUR_LIB = LIB
         if cell == "decode" and args.decode_period_ms <= 0:
             # One request at a time, far apart: how long a request takes alone.
             r = parse(subprocess.run([sys.executable, os.path.join(SRC, "decode_probe.py"), "--seconds", "3",
@@ -345,23 +351,29 @@ else:
         for i, off in enumerate(STARTS, start=args.first_start):
             k = i % len(pair_modes) if pair_modes else 0
             for mode in pair_modes[k:] + pair_modes[:k]:
-                if mode == "native":
+                base = mode
+                if mode.endswith("-b"):
+                    if LIB_B is None:
+                        sys.exit(f"mode {mode!r} needs --lib-b")
+                    base = mode[:-2]
+                CUR_LIB = LIB_B if base != mode else LIB
+                if base == "native":
                     sq = tq = None
-                elif mode == "standard":
+                elif base == "standard":
                     sq, tq = quota("compute = 50"), quota("compute = 50")
-                elif mode == "trainer-only":
+                elif base == "trainer-only":
                     # The trainer under cuslice, the service native: what the
                     # trainer's own limiter does to the service.
                     sq, tq = None, quota("compute = 50")
-                elif mode in ("latency", "latency-detach"):
+                elif base in ("latency", "latency-detach"):
                     sq, tq = quota("compute = 50", "latency = true"), quota("compute = 50")
-                elif mode in ("continuous", "nometer", "detach", "attached"):
+                elif base in ("continuous", "nometer", "detach", "attached"):
                     sq, tq = quota("compute = 50"), quota("compute = 50")
                 else:
                     sys.exit(f"unknown mode {mode!r}")
                 env = {"continuous": {"CUSLICE_METER": "continuous"}, "nometer": {"CUSLICE_CUPTI": "off"},
                        "detach": {"CUSLICE_METER_DETACH": "1"}, "attached": {"CUSLICE_METER_DETACH": "0"},
-                       "latency-detach": {"CUSLICE_METER_DETACH": "1"}}.get(mode)
+                       "latency-detach": {"CUSLICE_METER_DETACH": "1"}}.get(base)
                 by_mode[mode].append(one(cell, off, sq, tq, service_env=env, label=mode))
                 r, tf = by_mode[mode][-1]
                 print(f"start {i} {mode} offset {off}: p50 {r['LAT'][0]:.2f} p99 {r['LAT'][1]:.2f} ms, served "
