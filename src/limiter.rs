@@ -89,8 +89,12 @@ const NEED_BUSY_NS: u64 = 10_000_000;
 /// whatever its kernels ran.
 const NEED_SHARE_PERMILLE: u64 = 500;
 /// A probe's ratio of GPU time to wall time in flight stands in for
-/// records this long (probes come every `PROBE_NS + REST_NS` while needed).
-const RATIO_STALE_NS: u64 = 3_000_000_000;
+/// records this long (probes come every `PROBE_NS + REST_NS` while needed,
+/// at most every `PROBE_NS + REST_LONGEST_NS` for a steady process).
+const RATIO_STALE_NS: u64 = crate::meter::REST_LONGEST_NS + 1_400_000_000;
+/// Two probes in a row measured the same (the rest may lengthen) where
+/// their ratios differ by at most this (ppm), or a quarter of the earlier.
+const STEADY_PPM: u64 = 10_000;
 /// A probe that saw less wall time in flight than this teaches nothing (the
 /// process was idle through it): the last ratio stands.
 const MIN_PROBE_WALL_NS: u64 = 2_000_000;
@@ -496,6 +500,7 @@ impl Gpu {
         }
         let wall = end.saturating_sub(start);
         self.note_wall(wall, now);
+        crate::meter::in_flight(wall);
         let window = crate::meter::window();
         let recorded = window.map_or(0, |(s, u)| end.min(u).saturating_sub(start.max(s)));
         if recorded > 0 {
@@ -944,18 +949,26 @@ pub fn probe_begin() {
 
 /// A probe ended and its records are in (the meter's thread, at `now`):
 /// each GPU's ratio of GPU time to wall time in flight over it, where the
-/// process had work in flight in it.
-pub fn probe_end(now: u64) {
-    let Some(l) = get() else { return };
+/// process had work in flight in it. True where it measured something and
+/// every such ratio agreed with the one standing before it (steady: the
+/// meter may rest longer).
+pub fn probe_end(now: u64) -> bool {
+    let Some(l) = get() else { return false };
+    let (mut any, mut steady) = (false, true);
     for g in l.gpus.iter().flatten() {
         let wall = g.probe_wall.swap(0, Ordering::Relaxed);
         let gpu = g.probe_gpu.swap(0, Ordering::Relaxed);
         if wall >= MIN_PROBE_WALL_NS {
             let ppm = (u128::from(gpu) * 1_000_000 / u128::from(wall)).min(1_000_000) as u64;
+            // The ratio before, where it was still standing.
+            let before = g.ratio(now);
+            any = true;
+            steady &= before.is_some_and(|b| ppm.abs_diff(b) <= STEADY_PPM.max(b / 4));
             g.ratio_ppm.store(ppm, Ordering::Relaxed);
             g.ratio_at.store(now, Ordering::Relaxed);
         }
     }
+    any && steady
 }
 
 /// Charges what `metered` collected (after each buffer of records).

@@ -25,6 +25,18 @@
 //!   loop a tenth of what it did; the price is that a change in a process's
 //!   ratio (a decode server that turns into a batch job) is seen at the next
 //!   probe, within about `PROBE_NS + REST_NS`.
+//! - A steady process is probed less and less often: after a probe whose
+//!   ratio agreed with the one before it (within a point or a quarter of
+//!   it), the rest doubles, up to `REST_LONGEST_NS` (3.6 s). Each probe
+//!   costs a launch-bound loop's requests time (re-attaching CUPTI, ~20 ms
+//!   on an H100, and recording: the requests a probe fell in were the
+//!   slowest); a decode server beside a trainer, 6 interleaved starts on
+//!   one H100: p50 median 322 ms with a probe every second, 246 ms with
+//!   lengthened rests, 252 ms for the native pair. A lengthened rest
+//!   ends early (back to `REST_NS` after the probe) where the process's
+//!   launches per time in flight move by more than 2x either way from the
+//!   probe's (its kernels changed size), so a decode loop that turns into a
+//!   batch job is probed again within about `REST_NS`.
 //! - `CUSLICE_METER=continuous` records all the time the GPU is shared (the
 //!   meter before probes, for comparisons); `always` records all the time,
 //!   alone too (experiments).
@@ -92,8 +104,27 @@ use crate::sys::CUcontext;
 const FLUSH_NS: u64 = 4_000_000;
 /// A probe records this long...
 pub const PROBE_NS: u64 = 100_000_000;
-/// ...and the next begins no sooner than this after it ended.
+/// ...and the next begins no sooner than this after it ended...
 pub const REST_NS: u64 = 900_000_000;
+/// ...doubled after each probe that measured what the one before it did
+/// (a steady process: the ratio within `STEADY_PPM` or a quarter of
+/// itself), up to `REST_NS << REST_MAX_SHIFT`: a steady decode loop beside a
+/// trainer pays for a probe every 3.7 s instead of every second (each
+/// probe's requests took ~10-25 % longer on an H100).
+const REST_MAX_SHIFT: u32 = 2;
+/// The longest rest between probes.
+pub const REST_LONGEST_NS: u64 = REST_NS << REST_MAX_SHIFT;
+/// A lengthened rest ends (back to `REST_NS` after the probe) when the
+/// process's launches per unit of time in flight move by more than this
+/// factor, either way, from what they were during the probe: its kernels
+/// changed size (a decode loop that turned into a batch job), so the
+/// probe's ratio no longer describes it. Judged over at least
+/// `GUARD_WALL_NS` of time in flight.
+const GUARD_FACTOR: u128 = 2;
+const GUARD_WALL_NS: u64 = 50_000_000;
+/// Under this much time in flight, a probe's launches per time in flight
+/// are no baseline for the guard: the rest is not lengthened.
+const GUARD_MIN_PROBE_WALL_NS: u64 = 10_000_000;
 /// A probe begins only while the process asked for one this recently (it
 /// launches, and needs it).
 const WANT_FRESH_NS: u64 = 50_000_000;
@@ -211,6 +242,13 @@ static DETACH: AtomicBool = AtomicBool::new(false);
 static PROBES_TAKEN: AtomicU64 = AtomicU64::new(0);
 /// The next probe begins no sooner than this (our clock).
 static REST_UNTIL: AtomicU64 = AtomicU64::new(0);
+/// Wall time in flight of the process's free passes (ns, all GPUs), counted
+/// by the limiter once CUPTI is loaded: with `Meter::launches`, the
+/// launches per time in flight that the rest's guard watches.
+static IN_FLIGHT_NS: AtomicU64 = AtomicU64::new(0);
+/// Rests lengthened, and cut short by the guard, for the exit report.
+static RESTS_LONGER: AtomicU64 = AtomicU64::new(0);
+static RESTS_CUT: AtomicU64 = AtomicU64::new(0);
 static RECORDED_NS: AtomicU64 = AtomicU64::new(0);
 /// Time the meter's thread spent in CUPTI, for the exit report: loading it
 /// (`dlopen` and the first registration), switching recording on at each
@@ -626,6 +664,15 @@ pub fn summary() -> Option<String> {
         PROBES_TAKEN.load(Ordering::Relaxed),
         RECORDED_NS.load(Ordering::Relaxed) as f64 / 1e6
     );
+    let (longer, cut) = (
+        RESTS_LONGER.load(Ordering::Relaxed),
+        RESTS_CUT.load(Ordering::Relaxed),
+    );
+    if longer > 0 {
+        s.push_str(&format!(
+            "; rests lengthened after {longer} steady probes ({cut} cut short)"
+        ));
+    }
     for (what, spent) in [
         ("loading CUPTI", &LOADING_SPENT),
         ("switching recording on", &SWITCHING_ON),
@@ -638,12 +685,36 @@ pub fn summary() -> Option<String> {
     Some(s)
 }
 
-/// Kernels launched (for the records-stopped check).
+/// Kernels launched (for the records-stopped check and the rest's guard).
 #[inline]
 pub fn launched(n: u64) {
     if let Some(m) = METER.get() {
         m.launches.fetch_add(n, Ordering::Relaxed);
     }
+}
+
+/// Wall time in flight of a free pass that ended (for the rest's guard).
+#[inline]
+pub fn in_flight(ns: u64) {
+    if METER.get().is_some() {
+        IN_FLIGHT_NS.fetch_add(ns, Ordering::Relaxed);
+    }
+}
+
+/// Launches and time in flight so far (the guard's counters).
+fn density_now(m: &Meter) -> (u64, u64) {
+    (
+        m.launches.load(Ordering::Relaxed),
+        IN_FLIGHT_NS.load(Ordering::Relaxed),
+    )
+}
+
+/// Whether launches per time in flight moved by more than `GUARD_FACTOR`
+/// either way from `base` (launches, ns) to `now` (the same, since).
+fn density_moved(base: (u64, u64), now: (u64, u64)) -> bool {
+    let (bl, bw) = (u128::from(base.0), u128::from(base.1));
+    let (nl, nw) = (u128::from(now.0), u128::from(now.1));
+    nl * bw > GUARD_FACTOR * bl * nw || bl * nw > GUARD_FACTOR * nl * bw
 }
 
 fn calibrate(m: &Meter) {
@@ -784,6 +855,12 @@ fn run() {
         None
     };
     let mut detached = false;
+    // Lengthened rests: the doubling count, the guard's counters at the
+    // probe's start and at the rest's current window, and the probe's
+    // launches and time in flight (its baseline; None: too little).
+    let mut backoff = 0u32;
+    let (mut probe_base, mut rest_base) = ((0u64, 0u64), (0u64, 0u64));
+    let mut probe_density: Option<(u64, u64)> = None;
     loop {
         if m.lost.load(Ordering::Acquire) {
             if m.enabled.swap(false, Ordering::AcqRel) && !TENANT_PROFILES.load(Ordering::Acquire) {
@@ -808,8 +885,25 @@ fn run() {
             // when it ended) are in: its ratio can be taken.
             // SAFETY: CUPTI call; delivers completed buffers here.
             unsafe { (m.api.flush_all)(0) };
-            crate::limiter::probe_end(now);
+            let steady = crate::limiter::probe_end(now);
             ending = false;
+            let d = density_now(m);
+            let during = (
+                d.0.saturating_sub(probe_base.0),
+                d.1.saturating_sub(probe_base.1),
+            );
+            probe_density = (during.1 >= GUARD_MIN_PROBE_WALL_NS && during.0 > 0).then_some(during);
+            backoff = if steady && probe_density.is_some() && mode == PROBES {
+                (backoff + 1).min(REST_MAX_SHIFT)
+            } else {
+                0
+            };
+            rest_base = d;
+            if backoff > 0 {
+                RESTS_LONGER.fetch_add(1, Ordering::Relaxed);
+                rest_until = m.until.load(Ordering::Relaxed) + (REST_NS << backoff);
+                REST_UNTIL.store(rest_until, Ordering::Relaxed);
+            }
             // Over two probes in a row.
             if lost(m, (seen, launched), &mut silent).is_none() {
                 continue;
@@ -842,6 +936,32 @@ fn run() {
                 }
             );
         }
+        if !enabled && !ending && backoff > 0 && now < rest_until {
+            // A lengthened rest: cut back to `REST_NS` where the process's
+            // kernels changed size since the probe.
+            let d = density_now(m);
+            let since = (
+                d.0.saturating_sub(rest_base.0),
+                d.1.saturating_sub(rest_base.1),
+            );
+            if since.1 >= GUARD_WALL_NS {
+                if probe_density.is_some_and(|p| density_moved(p, since)) {
+                    backoff = 0;
+                    let base = m.until.load(Ordering::Relaxed) + REST_NS;
+                    rest_until = rest_until.min(base.max(now));
+                    REST_UNTIL.store(rest_until, Ordering::Relaxed);
+                    RESTS_CUT.fetch_add(1, Ordering::Relaxed);
+                    crate::debug!(
+                        "GPU time meter: launches per time in flight moved from {} per {:.1} ms to {} per {:.1} ms since the last probe; the next probe comes sooner",
+                        probe_density.map_or(0, |p| p.0),
+                        probe_density.map_or(0, |p| p.1) as f64 / 1e6,
+                        since.0,
+                        since.1 as f64 / 1e6
+                    );
+                }
+                rest_base = d;
+            }
+        }
         if wanted && !enabled && now >= rest_until {
             let switching_since = now_ns();
             if detached {
@@ -867,6 +987,7 @@ fn run() {
                 c.store(0, Ordering::Relaxed);
             }
             SWITCHING_ON.since(switching_since);
+            probe_base = density_now(m);
             crate::limiter::probe_begin();
             let t = now_ns();
             m.until.store(u64::MAX, Ordering::Release);

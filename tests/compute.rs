@@ -936,6 +936,135 @@ fn the_meter_detaches_cupti_after_each_probe_and_attaches_again_for_the_next() {
     );
 }
 
+/// The times (CLOCK_MONOTONIC ms) at which the meter switched recording on,
+/// from its debug lines in `report`.
+fn probe_times(report: &str) -> Vec<f64> {
+    report
+        .lines()
+        .filter_map(|l| l.split("GPU time meter on at ").nth(1))
+        .map(|r| {
+            r.split_whitespace()
+                .next()
+                .and_then(|x| x.parse().ok())
+                .unwrap_or_else(|| panic!("no time in {r:?}"))
+        })
+        .collect()
+}
+
+/// CLOCK_MONOTONIC now, ms (the clock of the shim's debug lines).
+fn monotonic_ms() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid out pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as f64 * 1e3 + ts.tv_nsec as f64 / 1e6
+}
+
+/// A decode loop (`decode_beside_trainer`'s, for `seconds`) beside a
+/// trainer, metered, its debug lines kept: its output, what it was charged,
+/// (CLOCK_MONOTONIC ms, whether the decode tenant was heavy) every 5 ms,
+/// and the trainer's fraction of the GPU.
+fn decode_probed(
+    name: &str,
+    seconds: &str,
+    extra: &[(&'static str, &str)],
+) -> (std::process::Output, u64, Vec<(f64, bool)>, f64) {
+    let h = Host::new("compute", name);
+    let mut env = vec![("FAKE_CUDA_TIMESLICE_NS", "2000000")];
+    let qt = h.quota("trainer", "", "compute = 50");
+    let qd = h.quota("decode", "", "compute = 50");
+    let t = h.spawn("spin", Some(&qt), &["9", "5000000", "10"], &env);
+    std::thread::sleep(Duration::from_millis(300));
+    env.push(("CUSLICE_LOG", "debug"));
+    env.extend_from_slice(extra);
+    let d = h.spawn(
+        "decode",
+        Some(&qd),
+        &[seconds, "80000", "12", "4", "20000", "100000"],
+        &env,
+    );
+    let g = h.gpu();
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(8);
+    while Instant::now() < deadline {
+        let v = common::GpuView::of(&g);
+        let heavy = v.tenants.iter().any(|t| t.name == "decode" && t.heavy);
+        seen.push((monotonic_ms(), heavy));
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let out = common::output_by("decode", d, Instant::now() + Duration::from_secs(60));
+    let used = used_ns(&h, "decode");
+    let trainer = finish(t).fraction();
+    (out, used, seen, trainer)
+}
+
+#[test]
+fn a_steady_decode_loop_is_probed_less_and_less_often() {
+    // Each probe costs a launch-bound loop's requests time (on an H100,
+    // the requests a probe fell in took ~10-25 % longer): once two probes
+    // in a row measured the same ratio, the meter rests twice as long
+    // before the next, up to 3.6 s, and the loop is still charged about
+    // its kernels' time.
+    let (out, used, seen, trainer) = decode_probed("decode-steady", "7", &[]);
+    let report = String::from_utf8_lossy(&out.stderr);
+    let heavy = seen.iter().any(|&(_, heavy)| heavy);
+    charged_its_kernels(&ping_result(&out), used, heavy, trainer);
+    let on = probe_times(&report);
+    let gaps: Vec<f64> = on.windows(2).map(|w| w[1] - w[0]).collect();
+    // 7 s at one probe a second would be 7; the rests after the second
+    // probe are 1.8 and 3.6 s.
+    assert!(
+        on.len() >= 2 && on.len() <= 4,
+        "probes at {on:?} (gaps {gaps:?} ms)"
+    );
+    assert!(
+        gaps.first().is_some_and(|&g| g < 1_500.0) && gaps.iter().any(|&g| g >= 1_700.0),
+        "the first rest 0.9 s, a later one longer: gaps {gaps:?} ms"
+    );
+    assert!(
+        report.contains("rests lengthened after "),
+        "the exit report says so: {report}"
+    );
+}
+
+#[test]
+fn a_decode_loop_that_turns_into_a_batch_job_is_probed_again_within_a_second() {
+    // A lengthened rest must not let a process that changed keep the old
+    // ratio: a decode loop (charged a few percent) that starts a batch job
+    // in the same process is probed again within about `REST_NS` of the
+    // change (its launches per time in flight moved), and is then charged
+    // as saturating (heavy beside the trainer) — not after the 3.6 s rest.
+    let (out, _, seen, _) =
+        decode_probed("decode-then-batch", "3.6", &[("DECODE_THEN_BATCH_S", "4")]);
+    let report = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let batch_at: f64 = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("BATCH_AT "))
+        .and_then(|x| x.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no BATCH_AT in {stdout}"));
+    assert!(
+        report.contains("rests lengthened after "),
+        "the decode loop was steady before the change (a rest was lengthened): {report}"
+    );
+    let on = probe_times(&report);
+    let next = on.iter().copied().find(|&t| t >= batch_at);
+    assert!(
+        next.is_some_and(|t| t - batch_at <= 1_300.0),
+        "probed again within 1.3 s of the batch job's start at {batch_at:.0} ms: probes at {on:?}"
+    );
+    let heavy_at = seen
+        .iter()
+        .find(|&&(t, heavy)| t >= batch_at && heavy)
+        .map(|&(t, _)| t - batch_at);
+    assert!(
+        heavy_at.is_some_and(|d| d <= 2_000.0),
+        "charged as the batch job it became within 2 s: heavy {heavy_at:?} ms after its start"
+    );
+}
+
 #[test]
 fn with_detach_off_cupti_stays_attached_between_probes() {
     // CUSLICE_METER_DETACH=0: registered once, never detached, and still

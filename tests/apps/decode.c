@@ -16,8 +16,31 @@
  * preceded by "T <p50_us> <p99_us> <max_us> <count>" over the requests due
  * from 250 ms on. WARMUP_NS, if given: one kernel that long first, waited
  * for, not counted.
- *   decode SECONDS PERIOD_US TOKENS KERNELS KERNEL_NS GAP_NS [WARMUP_NS] */
+ *   decode SECONDS PERIOD_US TOKENS KERNELS KERNEL_NS GAP_NS [WARMUP_NS]
+ * With DECODE_THEN_BATCH_S=S in its environment, the same process then
+ * turns into a batch job for S seconds (a decode server that starts
+ * training): 5 ms kernels back to back, synchronised every 4, after a line
+ *   BATCH_AT <CLOCK_MONOTONIC ms>
+ * (the clock of the shim's debug lines). */
 #include "decode_loop.h"
+
+/* The batch phase: its own stream on device 0's primary context. */
+static void batch(double seconds) {
+    CUdevice dev;
+    CUstream s;
+    unsigned long long ns = 5000000;
+    void *params[] = {&ns};
+    CUfunction f = sleep_kernel_on_device0(&dev);
+    CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    unsigned long long t0 = now_ns(), end = t0 + (unsigned long long)(seconds * 1e9);
+    printf("BATCH_AT %.3f\n", t0 / 1e6);
+    while (now_ns() < end) {
+        for (int i = 0; i < 4; i++) CHECK(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s, params, NULL));
+        CHECK(cuStreamSynchronize(s));
+    }
+    CHECK(cuStreamDestroy(s));
+    CHECK(cuDevicePrimaryCtxRelease(dev));
+}
 
 static unsigned long long arg(const char *s, const char *what) {
     char *end;
@@ -49,5 +72,13 @@ int main(int argc, char **argv) {
         fprintf(stderr, "decode: SECONDS, PERIOD_US, TOKENS and KERNELS must be positive\n");
         return 2;
     }
-    return decode_run(&sh, NULL, NULL);
+    const char *then = getenv("DECODE_THEN_BATCH_S");
+    double batch_s = then ? atof(then) : 0;
+    if (then && batch_s <= 0) {
+        fprintf(stderr, "decode: DECODE_THEN_BATCH_S=\"%s\" is not a positive number of seconds\n", then);
+        return 2;
+    }
+    int r = decode_run(&sh, NULL, NULL);
+    if (r == 0 && batch_s > 0) batch(batch_s);
+    return r;
 }
