@@ -31,6 +31,8 @@ p.add_argument("--cli", required=True)
 p.add_argument("--seconds", type=float, default=8.0)
 p.add_argument("--logs", default=None, help="directory for cuslice's messages of each run")
 args = p.parse_args()
+if args.logs:
+    os.makedirs(args.logs, exist_ok=True)
 LIB, CLI = os.path.abspath(args.lib), os.path.abspath(args.cli)
 WORK = tempfile.mkdtemp(prefix="cuslice-gtc-")
 GPUSEG = os.path.join(WORK, "gpu")
