@@ -200,7 +200,8 @@ def summary(results):
 
 def verdicts(cell, by_mode, solo_p99, starts):
     """The table's rows for the pair modes of CELL: BY_MODE maps a mode to
-    its starts' (service results, trainer TFLOP/s)."""
+    its starts' (service results, trainer TFLOP/s); STARTS is the starts'
+    offsets, or a dict of them per mode (merged dumps)."""
     ref = {}
     if args.native_ref:
         v = [float(x) for x in args.native_ref.split(",")]
@@ -231,7 +232,8 @@ def verdicts(cell, by_mode, solo_p99, starts):
             ok_served = min(served) >= min(1.0, ref["served"]) - 1e-9
             ok_tf = cell == "pair" or tf_worst >= (0.90 if lat else 0.95) * ref["tf"]
             verdict = "PASS" if ok_tail and ok_served and ok_tf else "**FAIL**"
-        row(cell, f"{mode}: {len(res)} starts, offsets {starts} s",
+        offs = starts.get(mode, []) if isinstance(starts, dict) else starts
+        row(cell, f"{mode}: {len(res)} starts, offsets {offs} s",
             f"p99 median {med:.2f} / worst {worst:.2f} ms"
             + (f" ({med / ref['p99']:.2f}x / {worst / ref['p99']:.2f}x native pair)" if mode != "native" else ""),
             f"served worst {100 * min(served):.0f} %",
@@ -294,11 +296,14 @@ if args.merge:
                 alone.setdefault(label, []).extend(res)
         if alone:
             solo_rows(cell, solo, alone)
-        by_mode = {}
-        for d in parts:
-            for mode, res in d["modes"].items():
+        # Each mode's starts and their offsets (a mode missing from a dump
+        # has none of its offsets).
+        by_mode, offsets = {}, {}
+        for dd in dumps:
+            for mode, res in dd["cells"].get(cell, {}).get("modes", {}).items():
                 by_mode.setdefault(mode, []).extend([tuple(x) for x in res])
-        verdicts(cell, by_mode, solo_p99, STARTS)
+                offsets.setdefault(mode, []).extend(dd["starts"][:len(res)])
+        verdicts(cell, by_mode, solo_p99, offsets)
 else:
     gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
                          capture_output=True, text=True).stdout.strip().splitlines()[0]
