@@ -971,6 +971,17 @@ pub fn probe_end(now: u64) -> bool {
     any && steady
 }
 
+/// Who else competes for this process's GPUs now (each GPU's
+/// `competition`, folded into one number that changes when any of them
+/// does): the meter's thread ends a lengthened rest when it changes.
+pub fn competition(now: u64) -> u64 {
+    let Some(l) = get() else { return 0 };
+    l.gpus.iter().flatten().fold(0u64, |acc, g| {
+        let (n, heavy) = g.seg.competition(g.tenant, now);
+        acc.wrapping_mul(1_000_003).wrapping_add(n << 32 | heavy)
+    })
+}
+
 /// Charges what `metered` collected (after each buffer of records).
 pub fn metered_flush(now: u64) {
     let Some(l) = get() else { return };

@@ -35,8 +35,10 @@
 //!   lengthened rests, 252 ms for the native pair. A lengthened rest
 //!   ends early (back to `REST_NS` after the probe) where the process's
 //!   launches per time in flight move by more than 2x either way from the
-//!   probe's (its kernels changed size), so a decode loop that turns into a
-//!   batch job is probed again within about `REST_NS`.
+//!   probe's (its kernels changed size: a decode loop that turns into a
+//!   batch job is probed again within about `REST_NS`), or where the
+//!   tenants competing for its GPU change (one starts or stops, or turns
+//!   heavy or light: what its kernels get of the GPU changes with them).
 //! - `CUSLICE_METER=continuous` records all the time the GPU is shared (the
 //!   meter before probes, for comparisons); `always` records all the time,
 //!   alone too (experiments).
@@ -861,6 +863,8 @@ fn run() {
     let mut backoff = 0u32;
     let (mut probe_base, mut rest_base) = ((0u64, 0u64), (0u64, 0u64));
     let mut probe_density: Option<(u64, u64)> = None;
+    // Who else competed for the GPU when the last probe ended.
+    let mut probe_competition = 0u64;
     loop {
         if m.lost.load(Ordering::Acquire) {
             if m.enabled.swap(false, Ordering::AcqRel) && !TENANT_PROFILES.load(Ordering::Acquire) {
@@ -899,6 +903,7 @@ fn run() {
                 0
             };
             rest_base = d;
+            probe_competition = crate::limiter::competition(now);
             if backoff > 0 {
                 RESTS_LONGER.fetch_add(1, Ordering::Relaxed);
                 rest_until = m.until.load(Ordering::Relaxed) + (REST_NS << backoff);
@@ -937,29 +942,38 @@ fn run() {
             );
         }
         if !enabled && !ending && backoff > 0 && now < rest_until {
-            // A lengthened rest: cut back to `REST_NS` where the process's
-            // kernels changed size since the probe.
+            // A lengthened rest: cut back to `REST_NS` where the tenants
+            // competing for the GPU changed (what its kernels get of the
+            // GPU changed with them), or the process's kernels changed size.
             let d = density_now(m);
             let since = (
                 d.0.saturating_sub(rest_base.0),
                 d.1.saturating_sub(rest_base.1),
             );
-            if since.1 >= GUARD_WALL_NS {
-                if probe_density.is_some_and(|p| density_moved(p, since)) {
-                    backoff = 0;
-                    let base = m.until.load(Ordering::Relaxed) + REST_NS;
-                    rest_until = rest_until.min(base.max(now));
-                    REST_UNTIL.store(rest_until, Ordering::Relaxed);
-                    RESTS_CUT.fetch_add(1, Ordering::Relaxed);
-                    crate::debug!(
-                        "GPU time meter: launches per time in flight moved from {} per {:.1} ms to {} per {:.1} ms since the last probe; the next probe comes sooner",
-                        probe_density.map_or(0, |p| p.0),
-                        probe_density.map_or(0, |p| p.1) as f64 / 1e6,
+            let mut why = None;
+            if crate::limiter::competition(now) != probe_competition {
+                why = Some("the tenants competing for its GPU changed".to_string());
+            } else if since.1 >= GUARD_WALL_NS {
+                if let Some(p) = probe_density.filter(|&p| density_moved(p, since)) {
+                    why = Some(format!(
+                        "launches per time in flight moved from {} per {:.1} ms to {} per {:.1} ms",
+                        p.0,
+                        p.1 as f64 / 1e6,
                         since.0,
                         since.1 as f64 / 1e6
-                    );
+                    ));
                 }
                 rest_base = d;
+            }
+            if let Some(why) = why {
+                backoff = 0;
+                let base = m.until.load(Ordering::Relaxed) + REST_NS;
+                rest_until = rest_until.min(base.max(now));
+                REST_UNTIL.store(rest_until, Ordering::Relaxed);
+                RESTS_CUT.fetch_add(1, Ordering::Relaxed);
+                crate::debug!(
+                    "GPU time meter: {why} since the last probe; the next probe comes sooner"
+                );
             }
         }
         if wanted && !enabled && now >= rest_until {

@@ -965,12 +965,21 @@ fn monotonic_ms() -> f64 {
 /// A decode loop (`decode_beside_trainer`'s, for `seconds`) beside a
 /// trainer, metered, its debug lines kept: its output, what it was charged,
 /// (CLOCK_MONOTONIC ms, whether the decode tenant was heavy) every 5 ms,
-/// and the trainer's fraction of the GPU.
+/// and the trainer's fraction of the GPU. With `second_trainer_at`, a
+/// second trainer (another tenant) starts that long after the decode
+/// loop, at the CLOCK_MONOTONIC ms returned last.
 fn decode_probed(
     name: &str,
     seconds: &str,
     extra: &[(&'static str, &str)],
-) -> (std::process::Output, u64, Vec<(f64, bool)>, f64) {
+    second_trainer_at: Option<Duration>,
+) -> (
+    std::process::Output,
+    u64,
+    Vec<(f64, bool)>,
+    f64,
+    Option<f64>,
+) {
     let h = Host::new("compute", name);
     let mut env = vec![("FAKE_CUDA_TIMESLICE_NS", "2000000")];
     let qt = h.quota("trainer", "", "compute = 50");
@@ -987,17 +996,30 @@ fn decode_probed(
     );
     let g = h.gpu();
     let mut seen = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(8);
+    let (begin, mut second) = (Instant::now(), None);
+    let deadline = begin + Duration::from_secs(8);
     while Instant::now() < deadline {
         let v = common::GpuView::of(&g);
         let heavy = v.tenants.iter().any(|t| t.name == "decode" && t.heavy);
         seen.push((monotonic_ms(), heavy));
+        if second.is_none() && second_trainer_at.is_some_and(|at| begin.elapsed() >= at) {
+            let q2 = h.quota("trainer2", "", "compute = 50");
+            let at = monotonic_ms();
+            second = Some((
+                h.spawn("spin", Some(&q2), &["3", "5000000", "10"], &env[..1]),
+                at,
+            ));
+        }
         std::thread::sleep(Duration::from_millis(5));
     }
     let out = common::output_by("decode", d, Instant::now() + Duration::from_secs(60));
     let used = used_ns(&h, "decode");
     let trainer = finish(t).fraction();
-    (out, used, seen, trainer)
+    let second_at = second.map(|(c, at)| {
+        finish(c);
+        at
+    });
+    (out, used, seen, trainer, second_at)
 }
 
 #[test]
@@ -1007,7 +1029,7 @@ fn a_steady_decode_loop_is_probed_less_and_less_often() {
     // in a row measured the same ratio, the meter rests twice as long
     // before the next, up to 3.6 s, and the loop is still charged about
     // its kernels' time.
-    let (out, used, seen, trainer) = decode_probed("decode-steady", "7", &[]);
+    let (out, used, seen, trainer, _) = decode_probed("decode-steady", "7", &[], None);
     let report = String::from_utf8_lossy(&out.stderr);
     let heavy = seen.iter().any(|&(_, heavy)| heavy);
     charged_its_kernels(&ping_result(&out), used, heavy, trainer);
@@ -1036,8 +1058,12 @@ fn a_decode_loop_that_turns_into_a_batch_job_is_probed_again_within_a_second() {
     // in the same process is probed again within about `REST_NS` of the
     // change (its launches per time in flight moved), and is then charged
     // as saturating (heavy beside the trainer) — not after the 3.6 s rest.
-    let (out, _, seen, _) =
-        decode_probed("decode-then-batch", "3.6", &[("DECODE_THEN_BATCH_S", "4")]);
+    let (out, _, seen, _, _) = decode_probed(
+        "decode-then-batch",
+        "3.6",
+        &[("DECODE_THEN_BATCH_S", "4")],
+        None,
+    );
     let report = String::from_utf8_lossy(&out.stderr);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let batch_at: f64 = stdout
@@ -1062,6 +1088,35 @@ fn a_decode_loop_that_turns_into_a_batch_job_is_probed_again_within_a_second() {
     assert!(
         heavy_at.is_some_and(|d| d <= 2_000.0),
         "charged as the batch job it became within 2 s: heavy {heavy_at:?} ms after its start"
+    );
+}
+
+#[test]
+fn a_steady_decode_loop_is_probed_again_soon_when_another_tenant_starts() {
+    // What a free process's kernels get of the GPU changes with who else
+    // competes for it: a lengthened rest ends when the tenants competing
+    // change (here a second trainer starts 4 s in, during the 3.6 s rest
+    // after the third probe), and the next probe comes within about a
+    // second, not at the end of the rest.
+    let (out, _, _, _, second) =
+        decode_probed("decode-competition", "7", &[], Some(Duration::from_secs(4)));
+    let report = String::from_utf8_lossy(&out.stderr);
+    let second = second.expect("the second trainer started");
+    let on = probe_times(&report);
+    let before: Vec<f64> = on.iter().copied().filter(|&t| t < second).collect();
+    let gaps: Vec<f64> = before.windows(2).map(|w| w[1] - w[0]).collect();
+    assert!(
+        gaps.iter().any(|&g| g >= 1_700.0),
+        "a rest was lengthened before the second trainer started at {second:.0} ms: probes at {on:?}"
+    );
+    let next = on.iter().copied().find(|&t| t >= second);
+    assert!(
+        next.is_some_and(|t| t - second <= 1_500.0),
+        "probed again within 1.5 s of the second trainer's start at {second:.0} ms: probes at {on:?}"
+    );
+    assert!(
+        report.contains("the tenants competing for its GPU changed since the last probe"),
+        "it says why: {report}"
     );
 }
 

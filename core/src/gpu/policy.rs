@@ -697,6 +697,19 @@ impl GpuSegment {
             .count() as u64
     }
 
+    /// Who else competes for this GPU now: how many tenants other than
+    /// `tenant` compete, and how many of those are heavy (go through the
+    /// lease). A change in either changes what a free process's kernels
+    /// get of the GPU (its ratio of GPU time to time in flight).
+    pub fn competition(&self, tenant: usize, now: u64) -> (u64, u64) {
+        (0..MAX_TENANTS)
+            .filter(|&i| i != tenant && self.competes(i, now))
+            .fold((0, 0), |(n, heavy), i| {
+                let h = self.tenant(i).is_some_and(is_heavy);
+                (n + 1, heavy + u64::from(h))
+            })
+    }
+
     /// Whether tenant `i` competes for the GPU: a live process of it waits
     /// for the lease, or it was charged GPU time recently.
     fn competes(&self, i: usize, now: u64) -> bool {
@@ -1951,10 +1964,16 @@ mod tests {
             })
             .collect();
         assert_eq!(b.competitors(u, MS), 3);
+        assert_eq!(b.competition(u, MS), (3, 0), "three, none heavy");
         b.note_busy(u, stretch, Some(stretch / 8 - 1_000), MS);
         assert_eq!(b.route(u, MS, SLICE), Route::Free);
         b.note_busy(u, stretch, Some(stretch / 8), MS);
         assert_eq!(b.route(u, 2 * MS, SLICE), Route::Lease);
+        // Seen by one of the others, once the decode tenant was charged
+        // GPU time (it competes): three, one heavy.
+        b.charge_free(u, MS, 2 * MS);
+        let (c, o, _) = &_others[0];
+        assert_eq!(c.competition(*o, 2 * MS), (3, 1));
     }
 
     #[test]
