@@ -6,7 +6,9 @@ loads CUPTI, it ran as natively. Suspect: once CUPTI's activity API is
 attached, every launch pays for it, recording or not.)
 
 One process, no cuslice: the decode model of decode_probe.py, requests
-back to back, in phases: before CUPTI is used; recording kernels
+back to back, in phases: before CUPTI is used; callbacks registered
+but recording never enabled (a light tenant on a shared GPU, which loads
+CUPTI but takes no probe, so is never detached); recording kernels
 (CONCURRENT_KERNEL activity enabled); attached but not recording (enabled
 once, then disabled and flushed, as after a probe); after cuptiFinalize
 (CUPTI detached). Prints each phase's median request time.
@@ -100,6 +102,9 @@ for c in range(a.cycles):
     if r != 0:
         print(f"cycle {c}: cuptiActivityRegisterCallbacks: CUPTI error {r} (after cuptiFinalize?)")
         break
+    # As a light tenant on a shared GPU: the meter loaded CUPTI and
+    # registered its callbacks, and no probe ever came.
+    res.setdefault("registered, never enabled", []).append(phase("registered, never enabled"))
     check(cupti.cuptiActivityEnable(KIND), "cuptiActivityEnable")
     res.setdefault("recording", []).append(phase("recording"))
     check(cupti.cuptiActivityDisable(KIND), "cuptiActivityDisable")
