@@ -39,7 +39,7 @@ use std::sync::atomic::{
 
 use cuslice_core::config::{Config, DEFAULT_COMPUTE_SLICE_MS, format_uuid};
 use cuslice_core::gpu::{
-    Acquire, GpuSegment, LATENCY_LINGER_NS, LATENCY_PRIVILEGE_NS, Route, futex_wait,
+    Acquire, GpuSegment, LATENCY_LINGER_NS, LATENCY_PRIVILEGE_NS, Route, WHOLE_PPM, futex_wait,
     futex_wake_all, privilege_refill,
 };
 
@@ -98,6 +98,27 @@ const STEADY_PPM: u64 = 10_000;
 /// A probe that saw less wall time in flight than this teaches nothing (the
 /// process was idle through it): the last ratio stands.
 const MIN_PROBE_WALL_NS: u64 = 2_000_000;
+/// A holder alone under a ceiling whose kernels ran less than this share of
+/// its hold (ppm) is charged what they ran (`hold_ppm`); one that ran more
+/// (a saturating loop: ~95-100 %) is charged its hold, as the caps were
+/// measured.
+const HOLD_MEASURED_BELOW_PPM: u64 = 500_000;
+/// How long a holder alone under a ceiling may wait for its first
+/// measurement before its ceiling applies (`hold_ppm`, `booting`): a
+/// probe's length and CUPTI's loading.
+const FIRST_MEASURE_NS: u64 = crate::meter::PROBE_NS + 150_000_000;
+/// A holder that waited this long at a slice end for the checkpoint it
+/// recorded a slice before keeps its GPU fed (`queue_state`).
+const QUEUE_FED_NS: u64 = 200_000;
+/// Held this long inside the first probe, a loop whose kernels ran at least
+/// `HOLD_MEASURED_BELOW_PPM` of it ends its wait for the measurement then.
+const BOOT_PARTIAL_NS: u64 = 20_000_000;
+const QUEUE_UNKNOWN: u8 = 0;
+const QUEUE_FED: u8 = 1;
+const QUEUE_DRAINED: u8 = 2;
+const BOOT_NOT_YET: u8 = 0;
+const BOOT_WAITING: u8 = 1;
+const BOOT_DONE: u8 = 2;
 const NO_RATIO: u64 = u64::MAX;
 
 const NONE: u8 = 0;
@@ -179,6 +200,30 @@ pub struct Gpu {
     /// probe measured it at `ratio_at` (`NO_RATIO`: none yet).
     ratio_ppm: AtomicU64,
     ratio_at: AtomicU64,
+    /// The same while holding the lease alone under a ceiling: the current
+    /// probe's GPU time from records and time held inside it (counted up
+    /// to `held_counted`), and GPU time per time held as the last probe
+    /// measured it (see `hold_ppm`).
+    probe_held_gpu: AtomicU64,
+    probe_held: AtomicU64,
+    held_counted: AtomicU64,
+    hold_ratio_ppm: AtomicU64,
+    hold_ratio_at: AtomicU64,
+    /// Whether records of kernels run while holding the lease are charged
+    /// (`hold_ppm`).
+    hold_metered: AtomicBool,
+    /// Whether the holder keeps its GPU fed: `QUEUE_UNKNOWN`, `QUEUE_FED`
+    /// (at a slice end it waited for the checkpoint recorded a slice
+    /// before) or `QUEUE_DRAINED` (that had long run: the GPU waited for
+    /// it); from checkpoints recorded since `hold_checkpoint` (this hold).
+    queue_state: AtomicU8,
+    hold_checkpoint: AtomicU64,
+    /// Alone under a ceiling, the first measurement: `BOOT_NOT_YET`,
+    /// `BOOT_WAITING` (since `boot_since`; the hold meanwhile in
+    /// `boot_ns`, charged when it ends) or `BOOT_DONE` (see `hold_ppm`).
+    boot: AtomicU8,
+    boot_since: AtomicU64,
+    boot_ns: AtomicU64,
     /// Wall time in flight of free passes in the current window (from
     /// `wall_start`), and per mille of the last whole window.
     wall_start: AtomicU64,
@@ -240,8 +285,12 @@ pub fn build(cfg: &Config, uuids: &[[u8; 16]]) -> Result<(), String> {
             .register(&name, spec, now_ns())
             .map_err(|e| e.to_string())?;
         if let Some((s, m)) = old {
-            crate::info!(
-                "tenant {name} on GPU {i}: share changed from {s}%/{m}% to {share}%/{max}%"
+            // Two processes of one tenant that disagree (a quota file read
+            // with other CUDA_VISIBLE_DEVICES, two containers given one
+            // tenant name, a container restarted with new limits): the
+            // last to start wins, said where the default level shows it.
+            crate::warn!(
+                "tenant {name} on GPU {i}: share and ceiling changed from {s}%/{m}% to {share}%/{max}% by this process (the last process of a tenant to start sets them)"
             );
         }
         // SAFETY: getpid has no preconditions.
@@ -311,6 +360,17 @@ pub fn build(cfg: &Config, uuids: &[[u8; 16]]) -> Result<(), String> {
             probe_wall: AtomicU64::new(0),
             ratio_ppm: AtomicU64::new(NO_RATIO),
             ratio_at: AtomicU64::new(0),
+            probe_held_gpu: AtomicU64::new(0),
+            probe_held: AtomicU64::new(0),
+            held_counted: AtomicU64::new(0),
+            hold_ratio_ppm: AtomicU64::new(NO_RATIO),
+            hold_ratio_at: AtomicU64::new(0),
+            hold_metered: AtomicBool::new(false),
+            queue_state: AtomicU8::new(QUEUE_UNKNOWN),
+            hold_checkpoint: AtomicU64::new(0),
+            boot: AtomicU8::new(BOOT_NOT_YET),
+            boot_since: AtomicU64::new(0),
+            boot_ns: AtomicU64::new(0),
             wall_start: AtomicU64::new(now_ns()),
             wall_ns: AtomicU64::new(0),
             wall_pm: AtomicU64::new(0),
@@ -418,7 +478,7 @@ impl Gpu {
             let by_budget = left <= 0 && now < self.deadline.load(Ordering::Relaxed);
             self.close_free_pass(now);
             if !self.latency && (by_budget || shallow) {
-                self.bound_queue(stream, shallow);
+                let _ = self.bound_queue(stream, shallow);
                 // Beside a latency tenant a trainer's passes are short and
                 // its kernels run while it waits here for them: the wait
                 // is work in flight (charged only its passes, it was
@@ -434,29 +494,60 @@ impl Gpu {
             return;
         }
         if now >= self.lease_deadline.load(Ordering::Relaxed) {
-            if self.seg.must_release(self.tenant, now, self.slice_ns) {
+            let ppm = self.hold_ppm(now);
+            if !self.booting()
+                && self
+                    .seg
+                    .must_release_measured(self.tenant, now, self.slice_ns, ppm)
+            {
                 // SAFETY: real driver call; drains this context's work.
                 unsafe { real::cuCtxSynchronize() };
                 let t = now_ns();
                 self.measure(t, launches);
+                let ppm = if ppm == WHOLE_PPM {
+                    ppm
+                } else {
+                    self.hold_ppm(t)
+                };
+                self.count_held(t);
+                // Whatever waits next (its ceiling, others) is no time to
+                // measure it in.
+                crate::meter::unwant();
                 self.left_lease(t);
-                if self.seg.release(self.slot, self.tenant, t) {
+                if self.seg.release_measured(self.slot, self.tenant, t, ppm) {
                     futex_wake_all(self.seg.generation_word());
                 }
                 return;
             }
             // Nobody else waits: keep about one slice queued (wait for what
             // the previous pass submitted), then renew.
-            self.bound_queue(stream, shallow);
+            let (k, waited) = self.bound_queue(stream, shallow);
+            if k > self.hold_checkpoint.load(Ordering::Relaxed) {
+                let fed = if waited >= QUEUE_FED_NS {
+                    QUEUE_FED
+                } else {
+                    QUEUE_DRAINED
+                };
+                self.queue_state.store(fed, Ordering::Relaxed);
+            }
             let t = now_ns();
             self.measure(t, launches);
-            match self.seg.renew(self.slot, self.tenant, t, self.slice_ns) {
+            let ppm = if ppm == WHOLE_PPM {
+                ppm
+            } else {
+                self.hold_ppm(t)
+            };
+            self.count_held(t);
+            match self
+                .seg
+                .renew_measured(self.slot, self.tenant, t, self.slice_ns, ppm)
+            {
                 Some(deadline) => self.lease_deadline.store(deadline, Ordering::Relaxed),
                 None => self.left_lease(t), // taken from us
             }
             return;
         }
-        self.bound_queue(stream, shallow);
+        let _ = self.bound_queue(stream, shallow);
         self.measure(now_ns(), launches);
     }
 
@@ -509,8 +600,12 @@ impl Gpu {
         let ratio = self.ratio(now);
         let rest = wall - recorded.min(wall);
         if rest > 0 {
-            let ns = ratio.map_or(rest, |r| of_ppm(rest, r));
-            self.seg.charge_free(self.tenant, ns, now);
+            match ratio {
+                Some(r) => self.seg.charge_free(self.tenant, of_ppm(rest, r), now),
+                // Nothing measured it: counted apart too (status sets it
+                // against NVML's per-process time).
+                None => self.seg.charge_bound(self.slot, self.tenant, rest, now),
+            }
         }
         self.busy_last.store(end, Ordering::Relaxed);
         let busy_since = self.busy_since.load(Ordering::Relaxed);
@@ -558,6 +653,145 @@ impl Gpu {
         }
     }
 
+    /// What share of its hold since its last charge a holder is charged
+    /// at `now` (parts per million). All of it, unless its tenant has a
+    /// ceiling, nobody else competes, and it does not keep the GPU fed (a
+    /// launch-bound loop: kernels a tenth of its time, the lease held
+    /// through its host gaps and between requests; charged its hold, it
+    /// was held to its ceiling in wall time). Then the meter probes it,
+    /// and as a free process is, it is charged its kernels' GPU time from
+    /// the records inside a probe (`metered`; that part of the hold is not
+    /// charged) and outside, its hold times the last probe's ratio of GPU
+    /// time to time held. A loop that keeps the GPU fed is charged its
+    /// hold, as the caps were measured, and never loads CUPTI for it.
+    ///
+    /// Until it is measured (at most `FIRST_MEASURE_NS`, once), its hold
+    /// is counted, not charged, and it keeps the lease whatever its
+    /// ceiling says (`booting`): its bucket starts empty, and charged its
+    /// whole hold before its first probe, a decode loop spent it in one
+    /// slice and waited for a whole burst (~0.7 s) before anything could
+    /// measure it. The count is charged when the wait ends: times the
+    /// ratio measured, else whole.
+    fn hold_ppm(&self, now: u64) -> u64 {
+        if self.seg.uncapped(self.tenant) || self.seg.contended(self.tenant, now) {
+            self.hold_metered.store(false, Ordering::Relaxed);
+            self.end_boot(WHOLE_PPM, now);
+            return WHOLE_PPM;
+        }
+        let state = self.queue_state.load(Ordering::Relaxed);
+        let r = self.hold_ratio_ppm.load(Ordering::Relaxed);
+        let usable = crate::meter::usable();
+        let fresh = standing(&self.hold_ratio_ppm, &self.hold_ratio_at, now).is_some();
+        // Probed while it does not keep the GPU fed, until a probe finds it
+        // saturating (then again once that is stale: each probe costs a
+        // launch-heavy loop a little throughput).
+        if state == QUEUE_DRAINED && !(fresh && r >= HOLD_MEASURED_BELOW_PPM) {
+            crate::meter::prepare();
+            crate::meter::want_measured(now);
+        }
+        if self.boot.load(Ordering::Relaxed) != BOOT_DONE {
+            if self.boot.swap(BOOT_WAITING, Ordering::Relaxed) == BOOT_NOT_YET {
+                self.boot_since.store(now, Ordering::Relaxed);
+            }
+            // A probe's records so far already show a saturating loop.
+            let held = self.probe_held.load(Ordering::Relaxed);
+            let saturating = held >= BOOT_PARTIAL_NS
+                && self.probe_held_gpu.load(Ordering::Relaxed) * 1_000_000
+                    >= held * HOLD_MEASURED_BELOW_PPM;
+            let waiting = state != QUEUE_FED
+                && r == NO_RATIO
+                && !saturating
+                && !crate::meter::given_up()
+                && now.saturating_sub(self.boot_since.load(Ordering::Relaxed)) < FIRST_MEASURE_NS;
+            if waiting {
+                self.hold_metered.store(false, Ordering::Relaxed);
+                return 0;
+            }
+            let ppm = if fresh && state == QUEUE_DRAINED {
+                r
+            } else {
+                WHOLE_PPM
+            };
+            self.end_boot(ppm, now);
+        }
+        let metered = usable && state == QUEUE_DRAINED && !(fresh && r >= HOLD_MEASURED_BELOW_PPM);
+        self.hold_metered.store(metered, Ordering::Relaxed);
+        if !metered {
+            return WHOLE_PPM;
+        }
+        let (span, inside) = self.held_span(self.held_counted.load(Ordering::Relaxed), now);
+        if span == 0 {
+            return WHOLE_PPM;
+        }
+        let outside = span - inside;
+        let charged = if fresh { of_ppm(outside, r) } else { outside };
+        (u128::from(charged) * u128::from(WHOLE_PPM) / u128::from(span)) as u64
+    }
+
+    /// The wait for a first measurement ends (`hold_ppm`): the hold counted
+    /// meanwhile is charged at `ppm`.
+    fn end_boot(&self, ppm: u64, now: u64) {
+        if self.boot.swap(BOOT_DONE, Ordering::Relaxed) == BOOT_WAITING {
+            let ns = self.boot_ns.swap(0, Ordering::Relaxed);
+            crate::debug!(
+                "ceiling: first measurement after {:.1} ms ({:.1} ms held), charged at {} ppm",
+                now.saturating_sub(self.boot_since.load(Ordering::Relaxed)) as f64 / 1e6,
+                ns as f64 / 1e6,
+                ppm
+            );
+            self.seg.charge_free(self.tenant, of_ppm(ns, ppm), now);
+        }
+    }
+
+    /// Whether a holder alone under a ceiling waits for its first
+    /// measurement (`hold_ppm`): it keeps the lease meanwhile.
+    fn booting(&self) -> bool {
+        self.boot.load(Ordering::Relaxed) == BOOT_WAITING
+    }
+
+    /// The hold from `from` (the last charge, or the last count into a
+    /// probe) to `now`, as the lease charges it (idle gaps left out), and
+    /// how much of that falls inside the meter's recording (in proportion).
+    fn held_span(&self, from: u64, now: u64) -> (u64, u64) {
+        let wall = now.saturating_sub(from);
+        if wall == 0 {
+            return (0, 0);
+        }
+        let span = self
+            .seg
+            .charged_from()
+            .map_or(wall, |h| now.saturating_sub(h))
+            .min(wall);
+        let inside_wall =
+            crate::meter::window().map_or(0, |(s, u)| now.min(u).saturating_sub(from.max(s)));
+        let inside = (u128::from(span) * u128::from(inside_wall) / u128::from(wall)) as u64;
+        (span, inside.min(span))
+    }
+
+    /// Counts the time held up to `t` (not counted yet) into the current
+    /// probe, where it falls inside its recording (and into the wait for a
+    /// first measurement).
+    fn count_held(&self, t: u64) {
+        let from = self.held_counted.fetch_max(t, Ordering::AcqRel);
+        if from >= t {
+            return;
+        }
+        // Only a holder measured alone under a ceiling (`hold_ppm`): what
+        // the others hold stays out of the meter's counts.
+        let booting = self.booting();
+        if !booting && !self.hold_metered.load(Ordering::Relaxed) {
+            return;
+        }
+        let (span, inside) = self.held_span(from, t);
+        if booting {
+            self.boot_ns.fetch_add(span, Ordering::Relaxed);
+        }
+        crate::meter::in_flight(span);
+        if inside > 0 {
+            self.probe_held.fetch_add(inside, Ordering::Relaxed);
+        }
+    }
+
     /// Whether this process's wall time in flight could make its tenant
     /// heavy (then its GPU time is worth measuring): a busy stretch of
     /// `NEED_BUSY_NS`, or in flight `NEED_SHARE_PERMILLE` of its share over
@@ -582,11 +816,7 @@ impl Gpu {
     /// The last probe's ratio of GPU time to wall time in flight (ppm),
     /// while it is fresh and the meter works.
     fn ratio(&self, now: u64) -> Option<u64> {
-        let r = self.ratio_ppm.load(Ordering::Relaxed);
-        (r != NO_RATIO
-            && now.saturating_sub(self.ratio_at.load(Ordering::Relaxed)) < RATIO_STALE_NS
-            && crate::meter::usable())
-        .then_some(r)
+        standing(&self.ratio_ppm, &self.ratio_at, now)
     }
 
     /// The process no longer holds the lease (released, taken, or handed
@@ -604,19 +834,19 @@ impl Gpu {
             match self.seg.route(self.tenant, now, self.slice_ns) {
                 Route::Free => {
                     let contended = self.seg.contended(self.tenant, now);
+                    let uncapped = self.seg.uncapped(self.tenant);
                     if self.latency {
                         self.privilege(now);
                     }
                     // Charge what the GPU ran, not the time in flight,
-                    // where the difference can matter.
+                    // where the difference can matter. (Alone under a
+                    // ceiling, a process soon holds the lease, and is
+                    // measured there: `hold_ppm`.)
                     if contended {
                         crate::meter::prepare();
                     }
                     crate::meter::want(contended, contended && self.needs_probe(now), now);
-                    self.alone.store(
-                        !contended && self.seg.uncapped(self.tenant),
-                        Ordering::Relaxed,
-                    );
+                    self.alone.store(!contended && uncapped, Ordering::Relaxed);
                     self.mode.store(FREE, Ordering::Release);
                     break;
                 }
@@ -629,8 +859,14 @@ impl Gpu {
                 Route::Lease => {
                     self.leases.fetch_add(1, Ordering::Relaxed);
                     self.acquire();
+                    let t = now_ns();
+                    self.held_counted.store(t, Ordering::Relaxed);
+                    self.hold_checkpoint
+                        .store(self.checkpoint.load(Ordering::Relaxed), Ordering::Relaxed);
                     self.hold_to.store(u64::MAX, Ordering::Release);
-                    self.hold_from.store(now_ns(), Ordering::Release);
+                    self.hold_from.store(t, Ordering::Release);
+                    // A probe may begin at once (alone under a ceiling).
+                    self.hold_ppm(t);
                     self.mode.store(HOLDING, Ordering::Release);
                     break;
                 }
@@ -774,14 +1010,15 @@ impl Gpu {
     /// Records a checkpoint on `stream` and waits for an earlier one: the
     /// previous pass's (about one pass stays queued), or, in a short queue
     /// with launches longer than a shallow pass, this one (one at a time).
-    fn bound_queue(&self, stream: CUstream, shallow: bool) {
+    /// Returns the checkpoint's number and how long it waited (ns).
+    fn bound_queue(&self, stream: CUstream, shallow: bool) -> (u64, u64) {
         let k = self.checkpoint.fetch_add(1, Ordering::Relaxed);
         let (cur, prev) = (
             self.event((k % 2) as usize),
             self.event(((k + 1) % 2) as usize),
         );
         if cur.is_null() || prev.is_null() {
-            return;
+            return (k, 0);
         }
         let one_at_a_time =
             shallow && self.per_launch_ns.load(Ordering::Relaxed) >= SHALLOW_PASS_NS;
@@ -792,8 +1029,9 @@ impl Gpu {
             real::cuEventRecord(cur, stream);
             real::cuEventSynchronize(if one_at_a_time { cur } else { prev });
         }
-        self.queue_wait_ns
-            .fetch_add(now_ns().saturating_sub(begin), Ordering::Relaxed);
+        let waited = now_ns().saturating_sub(begin);
+        self.queue_wait_ns.fetch_add(waited, Ordering::Relaxed);
+        (k, waited)
     }
 
     fn event(&self, i: usize) -> CUevent {
@@ -924,12 +1162,34 @@ pub fn metered(dev: usize, start: u64, end: u64) {
         g.hold_to.load(Ordering::Acquire),
     );
     let held = end.min(ht).saturating_sub(start.max(hf));
+    if held > 0 {
+        g.probe_held_gpu.fetch_add(held, Ordering::Relaxed);
+    }
     let ns = (end - start).saturating_sub(held);
     if ns > 0 {
-        g.pending.fetch_add(ns, Ordering::Relaxed);
         g.metered.fetch_add(ns, Ordering::Relaxed);
         g.probe_gpu.fetch_add(ns, Ordering::Relaxed);
     }
+    // Records of kernels run holding the lease are charged only where the
+    // lease does not charge that time (`hold_ppm`).
+    let charged = if g.hold_metered.load(Ordering::Relaxed) {
+        ns + held
+    } else {
+        ns
+    };
+    if charged > 0 {
+        g.pending.fetch_add(charged, Ordering::Relaxed);
+    }
+}
+
+/// A probe's ratio (ppm, as of `at`) while it stands: measured, not stale,
+/// and the meter still works.
+fn standing(ratio: &AtomicU64, at: &AtomicU64, now: u64) -> Option<u64> {
+    let r = ratio.load(Ordering::Relaxed);
+    (r != NO_RATIO
+        && now.saturating_sub(at.load(Ordering::Relaxed)) < RATIO_STALE_NS
+        && crate::meter::usable())
+    .then_some(r)
 }
 
 /// `ns` times `ppm` parts per million.
@@ -944,31 +1204,62 @@ pub fn probe_begin() {
     for g in l.gpus.iter().flatten() {
         g.probe_gpu.store(0, Ordering::Relaxed);
         g.probe_wall.store(0, Ordering::Relaxed);
+        g.probe_held_gpu.store(0, Ordering::Relaxed);
+        g.probe_held.store(0, Ordering::Relaxed);
     }
 }
 
 /// A probe ended and its records are in (the meter's thread, at `now`):
 /// each GPU's ratio of GPU time to wall time in flight over it, where the
-/// process had work in flight in it. True where it measured something and
-/// every such ratio agreed with the one standing before it (steady: the
-/// meter may rest longer).
-pub fn probe_end(now: u64) -> bool {
-    let Some(l) = get() else { return false };
+/// process had work in flight in it. Whether it measured something, and
+/// whether every such ratio agreed with the one standing before it
+/// (steady: the meter may rest longer).
+pub fn probe_end(now: u64) -> (bool, bool) {
+    let Some(l) = get() else {
+        return (false, false);
+    };
     let (mut any, mut steady) = (false, true);
     for g in l.gpus.iter().flatten() {
-        let wall = g.probe_wall.swap(0, Ordering::Relaxed);
-        let gpu = g.probe_gpu.swap(0, Ordering::Relaxed);
-        if wall >= MIN_PROBE_WALL_NS {
+        // A holder's time held up to the recording's end counts (its next
+        // slice end may come long after: a service idle between requests).
+        if g.mode.load(Ordering::Acquire) == HOLDING
+            && let Some((_, u)) = crate::meter::window()
+        {
+            g.count_held(u.min(now));
+        }
+        let (held, held_gpu) = (
+            g.probe_held.swap(0, Ordering::Relaxed),
+            g.probe_held_gpu.swap(0, Ordering::Relaxed),
+        );
+        if held >= MIN_PROBE_WALL_NS {
+            crate::debug!(
+                "GPU time meter: held {:.1} ms of the probe, kernels ran {:.1} ms of it",
+                held as f64 / 1e6,
+                held_gpu as f64 / 1e6
+            );
+        }
+        for (gpu, wall, ratio, at) in [
+            (held_gpu, held, &g.hold_ratio_ppm, &g.hold_ratio_at),
+            (
+                g.probe_gpu.swap(0, Ordering::Relaxed),
+                g.probe_wall.swap(0, Ordering::Relaxed),
+                &g.ratio_ppm,
+                &g.ratio_at,
+            ),
+        ] {
+            if wall < MIN_PROBE_WALL_NS {
+                continue;
+            }
             let ppm = (u128::from(gpu) * 1_000_000 / u128::from(wall)).min(1_000_000) as u64;
             // The ratio before, where it was still standing.
-            let before = g.ratio(now);
+            let before = standing(ratio, at, now);
             any = true;
             steady &= before.is_some_and(|b| ppm.abs_diff(b) <= STEADY_PPM.max(b / 4));
-            g.ratio_ppm.store(ppm, Ordering::Relaxed);
-            g.ratio_at.store(now, Ordering::Relaxed);
+            ratio.store(ppm, Ordering::Relaxed);
+            at.store(now, Ordering::Relaxed);
         }
     }
-    any && steady
+    (any, any && steady)
 }
 
 /// Who else competes for this process's GPUs now (each GPU's

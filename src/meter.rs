@@ -40,18 +40,28 @@
 //!   tenants competing for its GPU change (one starts or stops, or turns
 //!   heavy or light: what its kernels get of the GPU changes with them).
 //! - `CUSLICE_METER=continuous` records all the time the GPU is shared (the
-//!   meter before probes, for comparisons); `always` records all the time,
-//!   alone too (experiments).
+//!   meter before probes, for comparisons), and while a holder alone under
+//!   a ceiling does not keep the GPU fed (`want_measured`); `always`
+//!   records all the time, alone too (experiments).
 //! - `libcupti` is the tenant's (`CUSLICE_CUPTI=<path>`, else the one the
 //!   program already loaded, else `libcupti.so.13` / `.12` / `libcupti.so`
 //!   on the search path or in the CUDA installation); `CUSLICE_CUPTI=off`
 //!   turns the meter off. Without it, the shim charges wall time as before
 //!   (and says so once).
+//! - Alone under a ceiling, a process holding the lease that does not keep
+//!   the GPU fed (a launch-bound loop) is probed the same way, so that its
+//!   ceiling counts its kernels' GPU time, not its hold
+//!   (`crate::limiter`'s `hold_ppm`).
 //! - CUPTI is loaded, and its callbacks registered, by the meter's thread
-//!   the first time the process launches freely on a contended GPU
-//!   (`prepare`), not before: a process alone on its GPU never loads it
-//!   (initialised, CUPTI costs every launch a little, and loading it takes
-//!   milliseconds).
+//!   the first time the process launches freely on a contended GPU, or
+//!   holds the lease alone under a ceiling without keeping the GPU fed
+//!   (`prepare`), not before: a process alone on its GPU otherwise never
+//!   loads it (initialised, CUPTI costs every launch a little, and loading
+//!   it takes milliseconds).
+//! - At the program's exit, an exit handler registered when CUPTI is loaded
+//!   (after the CUDA runtime's, so it runs first) has the meter's thread
+//!   stop recording and detach CUPTI before the runtime destroys its
+//!   contexts.
 //! - A thread of ours flushes the records every `FLUSH_NS` while recording;
 //!   the charges lag the GPU by about that much.
 //! - The tenant's own profiler wins: when the program registers its own
@@ -262,6 +272,12 @@ static SWITCHING_ON: Spent = Spent::new();
 static DETACHING: Spent = Spent::new();
 /// The meter's thread runs (it loads CUPTI when first wanted).
 static STARTED: AtomicBool = AtomicBool::new(false);
+/// The program exits (`at_program_exit`), and the meter's thread has
+/// stopped for it.
+static EXITING: AtomicBool = AtomicBool::new(false);
+static STOPPED: AtomicBool = AtomicBool::new(false);
+/// How long the program's exit waits for the meter's thread.
+const EXIT_WAIT_NS: u64 = 200_000_000;
 /// How often the meter's thread looks whether it is wanted before CUPTI is
 /// loaded.
 const UNLOADED_NAP_NS: u64 = 10_000_000;
@@ -532,8 +548,12 @@ fn load(devices: usize) -> bool {
         return false;
     }
     LOADING_SPENT.since(loading_since);
+    // Registered now, after the program's CUDA runtime registered its own
+    // teardown: ours runs first (exit handlers run in reverse order).
+    // SAFETY: registering a plain `extern "C" fn()`.
+    unsafe { libc::atexit(at_program_exit) };
     crate::info!(
-        "GPU time meter: {} (kernel records while the GPU is shared)",
+        "GPU time meter: {} (kernel records while the GPU is shared or a ceiling applies)",
         m.path
     );
     if DETACH.load(Ordering::Relaxed) && m.api.finalize.is_none() {
@@ -543,6 +563,25 @@ fn load(devices: usize) -> bool {
         );
     }
     true
+}
+
+/// The program exits: the meter's thread stops recording and detaches
+/// CUPTI (if a probe was on) before the CUDA runtime's own exit handler
+/// destroys its contexts; waits for it at most `EXIT_WAIT_NS`. (A test
+/// program on an H100 crashed at exit, once in about nine runs, with CUPTI
+/// loaded for its ceiling.)
+extern "C" fn at_program_exit() {
+    // A meter that stopped for good (its thread returned, or a fork child,
+    // which has no meter thread) has nothing to stop: the exit must not
+    // wait for it.
+    if given_up() {
+        return;
+    }
+    EXITING.store(true, Ordering::Release);
+    let until = now_ns() + EXIT_WAIT_NS;
+    while !STOPPED.load(Ordering::Acquire) && now_ns() < until {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
 }
 
 /// The current or last recording, `(since, until)` (our clock; `until` is
@@ -574,6 +613,12 @@ pub fn usable() -> bool {
     METER.get().is_some_and(|m| !m.lost.load(Ordering::Acquire))
 }
 
+/// Whether the meter has stopped for good.
+#[inline]
+pub fn given_up() -> bool {
+    METER.get().is_some_and(|m| m.lost.load(Ordering::Acquire))
+}
+
 /// Whether a probe the process asked for is coming: asked for within the
 /// last `WANT_FRESH_NS`, the meter not given up, and (loaded or not) not
 /// recording yet. A busy stretch is not judged saturating unmeasured while
@@ -599,20 +644,38 @@ pub fn prepare() {
     }
 }
 
-/// The process launches freely on a contended GPU where its wall time in
-/// flight could make it heavy (`need`), or just on a contended GPU
-/// (`contended`): a probe is wanted where `need`, recording all along
-/// under `continuous` where contended, and always under `always`.
+/// A holder alone under a ceiling does not keep the GPU fed: its kernels
+/// are to be measured (`crate::limiter`'s `hold_ppm`), in every mode
+/// (`continuous` records while the GPU is shared, and a ceiling counts GPU
+/// time alone too).
+#[inline]
+pub fn want_measured(now: u64) {
+    WANTED_AT.store(now, Ordering::Relaxed);
+}
+
+/// The process launches freely where its wall time in flight could make it
+/// heavy on a contended GPU or hold it to a ceiling (`need`), or just on a
+/// contended GPU (`contended`): a probe is wanted where `need`, recording
+/// all along under `continuous` where contended, and always under
+/// `always`.
 #[inline]
 pub fn want(contended: bool, need: bool, now: u64) {
     let wanted = match MODE.load(Ordering::Relaxed) {
-        PROBES => contended && need,
+        PROBES => need,
         CONTINUOUS => contended,
         _ => true,
     };
     if wanted {
         WANTED_AT.store(now, Ordering::Relaxed);
     }
+}
+
+/// The process stops launching for a while (it waits for the lease or its
+/// ceiling): a probe wanted before is no longer (one begun then would
+/// measure nothing).
+#[inline]
+pub fn unwant() {
+    WANTED_AT.store(0, Ordering::Relaxed);
 }
 
 /// How often something took how long (ns): a count, the sum, the longest.
@@ -866,6 +929,21 @@ fn run() {
     // Who else competed for the GPU when the last probe ended.
     let mut probe_competition = 0u64;
     loop {
+        if EXITING.load(Ordering::Acquire) {
+            // The program exits (`at_program_exit`): no probe is left
+            // recording, nor CUPTI attached after one, when its CUDA
+            // runtime tears its contexts down.
+            if !m.lost.load(Ordering::Acquire) && !TENANT_PROFILES.load(Ordering::Acquire) {
+                if m.enabled.load(Ordering::Acquire) {
+                    stop_recording(m, now_ns());
+                }
+                if let Some(f) = finalize.filter(|_| !detached) {
+                    let _ = detach(m, f);
+                }
+            }
+            STOPPED.store(true, Ordering::Release);
+            return;
+        }
         if m.lost.load(Ordering::Acquire) {
             if m.enabled.swap(false, Ordering::AcqRel) && !TENANT_PROFILES.load(Ordering::Acquire) {
                 // SAFETY: CUPTI calls without arguments to check.
@@ -873,6 +951,7 @@ fn run() {
                     (m.api.disable)(KIND_CONCURRENT_KERNEL);
                 }
             }
+            STOPPED.store(true, Ordering::Release);
             return;
         }
         let now = now_ns();
@@ -889,8 +968,14 @@ fn run() {
             // when it ended) are in: its ratio can be taken.
             // SAFETY: CUPTI call; delivers completed buffers here.
             unsafe { (m.api.flush_all)(0) };
-            let steady = crate::limiter::probe_end(now);
+            let (measured, steady) = crate::limiter::probe_end(now);
             ending = false;
+            if !measured {
+                // Nothing in flight in it (the process waited through it,
+                // for its ceiling say): no reason to rest before the next.
+                rest_until = now;
+                REST_UNTIL.store(rest_until, Ordering::Relaxed);
+            }
             let d = density_now(m);
             let during = (
                 d.0.saturating_sub(probe_base.0),

@@ -226,12 +226,22 @@ fn devices() -> Result<Vec<[u8; 16]>, String> {
 /// hooks then refuse, see `failed`).
 fn build_all() -> Result<(), String> {
     let cfg = config::load(&|k| std::env::var(k).ok()).map_err(|e| e.to_string())?;
+    if !matches!(cfg.source, config::Source::File(_)) {
+        // Without a quota file the environment carries the limits: a
+        // misspelt limit variable is an error, not a limit dropped.
+        let set: Vec<String> = std::env::vars_os()
+            .filter(|(_, v)| !v.is_empty())
+            .filter_map(|(k, _)| k.into_string().ok())
+            .collect();
+        config::check_env_names(set.iter().map(String::as_str)).map_err(|e| e.to_string())?;
+    }
     report_ignored_env(&cfg);
     if !cfg.has_limits() {
         crate::debug!("no limits configured: every call passes through");
         return Ok(());
     }
     let uuids = devices()?;
+    report_unmatched(&cfg, &uuids);
     crate::limiter::build(&cfg, &uuids)?;
     build(&cfg, &uuids)
 }
@@ -323,8 +333,19 @@ fn build(cfg: &Config, uuids: &[[u8; 16]]) -> Result<(), String> {
         .claim_slot(unsafe { libc::getpid() } as u32)
         .map_err(|e| e.to_string())?;
     let mut devs = Vec::with_capacity(uuids.len());
+    let ctx_overhead = cfg.context_overhead.unwrap_or(DEFAULT_CONTEXT_OVERHEAD);
     for (i, uuid) in uuids.iter().enumerate() {
         let limit = cfg.limits_for(i as u32, uuid).memory.unwrap_or(UNLIMITED);
+        if limit < ctx_overhead {
+            // Every context this process makes there would be refused: said
+            // once, at the start, rather than only as an allocation refused.
+            crate::warn!(
+                "GPU {i} ({}): the memory quota {} is below the {} each process is charged for its CUDA context (context_overhead): no context can be made on this GPU; raise the quota, or set context_overhead where the driver needs less",
+                format_uuid(uuid),
+                config::format_size(limit),
+                config::format_size(ctx_overhead)
+            );
+        }
         let s = seg
             .register_device(uuid, limit)
             .map_err(|e| e.to_string())?;
@@ -367,7 +388,7 @@ fn build(cfg: &Config, uuids: &[[u8; 16]]) -> Result<(), String> {
         pools: no_pools(),
         pool_sync: std::sync::Mutex::new(()),
         refusal_logged: AtomicBool::new(false),
-        ctx_overhead: cfg.context_overhead.unwrap_or(DEFAULT_CONTEXT_OVERHEAD),
+        ctx_overhead,
         seg: seg.into_segment(),
         slot,
         devs,
@@ -444,6 +465,28 @@ const ARRAYS: usize = 1 << 14;
 /// kernel (docs/memory-quota.md). 640 MiB covers both, so a process's NVML
 /// usage stays within the quota.
 pub const DEFAULT_CONTEXT_OVERHEAD: u64 = 640 << 20;
+
+/// A device entry that matches none of the GPUs this process sees sets
+/// no limit here: said, once per entry, where the default log level shows
+/// it (say `[device.3]` in a container given two GPUs, or a UUID of
+/// another host's GPU). Not an error: one quota file serves every process
+/// of a container, and a process may see fewer of its GPUs.
+fn report_unmatched(cfg: &Config, uuids: &[[u8; 16]]) {
+    let from = match &cfg.source {
+        config::Source::File(p) => p.display().to_string(),
+        _ => "the environment".to_string(),
+    };
+    for e in cfg.unmatched_entries(uuids) {
+        crate::warn!(
+            "{from}: {e} matches none of the {} GPUs this process sees (CUDA_VISIBLE_DEVICES {}): its limits apply to no GPU here",
+            uuids.len(),
+            match std::env::var("CUDA_VISIBLE_DEVICES") {
+                Ok(v) => format!("{v:?}"),
+                Err(_) => "unset".to_string(),
+            }
+        );
+    }
+}
 
 fn report_ignored_env(cfg: &Config) {
     if let config::Source::File(path) = &cfg.source {

@@ -1461,3 +1461,68 @@ fn a_program_that_profiles_itself_keeps_cupti_and_gets_every_record() {
     assert!((r[1] as i64 - 20_000_000).abs() <= 200_000, "{stdout}");
     assert!(err.contains("steps aside"), "{err}");
 }
+
+/// A decode loop alone on the fake GPU (`decode_beside_trainer`'s, one
+/// request every 10 ms: in flight ~60 % of the time, its kernels ~10 %)
+/// under `quota` (None: no limits): its results and the GPU time charged
+/// to its tenant.
+fn decode_alone(h: &Host, quota: Option<&Path>, extra: &[(&'static str, &str)]) -> (Ping, u64) {
+    let args = ["2.5", "10000", "12", "4", "20000", "100000"];
+    let out = common::output_by(
+        "decode",
+        h.spawn("decode", quota, &args, extra),
+        Instant::now() + Duration::from_secs(60),
+    );
+    let used = quota.map_or(0, |_| used_ns(h, "decode"));
+    (ping_result(&out), used)
+}
+
+#[test]
+fn a_ceiling_holds_a_launch_bound_loop_to_its_kernels_time_not_its_time_in_flight() {
+    // Charged its time in flight (and the lease it held through its host
+    // gaps), a decode loop alone at a 30 % ceiling whose kernels ran 10 %
+    // of the time was held to 30 % of its wall time: p50 692 ms for 4.9 ms
+    // without limits, half its requests never served. Charged what its
+    // kernels ran (the meter probes it alone too, under a ceiling), it runs
+    // as without limits.
+    let h = Host::new("compute", "decode-ceiling");
+    let (free, _) = decode_alone(&h, None, &[]);
+    let q = h.quota("decode", "", "compute_max = 30");
+    let as_free = |p: &Ping, how: &str| {
+        assert_eq!(p.served, p.due, "{how}: {p:?}");
+        assert!(
+            p.p50 <= free.p50 * 1.3 + 1.0,
+            "p50 {:.2} ms under a 30 % ceiling{how}, {:.2} ms without limits",
+            p.p50,
+            free.p50
+        );
+    };
+    let (capped, used) = decode_alone(&h, Some(&q), &[]);
+    as_free(&capped, "");
+    // So with the meter recording all along where the GPU is shared (it
+    // recorded nothing for a holder alone: held to its hold again).
+    let (continuous, _) = decode_alone(&h, Some(&q), &[("CUSLICE_METER", "continuous")]);
+    as_free(&continuous, " with CUSLICE_METER=continuous");
+    let kernels_ns = u64::from(capped.served) * 48 * 20_000;
+    assert!(
+        used >= kernels_ns * 9 / 10 && used <= kernels_ns * 3 / 2 + 30_000_000,
+        "charged {} ms for {} ms of kernels",
+        used as f64 / 1e6,
+        kernels_ns as f64 / 1e6
+    );
+
+    // The ceiling still binds where its kernels need more than it gives:
+    // at 5 %, half what they run, it is charged about 5 % of the run and
+    // falls behind.
+    let h = Host::new("compute", "decode-ceiling-tight");
+    let q = h.quota("decode", "", "compute_max = 5");
+    let begin = Instant::now();
+    let (tight, used) = decode_alone(&h, Some(&q), &[]);
+    let run_ns = begin.elapsed().as_nanos() as f64;
+    let pct = 100.0 * used as f64 / run_ns;
+    assert!(pct <= 8.0, "charged {pct:.1} % of the run at a 5 % ceiling");
+    assert!(
+        tight.served < tight.due || tight.p50 > 10.0 * free.p50,
+        "held back at a 5 % ceiling: {tight:?}"
+    );
+}

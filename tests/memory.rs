@@ -59,6 +59,16 @@ impl Scene {
         v
     }
 
+    /// 40 MiB on each of two GPUs (`memtest devices`), which must run.
+    fn run_on_two_gpus(&self) -> common::Run {
+        let r = self.run(
+            &["devices", &(40 * MIB).to_string(), &(40 * MIB).to_string()],
+            &[("FAKE_CUDA_DEVICES", "2".into())],
+        );
+        r.assert_ok();
+        r
+    }
+
     fn run(&self, args: &[&str], extra: &[(&'static str, String)]) -> common::Run {
         run_args(
             "memtest",
@@ -291,11 +301,7 @@ fn each_gpu_has_its_own_quota() {
         "multi",
         "context_overhead = \"1MiB\"\n[all]\nmemory = \"65MiB\"\n[device.1]\nmemory = \"33MiB\"\n",
     );
-    let r = s.run(
-        &["devices", &(40 * MIB).to_string(), &(40 * MIB).to_string()],
-        &[("FAKE_CUDA_DEVICES", "2".into())],
-    );
-    r.assert_ok();
+    let r = s.run_on_two_gpus();
     assert_eq!(
         r.results(),
         vec![
@@ -311,7 +317,13 @@ fn each_gpu_has_its_own_quota() {
 fn bad_quota_file_fails_cuinit_with_one_line() {
     let s = Scene::new("bad", "[all]\nmemory = \"4 potatoes\"\n");
     let r = s.run(&["alloc", "1024"], &[]);
-    assert!(!r.out.status.success());
+    assert_fails_closed_with(&r, "quota.toml: all.memory: expected a size like 4GiB");
+}
+
+/// cuInit refused (so the program fails), with one error line, holding
+/// `what`.
+fn assert_fails_closed_with(r: &common::Run, what: &str) {
+    assert!(!r.out.status.success(), "{}", r.stderr);
     assert!(
         r.stderr.contains("cuInit(0) -> 800"),
         "cuInit must fail closed: {}",
@@ -323,10 +335,82 @@ fn bad_quota_file_fails_cuinit_with_one_line() {
         .filter(|l| l.contains(": error: "))
         .collect();
     assert_eq!(errors.len(), 1, "{}", r.stderr);
+    assert!(errors[0].contains(what), "{}", errors[0]);
+}
+
+#[test]
+fn a_misspelt_limit_variable_fails_cuinit_with_one_line() {
+    // Without a quota file, CUSLICE_MEMORY_64 (device indices end at 63)
+    // would be a limit dropped without a word: cuInit refuses instead.
+    let s = Scene::new("typo", "");
+    let mut env = s.host.env(None);
+    env.extend([
+        ("CUSLICE_CONFIG", String::new()),
+        ("CUSLICE_MEMORY", "1GiB".to_string()),
+        ("CUSLICE_MEMORY_64", "1GiB".to_string()),
+    ]);
+    let r = run_args(
+        "memtest",
+        &["alloc", "1024"],
+        Opts {
+            env,
+            ..Opts::default()
+        },
+    );
+    assert_fails_closed_with(&r, "CUSLICE_MEMORY_64: not a variable cuslice reads");
+}
+
+#[test]
+fn a_device_entry_no_visible_gpu_matches_is_said_not_dropped_silently() {
+    // [device.3] in a process that sees two GPUs limits nothing: the shim
+    // says so at the default log level, and the entries that match apply.
+    let s = Scene::new(
+        "unmatched",
+        "context_overhead = \"1MiB\"\n[device.1]\nmemory = \"33MiB\"\n[device.3]\nmemory = \"64MiB\"\n",
+    );
+    let r = s.run_on_two_gpus();
+    let said: Vec<&str> = r
+        .stderr
+        .lines()
+        .filter(|l| l.contains(": warning: "))
+        .collect();
+    assert_eq!(said.len(), 1, "{}", r.stderr);
     assert!(
-        errors[0].contains("quota.toml: all.memory: expected a size like 4GiB"),
+        said[0].contains(
+            "quota.toml: device.3 matches none of the 2 GPUs this process sees (CUDA_VISIBLE_DEVICES unset): its limits apply to no GPU here"
+        ),
         "{}",
-        errors[0]
+        said[0]
+    );
+    assert_eq!(
+        r.results(),
+        vec![
+            "R dev0 alloc=0 total=17179869184",
+            &format!("R dev1 alloc=2 total={}", 33 * MIB),
+        ],
+        "{}",
+        r.stderr
+    );
+}
+
+#[test]
+fn a_quota_below_the_context_overhead_is_said_at_the_start() {
+    // 512 MiB under the default 640 MiB charged per context: the first
+    // context is refused; the shim says why before it is.
+    let s = Scene::new("small", "[all]\nmemory = \"512MiB\"\n");
+    let r = s.run(&["alloc", "1024"], &[]);
+    let said: Vec<&str> = r
+        .stderr
+        .lines()
+        .filter(|l| l.contains(": warning: "))
+        .collect();
+    assert_eq!(said.len(), 1, "{}", r.stderr);
+    assert!(
+        said[0].contains(
+            "the memory quota 512MiB is below the 640MiB each process is charged for its CUDA context (context_overhead)"
+        ),
+        "{}",
+        said[0]
     );
 }
 

@@ -132,7 +132,13 @@ fn containers(h: &Host, rng: &mut Rng) -> Vec<Container> {
             if let Some(m) = compute_max {
                 let _ = writeln!(limits, "compute_max = {m}");
             }
-            let quota_file = h.quota(&name, &format!("compute_burst_ms = {burst_ms}"), &limits);
+            // The burst shapes a share: a file may set it only with one.
+            let top = if compute.is_some() || compute_max.is_some() {
+                format!("compute_burst_ms = {burst_ms}")
+            } else {
+                String::new()
+            };
+            let quota_file = h.quota(&name, &top, &limits);
             let memory_seg = h.mem_seg(&name);
             let max = compute_max.unwrap_or(100);
             Container {

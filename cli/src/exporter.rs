@@ -78,6 +78,7 @@ pub fn render(s: &Snapshot) -> Result<String, std::fmt::Error> {
     let refused = C::default();
     let proc_used = G::default();
     let used = CF::default();
+    let gpu_time = CF::default();
     let throttled = CF::default();
     let share = G::default();
     let ceiling = G::default();
@@ -140,6 +141,9 @@ pub fn render(s: &Snapshot) -> Result<String, std::fmt::Error> {
             let Some(sh) = t.share_percent else { continue };
             used.get_or_create(&tl)
                 .inc_by(t.gpu_time_seconds.unwrap_or(0.0));
+            gpu_time
+                .get_or_create(&tl)
+                .inc_by(t.gpu_seconds.unwrap_or(0.0));
             throttled
                 .get_or_create(&tl)
                 .inc_by(t.throttled_seconds.unwrap_or(0.0));
@@ -238,6 +242,12 @@ pub fn render(s: &Snapshot) -> Result<String, std::fmt::Error> {
         "compute_used_seconds",
         "GPU time charged to a tenant",
         used,
+    );
+    reg(
+        &mut r,
+        "compute_gpu_seconds",
+        "GPU time a tenant's kernels ran, as cuslice status counts it: the charge, less the upper bounds NVML's per-process time disproved while this exporter watched",
+        gpu_time,
     );
     reg(
         &mut r,
@@ -414,8 +424,12 @@ mod tests {
             class: None,
             mode: None,
             gpu_time_seconds: None,
+            gpu_seconds: None,
             throttled_seconds: None,
             gpu_percent: None,
+            charged_percent: None,
+            unmeasured_percent: None,
+            unverified_percent: None,
             throttled_percent: None,
             waiting: 0,
             last_active_seconds_ago: None,
@@ -443,6 +457,7 @@ mod tests {
                 utilization_percent: None,
                 segment: None,
                 handovers: 0,
+                process_time_error: None,
                 tenants: vec![tenant(
                     "a\"b\\c\nd",
                     "run\n# EOF\ncuslice_tenant_live{tenant=\"x\"} 1\x1b[2J\r",

@@ -67,6 +67,18 @@ fn pct(p: Option<f64>) -> String {
     }
 }
 
+/// Whether some of a tenant's GPU % is an upper bound nothing checked.
+fn unverified(t: &TenantView) -> bool {
+    t.unverified_percent.is_some_and(|u| u >= 0.05)
+}
+
+/// The GPU % cell: `<` before a figure that is partly an upper bound
+/// nothing checked (`TenantView::unverified_percent`).
+fn gpu_pct(t: &TenantView) -> String {
+    let p = pct(t.gpu_percent);
+    if unverified(t) { format!("<{p}") } else { p }
+}
+
 fn memory(t: &TenantView) -> String {
     match (t.memory_used_bytes, t.memory_limit_bytes) {
         (None, None) => "-".into(),
@@ -221,13 +233,22 @@ pub fn frame(s: &Snapshot, title: &str, width: usize, with_errors: bool) -> Vec<
                         &t.ceiling_percent.map_or("-".into(), |p| format!("{p}%")),
                         class,
                         t.mode.unwrap_or("-"),
-                        &pct(t.gpu_percent),
+                        &gpu_pct(t),
                         &pct(t.throttled_percent),
                         &procs,
                     ],
                 ),
                 dim: !t.live,
             });
+        }
+        if g.tenants.iter().any(unverified) {
+            out.push(Line::plain(format!(
+                "  <: at most: wall time in flight that nothing measured, unchecked ({})",
+                g.process_time_error
+                    .as_deref()
+                    .or(s.nvml_error.as_ref().map(|_| "no NVML"))
+                    .unwrap_or("unknown")
+            )));
         }
     }
     if let Some(w) = &s.watch {
@@ -342,8 +363,12 @@ mod tests {
             class: Some("latency"),
             mode: Some("lease"),
             gpu_time_seconds: Some(1.0),
+            gpu_seconds: Some(1.0),
             throttled_seconds: Some(0.0),
             gpu_percent: Some(61.25),
+            charged_percent: Some(61.25),
+            unmeasured_percent: Some(0.0),
+            unverified_percent: Some(0.0),
             throttled_percent: Some(1200.0),
             waiting: 0,
             last_active_seconds_ago: Some(0.0),
@@ -367,6 +392,7 @@ mod tests {
                 utilization_percent: Some(87),
                 segment: Some("/run/cuslice/gpu/x.seg".into()),
                 handovers: 412,
+                process_time_error: None,
                 tenants: vec![
                     tenant(
                         "team-a/a-rather-long-trainer-name",

@@ -60,11 +60,12 @@ enum Cmd {
         #[arg(long)]
         json: bool,
         /// Seconds between the two readings the GPU time share and the
-        /// time throttled are measured over (0: one reading, without them).
-        #[arg(long, default_value_t = 0.5)]
+        /// time throttled are measured over (0: one reading, without them;
+        /// at most 3600).
+        #[arg(long, default_value_t = 0.5, value_parser = status_interval)]
         interval: f64,
-        /// Seconds a tenant with no live process is still listed.
-        #[arg(long, default_value_t = status::DEFAULT_LINGER_SECONDS)]
+        /// Seconds a tenant with no live process is still listed (0 to 86400).
+        #[arg(long, default_value_t = status::DEFAULT_LINGER_SECONDS, value_parser = linger_seconds)]
         linger: f64,
     },
     /// The status table, refreshed in place every interval, with each
@@ -73,14 +74,14 @@ enum Cmd {
     Top {
         #[command(flatten)]
         src: SourceArgs,
-        /// Seconds between refreshes.
-        #[arg(long, default_value_t = 1.0)]
+        /// Seconds between refreshes (0.1 to 3600).
+        #[arg(long, default_value_t = 1.0, value_parser = top_interval)]
         interval: f64,
         /// Print one frame (measured over one interval) and exit.
         #[arg(long)]
         once: bool,
-        /// Seconds a tenant with no live process is still listed (dimmed).
-        #[arg(long, default_value_t = status::DEFAULT_LINGER_SECONDS)]
+        /// Seconds a tenant with no live process is still listed (dimmed; 0 to 86400).
+        #[arg(long, default_value_t = status::DEFAULT_LINGER_SECONDS, value_parser = linger_seconds)]
         linger: f64,
     },
     /// OCI runtime hook: `create` (createRuntime / prestart) gives a
@@ -122,8 +123,8 @@ enum Cmd {
         /// Address to listen on.
         #[arg(long, default_value = "127.0.0.1:9836")]
         listen: String,
-        /// Seconds a tenant with no live process is still exported.
-        #[arg(long, default_value_t = status::DEFAULT_LINGER_SECONDS)]
+        /// Seconds a tenant with no live process is still exported (0 to 86400).
+        #[arg(long, default_value_t = status::DEFAULT_LINGER_SECONDS, value_parser = linger_seconds)]
         linger: f64,
     },
 }
@@ -199,8 +200,19 @@ struct SourceArgs {
 }
 
 impl SourceArgs {
-    fn sources(self) -> status::Sources {
-        status::Sources::resolve(self.gpu_dir, self.memory, self.containers_root)
+    /// The sources; a segment file named on the command line must exist
+    /// (a typo would otherwise read as a tenant with nothing on it).
+    /// Directories need not: a containers root or GPU directory appears
+    /// with the first container or tenant.
+    fn sources(self) -> Result<status::Sources, String> {
+        if let Some(m) = self.memory.iter().find(|m| !m.is_file()) {
+            return Err(format!("--memory-segment {}: no such file", m.display()));
+        }
+        Ok(status::Sources::resolve(
+            self.gpu_dir,
+            self.memory,
+            self.containers_root,
+        ))
     }
 }
 
@@ -241,19 +253,55 @@ fn find_lib(explicit: Option<PathBuf>) -> Result<PathBuf, String> {
         })
 }
 
-fn check_gpus(s: &str) -> Result<(), String> {
-    let ok = !s.is_empty()
-        && s.split(',').all(|g| {
-            let g = g.trim();
-            g.parse::<u32>().is_ok() || config::parse_uuid(g).is_ok()
-        });
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
-            "--gpu {s:?}: expected GPU indices or UUIDs separated by commas, like 0 or 0,1"
-        ))
+/// A number of seconds from `lo` to `hi`: a finite decimal, never NaN,
+/// an infinity or a negative value quietly clamped into range.
+fn seconds_in(s: &str, lo: f64, hi: f64) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && (lo..=hi).contains(&v) => Ok(v),
+        _ => Err(format!(
+            "expected a number of seconds from {lo} to {hi}, got {s:?}"
+        )),
     }
+}
+
+fn status_interval(s: &str) -> Result<f64, String> {
+    seconds_in(s, 0.0, 3600.0)
+}
+
+fn top_interval(s: &str) -> Result<f64, String> {
+    seconds_in(s, 0.1, 3600.0)
+}
+
+fn linger_seconds(s: &str) -> Result<f64, String> {
+    seconds_in(s, 0.0, 86400.0)
+}
+
+/// `--gpu` as CUDA_VISIBLE_DEVICES: GPU indices or UUIDs separated by
+/// commas, each GPU once, written without the spaces CUDA would stop at.
+fn check_gpus(s: &str) -> Result<String, String> {
+    let bad =
+        || format!("--gpu {s:?}: expected GPU indices or UUIDs separated by commas, like 0 or 0,1");
+    let mut seen = Vec::new();
+    let mut out = Vec::new();
+    for g in s.split(',').map(str::trim) {
+        // Indices in plain decimal; a UUID as given (GPU- or MIG-).
+        let (key, text) = if !g.is_empty() && g.bytes().all(|b| b.is_ascii_digit()) {
+            let i: u32 = g.parse().map_err(|_| bad())?;
+            (i.to_string(), i.to_string())
+        } else if let Ok(u) = config::parse_uuid(g) {
+            (config::format_uuid(&u), g.to_string())
+        } else {
+            return Err(bad());
+        };
+        if seen.contains(&key) {
+            return Err(format!(
+                "--gpu {s:?}: expected each GPU once, got {g:?} twice"
+            ));
+        }
+        seen.push(key);
+        out.push(text);
+    }
+    Ok(out.join(","))
 }
 
 /// The quota file of `cuslice run` for process `pid`: its own tenant and
@@ -368,8 +416,7 @@ fn run(
     let mut cmd = Command::new(prog);
     cmd.args(args).env("LD_PRELOAD", &preload);
     if let Some(g) = &gpu {
-        check_gpus(g)?;
-        cmd.env("CUDA_VISIBLE_DEVICES", g);
+        cmd.env("CUDA_VISIBLE_DEVICES", check_gpus(g)?);
     }
     let (top, all) = limits::to_toml(&limits, &limits::FLAGS)?;
     if all.is_empty() {
@@ -377,11 +424,13 @@ fn run(
         let err = cmd.exec();
         return Err(format!("cannot run {}: {err}", prog.to_string_lossy()));
     }
+    // The shim prefers a mounted quota file to every other: the limits
+    // given here would not apply. Refused rather than run under other limits.
     if Path::new(config::DEFAULT_CONFIG_PATH).exists() {
-        eprintln!(
-            "cuslice: {} exists and is authoritative: the program runs under its limits, not the ones given here",
+        return Err(format!(
+            "{} exists and is authoritative (a container's or the host's quota file): the limits given here would not apply; run the program without limit flags to use that file's",
             config::DEFAULT_CONFIG_PATH
-        );
+        ));
     }
     // A private directory for the quota file and the memory segment, made
     // exclusively under an unpredictable name, held open (the watch finds
@@ -424,6 +473,12 @@ fn run(
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The host's side maps segments that tenants can write (and truncate):
+    // a truncated one voids a reading, never this process.
+    if let Err(e) = cuslice_core::sigbus::guard() {
+        eprintln!("cuslice: {e}");
+        return ExitCode::from(125);
+    }
     let result = match cli.cmd {
         Cmd::Lib => find_lib(None).map(|p| {
             println!("{}", p.display());
@@ -440,18 +495,17 @@ fn main() -> ExitCode {
             json,
             interval,
             linger,
-        } => {
-            let mut obs = status::Observer::new(src.sources(), linger);
+        } => src.sources().and_then(|sources| {
+            let mut obs = status::Observer::new(sources, linger);
             let mut snap = obs.read();
             if interval > 0.0 {
                 std::thread::sleep(std::time::Duration::from_secs_f64(interval.min(3600.0)));
                 snap = obs.read();
             }
             if json {
-                match serde_json::to_string_pretty(&snap) {
-                    Ok(j) => println!("{j}"),
-                    Err(e) => eprintln!("cuslice: cannot encode JSON: {e}"),
-                }
+                let j = serde_json::to_string_pretty(&snap)
+                    .map_err(|e| format!("cannot encode JSON: {e}"))?;
+                println!("{j}");
             } else {
                 use std::io::IsTerminal as _;
                 let tty = std::io::stdout().is_terminal();
@@ -472,19 +526,23 @@ fn main() -> ExitCode {
             } else {
                 ExitCode::from(1)
             })
-        }
+        }),
         Cmd::Top {
             src,
             interval,
             once,
             linger,
-        } => top::run(status::Observer::new(src.sources(), linger), interval, once)
+        } => src
+            .sources()
+            .and_then(|s| top::run(status::Observer::new(s, linger), interval, once))
             .map(|()| ExitCode::SUCCESS),
         Cmd::Exporter {
             src,
             listen,
             linger,
-        } => exporter::serve(&listen, status::Observer::new(src.sources(), linger))
+        } => src
+            .sources()
+            .and_then(|s| exporter::serve(&listen, status::Observer::new(s, linger)))
             .map(|()| ExitCode::SUCCESS),
         Cmd::Watch { args } => watch::run(args).map(|()| ExitCode::SUCCESS),
         Cmd::OciHook {

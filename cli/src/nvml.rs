@@ -70,6 +70,68 @@ pub struct UtilizationSample {
     pub sm: u32,
 }
 
+/// NVML's per-process sampling period until one is seen (about 1/6 s on
+/// current GPUs; measured 200 ms on an H100), and the bounds of a plausible
+/// one (µs).
+pub const DEFAULT_SAMPLE_PERIOD_US: u64 = 166_000;
+pub const MIN_SAMPLE_PERIOD_US: u64 = 20_000;
+pub const MAX_SAMPLE_PERIOD_US: u64 = 1_000_000;
+
+/// NVML's per-process sampling period on a GPU (µs), from `samples` and
+/// what was seen before (`known`): the shortest gap between two samples of
+/// one process (two of a process are at least a period apart; exactly one
+/// while it runs on), within the plausible bounds.
+///
+/// NVML samples each process once per period in which it ran and lists
+/// nothing for a period in which it did not, so a process's SM time over a
+/// window is the sum of its samples times the period, periods without a
+/// sample counting as idle (the mean of its samples overstates a process
+/// that runs in bursts).
+pub fn sample_period_us(samples: &[UtilizationSample], known: Option<u64>) -> u64 {
+    let mut by_pid: Vec<(u32, u64)> = samples.iter().map(|s| (s.pid, s.time_us)).collect();
+    by_pid.sort_unstable();
+    by_pid.dedup();
+    let gap = by_pid
+        .windows(2)
+        .filter(|w| w[0].0 == w[1].0)
+        .map(|w| w[1].1 - w[0].1)
+        .filter(|&g| g >= MIN_SAMPLE_PERIOD_US)
+        .min();
+    match (gap, known) {
+        (Some(g), Some(p)) => g.min(p),
+        (Some(g), None) => g,
+        (None, Some(p)) => p,
+        (None, None) => DEFAULT_SAMPLE_PERIOD_US,
+    }
+    .clamp(MIN_SAMPLE_PERIOD_US, MAX_SAMPLE_PERIOD_US)
+}
+
+/// NVML's oldest per-process sample this much later than the previous
+/// look's newest: the samples in between may be lost (`sample_window_us`).
+pub const LOST_AFTER_US: u64 = 4_000_000;
+
+/// The window NVML's `samples`, taken after `last` (µs; 0: no look
+/// before), cover, as (start, end) µs: from `last` to the newest sample;
+/// but from the period before the oldest sample where there was no look
+/// before, or where that sample is more than `LOST_AFTER_US` after `last`:
+/// the driver keeps a bounded buffer, and after a long interval (an
+/// exporter scraped every 30 s) the periods before its oldest sample may
+/// be lost, not idle. None without samples.
+pub fn sample_window_us(
+    samples: &[UtilizationSample],
+    last: u64,
+    period: u64,
+) -> Option<(u64, u64)> {
+    let newest = samples.iter().map(|s| s.time_us).max()?;
+    let oldest = samples.iter().map(|s| s.time_us).min()?;
+    let start = if last == 0 || oldest > last.saturating_add(LOST_AFTER_US) {
+        oldest.saturating_sub(period)
+    } else {
+        last
+    };
+    Some((start.min(newest), newest))
+}
+
 /// The process listing the library has, newest first.
 #[derive(Clone, Copy)]
 enum Procs {
@@ -453,5 +515,59 @@ impl Drop for Nvml {
             (self.shutdown)();
             libc::dlclose(self.lib);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(pid: u32, time_us: u64) -> UtilizationSample {
+        UtilizationSample {
+            pid,
+            time_us,
+            sm: 50,
+        }
+    }
+
+    #[test]
+    fn the_sampling_period_is_the_shortest_gap_between_two_samples_of_one_process() {
+        let s = [
+            at(1, 1_000_000),
+            at(2, 1_100_000),
+            at(1, 1_200_000),
+            at(1, 1_600_000),
+        ];
+        assert_eq!(sample_period_us(&s, None), 200_000);
+        assert_eq!(sample_period_us(&s, Some(150_000)), 150_000);
+        assert_eq!(
+            sample_period_us(&[at(1, 5)], None),
+            DEFAULT_SAMPLE_PERIOD_US
+        );
+        // Two samples 1 ms apart are jitter, not a period.
+        assert_eq!(
+            sample_period_us(&[at(1, 0), at(1, 1_000)], Some(90_000)),
+            90_000
+        );
+    }
+
+    #[test]
+    fn a_window_starts_at_the_last_look_unless_samples_since_were_lost() {
+        let p = 200_000;
+        let s = [at(1, 10_200_000), at(1, 10_400_000)];
+        // Samples soon after the last look: from it.
+        assert_eq!(
+            sample_window_us(&s, 10_000_000, p),
+            Some((10_000_000, 10_400_000))
+        );
+        // Seconds of nothing, then samples: the buffer lost what was
+        // between; from the oldest sample's period.
+        assert_eq!(
+            sample_window_us(&s, 1_000_000, p),
+            Some((10_000_000, 10_400_000))
+        );
+        // No look before: the samples' own span.
+        assert_eq!(sample_window_us(&s, 0, p), Some((10_000_000, 10_400_000)));
+        assert_eq!(sample_window_us(&[], 7, p), None);
     }
 }

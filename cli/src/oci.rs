@@ -253,10 +253,25 @@ fn check_id(id: &str) -> Result<(), String> {
 }
 
 /// The quota file for a container's annotations; None without any
-/// `cuslice.io/` annotation.
+/// `cuslice.io/` annotation. GPU indices in `cuslice.io/gpus` are the
+/// host's (NVML's, as `nvidia-smi`, `--gpus device=` and CDI's
+/// `nvidia.com/gpu=<i>` number them): the file names those GPUs by UUID.
 pub fn quota_from_annotations(
     id: &str,
     ann: &BTreeMap<String, String>,
+) -> Result<Option<String>, String> {
+    quota_from_annotations_with(id, ann, &|| {
+        let gpus = crate::nvml::Nvml::open().and_then(|n| n.gpus())?;
+        Ok(gpus.into_iter().map(|g| (g.index, g.uuid)).collect())
+    })
+}
+
+/// [`quota_from_annotations`] with the host's GPUs (NVML index, UUID)
+/// listed by `host_gpus`, called once where `cuslice.io/gpus` names GPUs.
+pub fn quota_from_annotations_with(
+    id: &str,
+    ann: &BTreeMap<String, String>,
+    host_gpus: &dyn Fn() -> Result<Vec<(u32, String)>, String>,
 ) -> Result<Option<String>, String> {
     const KNOWN: [&str; 7] = [
         "cuslice.io/memory",
@@ -299,6 +314,7 @@ pub fn quota_from_annotations(
         latency,
     };
     let (top, limits) = crate::limits::to_toml(&given, &crate::limits::ANNOTATIONS)?;
+    let no_limit = limits.is_empty();
     let tenant = match get("cuslice.io/tenant") {
         Some(t) => t,
         None => format!("ctr-{}", &id[..id.len().min(24)]),
@@ -320,16 +336,55 @@ pub fn quota_from_annotations(
         }
         Some(list) => {
             let mut devices = Table::new();
+            // The host's GPUs, listed once, at the first entry that asks.
+            let mut listed: Option<Result<Vec<(u32, String)>, String>> = None;
             for g in list.split(',').map(str::trim) {
-                if g.parse::<u32>().is_err() && config::parse_uuid(g).is_err() {
-                    return Err(format!(
-                        "annotation cuslice.io/gpus={list:?}: expected all, or GPU indices or UUIDs separated by commas, got {g:?}"
-                    ));
-                }
-                // A table keeps one entry per key: the same GPU twice would
-                // otherwise pass unnoticed.
+                let host = listed.get_or_insert_with(host_gpus);
+                let uuid = if !g.is_empty() && g.bytes().all(|b| b.is_ascii_digit()) {
+                    // A host index: its UUID, so that the entry names the
+                    // same GPU whatever CUDA numbers it in the container
+                    // (and the watch, which goes by UUID, holds it too).
+                    let gpus = host.as_ref().map_err(|e| {
+                        format!(
+                            "annotation cuslice.io/gpus={list:?}: cannot find the UUID of host GPU {g} through NVML ({e}); give UUIDs instead"
+                        )
+                    })?;
+                    let found = g
+                        .parse::<u32>()
+                        .ok()
+                        .and_then(|i| gpus.iter().find(|(n, _)| *n == i));
+                    let Some((_, u)) = found else {
+                        return Err(format!(
+                            "annotation cuslice.io/gpus={list:?}: expected GPUs of this host, got {g:?} ({} GPUs listed by NVML)",
+                            gpus.len()
+                        ));
+                    };
+                    config::parse_uuid(u).map_err(|e| format!("NVML's GPU {g} UUID {u:?}: {e}"))?
+                } else {
+                    let u = config::parse_uuid(g).map_err(|_| {
+                        format!(
+                            "annotation cuslice.io/gpus={list:?}: expected all, or GPU indices or UUIDs separated by commas, got {g:?}"
+                        )
+                    })?;
+                    // Where NVML lists the host's GPUs, a UUID none of them
+                    // has would limit no GPU: refused. (Without NVML the
+                    // shim still says so in the container.)
+                    if let Ok(gpus) = host
+                        && !gpus
+                            .iter()
+                            .any(|(_, h)| config::parse_uuid(h).is_ok_and(|h| h == u))
+                    {
+                        return Err(format!(
+                            "annotation cuslice.io/gpus={list:?}: expected GPUs of this host, got {g:?} ({} GPUs listed by NVML)",
+                            gpus.len()
+                        ));
+                    }
+                    u
+                };
+                // A table keeps one entry per key: the same GPU twice (by
+                // index and by UUID, say) would otherwise pass unnoticed.
                 if devices
-                    .insert(g.to_string(), Value::Table(limits.clone()))
+                    .insert(config::format_uuid(&uuid), Value::Table(limits.clone()))
                     .is_some()
                 {
                     return Err(format!(
@@ -346,6 +401,14 @@ pub fn quota_from_annotations(
         &file,
         Path::new("annotations"),
     )?;
+    // A container marked for cuslice (the runtime's hook selector matches
+    // any cuslice.io/ annotation) but given no limit would run with the
+    // whole GPU under a quota file nothing inside can override.
+    if no_limit {
+        return Err(
+            "annotations: no limit among them (cuslice.io/memory, cuslice.io/compute or cuslice.io/compute-max): refusing to give the container an unlimited GPU".to_string(),
+        );
+    }
     Ok(Some(text))
 }
 
@@ -875,15 +938,64 @@ mod tests {
         assert_eq!(c.all.memory, Some(4 << 30));
         assert_eq!(c.all.compute, Some(30));
         assert_eq!(c.tenant.as_deref(), Some("ctr-abc123"));
-        let q = quota_from_annotations(
+        // Host GPUs 1 and 3 (as `--gpus device=1,3` gives them, CUDA's
+        // 0 and 1 inside): the file names them by UUID.
+        let q = quota_from_annotations_with(
             "x",
             &ann(&[("cuslice.io/memory", "1g"), ("cuslice.io/gpus", "1,3")]),
+            &host_gpus,
         )
         .expect("ok")
         .expect("some");
         let c = config::parse_file(Path::new("q"), &q).expect("parses");
-        assert_eq!(c.by_index.get(&3).and_then(|l| l.memory), Some(1 << 30));
+        assert!(c.by_index.is_empty(), "{q}");
+        for i in [1, 3] {
+            let u = config::parse_uuid(&host_uuid(i)).expect("uuid");
+            assert_eq!(c.by_uuid.get(&u).and_then(|l| l.memory), Some(1 << 30));
+        }
+        assert_eq!(c.by_uuid.len(), 2);
         assert_eq!(c.all.memory, None);
+        // An index the host lacks, or no NVML to map it, refuses the
+        // container; UUIDs need no NVML.
+        let gpus = |list: &str| ann(&[("cuslice.io/memory", "1g"), ("cuslice.io/gpus", list)]);
+        assert_eq!(
+            quota_from_annotations_with("x", &gpus("0,7"), &host_gpus),
+            Err("annotation cuslice.io/gpus=\"0,7\": expected GPUs of this host, got \"7\" (5 GPUs listed by NVML)".to_string())
+        );
+        let other = "GPU-99999999-1111-2222-3333-444444444444";
+        assert_eq!(
+            quota_from_annotations_with("x", &gpus(other), &host_gpus),
+            Err(format!(
+                "annotation cuslice.io/gpus={other:?}: expected GPUs of this host, got {other:?} (5 GPUs listed by NVML)"
+            ))
+        );
+        // Annotations that set no limit would give the container the
+        // whole GPU: refused.
+        for a in [
+            ann(&[("cuslice.io/tenant", "team-a")]),
+            ann(&[("cuslice.io/gpus", "0")]),
+            ann(&[("cuslice.io/latency", "false")]),
+        ] {
+            assert!(
+                quota_from_annotations_with("x", &a, &host_gpus)
+                    .expect_err("no limit")
+                    .starts_with("annotations: no limit among them"),
+                "{a:?}"
+            );
+        }
+        let no_nvml = || Err("libnvidia-ml.so.1: not found".to_string());
+        assert_eq!(
+            quota_from_annotations_with("x", &gpus("1"), &no_nvml),
+            Err("annotation cuslice.io/gpus=\"1\": cannot find the UUID of host GPU 1 through NVML (libnvidia-ml.so.1: not found); give UUIDs instead".to_string())
+        );
+        assert!(quota_from_annotations_with("x", &gpus(&host_uuid(2)), &no_nvml).is_ok());
+        // The same GPU by index and by UUID is the same GPU twice.
+        let both = format!("2,{}", host_uuid(2).to_uppercase().replace("GPU-", "gpu-"));
+        assert!(
+            quota_from_annotations_with("x", &gpus(&both), &host_gpus)
+                .expect_err("twice")
+                .ends_with("twice"),
+        );
         assert_eq!(
             quota_from_annotations("x", &ann(&[("io.kubernetes.pod", "p")])),
             Ok(None)
@@ -917,9 +1029,20 @@ mod tests {
         }
     }
 
+    /// A host's GPUs as NVML lists them: indices 0-3.
+    fn host_uuid(i: u32) -> String {
+        format!("GPU-0000000{i}-1111-2222-3333-444444444444")
+    }
+
+    fn host_gpus() -> Result<Vec<(u32, String)>, String> {
+        let mut l: Vec<(u32, String)> = (0..4).map(|i| (i, host_uuid(i))).collect();
+        l.push((4, "GPU-8f3c2a1e-5b7d-4c2e-9a1b-0c3d4e5f6a7b".to_string()));
+        Ok(l)
+    }
+
     #[test]
     fn the_quota_file_is_toml_whatever_the_values() {
-        let q = quota_from_annotations(
+        let q = quota_from_annotations_with(
             "abc",
             &ann(&[
                 ("cuslice.io/memory", "2g"),
@@ -932,6 +1055,7 @@ mod tests {
                 ),
                 ("cuslice.io/tenant", "team-a/svc"),
             ]),
+            &host_gpus,
         )
         .expect("ok")
         .expect("some");
@@ -946,7 +1070,8 @@ mod tests {
             compute: None,
             compute_max: Some(60),
         };
-        assert_eq!(c.by_index.get(&0), Some(&l));
+        let host0 = config::parse_uuid(&host_uuid(0)).expect("uuid");
+        assert_eq!(c.by_uuid.get(&host0), Some(&l));
         let uuid = config::parse_uuid("GPU-8f3c2a1e-5b7d-4c2e-9a1b-0c3d4e5f6a7b").expect("uuid");
         assert_eq!(c.by_uuid.get(&uuid), Some(&l));
         assert!(c.all.is_empty());
@@ -962,9 +1087,10 @@ mod tests {
                 "{e}"
             );
         }
-        let e = quota_from_annotations(
+        let e = quota_from_annotations_with(
             "x",
             &ann(&[("cuslice.io/memory", "1g"), ("cuslice.io/gpus", "1, 2,1")]),
+            &host_gpus,
         )
         .expect_err("twice");
         assert_eq!(

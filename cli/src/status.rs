@@ -36,7 +36,7 @@ use serde::Serialize;
 use crate::host::container::{ContainerMeta, META_FILE};
 use crate::host::run_dir;
 use crate::host::text::{self, LINE_MAX, clean};
-use crate::nvml::{GpuInfo, Nvml};
+use crate::nvml::{DeviceHandle, GpuInfo, Nvml, sample_period_us, sample_window_us};
 
 /// Where to look.
 #[derive(Debug, Clone)]
@@ -63,9 +63,12 @@ impl Sources {
         memory: Vec<PathBuf>,
         root: Option<PathBuf>,
     ) -> Sources {
-        let gpu_dirs = match gpu_dir
-            .or_else(|| std::env::var_os("CUSLICE_GPU_SEGMENT_DIR").map(PathBuf::from))
-        {
+        let gpu_dirs = match gpu_dir.or_else(|| {
+            // Empty counts as unset, as for the shim.
+            std::env::var_os("CUSLICE_GPU_SEGMENT_DIR")
+                .filter(|d| !d.is_empty())
+                .map(PathBuf::from)
+        }) {
             Some(d) => vec![d],
             // The hook's host directory (containers) and the local default.
             None => vec![
@@ -196,6 +199,10 @@ pub struct GpuView {
     /// The GPU segment (None: no tenant with a compute share uses it).
     pub segment: Option<String>,
     pub handovers: u64,
+    /// Why some tenant's upper bound could not be checked against NVML's
+    /// per-process time (None: every one was, or NVML is not there at all:
+    /// `Snapshot::nvml_error`).
+    pub process_time_error: Option<String>,
     pub tenants: Vec<TenantView>,
 }
 
@@ -234,11 +241,34 @@ pub struct TenantView {
     pub mode: Option<&'static str>,
     /// GPU time charged to it since it registered.
     pub gpu_time_seconds: Option<f64>,
+    /// `gpu_time_seconds` less what `gpu_percent` left out of the charge
+    /// (NVML's check of its upper bounds) over the intervals this observer
+    /// saw: a counter whose rate is `gpu_percent` (the exporter's
+    /// `cuslice_compute_gpu_seconds_total`).
+    pub gpu_seconds: Option<f64>,
     /// Time its processes waited for the GPU (summed over processes).
     pub throttled_seconds: Option<f64>,
     /// Its GPU time over the interval, percent of the interval: its share
-    /// of the GPU just now.
+    /// of the GPU just now. What it was charged (`charged_percent`), except
+    /// that the part charged as an upper bound (`unmeasured_percent`) counts
+    /// per process at most what NVML's per-process samples give that
+    /// process over the interval: alone on a GPU, nothing measures what a
+    /// process's kernels run, and a launch-bound loop is charged its wall
+    /// time in flight (25-33 % for ~4 % of kernel time); NVML's samples are
+    /// close to the truth there, and overstate a process only where the GPU
+    /// time-slices between processes (where the charge is measured).
     pub gpu_percent: Option<f64>,
+    /// GPU time charged to it over the interval, percent: what its share
+    /// and ceiling count.
+    pub charged_percent: Option<f64>,
+    /// Of `charged_percent`, what was charged as an upper bound: wall time
+    /// in flight of its processes while nothing measured their kernels.
+    pub unmeasured_percent: Option<f64>,
+    /// Of `gpu_percent`, what is still such an upper bound: NVML could not
+    /// check it (no NVML, no per-process samples, or no NVML process found
+    /// for the tenant's process; `GpuView::process_time_error` says why
+    /// where NVML failed).
+    pub unverified_percent: Option<f64>,
     /// Time its processes waited over the interval, percent of the interval
     /// (summed over processes: two waiting all along make 200).
     pub throttled_percent: Option<f64>,
@@ -288,6 +318,33 @@ struct GpuRead {
     handovers: u64,
     /// Each tenant with the PIDs of its live processes.
     tenants: Vec<(coregpu::TenantView, Vec<u32>)>,
+    /// The live process entries.
+    procs: Vec<ProcRead>,
+    /// NVML's time for the entries whose upper-bound charge grew since
+    /// the previous reading. Err: why NVML cannot say.
+    nvml: Result<NvmlTimes, String>,
+}
+
+/// NVML's per-process SM time over its own window: from its newest sample
+/// at the previous reading to its newest now.
+#[derive(Debug, Default)]
+struct NvmlTimes {
+    /// The window (ns; 0: no sample since, NVML says nothing yet).
+    window_ns: u64,
+    /// Per process entry (slot): the SM time of the process behind it
+    /// over the window (ns; absent: NVML lists no process found to be it).
+    by_slot: HashMap<usize, u64>,
+}
+
+/// A live process entry of a GPU segment.
+#[derive(Debug, Clone, Copy)]
+struct ProcRead {
+    slot: usize,
+    tenant: usize,
+    /// As the process sees itself.
+    pid: u32,
+    /// GPU time charged for it as an upper bound so far (`Proc::bound_ns`).
+    bound_ns: u64,
 }
 
 /// One memory segment, read.
@@ -323,6 +380,12 @@ pub struct Observer {
     /// What each tenant ran when last seen live (an ended tenant's row
     /// keeps it: its processes and files are gone).
     last_runs: HashMap<Key, String>,
+    /// Per GPU (UUID): NVML's newest per-process sample time stamp seen
+    /// (µs) and its sampling period (µs).
+    sampled: HashMap<String, (u64, u64)>,
+    /// Per tenant: what `gpu_percent` left out of its charge so far (ns;
+    /// see `TenantView::gpu_seconds`).
+    left_out: HashMap<Key, u64>,
 }
 
 fn file_id(p: &Path) -> Option<(u64, u64)> {
@@ -347,17 +410,19 @@ pub fn hostname() -> String {
 fn segment_owner(seg: &Path) -> (String, Option<ContainerMeta>, Option<String>) {
     let seg_dir = seg.parent().unwrap_or(Path::new("/"));
     let dir = seg_dir.parent();
+    // Beside a segment any user may have made (in /tmp, /dev/shm): read
+    // without following a link, never blocking on a FIFO, bounded.
     let tenant = dir
         .map(|d| d.join("quota.toml"))
         .and_then(|q| {
-            let text = std::fs::read_to_string(&q).ok()?;
+            let text = crate::host::fs::read_checked(&q, None, config::MAX_FILE_BYTES).ok()?;
             config::parse_file(&q, &text).ok()
         })
         .map(|c| c.tenant_name())
         .unwrap_or_else(|| config::default_tenant(seg_dir));
     let meta = dir
-        .and_then(|d| std::fs::read(d.join(META_FILE)).ok())
-        .and_then(|b| serde_json::from_slice::<ContainerMeta>(&b).ok());
+        .and_then(|d| crate::host::fs::read_checked(&d.join(META_FILE), None, 64 << 10).ok())
+        .and_then(|t| serde_json::from_str::<ContainerMeta>(&t).ok());
     // <root>/containers/<id>/segment/memory.seg: the hook's layout;
     // <root>/claims/<uid>/segment/memory.seg: a DRA claim's (all of the
     // claim's containers share it; its tenant is `namespace/name`).
@@ -399,14 +464,20 @@ fn claim_pods(dir: &Path) -> Vec<String> {
 fn read_gpu(path: &Path) -> Result<GpuRead, String> {
     let g = GpuSegment::open_read_only(path).map_err(|e| e.to_string())?;
     let mut pids: BTreeMap<usize, Vec<u32>> = BTreeMap::new();
+    let mut procs = vec![];
     for i in 0..MAX_PROCS {
         let Some(p) = g.proc_entry(i) else { break };
         // Liveness from the entry's lock, not from the counters: only the
         // shim sweeps dead processes, and observers write nothing.
         if p.state.load(Ordering::Acquire) != PROC_FREE && g.proc_alive(i) {
-            pids.entry(p.tenant.load(Ordering::Relaxed) as usize)
-                .or_default()
-                .push(p.pid.load(Ordering::Relaxed));
+            let r = ProcRead {
+                slot: i,
+                tenant: p.tenant.load(Ordering::Relaxed) as usize,
+                pid: p.pid.load(Ordering::Relaxed),
+                bound_ns: p.bound_ns.load(Ordering::Relaxed),
+            };
+            pids.entry(r.tenant).or_default().push(r.pid);
+            procs.push(r);
         }
     }
     Ok(GpuRead {
@@ -428,7 +499,23 @@ fn read_gpu(path: &Path) -> Result<GpuRead, String> {
                 (t, p)
             })
             .collect(),
+        procs,
+        nvml: Ok(NvmlTimes::default()),
     })
+    .and_then(|r| void_if_truncated(r, g.truncated(), path))
+}
+
+/// A reading of a segment that was truncated while it was read holds
+/// zeros where the file was: an error, not figures.
+fn void_if_truncated<T>(r: T, truncated: bool, path: &Path) -> Result<T, String> {
+    if truncated {
+        Err(format!(
+            "{}: the file was truncated while it was read",
+            path.display()
+        ))
+    } else {
+        Ok(r)
+    }
 }
 
 fn read_mem(path: &Path) -> Result<MemRead, String> {
@@ -473,6 +560,7 @@ fn read_mem(path: &Path) -> Result<MemRead, String> {
         })
         .collect();
     let (tenant, container, origin) = segment_owner(path);
+    void_if_truncated((), s.truncated(), path)?;
     Ok(MemRead {
         view: ContainerView {
             segment: clean(&path.display().to_string()),
@@ -491,11 +579,7 @@ fn read_mem(path: &Path) -> Result<MemRead, String> {
 /// open. A PID from another namespace (a container's) names another
 /// process here, or none, and is not taken for it.
 fn host_cmdline(pid: u32, files: &[(u64, u64)]) -> Option<String> {
-    let rd = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?;
-    let holds = rd
-        .flatten()
-        .any(|e| file_id(&e.path()).is_some_and(|f| files.contains(&f)));
-    if !holds {
+    if !holds_open(pid, files) {
         return None;
     }
     let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
@@ -505,6 +589,77 @@ fn host_cmdline(pid: u32, files: &[(u64, u64)]) -> Option<String> {
         .map(|a| String::from_utf8_lossy(a).into_owned())
         .collect();
     (!args.is_empty()).then(|| clean(&command_line(&args)))
+}
+
+/// Whether process `pid` of this PID namespace holds one of `files` open
+/// among its first `MAX_FDS` descriptors (the shim opens its segments
+/// early; a process that opens a million files costs a reading no more).
+fn holds_open(pid: u32, files: &[(u64, u64)]) -> bool {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|rd| {
+        rd.flatten()
+            .take(crate::watch::procfs::MAX_FDS)
+            .any(|e| file_id(&e.path()).is_some_and(|f| files.contains(&f)))
+    })
+}
+
+/// What entry `p` had charged as an upper bound at reading `before` (0:
+/// not there then, or another process in its slot).
+fn bound_before(before: &GpuRead, p: &ProcRead) -> u64 {
+    before
+        .procs
+        .iter()
+        .find(|q| q.slot == p.slot && q.pid == p.pid)
+        .map_or(0, |q| q.bound_ns.min(p.bound_ns))
+}
+
+/// A tenant's GPU time over an interval (ns): see `TenantView`.
+#[derive(Debug, Clone, Copy)]
+struct Times {
+    gpu: u64,
+    charged: u64,
+    unmeasured: u64,
+    unverified: u64,
+}
+
+/// Tenant `t`'s times between readings `before` and `g` of one GPU
+/// segment, `dt` ns apart, `charged` ns having been charged to it
+/// meanwhile: each of its processes' upper-bound charge counts at most
+/// NVML's time for it (over NVML's window, scaled to the interval: the
+/// samples come every ~1/6 s, and a window of whole periods keeps a
+/// saturating process at 100 % where the interval holds 2.5 of them).
+fn interval_times(
+    g: &GpuRead,
+    before: &GpuRead,
+    t: &coregpu::TenantView,
+    dt: u64,
+    charged: u64,
+) -> Times {
+    let (mut unmeasured, mut cut, mut unverified) = (0u64, 0u64, 0u64);
+    let nvml = g.nvml.as_ref().ok().filter(|n| n.window_ns > 0);
+    for p in g.procs.iter().filter(|p| p.tenant == t.index) {
+        let bound = p.bound_ns - bound_before(before, p);
+        unmeasured += bound;
+        let over_dt = nvml.and_then(|n| {
+            n.by_slot.get(&p.slot).map(|&ns| {
+                (u128::from(ns) * u128::from(dt) / u128::from(n.window_ns)).min(u128::from(dt))
+                    as u64
+            })
+        });
+        match over_dt {
+            Some(ns) => cut += bound.saturating_sub(ns),
+            None => unverified += bound,
+        }
+    }
+    // A process that ended meanwhile took its count along; what the
+    // entries say never exceeds what was charged.
+    let unmeasured = unmeasured.min(charged);
+    let cut = cut.min(unmeasured);
+    Times {
+        gpu: charged - cut,
+        charged,
+        unmeasured,
+        unverified: unverified.min(unmeasured - cut),
+    }
 }
 
 /// A command for display: the program's file name, then its arguments
@@ -562,10 +717,101 @@ impl Observer {
             live_before: HashSet::new(),
             ended: HashMap::new(),
             last_runs: HashMap::new(),
+            sampled: HashMap::new(),
+            left_out: HashMap::new(),
         }
     }
 
-    fn take(&self) -> Reading {
+    /// NVML's SM time over the interval since the previous reading of the
+    /// processes behind `g`'s entries whose upper-bound charge grew (see
+    /// `GpuRead::nvml_ns`). A process NVML lists is behind an entry if it
+    /// sees itself by the entry's PID, holds `g`'s segment open and, where
+    /// status knows memory segments of the entry's tenant (`mem_files`, by
+    /// tenant name), one of those; an entry two processes could be behind
+    /// (containers of one tenant each with its PID 1) is left unchecked.
+    fn nvml_times(
+        &mut self,
+        g: &GpuRead,
+        devices: &Result<Vec<DeviceHandle>, String>,
+        mem_files: &HashMap<String, Vec<(u64, u64)>>,
+    ) -> Result<NvmlTimes, String> {
+        let nvml = self.nvml.as_ref().map_err(Clone::clone)?;
+        let d = devices
+            .as_ref()
+            .map_err(Clone::clone)?
+            .iter()
+            .find(|d| d.uuid == g.uuid)
+            .ok_or_else(|| format!("NVML lists no GPU {}", g.uuid))?;
+        let seen = self.sampled.get(&g.uuid).copied();
+        let last = seen.map_or(0, |s| s.0);
+        let samples = nvml.process_utilization(d, last, 64)?;
+        let period = sample_period_us(&samples, seen.map(|s| s.1));
+        let newest = samples
+            .iter()
+            .map(|s| s.time_us)
+            .max()
+            .unwrap_or(0)
+            .max(last);
+        self.sampled.insert(g.uuid.clone(), (newest, period));
+        // The first look only finds where NVML's samples stand.
+        let Some(before) = seen
+            .filter(|_| last > 0)
+            .and(self.prev.as_ref())
+            .and_then(|p| p.gpus.iter().find(|x| x.uuid == g.uuid))
+        else {
+            return Ok(NvmlTimes::default());
+        };
+        let grew: Vec<&ProcRead> = g
+            .procs
+            .iter()
+            .filter(|p| p.bound_ns > bound_before(before, p))
+            .collect();
+        // Periods lost from NVML's buffer are not taken for idle: scaling
+        // what is there can only overstate a process, and an upper bound
+        // is never raised.
+        let window_ns = sample_window_us(&samples, last, period)
+            .map_or(0, |(a, b)| (b - a).saturating_mul(1000));
+        if grew.is_empty() || window_ns == 0 {
+            return Ok(NvmlTimes::default());
+        }
+        let mut busy: HashMap<u32, u64> = HashMap::new();
+        for s in &samples {
+            *busy.entry(s.pid).or_default() += u64::from(s.sm.min(100)) * period * 10;
+        }
+        let seg: Vec<(u64, u64)> = g.file.into_iter().collect();
+        // Each listed process with the PID it sees itself by.
+        let listed: Vec<(u32, Option<u32>)> = nvml
+            .processes(d, 64)?
+            .iter()
+            .map(|h| (h.pid, crate::host::proc::inner_pid(h.pid)))
+            .collect();
+        let mut out = HashMap::new();
+        for p in grew {
+            let mem = g
+                .tenants
+                .iter()
+                .find(|(t, _)| t.index == p.tenant)
+                .and_then(|(t, _)| mem_files.get(&t.name));
+            let behind: Vec<u32> = listed
+                .iter()
+                .filter(|&&(h, inner)| {
+                    inner == Some(p.pid)
+                        && holds_open(h, &seg)
+                        && mem.is_none_or(|m| holds_open(h, m))
+                })
+                .map(|&(h, _)| h)
+                .collect();
+            if let [h] = behind[..] {
+                out.insert(p.slot, busy.get(&h).copied().unwrap_or(0));
+            }
+        }
+        Ok(NvmlTimes {
+            window_ns,
+            by_slot: out,
+        })
+    }
+
+    fn take(&mut self) -> Reading {
         let mut errors = vec![];
         let mut gpu_files: Vec<PathBuf> = self
             .src
@@ -598,6 +844,19 @@ impl Observer {
             Ok(n) => n.gpus(),
             Err(e) => Err(e.clone()),
         };
+        let devices = match &self.nvml {
+            Ok(n) => n.devices(),
+            Err(e) => Err(e.clone()),
+        };
+        let mut mem_files: HashMap<String, Vec<(u64, u64)>> = HashMap::new();
+        for m in &mems {
+            if let Some(f) = m.file {
+                mem_files.entry(m.view.tenant.clone()).or_default().push(f);
+            }
+        }
+        for g in &mut gpus {
+            g.nvml = self.nvml_times(g, &devices, &mem_files);
+        }
         Reading {
             at: coregpu::monotonic_ns(),
             gpus,
@@ -654,15 +913,28 @@ impl Observer {
             let seg = r.gpus.iter().find(|g| g.uuid == uuid);
             let mut rows: BTreeMap<String, (TenantView, Vec<(u64, u64)>)> = BTreeMap::new();
             if let Some(g) = seg {
+                let gpu_before = prev.and_then(|p| p.gpus.iter().find(|x| x.uuid == uuid));
                 for (t, pids) in &g.tenants {
-                    let before = prev
-                        .and_then(|p| p.gpus.iter().find(|x| x.uuid == uuid))
+                    let before = gpu_before
                         .and_then(|x| x.tenants.iter().find(|(y, _)| y.name == t.name))
                         .map(|(y, _)| y);
                     let rate = |now_ns: u64, then_ns: u64| {
                         dt.filter(|_| now_ns >= then_ns)
                             .map(|d| 100.0 * (now_ns - then_ns) as f64 / d as f64)
                     };
+                    let times = before
+                        .zip(gpu_before)
+                        .zip(dt)
+                        .filter(|((b, _), _)| t.used_ns >= b.used_ns)
+                        .map(|((b, gb), d)| interval_times(g, gb, t, d, t.used_ns - b.used_ns));
+                    let pct = |ns: u64| dt.map(|d| 100.0 * ns as f64 / d as f64);
+                    let key = (uuid.clone(), t.name.clone());
+                    if before.is_some_and(|b| t.used_ns < b.used_ns) {
+                        // Its entry was taken afresh: so is the count.
+                        self.left_out.remove(&key);
+                    }
+                    let left_out = self.left_out.entry(key).or_default();
+                    *left_out += times.map_or(0, |x| x.charged - x.gpu);
                     let view = TenantView {
                         name: t.name.clone(),
                         live: false,
@@ -679,8 +951,12 @@ impl Observer {
                         class: Some(if t.latency { "latency" } else { "standard" }),
                         mode: Some(if t.heavy { "lease" } else { "free" }),
                         gpu_time_seconds: Some(secs(t.used_ns)),
+                        gpu_seconds: Some(secs(t.used_ns.saturating_sub(*left_out))),
                         throttled_seconds: Some(secs(t.throttled_ns)),
-                        gpu_percent: before.and_then(|b| rate(t.used_ns, b.used_ns)),
+                        gpu_percent: times.and_then(|x| pct(x.gpu)),
+                        charged_percent: times.and_then(|x| pct(x.charged)),
+                        unmeasured_percent: times.and_then(|x| pct(x.unmeasured)),
+                        unverified_percent: times.and_then(|x| pct(x.unverified)),
                         throttled_percent: before
                             .and_then(|b| rate(t.throttled_ns, b.throttled_ns)),
                         waiting: t.waiting,
@@ -713,8 +989,12 @@ impl Observer {
                             class: None,
                             mode: None,
                             gpu_time_seconds: None,
+                            gpu_seconds: None,
                             throttled_seconds: None,
                             gpu_percent: None,
+                            charged_percent: None,
+                            unmeasured_percent: None,
+                            unverified_percent: None,
                             throttled_percent: None,
                             waiting: 0,
                             last_active_seconds_ago: None,
@@ -805,11 +1085,26 @@ impl Observer {
                 utilization_percent: info.and_then(|g| g.utilization),
                 segment: seg.map(|g| clean(&g.path.display().to_string())),
                 handovers: seg.map_or(0, |g| g.handovers),
+                // Said where it matters: NVML is there (else `nvml_error`
+                // says why not) and some charge could not be checked.
+                process_time_error: seg
+                    .filter(|_| r.nvml.is_ok())
+                    .filter(|_| tenants.iter().any(|t| t.unverified_percent > Some(0.0)))
+                    .map(|g| match &g.nvml {
+                        Err(e) => e.clone(),
+                        Ok(n) if n.window_ns == 0 => {
+                            "NVML gave no new sample over the interval".into()
+                        }
+                        Ok(_) => "NVML lists no process found to be it (another PID \
+                                  namespace, or two candidates)"
+                            .into(),
+                    }),
                 tenants,
             });
         }
         // Forget tenants that are gone from the segments.
         self.ended.retain(|k, _| seen.contains(k));
+        self.left_out.retain(|k, _| seen.contains(k));
         self.last_runs.retain(|k, _| seen.contains(k));
         Snapshot {
             hostname: hostname(),

@@ -269,9 +269,16 @@ fn slice_end_to_end(via: Via, tag: &str, extra: &[&str]) {
             .find(|t| t["name"].as_str().is_some_and(|n| n.starts_with("ctr-")))?
             .clone();
         // One process: the earlier memtests of the script may still be
-        // leaving (a CI flake: `processes` 2 for a moment).
-        (t["live"] == true && t["memory_used_bytes"].as_u64()? >= 100 << 20 && t["processes"] == 1)
-            .then_some((v, g, t))
+        // leaving (a CI flake: `processes` 2 for a moment). Its share
+        // shown: status reads the GPU segments before the memory ones, so
+        // a reading can take the GPU segment just before the first
+        // process registered there and its memory just after (a CI
+        // flake on a loaded machine: share null).
+        (t["live"] == true
+            && t["memory_used_bytes"].as_u64()? >= 100 << 20
+            && t["processes"] == 1
+            && t["share_percent"].is_number())
+        .then_some((v, g, t))
     });
     let id = Command::new("podman")
         .args(["inspect", "--format", "{{.Id}}", &name])

@@ -104,6 +104,10 @@ fn bad_flags_are_refused_with_one_line() {
             "cuslice: --gpu \"zero\": expected GPU indices or UUIDs",
         ),
         (
+            vec!["run", "--gpu", "1, 01", "--", "true"],
+            "cuslice: --gpu \"1, 01\": expected each GPU once, got \"01\" twice",
+        ),
+        (
             vec![
                 "run",
                 "--compute-max",
@@ -144,6 +148,86 @@ fn bad_flags_are_refused_with_one_line() {
             "{args:?}: {err}"
         );
     }
+}
+
+#[test]
+fn nonsense_intervals_are_refused_not_clamped_or_panicked_on() {
+    for args in [
+        vec!["top", "--once", "--interval", "nan"],
+        vec!["top", "--once", "--interval=-5"],
+        vec!["status", "--interval=-1"],
+        vec!["status", "--interval", "inf"],
+        vec!["status", "--linger", "nan"],
+        vec!["exporter", "--linger=-1"],
+    ] {
+        let out = cuslice().args(&args).output().expect("run");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains("expected a number of seconds from") && !err.contains("panicked"),
+            "{args:?}: {err}"
+        );
+    }
+}
+
+#[test]
+fn limits_are_refused_where_a_mounted_quota_file_would_override_them() {
+    // Inside a cuslice container (or on a host with a host-wide file) the
+    // shim takes /etc/cuslice/quota.toml over anything `run` writes: run
+    // refuses, in a private mount namespace with such a file, rather than
+    // start the program under limits other than the ones asked for.
+    let script = format!(
+        "mount -t tmpfs cuslice-test /etc && mkdir /etc/cuslice && echo 'tenant = \"x\"' > /etc/cuslice/quota.toml && exec {} run --memory 1GiB -- true",
+        env!("CARGO_BIN_EXE_cuslice")
+    );
+    let out = with_env(Command::new("unshare"))
+        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+        .output()
+        .expect("unshare");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("cuslice: /etc/cuslice/quota.toml exists and is authoritative"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_segment_named_for_status_must_exist() {
+    for (args, want) in [
+        (
+            vec!["status", "--memory-segment", "/nonexistent/memory.seg"],
+            "cuslice: --memory-segment /nonexistent/memory.seg: no such file",
+        ),
+        (
+            vec!["exporter", "--memory-segment", "/nonexistent/memory.seg"],
+            "cuslice: --memory-segment /nonexistent/memory.seg: no such file",
+        ),
+    ] {
+        let out = cuslice().args(&args).output().expect("run");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(125), "{args:?}: {err}");
+        assert_eq!(err.trim_end(), want, "{args:?}");
+    }
+}
+
+#[test]
+fn the_gpu_list_reaches_cuda_without_spaces() {
+    let out = cuslice()
+        .args([
+            "run",
+            "--gpu",
+            " 1 , 0",
+            "--",
+            "sh",
+            "-c",
+            "echo \"$CUDA_VISIBLE_DEVICES\"",
+        ])
+        .output()
+        .expect("run");
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "1,0\n");
 }
 
 #[test]

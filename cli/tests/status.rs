@@ -177,6 +177,52 @@ fn status_json_reports_what_the_segments_hold() {
 }
 
 #[test]
+fn a_fifo_beside_a_planted_segment_does_not_hang_status() {
+    // Any user can make a run directory in /tmp, or /dev/shm/cuslice, with
+    // a valid segment and a FIFO where status looks for its quota file and
+    // container record: status reads them without blocking.
+    let f = fixture("fifo");
+    let run = f.dir.join("xdg").join("cuslice-run-1-0123456789abcdef");
+    drop(Segment::open_or_create(&run.join("segment").join("memory.seg")).expect("run seg"));
+    drop(Segment::open_or_create(&f.dir.join("local").join("memory.seg")).expect("local seg"));
+    for fifo in [
+        run.join("quota.toml"),
+        run.join("container.json"),
+        f.dir.join("quota.toml"),
+    ] {
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).expect("path");
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0, "{fifo:?}");
+    }
+    let mut child = cuslice(&f, &["status", "--json", "--interval", "0"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("status");
+    let t = std::time::Instant::now();
+    while child.try_wait().expect("wait").is_none() {
+        if t.elapsed() > std::time::Duration::from_secs(20) {
+            let _ = child.kill();
+            panic!("status hung on a FIFO");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().expect("output");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let segments: Vec<&str> = v["containers"]
+        .as_array()
+        .expect("containers")
+        .iter()
+        .filter_map(|c| c["segment"].as_str())
+        .collect();
+    assert!(
+        segments
+            .iter()
+            .any(|s| s.contains("cuslice-run-1-0123456789abcdef")),
+        "{v}"
+    );
+}
+
+#[test]
 fn a_corrupt_segment_is_reported_and_the_rest_still_shown() {
     let f = fixture("corrupt");
     std::fs::write(f.dir.join("gpu").join("GPU-bad.seg"), b"not a segment").expect("write");
@@ -242,6 +288,9 @@ fn exporter_serves_the_same_figures() {
             "cuslice_process_memory_used_bytes{{{gpu},tenant=\"alpha\",pid=\"4242\"}} 1073741824"
         ),
         format!("cuslice_compute_used_seconds_total{{{gpu},tenant=\"alpha\"}} 1.5"),
+        // Nothing of it was an upper bound: what its kernels ran is what
+        // it was charged.
+        format!("cuslice_compute_gpu_seconds_total{{{gpu},tenant=\"alpha\"}} 1.5"),
         format!("cuslice_compute_share_percent{{{gpu},tenant=\"beta\"}} 20"),
         format!("cuslice_compute_ceiling_percent{{{gpu},tenant=\"beta\"}} 50"),
         format!("cuslice_tenant_live{{{gpu},tenant=\"alpha\"}} 1"),
@@ -368,6 +417,7 @@ fn the_grafana_dashboard_asks_for_metrics_the_exporter_serves() {
     // The panels the dashboard is for.
     for want in [
         "cuslice_compute_used_seconds_total",
+        "cuslice_compute_gpu_seconds_total",
         "cuslice_compute_throttled_seconds_total",
         "cuslice_memory_used_bytes",
         "cuslice_memory_limit_bytes",
@@ -719,5 +769,172 @@ fn exporter_label_values_are_escaped_and_forge_no_line() {
     assert!(
         metrics.contains(r#"tenant="evil\\x1b[2J\\n  forged-tenant-row""#),
         "{metrics}"
+    );
+}
+
+/// `cuslice status --json` (or the table, `json` false) on `h`'s fake GPU
+/// over `interval` seconds, the tenant's memory segment `mem` given, NVML
+/// being `nvml` (the fake's, or a file that is not there).
+fn status_on(
+    h: &common::Host,
+    mem: &std::path::Path,
+    nvml: &std::path::Path,
+    json: bool,
+) -> String {
+    status_over(h, mem, nvml, json, "1.5", &[])
+}
+
+/// `status_on` over `interval` seconds, with `env` added.
+fn status_over(
+    h: &common::Host,
+    mem: &std::path::Path,
+    nvml: &std::path::Path,
+    json: bool,
+    interval: &str,
+    env: &[(&str, &str)],
+) -> String {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_cuslice"));
+    c.arg("status");
+    if json {
+        c.arg("--json");
+    }
+    c.envs(env.iter().copied());
+    let out = c
+        .args(["--interval", interval, "--gpu-dir"])
+        .arg(h.gpu_dir())
+        .arg("--memory-segment")
+        .arg(mem)
+        .env("CUSLICE_REAL_NVML", nvml)
+        .env("FAKE_CUDA_STATE", h.fake_state())
+        .env("XDG_RUNTIME_DIR", h.dir.join("xdg"))
+        .env("CUSLICE_SEGMENT_DIR", h.dir.join("local"))
+        .output()
+        .expect("status");
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The fake's launch-bound decode loop alone on `h`'s GPU for `seconds`
+/// (tenant `decode`, `compute = 50` and a memory quota, so that it has a
+/// memory segment), `env` added, once it registered and ran a moment.
+fn decode_alone(
+    h: &common::Host,
+    seconds: &str,
+    env: &[(&'static str, &str)],
+) -> std::process::Child {
+    let q = h.quota("decode", "", "compute = 50\nmemory = \"1GiB\"");
+    let decode = h.spawn(
+        "decode",
+        Some(&q),
+        &[seconds, "10000", "12", "4", "20000", "100000"],
+        env,
+    );
+    common::wait_for(
+        || "the decode loop never registered on the GPU".into(),
+        Duration::from_secs(20),
+        || (h.gpu_seg().exists() && h.mem_seg("decode").exists()).then_some(()),
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    decode
+}
+
+/// Tenant `name` of the first GPU of `status --json`'s output.
+fn tenant_in(text: &str, name: &str) -> serde_json::Value {
+    let v: serde_json::Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    v["gpus"][0]["tenants"]
+        .as_array()
+        .and_then(|a| a.iter().find(|t| t["name"] == name).cloned())
+        .unwrap_or_else(|| panic!("no tenant {name}: {v}"))
+}
+
+/// Alone on a GPU, nothing measures what a process's kernels run, and a
+/// launch-bound loop is charged its wall time in flight: the fake's decode
+/// loop (48 kernels of 20 us per request, one every 10 ms: 9.6 % of the
+/// time) is in flight ~40 % of it. Status showed that charge as its GPU %
+/// (a decode server alone read 25-33 % for ~4 % of kernel time on an H100);
+/// it now shows NVML's per-process time for that part, and where NVML is
+/// not there, says the figure is an upper bound.
+#[test]
+fn status_shows_a_launch_bound_loop_alone_its_kernels_time_not_its_time_in_flight() {
+    let e = common::env();
+    let h = common::Host::new("status", "decode-alone");
+    let mut decode = decode_alone(&h, "7", &[]);
+    let fake_nvml = e.fake.join("libnvidia-ml.so.1");
+    let no_nvml = h.dir.join("no-such-libnvidia-ml.so.1");
+    let with = status_on(&h, &h.mem_seg("decode"), &fake_nvml, true);
+    let without = status_on(&h, &h.mem_seg("decode"), &no_nvml, true);
+    let table = status_on(&h, &h.mem_seg("decode"), &no_nvml, false);
+    let _ = decode.kill();
+    let _ = decode.wait();
+    let f =
+        |t: &serde_json::Value, k: &str| t[k].as_f64().unwrap_or_else(|| panic!("no {k} in {t}"));
+    let t = tenant_in(&with, "decode");
+    // Charged its time in flight, all of it an upper bound...
+    assert!(f(&t, "charged_percent") >= 20.0, "{t}");
+    assert!(
+        f(&t, "unmeasured_percent") >= f(&t, "charged_percent") - 1.0,
+        "{t}"
+    );
+    // ...shown as what its kernels ran, checked against NVML.
+    assert!(
+        (2.0..=9.6 + 5.0).contains(&f(&t, "gpu_percent")),
+        "GPU % {} for kernels 9.6 % of the time: {t}",
+        f(&t, "gpu_percent")
+    );
+    assert_eq!(f(&t, "unverified_percent"), 0.0, "{t}");
+    // The counter whose rate is GPU % left the difference out.
+    let interval =
+        serde_json::from_str::<serde_json::Value>(&with).expect("json")["interval_seconds"]
+            .as_f64()
+            .expect("interval");
+    let left_out = 100.0 * (f(&t, "gpu_time_seconds") - f(&t, "gpu_seconds")) / interval;
+    let want = f(&t, "charged_percent") - f(&t, "gpu_percent");
+    assert!(
+        (left_out - want).abs() < 0.5,
+        "left out {left_out:.2} %, want {want:.2} %: {t}"
+    );
+    // Without NVML: the charge, said to be an upper bound.
+    let t = tenant_in(&without, "decode");
+    assert!(f(&t, "gpu_percent") >= 20.0, "{t}");
+    assert!(
+        f(&t, "unverified_percent") >= f(&t, "gpu_percent") - 1.0,
+        "{t}"
+    );
+    let row = table
+        .lines()
+        .find(|l| l.trim_start().starts_with("decode "))
+        .unwrap_or_else(|| panic!("no row of decode:\n{table}"));
+    assert!(
+        row.contains(" <"),
+        "the upper bound is not marked:\n{table}"
+    );
+    assert!(
+        table.contains("<: at most: wall time in flight that nothing measured"),
+        "no legend:\n{table}"
+    );
+}
+
+/// NVML keeps a bounded buffer of per-process samples (the fake: 32
+/// periods): over a long interval (an exporter scraped every 30 s) its
+/// start is gone, and counted as idle it would show a busy process a
+/// fraction of what it ran. Where the oldest sample is seconds after the
+/// previous reading, status scales what is there instead.
+#[test]
+fn status_over_an_interval_longer_than_nvmls_buffer_does_not_take_lost_samples_for_idle() {
+    let e = common::env();
+    let h = common::Host::new("status", "decode-long");
+    // 50 ms periods: the fake keeps 1.6 s of samples.
+    let sample = [("FAKE_NVML_SAMPLE_MS", "50")];
+    let mut decode = decode_alone(&h, "12", &sample);
+    let fake_nvml = e.fake.join("libnvidia-ml.so.1");
+    let out = status_over(&h, &h.mem_seg("decode"), &fake_nvml, true, "7", &sample);
+    let _ = decode.kill();
+    let _ = decode.wait();
+    let t = tenant_in(&out, "decode");
+    let gpu = t["gpu_percent"].as_f64().unwrap_or_else(|| panic!("{t}"));
+    // Lost periods taken for idle: 1.6 s of 7 counted, ~2 %.
+    assert!(
+        (9.6 - 5.0..=9.6 + 5.0).contains(&gpu),
+        "GPU % {gpu} for kernels 9.6 % of the time: {t}"
     );
 }

@@ -275,6 +275,31 @@ fn session(h: &Host, limits: &[&str], script: &str) -> Proc {
     Proc::spawn(c, "cuslice run")
 }
 
+/// A session with a memory quota and a compute share (so a memory
+/// segment and a tenant entry in the GPU segment), holding 100 MiB: the
+/// session and its run process's PID.
+fn holding_session(h: &Host) -> (Proc, u32) {
+    let s = session(
+        h,
+        &["--memory", "1GiB", "--compute", "40"],
+        "$M hold 104857600 & echo P $!; wait",
+    );
+    s.pid("P");
+    s.line("R held");
+    let run = s.child.id();
+    (s, run)
+}
+
+/// The GPU segment of this host's fake GPU.
+fn gpu_segment_file(h: &Host) -> PathBuf {
+    std::fs::read_dir(h.gpu_dir())
+        .expect("gpu dir")
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "seg"))
+        .expect("a GPU segment")
+}
+
 fn seg_used(p: &Path) -> u64 {
     let s = Segment::open_read_only(p).expect("segment");
     s.device_usage(0).map_or(0, |u| u.used)
@@ -557,14 +582,7 @@ fn tampered_segments_are_reported_and_restored_within_two_intervals() {
     let h = Host::new("tamper");
     // A session with a memory quota and a compute share: it has a memory
     // segment and a tenant entry in the GPU segment.
-    let s = session(
-        &h,
-        &["--memory", "1GiB", "--compute", "40"],
-        "$M hold 104857600 & echo P $!; wait",
-    );
-    s.pid("P");
-    s.line("R held");
-    let run = s.child.id();
+    let (_s, run) = holding_session(&h);
     let watch = h.watch("");
     // The quota raised in the memory segment.
     let seg = Segment::open_existing(&run_seg(&h, run)).expect("segment");
@@ -645,12 +663,7 @@ fn tampered_segments_are_reported_and_restored_within_two_intervals() {
     );
     d0.uuid[3].store(w, Release);
     // Its share raised in the GPU segment, while the watch reports only.
-    let gpu_seg = std::fs::read_dir(h.gpu_dir())
-        .expect("gpu dir")
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| p.extension().is_some_and(|x| x == "seg"))
-        .expect("a GPU segment");
+    let gpu_seg = gpu_segment_file(&h);
     let g = GpuSegment::open_existing(&gpu_seg).expect("gpu segment");
     let name = format!("run-{run}");
     let idx = g
@@ -693,6 +706,58 @@ fn tampered_segments_are_reported_and_restored_within_two_intervals() {
                 .lines()
                 .any(|l| l.starts_with("cuslice watch: GPU segment ") && l.ends_with(": restored"))
                 .then_some(())
+        },
+    );
+}
+
+#[test]
+fn a_tenant_truncating_the_segments_the_watch_maps_does_not_stop_the_watch() {
+    // Any tenant can write (so truncate) its slice's memory segment and
+    // the GPU segment it shares: a page of a mapping past the file's new
+    // end raises SIGBUS in whoever touches it, the root watch included.
+    let h = Host::new("truncate");
+    let (_s, run) = holding_session(&h);
+    let mut watch = h.watch("");
+    let gpu_seg = gpu_segment_file(&h);
+    // Mapped by the watch since its first pass.
+    let passes = || h.state().and_then(|s| s["passes"].as_u64()).unwrap_or(0);
+    let p0 = passes();
+    common::wait_for(
+        || format!("no second pass:\n{}", watch.text()),
+        TWO_INTERVALS,
+        || (passes() > p0).then_some(()),
+    );
+    for p in [run_seg(&h, run), gpu_seg.clone()] {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&p)
+            .and_then(|f| f.set_len(0))
+            .expect("truncate");
+    }
+    let p1 = passes();
+    common::wait_for(
+        || format!("the watch stopped passing after {p1}:\n{}", watch.text()),
+        Duration::from_millis(4 * INTERVAL_MS + 2000),
+        || (passes() >= p1 + 3).then_some(()),
+    );
+    assert!(
+        watch.child.try_wait().expect("wait").is_none(),
+        "the watch ended:\n{}",
+        watch.text()
+    );
+    // The truncated GPU segment is said to be unreadable, by its path.
+    let shown = gpu_seg.display().to_string();
+    common::wait_for(
+        || format!("no line naming {shown}:\n{}", watch.text()),
+        TWO_INTERVALS,
+        || {
+            watch
+                .text()
+                .lines()
+                .find(|l| {
+                    l.contains(&shown) && (l.contains("truncated") || l.contains(" is 0 bytes"))
+                })
+                .map(str::to_string)
         },
     );
 }
@@ -1471,7 +1536,7 @@ const SUSTAINED: Duration = Duration::from_millis(3 * INTERVAL_MS + 250);
 const CEILING_SUSTAINED: Duration = Duration::from_millis((8 + 3) * INTERVAL_MS + 250);
 
 /// What either finding of a tenant over its ceiling or share says.
-const OVER: &str = "% (+10 points)";
+const OVER: &str = "% (+10 points";
 
 #[test]
 fn a_tenant_alone_over_its_ceiling_is_found_over_two_cycles_of_its_burst() {
@@ -1488,7 +1553,7 @@ fn a_tenant_alone_over_its_ceiling_is_found_over_two_cycles_of_its_burst() {
     let (_, t) = o.line("ATTACK noshim holding 1048576 bytes");
     let f = h.finding(
         "compute",
-        "> ceiling 30% (+10 points)",
+        "> ceiling 30% (+10 points, +",
         CEILING_SUSTAINED,
         &w,
     );

@@ -4,3 +4,4 @@ pub mod config;
 pub mod gpu;
 pub mod segment;
 pub mod shm;
+pub mod sigbus;

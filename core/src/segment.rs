@@ -509,6 +509,12 @@ impl Segment {
     pub fn raw_fd(&self) -> i32 {
         self.shm.raw_fd()
     }
+
+    /// True once the file was truncated under this mapping: what was read
+    /// from it since is void (see [`crate::sigbus`]).
+    pub fn truncated(&self) -> bool {
+        self.shm.truncated()
+    }
 }
 
 /// Guard of a device admission lock.

@@ -59,6 +59,9 @@ const LOCK_BASE: i64 = 1 << 40;
 const NO_SLOT: usize = usize::MAX;
 
 pub struct Shm {
+    /// The mapping's slot among those [`crate::sigbus`] guards (None: the
+    /// guard is off in this process).
+    guard: Option<usize>,
     base: *mut u8,
     size: usize,
     fd: i32,
@@ -88,6 +91,9 @@ unsafe impl Sync for Shm {}
 
 impl Drop for Shm {
     fn drop(&mut self) {
+        if let Some(i) = self.guard {
+            crate::sigbus::unregister(i);
+        }
         // SAFETY: base/size is our mapping; fd is ours.
         unsafe {
             libc::munmap(self.base.cast(), self.size);
@@ -251,7 +257,16 @@ impl Shm {
         // shim), so they get no copy of the mapping.
         // SAFETY: advice on the mapping we just made.
         unsafe { libc::madvise(p, size, libc::MADV_DONTFORK) };
+        let guard = match crate::sigbus::register(p as usize, size) {
+            Ok(g) => g,
+            Err(e) => {
+                // SAFETY: the mapping we just made, owned by nobody yet.
+                unsafe { libc::munmap(p, size) };
+                return Err(SegmentError(format!("{}: {e}", path.display())));
+            }
+        };
         Ok(Shm {
+            guard,
             base: p.cast(),
             size,
             fd,
@@ -513,6 +528,13 @@ impl Shm {
         // SAFETY: unlocking our fd.
         unsafe { libc::flock(self.fd, libc::LOCK_UN) };
         r
+    }
+
+    /// True once the file was truncated under this mapping and the
+    /// mapping was swapped for zero pages ([`crate::sigbus`], on in the
+    /// host's commands only): what was read from it since is void.
+    pub fn truncated(&self) -> bool {
+        self.guard.is_some_and(crate::sigbus::hit)
     }
 
     /// The fd, for a fork child that must not keep its parent's locks alive.

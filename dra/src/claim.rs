@@ -118,10 +118,15 @@ pub struct Slice {
     pub compute: u8,
 }
 
+/// The main request of a result's `request` (`main` or `main/sub`).
+pub fn base_request(request: &str) -> &str {
+    request.split('/').next().unwrap_or(request)
+}
+
 /// Whether `request` (a result's `request`, `main` or `main/sub`) is one
 /// of `requests` (a configuration's, naming `main` or `main/sub`).
 fn applies(requests: &[String], request: &str) -> bool {
-    let main = request.split('/').next().unwrap_or(request);
+    let main = base_request(request);
     requests.is_empty() || requests.iter().any(|r| r == request || r == main)
 }
 

@@ -50,11 +50,15 @@ use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
-use crate::claim::{self, Allocation, ClaimRef, Driver};
+use crate::claim::{self, Allocation, ClaimRef, Driver, base_request};
 use crate::gpus::Gpu;
 
 /// The CDI kind of the per-claim specs.
 pub const CDI_KIND: &str = "cuslice.io/claim";
+
+/// The CDI version of a claim's spec: the first that allows a device name
+/// starting with a digit (see [`Node::cdi_spec`]).
+pub const CDI_VERSION: &str = "0.5.0";
 
 /// Where things are.
 #[derive(Debug, Clone)]
@@ -247,7 +251,7 @@ impl Node {
             .join(format!("cuslice.io-claim_{uid}.json"))
     }
 
-    /// The CDI spec for a prepared claim.
+    /// The CDI spec for a prepared claim (version [`CDI_VERSION`]).
     pub fn cdi_spec(&self, uid: &str, gpu: &Gpu) -> serde_json::Value {
         let hook = |stage: &str, name: &str| {
             let mut args = vec![
@@ -273,9 +277,12 @@ impl Node {
         .into_iter()
         .map(|p| serde_json::json!({ "path": p }))
         .collect();
-        // 0.3.0: what podman 4.3's CDI library reads (cli's spec too).
+        // 0.5.0: the device is named by the claim's UID, which starts with
+        // a digit 10 times in 16, and CDI allows such a name from 0.5.0 on
+        // (containerd's and CRI-O's CDI libraries drop an older spec that
+        // has one); podman 4.3's library reads up to 0.5.0.
         serde_json::json!({
-            "cdiVersion": "0.3.0",
+            "cdiVersion": CDI_VERSION,
             "kind": CDI_KIND,
             "devices": [{
                 "name": uid,
@@ -299,7 +306,11 @@ impl Node {
         check_uid(&c.uid)?;
         let s = claim::slice(c, alloc, &self.cfg.driver, gpus)?;
         let devices = vec![PreparedDevice {
-            request_names: vec![s.device.request.clone()],
+            // The request a container names (`resources.claims[].request`)
+            // is a main one: the kubelet hands a container the devices
+            // whose names hold it, so a subrequest of a prioritized list
+            // (`gpu/small`) goes by its main request's name (`gpu`).
+            request_names: vec![base_request(&s.device.request).to_string()],
             pool_name: s.device.pool.clone(),
             device_name: s.device.device.clone(),
             cdi_device_ids: vec![format!("{CDI_KIND}={}", c.uid)],
@@ -470,6 +481,34 @@ mod tests {
     }
 
     #[test]
+    fn a_subrequests_device_goes_by_its_main_request_and_a_uid_with_a_leading_digit_gets_a_valid_spec()
+     {
+        // A prioritized list's result names `gpu/small`; the container
+        // names `gpu`, and the kubelet matches that against request_names.
+        let t = tempfile::tempdir().expect("tmp");
+        let n = Node::open(config(t.path())).expect("open");
+        let uid = "7e3a1111-2222-4333-8444-555555555555";
+        let mut a = alloc("gpu-1", "16Gi", "20");
+        a.devices[0].request = "gpu/small".into();
+        a.config[0].requests = vec!["gpu/small".into()];
+        let d = n.prepare(&claim(uid), &a, &gpus()).expect("prepared");
+        assert_eq!(d[0].request_names, vec!["gpu".to_string()]);
+        // CDI allows a device name that starts with a digit from 0.5.0 on
+        // (container-device-interface's requiresV050); runtimes drop an
+        // older spec with one.
+        let spec = n.cdi_spec(uid, &gpus()[1]);
+        let name = spec["devices"][0]["name"].as_str().expect("name");
+        assert!(name.starts_with(|c: char| c.is_ascii_digit()));
+        let version: Vec<u32> = spec["cdiVersion"]
+            .as_str()
+            .expect("version")
+            .split('.')
+            .map(|p| p.parse().expect("number"))
+            .collect();
+        assert!(version >= vec![0, 5, 0], "{spec}");
+    }
+
+    #[test]
     fn prepare_writes_the_claims_files_and_unprepare_removes_them() {
         let t = tempfile::tempdir().expect("tmp");
         let n = Node::open(config(t.path())).expect("open");
@@ -519,7 +558,7 @@ mod tests {
         assert_eq!(
             spec,
             serde_json::json!({
-                "cdiVersion": "0.3.0",
+                "cdiVersion": "0.5.0",
                 "kind": "cuslice.io/claim",
                 "devices": [{
                     "name": uid,

@@ -2,13 +2,17 @@
 //! server, and keeping it current.
 //!
 //! - At start, and then every `REFRESH` (a GPU that vanished or came back
-//!   changes the slice), the plugin reads its GPUs and applies the slice
-//!   with server-side apply (field manager `cuslice-dra-plugin`, forced: the
-//!   slice is this plugin's alone).
+//!   changes the slice; the kubelet deletes the node's slices when it
+//!   starts and 30 s after it loses the plugin), the plugin reads its GPUs
+//!   and the slice the API server has, and where they differ applies the
+//!   slice with server-side apply (field manager `cuslice-dra-plugin`,
+//!   forced: the slice is this plugin's alone). Devices are compared as
+//!   the API server keeps them: quantities by value, and without the
+//!   consumable-capacity fields where its `DRAConsumableCapacity` gate is
+//!   off (said once: no claim gets a share of a GPU then).
 //! - The pool's generation goes up by one whenever the devices change (the
 //!   scheduler trusts the slice of the highest generation in a pool), and
-//!   stays put when nothing changed (applying the same slice again is a
-//!   no-op for the API server).
+//!   stays put when nothing changed.
 //! - The slice is owned by its Node (an ownerReference with the Node's
 //!   UID), so that deleting the node deletes its slice. A Node that cannot
 //!   be read leaves the slice without an owner, said once.
@@ -28,8 +32,10 @@ use crate::gpus::Gpu;
 
 /// The field manager of the plugin's server-side applies.
 pub const FIELD_MANAGER: &str = "cuslice-dra-plugin";
-/// How often the slice is checked against the node's GPUs.
-pub const REFRESH: std::time::Duration = std::time::Duration::from_secs(60);
+/// How often the slice is checked against the node's GPUs (a GET; an
+/// apply only where it differs): also how long a slice the kubelet wiped
+/// (at its start, or 30 s after it lost the plugin) stays missing.
+pub const REFRESH: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Where ResourceSlices go.
 #[tonic::async_trait]
@@ -80,6 +86,68 @@ impl SliceSink for Kube {
 /// Whether the missing owner was said.
 static SAID: AtomicBool = AtomicBool::new(false);
 
+/// Whether the feature gate that is off was said.
+static GATE_SAID: AtomicBool = AtomicBool::new(false);
+
+/// Whether the API server kept `s`'s devices without the field that
+/// consumable capacity adds (every device the plugin publishes has it).
+fn lacks_consumable_capacity(s: &ResourceSlice) -> bool {
+    s.spec
+        .devices
+        .as_ref()
+        .is_some_and(|d| !d.is_empty() && d.iter().all(|d| d.allow_multiple_allocations.is_none()))
+}
+
+/// `devices` as JSON for comparison: each capacity's quantities as whole
+/// numbers (`16Gi` and `17179869184` alike), and with `strip`, without
+/// `allowMultipleAllocations` and the request policies.
+fn comparable(
+    devices: &Option<Vec<k8s_openapi::api::resource::v1::Device>>,
+    strip: bool,
+) -> serde_json::Value {
+    fn canon(v: &mut serde_json::Value) {
+        if let Some(s) = v.as_str()
+            && let Ok(n) = crate::quantity::parse_whole(s)
+        {
+            *v = serde_json::Value::String(n.to_string());
+        }
+    }
+    let mut v = serde_json::to_value(devices).unwrap_or_default();
+    for d in v.as_array_mut().into_iter().flatten() {
+        let Some(d) = d.as_object_mut() else { continue };
+        if strip {
+            d.remove("allowMultipleAllocations");
+        }
+        let Some(caps) = d.get_mut("capacity").and_then(|c| c.as_object_mut()) else {
+            continue;
+        };
+        for cap in caps.values_mut() {
+            let Some(cap) = cap.as_object_mut() else {
+                continue;
+            };
+            if strip {
+                cap.remove("requestPolicy");
+            }
+            if let Some(value) = cap.get_mut("value") {
+                canon(value);
+            }
+            let Some(p) = cap.get_mut("requestPolicy") else {
+                continue;
+            };
+            if let Some(x) = p.get_mut("default") {
+                canon(x);
+            }
+            if let Some(r) = p.get_mut("validRange").and_then(|r| r.as_object_mut()) {
+                r.values_mut().for_each(canon);
+            }
+            if let Some(vs) = p.get_mut("validValues").and_then(|v| v.as_array_mut()) {
+                vs.iter_mut().for_each(canon);
+            }
+        }
+    }
+    v
+}
+
 /// What a publish did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Published {
@@ -102,7 +170,11 @@ pub async fn publish(
     let (generation, changed) = match &old {
         None => (1, true),
         Some(o) => {
-            let same = o.spec.devices == slice.spec.devices
+            // As the API server keeps them: quantities in its canonical
+            // form, and without the consumable-capacity fields where its
+            // feature gate is off (else every round would count a change).
+            let strip = lacks_consumable_capacity(o);
+            let same = comparable(&o.spec.devices, strip) == comparable(&slice.spec.devices, strip)
                 && o.spec.driver == slice.spec.driver
                 && o.spec.node_name == slice.spec.node_name
                 && o.spec.pool.name == slice.spec.pool.name;
@@ -111,17 +183,29 @@ pub async fn publish(
         }
     };
     slice.spec.pool.generation = generation;
-    match sink.node_uid(node).await {
-        Ok(uid) => {
-            slice.metadata.owner_references = Some(vec![OwnerReference {
+    // The owner as the slice there has it, when it names this Node: no GET
+    // of the Node each round.
+    let owned = old.as_ref().and_then(|o| {
+        o.metadata
+            .owner_references
+            .clone()
+            .filter(|r| r.iter().any(|r| r.kind == "Node" && r.name == node))
+    });
+    let uid = match owned {
+        Some(refs) => Ok(refs),
+        None => sink.node_uid(node).await.map(|uid| {
+            vec![OwnerReference {
                 api_version: "v1".into(),
                 kind: "Node".into(),
                 name: node.into(),
                 uid,
                 controller: Some(true),
                 block_owner_deletion: None,
-            }])
-        }
+            }]
+        }),
+    };
+    match uid {
+        Ok(refs) => slice.metadata.owner_references = Some(refs),
         Err(e) => {
             // Kept from the slice already there, if it had one.
             slice.metadata.owner_references = old
@@ -134,7 +218,19 @@ pub async fn publish(
             }
         }
     }
-    sink.apply(&slice).await?;
+    // Applied only where something differs: a round that finds the slice
+    // as it should be costs the API server one GET.
+    let stored = match &old {
+        Some(o) if !changed && o.metadata.owner_references == slice.metadata.owner_references => {
+            o.clone()
+        }
+        _ => sink.apply(&slice).await?,
+    };
+    if lacks_consumable_capacity(&stored) && !GATE_SAID.swap(true, Ordering::Relaxed) {
+        eprintln!(
+            "cuslice-dra-plugin: the API server stored ResourceSlice {name} without allowMultipleAllocations and requestPolicy: its DRAConsumableCapacity feature gate is off (alpha in Kubernetes 1.34 and 1.35, see docs/kubernetes.md); no claim of this driver gets a slice of a GPU until it is on"
+        );
+    }
     Ok(if changed {
         Published::Changed { generation }
     } else {

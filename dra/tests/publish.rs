@@ -52,6 +52,57 @@ struct State {
     seen: Vec<Seen>,
     /// Whether GET nodes answers (else 403, as without the RBAC rule).
     node_readable: bool,
+    /// Whether the API server's DRAConsumableCapacity gate is off: it
+    /// drops allowMultipleAllocations and requestPolicy.
+    gate_off: bool,
+}
+
+/// A plain number as the API server writes a decimal quantity back: in
+/// its canonical form, with the largest power of 1000 as a suffix
+/// (`1073741824000` as `1073741824k`).
+fn canonical(v: &mut serde_json::Value) {
+    let Some(mut n) = v.as_str().and_then(|s| s.parse::<u64>().ok()) else {
+        return;
+    };
+    let mut e = 0;
+    while n != 0 && n % 1000 == 0 && e < 6 {
+        n /= 1000;
+        e += 1;
+    }
+    *v = format!("{n}{}", ["", "k", "M", "G", "T", "P", "E"][e]).into();
+}
+
+/// What an API server keeps of an applied slice: quantities in canonical
+/// form, and without the consumable-capacity fields where the gate is off.
+fn as_kept(v: &mut serde_json::Value, gate_off: bool) {
+    for d in v["spec"]["devices"].as_array_mut().into_iter().flatten() {
+        let d = d.as_object_mut().expect("device");
+        if gate_off {
+            d.remove("allowMultipleAllocations");
+        }
+        for cap in d
+            .get_mut("capacity")
+            .and_then(|c| c.as_object_mut())
+            .into_iter()
+            .flat_map(|c| c.values_mut())
+        {
+            let cap = cap.as_object_mut().expect("capacity");
+            if gate_off {
+                cap.remove("requestPolicy");
+            }
+            if let Some(x) = cap.get_mut("value") {
+                canonical(x);
+            }
+            if let Some(p) = cap.get_mut("requestPolicy") {
+                if let Some(x) = p.get_mut("default") {
+                    canonical(x);
+                }
+                if let Some(r) = p.get_mut("validRange").and_then(|r| r.as_object_mut()) {
+                    r.values_mut().for_each(canonical);
+                }
+            }
+        }
+    }
 }
 
 fn status(code: u16, reason: &str, message: &str) -> (u16, serde_json::Value) {
@@ -85,6 +136,7 @@ fn answer(st: &Mutex<State>, method: &str, path: &str, body: &[u8]) -> (u16, ser
                 Err(e) => return status(400, "BadRequest", &e.to_string()),
             };
             v["metadata"]["uid"] = "slice-uid".into();
+            as_kept(&mut v, st.gate_off);
             st.slices.insert(name.to_string(), v.clone());
             (200, v)
         }
@@ -94,8 +146,13 @@ fn answer(st: &Mutex<State>, method: &str, path: &str, body: &[u8]) -> (u16, ser
 
 /// Starts the fake API server; returns a kube client for it and its state.
 async fn api_server(node_readable: bool) -> (kube::Client, Arc<Mutex<State>>) {
+    api_server_with(node_readable, false).await
+}
+
+async fn api_server_with(node_readable: bool, gate_off: bool) -> (kube::Client, Arc<Mutex<State>>) {
     let state = Arc::new(Mutex::new(State {
         node_readable,
+        gate_off,
         ..State::default()
     }));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -242,6 +299,57 @@ async fn the_node_slice_is_applied_owned_by_its_node_and_its_generation_follows_
     assert_eq!(s.spec.devices.as_ref().expect("devices").len(), 1);
     let r = publish::publish(&sink, DRIVER, NODE, &all).await;
     assert_eq!(r, Ok(Published::Changed { generation: 3 }));
+}
+
+fn patches(state: &Mutex<State>) -> usize {
+    let st = state.lock().expect("lock");
+    st.seen.iter().filter(|s| s.method == "PATCH").count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slice_kept_as_the_api_server_keeps_it_is_unchanged_and_not_applied_again() {
+    // Quantities come back canonical (1073741824k for the 1073741824000
+    // bytes of a GPU whose memory is a multiple of 1000); with the
+    // DRAConsumableCapacity gate off, without allowMultipleAllocations and
+    // request policies. Neither is a change: the generation stays, and a
+    // round that finds the slice as it should be applies nothing.
+    for gate_off in [false, true] {
+        let (client, state) = api_server_with(true, gate_off).await;
+        let sink = publish::Kube(client);
+        let mut all = gpus();
+        all[0].memory = 1000 << 30;
+        let r = publish::publish(&sink, DRIVER, NODE, &all).await;
+        assert_eq!(r, Ok(Published::Changed { generation: 1 }));
+        let caps = stored(&state).spec.devices.expect("devices")[0]
+            .capacity
+            .clone()
+            .expect("capacity");
+        assert_eq!(caps["memory"].value.0, "1073741824k");
+        let gets_before = state.lock().expect("lock").seen.len();
+        for _ in 0..3 {
+            let r = publish::publish(&sink, DRIVER, NODE, &all).await;
+            assert_eq!(
+                r,
+                Ok(Published::Unchanged { generation: 1 }),
+                "gate off: {gate_off}"
+            );
+        }
+        assert_eq!(patches(&state), 1, "gate off: {gate_off}");
+        // One GET of the slice a round, and no GET of the Node: its owner
+        // is there already.
+        let seen = state.lock().expect("lock").seen[gets_before..].to_vec();
+        assert!(
+            seen.len() == 3
+                && seen
+                    .iter()
+                    .all(|s| s.method == "GET" && s.path.contains("resourceslices")),
+            "{seen:?}"
+        );
+        // A change still is one.
+        let r = publish::publish(&sink, DRIVER, NODE, &all[..1]).await;
+        assert_eq!(r, Ok(Published::Changed { generation: 2 }));
+        assert_eq!(patches(&state), 2);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -10,8 +10,10 @@ Each scenario runs twice on this GPU, in this one invocation:
   its kernels' durations (CUPTI) as % of the run's wall time;
 - under cuslice (every tenant `compute = 50`, no profiler, so that cuslice's
   own meter has CUPTI): `cuslice status --json --interval` over the middle
-  of the run gives each tenant's GPU %, and NVML's per-process smUtil is
-  averaged over the same run.
+  of the run gives each tenant's GPU % (and the GPU time it was charged:
+  for a process with the GPU to itself its wall time in flight, which
+  status's GPU % sets against NVML's per-process time), and NVML's
+  per-process smUtil is averaged over the same run.
 Prints a markdown table; cuslice's error against the truth and NVML's.
 """
 import argparse
@@ -45,7 +47,7 @@ _runs = 0
 
 
 def run(kinds, under_cuslice):
-    """Returns {kind: (truth %, status %, nvml %)} for one run."""
+    """Returns {kind: (truth %, status %, nvml %, charged %)} for one run."""
     global _runs
     _runs += 1
     tmp = os.path.join(WORK, f"run{_runs}")
@@ -91,7 +93,8 @@ def run(kinds, under_cuslice):
         for g in snap["gpus"]:
             for t in g["tenants"]:
                 if t.get("gpu_percent") is not None:
-                    pct[t["name"]] = t["gpu_percent"]
+                    charged = t.get("charged_percent")
+                    pct[t["name"]] = (t["gpu_percent"], float("nan") if charged is None else charged)
     res = {}
     for k, o, _ in procs:
         r = json.load(open(o))
@@ -101,7 +104,8 @@ def run(kinds, under_cuslice):
         span = (ts[-1] - ts[0]) if len(ts) > 1 else 0
         nv = tw / span if span else float("nan")
         truth = r["kernel_us"] / 1e6 / r["wall"] * 100 if r["kernels"] else float("nan")
-        res[k] = (truth, pct.get(k, float("nan")), nv)
+        st, charged = pct.get(k, (float("nan"), float("nan")))
+        res[k] = (truth, st, nv, charged)
     return res
 
 
@@ -111,13 +115,14 @@ print(f"# GPU time per tenant: cuslice against the truth, on {gpu}\n")
 print(f"`python3 scripts/gpu/gpu_time_check.py --seconds {args.seconds:g}`: truth = kernel time from "
       "torch.profiler (CUPTI) in a native run; cuslice = `cuslice status` GPU % over the middle of a run "
       "of the same scenario with every tenant at `compute = 50`; NVML = per-process smUtil over that run.\n")
-print("| scenario | tenant | truth % (native, CUPTI) | cuslice status % | NVML smUtil % (under cuslice) | cuslice - truth | cuslice - NVML |")
-print("|---|---|---|---|---|---|---|")
+print("| scenario | tenant | truth % (native, CUPTI) | cuslice status % | charged % | NVML smUtil % (under cuslice) "
+      "| cuslice - truth | cuslice - NVML |")
+print("|---|---|---|---|---|---|---|---|")
 for kinds in (["trainer"], ["decode"], ["service"], ["trainer", "decode"], ["trainer", "service"]):
     native = run(kinds, False)
     shim = run(kinds, True)
     for k in kinds:
         truth = native[k][0]
-        st, nv = shim[k][1], shim[k][2]
-        print(f"| {' + '.join(kinds)} | {k} | {truth:.1f} | {st:.1f} | {nv:.1f} | {st - truth:+.1f} | {st - nv:+.1f} |",
-              flush=True)
+        st, nv, charged = shim[k][1], shim[k][2], shim[k][3]
+        print(f"| {' + '.join(kinds)} | {k} | {truth:.1f} | {st:.1f} | {charged:.1f} | {nv:.1f} | {st - truth:+.1f} "
+              f"| {st - nv:+.1f} |", flush=True)

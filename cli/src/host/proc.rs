@@ -48,3 +48,12 @@ pub fn parse_stat(text: &str) -> Option<Stat> {
         start: f.get(19)?.parse().ok()?,
     })
 }
+
+/// The PID process `pid` (of this PID namespace) has as it sees itself: the
+/// last entry of `NSpid:` in `/proc/<pid>/status` (its container's PID for
+/// a process in a container).
+pub fn inner_pid(pid: u32) -> Option<u32> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let l = s.lines().find(|l| l.starts_with("NSpid:"))?;
+    l.split_whitespace().last()?.parse().ok()
+}

@@ -370,7 +370,10 @@ fn restore_limit(
     limit: u64,
 ) -> Result<(), String> {
     let seg = Segment::open_existing(path).map_err(|e| e.to_string())?;
-    if seg.restore_device(dev, uuid, limit) {
+    let restored = seg.restore_device(dev, uuid, limit);
+    if seg.truncated() {
+        Err("the file was truncated while it was written".into())
+    } else if restored {
         Ok(())
     } else {
         Err("no such device entry".into())

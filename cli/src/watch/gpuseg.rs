@@ -29,7 +29,14 @@ pub fn repair(
 ) -> Result<Vec<(String, String)>, String> {
     let w = GpuSegment::open_existing(path).map_err(|e| e.to_string())?;
     let now = cuslice_core::gpu::monotonic_ns().max(audited_ns);
-    Ok(shown(core_audit::repair(&w, expected, now)))
+    let found = shown(core_audit::repair(&w, expected, now));
+    if w.truncated() {
+        return Err(format!(
+            "{}: the file was truncated while it was repaired",
+            path.display()
+        ));
+    }
+    Ok(found)
 }
 
 /// Tenant names are whatever a tenant wrote into the segment.

@@ -28,7 +28,7 @@ use super::snapshot::{
     Device, GpuSegReading, GpuSnap, ProcSnap, Registration, SliceSnap, SlotReading, Snapshot,
     TenantReading,
 };
-use crate::nvml::{DeviceHandle, GpuProcess, Nvml};
+use crate::nvml::{DeviceHandle, GpuProcess, Nvml, sample_period_us, sample_window_us};
 
 /// At most this many passes between two listings of a GPU's processes
 /// (in between, a listing is reused while the GPU's memory in use stays
@@ -46,15 +46,36 @@ fn file_id(p: &Path) -> Option<(u64, u64)> {
     std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()))
 }
 
-/// Opens `path` with `open`, or reuses the mapping of the same file.
-fn mapped<'a, T>(
+/// A segment whose file can be truncated under its mapping.
+trait Voidable {
+    fn truncated(&self) -> bool;
+}
+
+impl Voidable for Segment {
+    fn truncated(&self) -> bool {
+        Segment::truncated(self)
+    }
+}
+
+impl Voidable for GpuSegment {
+    fn truncated(&self) -> bool {
+        GpuSegment::truncated(self)
+    }
+}
+
+/// Opens `path` with `open`, or reuses the mapping of the same file
+/// (never one whose file was truncated under it: that one reads zeros).
+fn mapped<'a, T: Voidable>(
     cache: &'a mut HashMap<PathBuf, Mapped<T>>,
     path: &Path,
     pass: u64,
     open: impl Fn(&Path) -> Result<T, String>,
 ) -> Option<Result<&'a T, String>> {
     let id = file_id(path)?;
-    if cache.get(path).is_none_or(|m| m.id != id) {
+    if cache
+        .get(path)
+        .is_none_or(|m| m.id != id || m.seg.truncated())
+    {
         match open(path) {
             Ok(seg) => {
                 cache.insert(
@@ -111,13 +132,6 @@ struct Listed {
 }
 
 /// What the watch reads, and what it keeps between passes to read less.
-/// NVML's per-process sampling period until one is seen (about 1/6 s on
-/// current GPUs; measured 200 ms on an H100), and the bounds of a plausible
-/// one.
-const DEFAULT_SAMPLE_PERIOD_US: u64 = 166_000;
-const MIN_SAMPLE_PERIOD_US: u64 = 20_000;
-const MAX_SAMPLE_PERIOD_US: u64 = 1_000_000;
-
 pub struct Observer {
     nvml: Nvml,
     devices: Vec<DeviceHandle>,
@@ -266,43 +280,16 @@ impl Observer {
         };
         self.caps
             .insert(d.index, (procs.len().max(samples.len()) + 16).max(64));
-        // NVML samples each process once per sampling period in which it
-        // ran and lists nothing for a period in which it did not, so the
-        // mean of the samples one gets overstates a process that runs in
-        // bursts (a tenant held to its ceiling: 70-97 % read against a
-        // 50 % ceiling). Its SM time over the window is the sum of its
-        // samples times the period, over the window's length, periods
-        // without a sample counting as idle. The period is the shortest
-        // gap between two samples of one process seen so far on this GPU
-        // (two of a process are at least a period apart; exactly one while
-        // it runs on).
-        let mut by_pid: Vec<(u32, u64)> = samples.iter().map(|s| (s.pid, s.time_us)).collect();
-        by_pid.sort_unstable();
-        by_pid.dedup();
-        let gap = by_pid
-            .windows(2)
-            .filter(|w| w[0].0 == w[1].0)
-            .map(|w| w[1].1 - w[0].1)
-            .filter(|&g| g >= MIN_SAMPLE_PERIOD_US)
-            .min();
-        let mut instants: Vec<u64> = samples.iter().map(|s| s.time_us).collect();
-        instants.sort_unstable();
-        instants.dedup();
-        let period = match (gap, self.sample_period.get(&d.index).copied()) {
-            (Some(g), Some(p)) => g.min(p),
-            (Some(g), None) => g,
-            (None, Some(p)) => p,
-            (None, None) => DEFAULT_SAMPLE_PERIOD_US,
-        }
-        .clamp(MIN_SAMPLE_PERIOD_US, MAX_SAMPLE_PERIOD_US);
+        // SM time over the window: the samples times the period (see
+        // `sample_period_us`).
+        let period = sample_period_us(&samples, self.sample_period.get(&d.index).copied());
         self.sample_period.insert(d.index, period);
         // The window: from the last sampling instant of the previous pass
-        // to this pass's last one (a first pass: the samples' own span).
-        let newest = instants.last().copied();
-        let window = match (newest, last) {
-            (Some(n), l) if l > 0 && n > l => n - l,
-            (Some(n), _) => n - instants[0] + period,
-            (None, _) => 0,
+        // to this pass's last one (a first pass, or one after samples were
+        // lost: the samples' own span).
+        let (window, newest) = match sample_window_us(&samples, last, period) {
+            Some((a, b)) => (b - a, Some(b)),
+            None => (0, None),
         };
         if let Some(m) = newest {
             self.last_sample.insert(d.index, m.max(last));
@@ -531,7 +518,19 @@ impl Observer {
                     &uuid,
                 );
                 let found = match mapped(&mut self.gpu_segs, &path, snap.pass, open_gpu) {
-                    Some(Ok(seg)) => Ok(gpuseg::audit(seg, &expected, now)),
+                    Some(Ok(seg)) => {
+                        let found = gpuseg::audit(seg, &expected, now);
+                        if seg.truncated() {
+                            // What it read past the file's new end was
+                            // zeros: no findings from it, and no repair.
+                            Err(format!(
+                                "{}: the file was truncated while it was read",
+                                path.display()
+                            ))
+                        } else {
+                            Ok(found)
+                        }
+                    }
                     Some(Err(e)) => Err(e),
                     None => continue,
                 };

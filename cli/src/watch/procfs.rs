@@ -89,9 +89,7 @@ impl ProcSource for Procfs {
     }
 
     fn inner_pid(&self, pid: u32) -> Option<u32> {
-        let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-        let l = s.lines().find(|l| l.starts_with("NSpid:"))?;
-        l.split_whitespace().last()?.parse().ok()
+        crate::host::proc::inner_pid(pid)
     }
 
     fn cmdline(&self, pid: u32) -> Vec<String> {

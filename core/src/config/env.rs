@@ -6,8 +6,8 @@ use super::units::{
     format_size, parse_burst, parse_percent, parse_size, parse_slice, parse_switch, shown,
 };
 use super::validate::{
-    Draft, Entry, Field, LATENCY_NEEDS_COMPUTE, check_memory, check_overhead, check_segment_dir,
-    check_tenant,
+    Draft, Entry, Field, LATENCY_NEEDS_COMPUTE, SHAPE_NEEDS_COMPUTE, check_memory, check_overhead,
+    check_segment_dir, check_tenant,
 };
 
 /// The environment variables that carry limits, by family: (CUSLICE name,
@@ -107,6 +107,13 @@ pub(super) fn from_env(get: &dyn Fn(&str) -> Option<String>) -> Result<Config, C
                 .map_err(|e| ConfigError::new(format!("{ENV_SLICE}={}: {e}", shown(&v))))?,
         );
     }
+    for name in [ENV_COMPUTE_BURST, ENV_SLICE] {
+        if let Some(v) = get(name).filter(|_| !cfg.has_compute()) {
+            return Err(ConfigError::new(
+                SHAPE_NEEDS_COMPUTE.replace("{}", &format!("{name}={}", shown(&v))),
+            ));
+        }
+    }
     if let Some(v) = get(ENV_LATENCY) {
         let label = format!("{ENV_LATENCY}={}", shown(&v));
         cfg.latency = parse_switch(&v).map_err(|e| ConfigError::new(format!("{label}: {e}")))?;
@@ -168,6 +175,9 @@ fn env_entry(
     // read with parse_size; HAMi-core's get_limit_from_env scales a plain
     // number by 1 (bytes) and k/m/g by 1024^n, which parse_size agrees with.
     let cm = cus_mem.as_ref().map(env_size).transpose()?;
+    if let Some(v) = &hami_mem {
+        no_octal(v)?;
+    }
     let hm = hami_mem.as_ref().map(env_size).transpose()?;
     e.memory = agree(cm, hm, format_size)?;
 
@@ -179,11 +189,20 @@ fn env_entry(
     // HAMi-core an SM limit of 0 means "no limit" (get_limit_from_env logs
     // "device core util limit set to 0, which means no limit"; a per-device 0
     // falls back to the all-devices value, an all-devices 0 to 100 %), so 0
-    // counts as unset here.
+    // counts as unset here; so does 100 (HAMi-core's rate limiter returns
+    // at once for a limit of 100 or more: the whole GPU, no ceiling), where
+    // a ceiling of 100 here would still make the tenant's share 100.
     let cx = cus_max.as_ref().map(env_percent).transpose()?;
     let hx = match &hami_sm {
-        Some(v) if is_zero_percent(&v.1) => None,
-        Some(v) => Some(env_percent(v)?),
+        Some(v) => {
+            no_octal(v)?;
+            let p = env_percent(v);
+            match p {
+                _ if is_zero_percent(&v.1) => None,
+                Ok(f) if f.value == 100 => None,
+                p => Some(p?),
+            }
+        }
         None => None,
     };
     e.compute_max = agree(cx, hx, |p| format!("{p}%"))?;
@@ -209,8 +228,94 @@ fn agree<T: PartialEq + Copy>(
     }
 }
 
+/// HAMi-core reads its variables with `strtoul(.., 0)`: a leading `0`
+/// makes the rest octal (`010g` is 8 GiB there). Such a value is refused
+/// rather than read as decimal, which would grant more than HAMi does.
+fn no_octal((_, raw, label): &(String, String, String)) -> Result<(), String> {
+    let t = raw.trim().as_bytes();
+    if t.len() > 1 && t[0] == b'0' && t[1].is_ascii_digit() {
+        return Err(format!(
+            "{label}: expected a number without a leading 0 (HAMi reads {} as octal), got {}",
+            shown(raw),
+            shown(raw)
+        ));
+    }
+    Ok(())
+}
+
 fn is_zero_percent(raw: &str) -> bool {
     let t = raw.trim();
     let t = t.strip_suffix('%').unwrap_or(t).trim_end();
     !t.is_empty() && t.bytes().all(|b| b == b'0')
+}
+
+/// Name prefixes of the variables above: a set variable that starts with
+/// one and is none of them (`CUSLICE_MEMORY_64`, `CUSLICE_MEM`,
+/// `CUDA_DEVICE_MEMORY_LIMIT_01`) is a limit the user meant to set and
+/// the shim would otherwise drop without a word.
+const LOOKALIKE_PREFIXES: [&str; 10] = [
+    "CUSLICE_MEM",
+    "CUSLICE_COMPUTE",
+    "CUSLICE_SLICE",
+    "CUSLICE_LATENC",
+    "CUSLICE_TENANT",
+    "CUSLICE_SEGMENT",
+    "CUSLICE_GPU_SEGMENT",
+    "CUSLICE_CONTEXT",
+    "CUDA_DEVICE_MEMORY_LIMIT",
+    "CUDA_DEVICE_SM_LIMIT",
+];
+
+/// The first of `names` (set, non-empty variables) that looks like one of
+/// the variables above but is none of them, as an error naming it and
+/// what was expected.
+pub(super) fn check_names<'a>(names: impl IntoIterator<Item = &'a str>) -> Result<(), ConfigError> {
+    let known = env_var_names();
+    for n in names {
+        if !LOOKALIKE_PREFIXES.iter().any(|p| n.starts_with(p)) || known.iter().any(|k| k == n) {
+            continue;
+        }
+        // The family it extends, the longest that matches (COMPUTE_MAX
+        // before COMPUTE).
+        let family = ENV_LIMIT_FAMILIES
+            .iter()
+            .filter(|f| n.starts_with(&format!("{f}_")))
+            .max_by_key(|f| f.len());
+        let expected = match family {
+            Some(f) => format!(
+                "{f} or {f}_<i>, <i> a device index from 0 to {MAX_DEVICE_INDEX} in plain decimal"
+            ),
+            None => format!(
+                "one of {}, each of the first five also with _<i>",
+                [
+                    ENV_MEMORY,
+                    ENV_COMPUTE,
+                    ENV_COMPUTE_MAX,
+                    ENV_HAMI_MEMORY,
+                    ENV_HAMI_SM,
+                    ENV_TENANT,
+                    ENV_SEGMENT_DIR,
+                    ENV_GPU_SEGMENT_DIR,
+                    ENV_CONTEXT_OVERHEAD,
+                    ENV_COMPUTE_BURST,
+                    ENV_SLICE,
+                    ENV_LATENCY,
+                ]
+                .join(", ")
+            ),
+        };
+        return Err(ConfigError::new(format!(
+            "{}: not a variable cuslice reads, so its limit would be dropped: expected {expected}",
+            shown_name(n)
+        )));
+    }
+    Ok(())
+}
+
+/// A variable's name in a message: as it is, cut at 80 characters.
+fn shown_name(n: &str) -> String {
+    match n.char_indices().nth(80) {
+        Some((i, _)) => format!("{}...", &n[..i]),
+        None => n.to_string(),
+    }
 }

@@ -12,8 +12,8 @@ use super::units::{
     parse_percent, parse_size, parse_slice, parse_uuid, shown,
 };
 use super::validate::{
-    Draft, Entry, Field, LATENCY_NEEDS_COMPUTE, check_memory, check_overhead, check_segment_dir,
-    check_tenant,
+    Draft, Entry, Field, LATENCY_NEEDS_COMPUTE, SHAPE_NEEDS_COMPUTE, check_memory, check_overhead,
+    check_segment_dir, check_tenant,
 };
 
 /// A quota file larger than this is refused (it is a few lines; this stops
@@ -164,6 +164,14 @@ fn parse_table(text: &str) -> Result<ParsedFile, String> {
     out.draft.check_shares()?;
     if out.latency && !out.draft.has_compute() {
         return Err(LATENCY_NEEDS_COMPUTE.replace("{}", "latency"));
+    }
+    for (key, set) in [
+        ("compute_burst_ms", out.compute_burst_ms.is_some()),
+        ("compute_slice_ms", out.compute_slice_ms.is_some()),
+    ] {
+        if set && !out.draft.has_compute() {
+            return Err(SHAPE_NEEDS_COMPUTE.replace("{}", key));
+        }
     }
     Ok(out)
 }

@@ -49,8 +49,8 @@
 //! | `segment_dir` | string, an absolute path (no NUL); default `/dev/shm/cuslice` ([`DEFAULT_SEGMENT_DIR`]) |
 //! | `gpu_segment_dir` | string, an absolute path: directory of the per-GPU scheduling segments shared by all tenants of the host; default `/dev/shm/cuslice/gpu` ([`DEFAULT_GPU_SEGMENT_DIR`]) |
 //! | `context_overhead` | device memory one CUDA context costs, charged to the memory quota once per GPU per process: a size from `0` to `16GiB`; default: the shim's measured value |
-//! | `compute_burst_ms` | how long a tenant held back by its ceiling (`compute_max`) then runs at a stretch: whole milliseconds `1`..=`10000` (an integer, or a string `"200"` / `"200ms"`); default 200 ([`DEFAULT_COMPUTE_BURST_MS`]). Longer: throughput closer to the ceiling for power-hungry kernels; shorter: shorter pauses |
-//! | `compute_slice_ms` | length of one slice of the GPU lease, in whole milliseconds `1`..=`1000` (an integer, or `"20"` / `"20ms"`); default 20. For experiments: shorter slices hand the GPU over more often, at a higher cost per hand-over |
+//! | `compute_burst_ms` | how long a tenant held back by its ceiling (`compute_max`) then runs at a stretch: whole milliseconds `1`..=`10000` (an integer, or a string `"200"` / `"200ms"`); default 200 ([`DEFAULT_COMPUTE_BURST_MS`]). Longer: throughput closer to the ceiling for power-hungry kernels; shorter: shorter pauses. Needs a `compute` or `compute_max` somewhere in the file (alone it would shape nothing: an error) |
+//! | `compute_slice_ms` | length of one slice of the GPU lease, in whole milliseconds `1`..=`1000` (an integer, or `"20"` / `"20ms"`); default 20. For experiments: shorter slices hand the GPU over more often, at a higher cost per hand-over. Needs a `compute` or `compute_max` somewhere in the file, as `compute_burst_ms` |
 //! | `latency`     | `true` or `false` (default): the tenant is latency-sensitive (an inference service). While it has work in flight, other tenants on the GPU hold back, and it never waits for the lease while under its share; its GPU time still counts against its share and ceiling (docs/compute-share.md). Needs a `compute` or `compute_max` somewhere in the file |
 //! | `[all]`       | a limits table that applies to every GPU |
 //! | `[device.<k>]`| a limits table for one GPU; `<k>` is an index `0`..=`63` written in plain decimal (`0`, `7`, not `07`), or a GPU UUID |
@@ -61,10 +61,15 @@
 //! |---------------|-------|
 //! | `memory`      | a size string (see below) or a non-negative integer number of bytes; from 1 MiB to 1 PiB |
 //! | `compute`     | guaranteed share of GPU time: an integer `1`..=`100`, or a string `"30"` / `"30%"` |
-//! | `compute_max` | ceiling on GPU time, same forms, `1`..=`100`, and not below the guaranteed share that applies to the same GPU |
+//! | `compute_max` | ceiling on GPU time, same forms, `1`..=`100`, and not below the guaranteed share that applies to the same GPU. Given alone (no `compute` for that GPU), it is the guaranteed share too: a tenant with `compute_max = 30` is given 30 % and held to 30 % |
 //!
 //! Device indices are CUDA's numbering of the GPUs visible to the process
 //! (after `CUDA_VISIBLE_DEVICES`), like HAMi's `CUDA_DEVICE_MEMORY_LIMIT_<i>`.
+//! An entry that matches none of the GPUs a process sees (an index at or
+//! past their number, a UUID none of them has) limits nothing in that
+//! process: the shim says so in one warning line per entry (not an error:
+//! one file serves every process of a container, and a process may see
+//! fewer of its GPUs).
 //! UUIDs are written `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` (as
 //! `nvidia-smi -L` prints them); the `GPU-` prefix is optional, `MIG-` is
 //! accepted as well, and case does not matter. A UUID names 16 bytes, matched
@@ -106,7 +111,15 @@
 //!
 //! # Environment variables (used only without a quota file)
 //!
-//! Empty values count as unset. `<i>` is a device index `0`..=`63`.
+//! Empty values count as unset. `<i>` is a device index `0`..=`63`, in
+//! plain decimal. A set variable that starts like one of these but is
+//! none of them (`CUSLICE_MEMORY_64`, `CUSLICE_MEM`,
+//! `CUDA_DEVICE_SM_LIMIT_01`, `CUSLICE_COMPUTEMAX`: prefixes
+//! `CUSLICE_MEM`, `CUSLICE_COMPUTE`, `CUSLICE_SLICE`, `CUSLICE_LATENC`,
+//! `CUSLICE_TENANT`, `CUSLICE_SEGMENT`, `CUSLICE_GPU_SEGMENT`,
+//! `CUSLICE_CONTEXT`, `CUDA_DEVICE_MEMORY_LIMIT`, `CUDA_DEVICE_SM_LIMIT`) is
+//! an error naming it, where the environment carries the limits (no quota
+//! file): a misspelt limit is never dropped silently.
 //!
 //! | variable | meaning |
 //! |----------|---------|
@@ -122,7 +135,7 @@
 //! | `CUSLICE_LATENCY`             | as `latency`: `1`, `true`, `yes`, `on` or `0`, `false`, `no`, `off` |
 //! | `CUSLICE_GPU_SEGMENT_DIR`     | as `gpu_segment_dir` |
 //! | `CUDA_DEVICE_MEMORY_LIMIT`, `CUDA_DEVICE_MEMORY_LIMIT_<i>` | HAMi: memory, all GPUs / GPU `i` |
-//! | `CUDA_DEVICE_SM_LIMIT`, `CUDA_DEVICE_SM_LIMIT_<i>` | HAMi: a hard ceiling in percent (maps to `compute_max`); `0` means no limit |
+//! | `CUDA_DEVICE_SM_LIMIT`, `CUDA_DEVICE_SM_LIMIT_<i>` | HAMi: a hard ceiling in percent (maps to `compute_max`); `0` and `100` mean no limit |
 //!
 //! HAMi compatibility, following HAMi-core's `get_limit_from_env`
 //! (`src/multiprocess/multiprocess_memory_limit.c`): a plain number in
@@ -130,11 +143,16 @@
 //! when the value does not end in `k`/`m`/`g`; the HAMi device plugin writes
 //! values like `"4096m"`), and `CUDA_DEVICE_SM_LIMIT*` = `0` means "no limit"
 //! (HAMi-core logs exactly that and falls back to 100 %, or for a per-device
-//! variable to the all-devices one). Every form HAMi-core reads sensibly
-//! means the same here. Differences, all failing closed: HAMi-core reads
-//! `CUDA_DEVICE_MEMORY_LIMIT=0` (or garbage) as "no limit" with a warning,
-//! cuslice rejects it; HAMi-core's `strtoul(.., 0)` reads `0x…` as hex and a
-//! leading `0` as octal, cuslice rejects hex and reads decimal.
+//! variable to the all-devices one), as does `100` (HAMi-core's rate limiter
+//! does nothing at 100 % or more; here it counts as unset, since a ceiling
+//! of 100 would still make the tenant's share 100). Every form HAMi-core
+//! reads sensibly means the same here. Differences, all failing closed:
+//! HAMi-core reads `CUDA_DEVICE_MEMORY_LIMIT=0` (or garbage) as "no limit"
+//! with a warning, cuslice rejects it; HAMi-core's `strtoul(.., 0)` reads
+//! `0x…` as hex and a leading `0` as octal (`010g` is 8 GiB there),
+//! cuslice rejects both; an SM limit over 100 (no limit in HAMi-core) is
+//! rejected; a per-device `CUDA_DEVICE_SM_LIMIT_<i>=100` falls back to the
+//! all-devices variable, as `0` does (HAMi-core leaves that GPU unlimited).
 //!
 //! If a `CUSLICE_` variable and its HAMi equivalent are both set
 //! (`CUSLICE_MEMORY` / `CUDA_DEVICE_MEMORY_LIMIT`, `CUSLICE_MEMORY_<i>` /
@@ -182,6 +200,14 @@ pub use units::{
 use env::{ENV_CONFIG, env_var_names, from_env};
 use file::read_file;
 use units::shown;
+
+/// Checks the names of the process's set environment variables (used
+/// without a quota file): one that looks like a limit variable but is
+/// none (`CUSLICE_MEMORY_64`, `CUSLICE_MEM`, `CUDA_DEVICE_SM_LIMIT_01`) is
+/// an error naming it, never a limit silently dropped.
+pub fn check_env_names<'a>(names: impl IntoIterator<Item = &'a str>) -> Result<(), ConfigError> {
+    env::check_names(names)
+}
 
 /// Loads the configuration the way the shim does. `env` looks up an environment variable.
 pub fn load(env: &dyn Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {

@@ -157,15 +157,18 @@ fn latency_class_file_and_env() {
 fn compute_slice_file_and_env() {
     let p = Path::new("/q.toml");
     assert_eq!(
-        parse_file(p, "compute_slice_ms = 5\n")
+        parse_file(p, "compute_slice_ms = 5\n[all]\ncompute = 30\n")
             .expect("5")
             .compute_slice_ms,
         Some(5)
     );
     assert_eq!(
-        parse_file(p, "compute_slice_ms = \"1000ms\"\n")
-            .expect("1000")
-            .compute_slice_ms,
+        parse_file(
+            p,
+            "compute_slice_ms = \"1000ms\"\n[all]\ncompute_max = 30\n"
+        )
+        .expect("1000")
+        .compute_slice_ms,
         Some(1000)
     );
     for (text, msg) in [
@@ -215,8 +218,29 @@ fn compute_burst_file_and_env() {
         ("compute_burst_ms = \" 20 ms \"\n", 20),
         ("compute_burst_ms = 10000\n", 10_000),
     ] {
-        let c = parse_file(p, text).expect(text);
+        let text = format!("{text}[device.0]\ncompute_max = 30\n");
+        let c = parse_file(p, &text).expect(&text);
         assert_eq!(c.compute_burst_ms, Some(want), "{text}");
+    }
+    // Without a share or ceiling it would shape nothing: refused, as the
+    // slice, in the file and in the environment.
+    for key in ["compute_burst_ms", "compute_slice_ms"] {
+        let e = parse_file(p, &format!("{key} = 50\n[all]\nmemory = \"1GiB\"\n")).expect_err(key);
+        assert_eq!(
+            e.0,
+            format!(
+                "/q.toml: {key}: expected a tenant with a compute share (compute or compute_max for some GPU): it only shapes how a share is enforced, got none"
+            )
+        );
+    }
+    for var in ["CUSLICE_COMPUTE_BURST_MS", "CUSLICE_SLICE_MS"] {
+        let e = load_env(&[(var, "50"), ("CUSLICE_MEMORY", "1GiB")], None).expect_err(var);
+        assert_eq!(
+            e.0,
+            format!(
+                "{var}=\"50\": expected a tenant with a compute share (compute or compute_max for some GPU): it only shapes how a share is enforced, got none"
+            )
+        );
     }
     assert_eq!(parse_file(p, "").expect("empty").compute_burst_ms, None);
     for (text, msg) in [
@@ -263,7 +287,7 @@ fn compute_burst_file_and_env() {
     // A quota file is authoritative: the variable cannot change the burst.
     let c = load_env(
         &[("CUSLICE_COMPUTE_BURST_MS", "5")],
-        Some("compute_burst_ms = 300\n"),
+        Some("compute_burst_ms = 300\n[all]\ncompute = 10\n"),
     )
     .expect("file");
     assert_eq!(c.compute_burst_ms, Some(300));
@@ -738,6 +762,26 @@ fn hami_semantics() {
     let c = load_env(&[("CUDA_DEVICE_SM_LIMIT", "0")], None).unwrap();
     assert_eq!(c.source, Source::Env);
     assert!(!c.has_limits());
+    // So does 100: HAMi-core does not limit a tenant at 100 % (a ceiling
+    // of 100 here would still give it a share of 100).
+    let c = load_env(&[("CUDA_DEVICE_SM_LIMIT", "100")], None).unwrap();
+    assert_eq!(c.source, Source::Env);
+    assert!(!c.has_limits(), "{c:?}");
+    // A leading 0 is octal to HAMi-core (010g: 8 GiB there): refused,
+    // never read as the larger decimal.
+    for (var, raw) in [
+        ("CUDA_DEVICE_MEMORY_LIMIT", "010g"),
+        ("CUDA_DEVICE_MEMORY_LIMIT_1", " 0100"),
+        ("CUDA_DEVICE_SM_LIMIT", "010"),
+    ] {
+        let e = load_env(&[(var, raw)], None).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            format!(
+                "{var}={raw:?}: expected a number without a leading 0 (HAMi reads {raw:?} as octal), got {raw:?}"
+            )
+        );
+    }
     // A per-device 0 falls back to the all-devices value, as in HAMi-core.
     let c = load_env(
         &[
@@ -967,4 +1011,50 @@ fn what_a_tenant_registers_with_per_gpu() {
     // Memory only: nothing to register.
     let c = parse_file(p, "[all]\nmemory = \"1GiB\"\n").expect("memory");
     assert_eq!(c.tenant_spec(0, &uuid), None);
+}
+
+#[test]
+fn a_misspelt_limit_variable_is_an_error_not_a_limit_dropped() {
+    for (name, want) in [
+        (
+            "CUSLICE_MEMORY_64",
+            "CUSLICE_MEMORY_64: not a variable cuslice reads, so its limit would be dropped: expected CUSLICE_MEMORY or CUSLICE_MEMORY_<i>, <i> a device index from 0 to 63 in plain decimal",
+        ),
+        (
+            "CUDA_DEVICE_MEMORY_LIMIT_01",
+            "CUDA_DEVICE_MEMORY_LIMIT_01: not a variable cuslice reads, so its limit would be dropped: expected CUDA_DEVICE_MEMORY_LIMIT or CUDA_DEVICE_MEMORY_LIMIT_<i>, <i> a device index from 0 to 63 in plain decimal",
+        ),
+        (
+            "CUSLICE_COMPUTE_MAX_X",
+            "CUSLICE_COMPUTE_MAX_X: not a variable cuslice reads, so its limit would be dropped: expected CUSLICE_COMPUTE_MAX or CUSLICE_COMPUTE_MAX_<i>, <i> a device index from 0 to 63 in plain decimal",
+        ),
+        (
+            "CUSLICE_MEM",
+            "CUSLICE_MEM: not a variable cuslice reads, so its limit would be dropped: expected one of CUSLICE_MEMORY, CUSLICE_COMPUTE, ",
+        ),
+        ("CUSLICE_COMPUTEMAX", "CUSLICE_COMPUTEMAX: not a variable"),
+        (
+            "CUSLICE_LATENCY_CLASS",
+            "CUSLICE_LATENCY_CLASS: not a variable",
+        ),
+    ] {
+        let e = check_env_names(["HOME", "CUSLICE_MEMORY", name, "PATH"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with(want) && !e.contains('\n'), "{name}: {e}");
+    }
+    // Every variable cuslice reads passes, and so do those of other
+    // programs and cuslice's own non-limit ones.
+    let known = super::env::env_var_names();
+    let mut all: Vec<&str> = known.iter().map(String::as_str).collect();
+    all.extend([
+        "CUSLICE_LOG",
+        "CUSLICE_METER",
+        "CUSLICE_CUPTI",
+        "CUSLICE_DISABLE",
+        "CUSLICE_LIB",
+        "CUDA_VISIBLE_DEVICES",
+        "CUDA_DEVICE_ORDER",
+    ]);
+    check_env_names(all).expect("known names");
 }

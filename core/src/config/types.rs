@@ -137,6 +137,23 @@ impl Config {
         l
     }
 
+    /// The device entries that apply to none of the GPUs a process sees
+    /// (`uuids`, in CUDA's order): an index at or past their number, a UUID
+    /// none of them has. Each as `device.<k>`, indices first.
+    pub fn unmatched_entries(&self, uuids: &[[u8; 16]]) -> Vec<String> {
+        let by_index = self
+            .by_index
+            .iter()
+            .filter(|(i, l)| !l.is_empty() && **i as usize >= uuids.len())
+            .map(|(i, _)| format!("device.{i}"));
+        let by_uuid = self
+            .by_uuid
+            .iter()
+            .filter(|(u, l)| !l.is_empty() && !uuids.contains(u))
+            .map(|(u, _)| format!("device.{}", crate::config::format_uuid(u)));
+        by_index.chain(by_uuid).collect()
+    }
+
     /// What the tenant registers with on the device CUDA numbers `index`
     /// with UUID `uuid` (share, ceiling, burst, class): None where it has
     /// neither share nor ceiling there. The shim registers exactly this;

@@ -14,6 +14,11 @@ const TENANT_MAX_LEN: usize = 64;
 /// `{}` is where the setting was given.
 pub(super) const LATENCY_NEEDS_COMPUTE: &str = "{}: expected a tenant with a compute share (compute or compute_max for some GPU): a latency tenant's GPU time counts against its share, got none";
 
+/// The error for a setting that shapes how a compute share is enforced
+/// (`compute_burst_ms`, `compute_slice_ms`) without a share or ceiling:
+/// it would do nothing; `{}` is where it was given.
+pub(super) const SHAPE_NEEDS_COMPUTE: &str = "{}: expected a tenant with a compute share (compute or compute_max for some GPU): it only shapes how a share is enforced, got none";
+
 /// A value and the label that names it in messages: a key path
 /// (`device.0.compute`) or a variable with its value (`CUSLICE_COMPUTE="40"`).
 #[derive(Debug, Clone)]

@@ -31,7 +31,8 @@
 //! What it does not judge: a tenant it does not know (a process run with
 //! the shim by hand, outside any slice, registers one), the demand window
 //! and the `heavy` flag (they change every 100 ms by design), and the
-//! accounting totals (`used_ns`, `throttled_ns`), which are display.
+//! accounting totals (`used_ns`, `throttled_ns`, a process entry's
+//! `bound_ns`), which are display.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};

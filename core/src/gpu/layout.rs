@@ -135,11 +135,18 @@ pub struct Proc {
     /// since; ns, 0: not idle). A waiter takes the lease from a holder idle
     /// for `IDLE_HANDOFF_NS` (`policy`).
     pub idle_since: AtomicU64,
+    /// Layout 1.3: GPU time charged to its tenant for this process's work
+    /// in flight while nothing measured what its kernels ran (a process
+    /// launching freely, alone: charged its wall time in flight, an upper
+    /// bound; ns since it registered). Display only: `cuslice status` sets
+    /// this part against NVML's per-process time.
+    pub bound_ns: AtomicU64,
 }
 
 const _: () = assert!(size_of::<Proc>() == 64);
 const _: () = assert!(offset_of!(Proc, polled_at) == 16);
 const _: () = assert!(offset_of!(Proc, idle_since) == 32);
+const _: () = assert!(offset_of!(Proc, bound_ns) == 40);
 
 const HEADER: usize = size_of::<Header>();
 const SCHED: usize = size_of::<Sched>();
@@ -413,6 +420,7 @@ impl GpuSegment {
             p.waiting.store(0, Ordering::Relaxed);
             p.syncing.store(0, Ordering::Relaxed);
             p.idle_since.store(0, Ordering::Relaxed);
+            p.bound_ns.store(0, Ordering::Relaxed);
             p.state.store(PROC_LIVE, Ordering::Release);
             t.procs.fetch_add(1, Ordering::AcqRel);
         })
@@ -497,6 +505,12 @@ impl GpuSegment {
 
     pub fn raw_fd(&self) -> i32 {
         self.shm.raw_fd()
+    }
+
+    /// True once the file was truncated under this mapping: what was read
+    /// from it since is void (see [`crate::sigbus`]).
+    pub fn truncated(&self) -> bool {
+        self.shm.truncated()
     }
 
     /// Whether the process that owns process slot `i` is alive (another

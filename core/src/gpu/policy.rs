@@ -113,6 +113,14 @@ pub const IDLE_HANDOFF_NS: u64 = 1_000_000;
 /// all the GPU time it was given: no evidence it saturates the GPU).
 const WAITED: u32 = 1;
 const IDLED: u32 = 2;
+/// A hold charged whole (`renew_measured`, `release_measured`).
+pub const WHOLE_PPM: u64 = 1_000_000;
+
+/// `ns` of a hold charged at `ppm` parts per million (at most all of it).
+fn of_hold(ns: u64, ppm: u64) -> u64 {
+    (u128::from(ns) * u128::from(ppm.min(WHOLE_PPM)) / u128::from(WHOLE_PPM)) as u64
+}
+
 /// A latency tenant's launch keeps it active this long: the gap between
 /// the launches of one request, and the time its last kernels take.
 pub const LATENCY_LINGER_NS: u64 = 500_000;
@@ -522,10 +530,19 @@ impl GpuSegment {
     /// waiter ahead of it took the lease, and splits drifted (30/70 ran
     /// 40/60 beside busy processes on the fake GPU).
     pub fn must_release(&self, tenant: usize, now: u64, slice: u64) -> bool {
+        self.must_release_measured(tenant, now, slice, WHOLE_PPM)
+    }
+
+    /// `must_release` for a holder charged `ppm` parts per million of its
+    /// hold (see `renew_measured`).
+    pub fn must_release_measured(&self, tenant: usize, now: u64, slice: u64, ppm: u64) -> bool {
         let Some(t) = self.tenant(tenant) else {
             return true;
         };
-        let used = now.saturating_sub(self.held_since.load(Ordering::Relaxed));
+        let used = of_hold(
+            now.saturating_sub(self.held_since.load(Ordering::Relaxed)),
+            ppm,
+        );
         let share = u64::from(t.share.load(Ordering::Relaxed).max(1));
         let mine = t
             .vtime
@@ -555,16 +572,38 @@ impl GpuSegment {
         spent
     }
 
+    /// While this process holds the lease: where the span its next charge
+    /// (`renew`, `release`) covers begins (its last charge, moved on past
+    /// the time it was idle since, see `holder_busy`).
+    pub fn charged_from(&self) -> Option<u64> {
+        let h = self.held_since.load(Ordering::Relaxed);
+        (h != NOT_HELD).then_some(h)
+    }
+
     /// Charges the current slice and extends it (no drain needed: nobody
     /// else waits). Returns the new deadline.
     pub fn renew(&self, slot: usize, tenant: usize, now: u64, slice: u64) -> Option<u64> {
+        self.renew_measured(slot, tenant, now, slice, WHOLE_PPM)
+    }
+
+    /// `renew`, charging `ppm` parts per million of the slice: what the
+    /// holder's kernels ran of its hold where that was measured (a
+    /// launch-bound process alone under a ceiling), `WHOLE_PPM` otherwise.
+    pub fn renew_measured(
+        &self,
+        slot: usize,
+        tenant: usize,
+        now: u64,
+        slice: u64,
+        ppm: u64,
+    ) -> Option<u64> {
         let s = self.sched();
         if s.lease.load(Ordering::Acquire) != slot as u32 + 1 {
             return None;
         }
         s.slice_start.store(now, Ordering::Release);
         let start = self.held_since.swap(now, Ordering::Relaxed);
-        self.charge(tenant, now.saturating_sub(start), now);
+        self.charge(tenant, of_hold(now.saturating_sub(start), ppm), now);
         let deadline = now + slice;
         s.deadline.store(deadline, Ordering::Release);
         if let Some(t) = self.tenant(tenant) {
@@ -576,6 +615,12 @@ impl GpuSegment {
     /// Charges the slice up to `now` (after the holder drained) and frees
     /// the lease. The caller wakes the waiters (futex on `generation`).
     pub fn release(&self, slot: usize, tenant: usize, now: u64) -> bool {
+        self.release_measured(slot, tenant, now, WHOLE_PPM)
+    }
+
+    /// `release`, charging `ppm` parts per million of the slice (see
+    /// `renew_measured`).
+    pub fn release_measured(&self, slot: usize, tenant: usize, now: u64, ppm: u64) -> bool {
         let s = self.sched();
         let start = self.held_since.swap(NOT_HELD, Ordering::Relaxed);
         if s.lease
@@ -587,7 +632,7 @@ impl GpuSegment {
         // NOT_HELD: a lease naming our slot that we never took (written by
         // someone else): nothing to charge.
         if start != NOT_HELD {
-            self.charge(tenant, now.saturating_sub(start), now);
+            self.charge(tenant, of_hold(now.saturating_sub(start), ppm), now);
         }
         if let Some(t) = self.tenant(tenant) {
             t.last_active.store(now, Ordering::Relaxed);
@@ -784,6 +829,20 @@ impl GpuSegment {
     pub fn charge_free(&self, tenant: usize, ns: u64, now: u64) {
         if let Some(t) = self.tenant(tenant) {
             self.charge_usage(t, ns.min(MAX_SLICE_NS), now);
+        }
+    }
+
+    /// Charges `ns` of work in flight of process `slot` that launched
+    /// freely while nothing measured what its kernels ran: its wall time
+    /// in flight, an upper bound, which the process entry also counts
+    /// (`bound_ns`, display: `cuslice status` checks it against NVML).
+    pub fn charge_bound(&self, slot: usize, tenant: usize, ns: u64, now: u64) {
+        let ns = ns.min(MAX_SLICE_NS);
+        if let Some(t) = self.tenant(tenant) {
+            self.charge_usage(t, ns, now);
+            if let Some(p) = self.proc_entry(slot) {
+                p.bound_ns.fetch_add(ns, Ordering::Relaxed);
+            }
         }
     }
 
@@ -1546,6 +1605,42 @@ mod tests {
     }
 
     #[test]
+    fn a_holder_charged_a_measured_part_of_its_hold_keeps_its_ceiling_longer() {
+        // Alone under a ceiling, a launch-bound holder is charged what its
+        // kernels ran of its hold (the limiter's measurement, in ppm): a
+        // tenth of each slice here, well under its ceiling (its bucket
+        // refills at half the wall time); charged whole (a ppm beyond the
+        // whole is whole), the same hold spends it.
+        let (g, a, t, p) = one_waiter("measured", 30);
+        let e = g.tenant(t).expect("t");
+        let used = || e.used_ns.load(Ordering::Relaxed);
+        let t0 = 5_000_000_000;
+        e.tokens.store(SLICE as i64, Ordering::Relaxed);
+        e.tokens_at.store(t0, Ordering::Relaxed);
+        assert!(matches!(
+            a.try_acquire(p, t, t0, SLICE),
+            Acquire::Granted { .. }
+        ));
+        a.end_wait(p, t);
+        for k in 1..=10 {
+            let now = t0 + k * SLICE;
+            assert!(
+                !a.must_release_measured(t, now, SLICE, 100_000),
+                "slice {k}"
+            );
+            assert!(a.renew_measured(p, t, now, SLICE, 100_000).is_some());
+        }
+        assert_eq!(used(), SLICE);
+        // Twenty slices on without a charge: a tenth of them is under the
+        // ceiling, all of them is not.
+        let now = t0 + 30 * SLICE;
+        assert!(!a.must_release_measured(t, now, SLICE, 100_000));
+        assert!(a.must_release_measured(t, now, SLICE, 2 * WHOLE_PPM));
+        assert!(a.release_measured(p, t, now, 2 * WHOLE_PPM));
+        assert_eq!(used(), 21 * SLICE);
+    }
+
+    #[test]
     fn a_corrupt_slice_start_does_not_inflate_a_charge() {
         // The holder charges itself from when it took the lease, not from
         // the shared slice_start. Before: slice_start = 0 charged it the
@@ -1974,6 +2069,31 @@ mod tests {
         b.charge_free(u, MS, 2 * MS);
         let (c, o, _) = &_others[0];
         assert_eq!(c.competition(*o, 2 * MS), (3, 1));
+    }
+
+    #[test]
+    fn what_nothing_measured_is_charged_and_counted_apart_per_process() {
+        // The charge is the same either way (shares and ceilings count it);
+        // the process entry counts the part that is an upper bound, for
+        // status to check against NVML, and a new process starts at 0.
+        let (g, a, t, p) = tenant_with("bound", 50, 30, false);
+        let used = |g: &GpuSegment| g.tenant(t).expect("t").used_ns.load(Ordering::Relaxed);
+        let bound =
+            |g: &GpuSegment, p: usize| g.proc_entry(p).expect("p").bound_ns.load(Ordering::Relaxed);
+        let tokens = || g.tenant(t).expect("t").tokens.load(Ordering::Relaxed);
+        let before = tokens();
+        a.charge_free(t, 2 * MS, MS);
+        a.charge_bound(p, t, 3 * MS, 2 * MS);
+        assert_eq!(used(&g), 5 * MS);
+        assert_eq!(bound(&g, p), 3 * MS);
+        assert_eq!(before - tokens(), 5 * MS as i64, "the ceiling counts both");
+        // One charge counts at most a slice's worth, as every free charge.
+        a.charge_bound(p, t, 10 * MAX_SLICE_NS, 3 * MS);
+        assert_eq!(bound(&g, p), 3 * MS + MAX_SLICE_NS);
+        a.release_proc(p, 4 * MS);
+        let b = GpuSegment::open_or_create(&g.path).expect("b");
+        let q = b.claim_proc(t, 2).expect("q");
+        assert_eq!(bound(&g, q), 0);
     }
 
     #[test]
