@@ -759,9 +759,13 @@ fn sigkill_mid_admission_under_a_binding_quota() {
 /// those processes hold on the fake GPU, attempts): the segment's invariant is
 /// usage == sum of slots, and the device can never hold more than is
 /// accounted.
-/// Takes no lock while the processes are stopped (one of them may hold it).
+/// Takes no lock while the processes are stopped (one of them may hold
+/// it): the fake's state is opened (under its flock) before the first
+/// stop. Opened inside the stop, it hung CI for 90 minutes: a replacement
+/// victim stopped while it mapped the fake's state held that flock.
 fn frozen(h: &Host, tenant: &str, pids: &[u32]) -> (u64, u64, u64, u64, usize) {
     let seg = Segment::open_or_create(&h.mem_seg(tenant)).expect("memory segment");
+    let fake = Fake::open(&h.fake_state(), false);
     for attempt in 1..=200 {
         for &p in pids {
             signal(p, libc::SIGSTOP);
@@ -795,13 +799,7 @@ fn frozen(h: &Host, tenant: &str, pids: &[u32]) -> (u64, u64, u64, u64, usize) {
                         .sum::<u64>()
                 })
                 .sum();
-            (
-                used,
-                slots,
-                limit,
-                Fake::open(&h.fake_state(), false).held_by(pids),
-                attempt,
-            )
+            (used, slots, limit, fake.held_by(pids), attempt)
         });
         for &p in pids {
             signal(p, libc::SIGCONT);
