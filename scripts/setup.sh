@@ -5,8 +5,9 @@
 # (a test starts a real container through cuslice's OCI hook), podman (the
 # podman tests: CDI and hooks.d, end to end) and tmux (a test reads
 # `cuslice top`'s screen).
-# Then builds the release library and command. Idempotent: installs only
-# what is missing. Needs root or sudo for apt.
+# Then fetches the pinned cargo-nextest the tests run under
+# (scripts/nextest.sh) and builds the release library and command.
+# Idempotent: installs only what is missing. Needs root or sudo for apt.
 set -euo pipefail
 
 need=()
@@ -29,5 +30,6 @@ fi
 
 command -v cargo >/dev/null || { echo "setup: cargo not found; install Rust (https://rustup.rs)" >&2; exit 1; }
 cd "$(dirname "$0")/.."
+echo "setup: cargo-nextest at $(bash scripts/nextest.sh)"
 cargo build --release --workspace
 echo "setup: ok: target/release/libcuslice.so and target/release/cuslice"

@@ -88,6 +88,13 @@ fn bundle_in(
     ]);
     spec["root"]["readonly"] = false.into();
     spec["annotations"] = annotations;
+    if let Some(a) = spec["annotations"].as_object_mut() {
+        // The reaper removes the container if the test is killed.
+        a.insert(
+            common::OWNER_LABEL.into(),
+            std::process::id().to_string().into(),
+        );
+    }
     spec["hooks"] =
         serde_json::json!({"createRuntime": [hook("create")], "poststop": [hook("poststop")]});
     std::fs::write(&path, serde_json::to_vec_pretty(&spec).expect("encode")).expect("write");

@@ -158,6 +158,7 @@ impl Host {
         self.containers.push(name.to_string());
         let mut c = Command::new("podman");
         c.args(["run", "--rm", "--name", name]);
+        c.arg("--label").arg(common::owner_label());
         // This sandbox (and CI's, of the same kind) lacks CAP_SYS_RESOURCE:
         // podman's default limits (raising RLIMIT_NOFILE / RLIMIT_NPROC)
         // fail with "error setting rlimit type 7/6: operation not

@@ -130,6 +130,7 @@ fn podman_runs_a_prepared_claims_cdi_device_with_the_claims_slice() {
         memtest alloc 419430400; memtest alloc 209715200";
     let mut c = Command::new("podman");
     c.args(["run", "--rm", "--name", &name]);
+    c.arg("--label").arg(common::owner_label());
     c.args([
         "--ulimit",
         "nofile=1024:1024",

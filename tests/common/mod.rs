@@ -34,6 +34,17 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+/// The label (podman) or annotation (runc) naming the test process that
+/// made a container or image: where a test is killed at its time limit,
+/// the reaper it runs under (testkit/, scripts/test.sh) removes what bears
+/// its pid.
+pub const OWNER_LABEL: &str = "cuslice.test.owner";
+
+/// `OWNER_LABEL=<this test process>`.
+pub fn owner_label() -> String {
+    format!("{OWNER_LABEL}={}", std::process::id())
+}
+
 pub struct Env {
     pub root: PathBuf,
     /// Holds libcuda.so.1 / libnvidia-ml.so.1 (the fake driver).

@@ -60,7 +60,10 @@ impl Image {
             .spawn()
             .expect("tar");
         let out = Command::new("podman")
-            .args(["import", "--quiet", "-", &name])
+            .args(["import", "--quiet"])
+            .arg("--change")
+            .arg(format!("LABEL {}", super::owner_label()))
+            .args(["-", &name])
             .stdin(tar.stdout.take().expect("tar stdout"))
             .output()
             .expect("podman import");
