@@ -269,6 +269,9 @@ pub fn build(cfg: &Config, uuids: &[[u8; 16]]) -> Result<(), String> {
     let slice_ms = cfg.compute_slice_ms.unwrap_or(DEFAULT_COMPUTE_SLICE_MS);
     let slice_ns = u64::from(slice_ms) * 1_000_000;
     let name = cfg.tenant_name();
+    // Entries are per slice: this container's (claim's, session's) own,
+    // whoever else took the same tenant name.
+    let tag = cfg.slice_tag();
     let mut gpus = Vec::with_capacity(uuids.len());
     let mut any = false;
     for (i, uuid) in uuids.iter().enumerate() {
@@ -282,15 +285,16 @@ pub fn build(cfg: &Config, uuids: &[[u8; 16]]) -> Result<(), String> {
             .join(format!("{}.seg", format_uuid(uuid)));
         let seg = GpuSegment::open_or_create(&path).map_err(|e| e.to_string())?;
         let (tenant, old) = seg
-            .register(&name, spec, now_ns())
+            .register(&name, tag, spec, now_ns())
             .map_err(|e| e.to_string())?;
         if let Some((s, m)) = old {
-            // Two processes of one tenant that disagree (a quota file read
-            // with other CUDA_VISIBLE_DEVICES, two containers given one
-            // tenant name, a container restarted with new limits): the
-            // last to start wins, said where the default level shows it.
+            // Two processes of one slice that disagree (a quota file read
+            // with other CUDA_VISIBLE_DEVICES, one edited by hand between
+            // them): the last to start wins, said where the default level
+            // shows it. Another slice of the same tenant name has an entry
+            // of its own, never changed from here.
             crate::warn!(
-                "tenant {name} on GPU {i}: share and ceiling changed from {s}%/{m}% to {share}%/{max}% by this process (the last process of a tenant to start sets them)"
+                "tenant {name} on GPU {i}: share and ceiling changed from {s}%/{m}% to {share}%/{max}% by this process (the last process of this container, claim or session to start sets them)"
             );
         }
         // SAFETY: getpid has no preconditions.

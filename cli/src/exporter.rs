@@ -410,6 +410,7 @@ mod tests {
     fn tenant(name: &str, runs: &str) -> TenantView {
         TenantView {
             name: name.into(),
+            tag: 0,
             live: true,
             runs: runs.into(),
             container: None,

@@ -349,6 +349,7 @@ mod tests {
     fn tenant(name: &str, runs: &str, live: bool) -> TenantView {
         TenantView {
             name: name.into(),
+            tag: 0,
             live,
             runs: runs.into(),
             container: None,

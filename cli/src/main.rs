@@ -304,12 +304,15 @@ fn check_gpus(s: &str) -> Result<String, String> {
     Ok(out.join(","))
 }
 
-/// The quota file of `cuslice run` for process `pid`: its own tenant and
-/// memory segment directory, the host's GPU segment directory (`gpu_dir`,
-/// None: the default), the limits; `quota` (where it will be written) names
-/// it in errors.
+/// The quota file of `cuslice run` for process `pid`: its own tenant,
+/// slice (`run-<run_dir>`, the run directory's name: unique per session,
+/// where two sessions in different PID namespaces may have one PID, so
+/// one tenant name) and memory segment directory, the host's GPU segment
+/// directory (`gpu_dir`, None: the default), the limits; `quota` (where it
+/// will be written) names it in errors.
 fn run_quota(
     pid: u32,
+    run_dir: &str,
     segment_dir: &Path,
     gpu_dir: Option<&Path>,
     top: toml::Table,
@@ -328,6 +331,10 @@ fn run_quota(
     };
     let mut file = toml::Table::new();
     file.insert("tenant".into(), toml::Value::String(format!("run-{pid}")));
+    file.insert(
+        "slice".into(),
+        toml::Value::String(format!("run-{run_dir}")),
+    );
     file.insert(
         "segment_dir".into(),
         toml::Value::String(utf8(segment_dir, "segment directory")?),
@@ -443,8 +450,15 @@ fn run(
     let gpu_dir = std::env::var_os("CUSLICE_GPU_SEGMENT_DIR")
         .filter(|d| !d.is_empty())
         .map(PathBuf::from);
+    let name = dir
+        .path()
+        .file_name()
+        .and_then(|n| n.to_str())
+        .ok_or("the run directory has no name")?
+        .to_string();
     let text = run_quota(
         std::process::id(),
+        &name,
         &dir.path().join("segment"),
         gpu_dir.as_deref(),
         top,
@@ -598,6 +612,8 @@ fn main() -> ExitCode {
 mod tests {
     use super::*;
 
+    const RUN_DIR: &str = "cuslice-run-42-0123456789abcdef";
+
     fn limits() -> (toml::Table, toml::Table) {
         let l = limits::Limits {
             memory: Some("1GiB".into()),
@@ -616,8 +632,12 @@ mod tests {
         let gpu = Path::new("/tmp/gpu's\ndir");
         let (top, all) = limits();
         let q = Path::new("/run/q.toml");
-        let text = run_quota(42, seg, Some(gpu), top, all, q).expect("written");
+        let text = run_quota(42, RUN_DIR, seg, Some(gpu), top, all, q).expect("written");
         let c = config::parse_file(q, &text).expect("parses");
+        assert_eq!(
+            c.slice.as_deref(),
+            Some("run-cuslice-run-42-0123456789abcdef")
+        );
         assert_eq!(c.segment_dir, seg);
         assert_eq!(c.gpu_segment_dir, gpu);
         assert_eq!(c.tenant.as_deref(), Some("run-42"));
@@ -627,7 +647,7 @@ mod tests {
         assert!(text.starts_with("# written by `cuslice run` for process 42\n"));
         // Without a GPU directory, the shim's default.
         let (top, all) = limits();
-        let text = run_quota(7, seg, None, top, all, q).expect("written");
+        let text = run_quota(7, RUN_DIR, seg, None, top, all, q).expect("written");
         let c = config::parse_file(q, &text).expect("parses");
         assert_eq!(
             c.gpu_segment_dir,
@@ -639,8 +659,16 @@ mod tests {
     fn a_run_quota_file_the_shim_would_refuse_is_not_written() {
         let (top, all) = limits();
         let q = Path::new("/run/q.toml");
-        let e = run_quota(1, Path::new("/s"), Some(Path::new("gpu")), top, all, q)
-            .expect_err("relative");
+        let e = run_quota(
+            1,
+            RUN_DIR,
+            Path::new("/s"),
+            Some(Path::new("gpu")),
+            top,
+            all,
+            q,
+        )
+        .expect_err("relative");
         assert_eq!(
             e,
             "/run/q.toml: gpu_segment_dir: expected an absolute path like /run/cuslice/abc, got \"gpu\""
@@ -648,7 +676,7 @@ mod tests {
         use std::os::unix::ffi::OsStrExt;
         let (top, all) = limits();
         let bad = Path::new(std::ffi::OsStr::from_bytes(b"/tmp/\xff"));
-        let e = run_quota(1, bad, None, top, all, q).expect_err("not UTF-8");
+        let e = run_quota(1, RUN_DIR, bad, None, top, all, q).expect_err("not UTF-8");
         assert_eq!(
             e,
             "segment directory /tmp/\u{fffd}: not UTF-8, cannot be written in a quota file"

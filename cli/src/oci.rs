@@ -48,6 +48,16 @@
 //! annotation fails container creation with one line naming it, and nothing
 //! is left behind.
 //!
+//! A tenant name (`cuslice.io/tenant`) is one container's: a container
+//! whose annotation names the tenant of another live container (its
+//! recorded init still runs) or of a DRA claim under the same `--root` is
+//! refused with one line naming the tenant and the other. The check and
+//! the record it is made against are written under an exclusive lock on
+//! `<root>/hook.lock`, so two hooks at once cannot both pass. (The GPU
+//! segment keys tenants by name *and* slice, the quota file's `slice`,
+//! `ctr-<id>` here: even a name shared another way never lets one
+//! container change another's share.)
+//!
 //! So does a container that could not use its slice: one whose runtime is
 //! rootless (the hook itself runs in a user namespace) or that has its own
 //! user namespace. Its processes would not be host root, and the segments
@@ -239,6 +249,22 @@ struct SpecRoot {
     path: PathBuf,
 }
 
+/// The quota file's `slice` for container `id`: `ctr-<id>`, unique per
+/// container (an id is a plain name of at most 128 characters; one too
+/// long for a slice keeps its first 107 and a hash of the whole).
+fn container_slice(id: &str) -> String {
+    let s = format!("ctr-{id}");
+    if s.len() <= config::SLICE_MAX_LEN {
+        return s;
+    }
+    let tag = config::Config {
+        slice: Some(s),
+        ..config::Config::unlimited(config::Source::None)
+    }
+    .slice_tag();
+    format!("ctr-{}-{tag:016x}", &id[..id.len().min(107)])
+}
+
 fn check_id(id: &str) -> Result<(), String> {
     if id.is_empty()
         || id.len() > 128
@@ -321,6 +347,7 @@ pub fn quota_from_annotations_with(
     };
     let mut file = Table::new();
     file.insert("tenant".into(), Value::String(tenant));
+    file.insert("slice".into(), Value::String(container_slice(id)));
     file.insert(
         "segment_dir".into(),
         Value::String("/run/cuslice/segment".into()),
@@ -519,7 +546,22 @@ pub fn create(a: &HookArgs) -> Result<(), String> {
     }
     let dir = a.root.join("containers").join(&st.id);
     let result = (|| {
+        // The tenant check and the record it is made against, under the
+        // root's lock: of two hooks naming one tenant at once, the second
+        // sees the first's record.
+        let lock = lock_root(&a.root)?;
+        if a.claim.is_none() && ann.contains_key(TENANT_ANNOTATION) {
+            let tenant = cfg.tenant_name();
+            if let Some(other) = tenant_holder(&a.root, &st.id, &tenant, &|init| {
+                crate::host::container::init_alive(init, crate::host::proc::stat)
+            }) {
+                return Err(format!(
+                    "{TENANT_ANNOTATION} {tenant:?}: already the tenant of {other} on this host: two containers cannot share one tenant's slice; choose another name"
+                ));
+            }
+        }
         write_files(a, &st.id, &quota, &meta, &cfg, &gpus)?;
+        drop(lock);
         mount_into(pid, &rootfs, a, &dir, &user)
     })();
     if result.is_err() {
@@ -527,6 +569,101 @@ pub fn create(a: &HookArgs) -> Result<(), String> {
         let _ = std::fs::remove_dir_all(&dir);
     }
     result
+}
+
+/// The annotation naming a container's tenant.
+const TENANT_ANNOTATION: &str = "cuslice.io/tenant";
+
+/// The lock file in `--root` that the tenant check and the record write
+/// are made under.
+const LOCK_FILE: &str = "hook.lock";
+
+/// Takes the root's lock (see [`LOCK_FILE`]), making the root where
+/// missing (root's, 0700, as [`write_files`] keeps it).
+fn lock_root(root: &Path) -> Result<std::fs::File, String> {
+    let root = crate::host::fs::Dir::keep_root(root, 0o700)?;
+    Ok(root.lock(LOCK_FILE, 0o600)?)
+}
+
+/// Who else under `root` has the tenant name `tenant`: a live container
+/// other than `own_id` (`alive` says whether a record's init still runs;
+/// a container of a DRA claim is the claim's) or a DRA claim, named for
+/// the refusal; None when nobody. Records are read as the watch reads
+/// them (no link followed, root's files, bounded); one that cannot be
+/// read, or names no live init, takes no name.
+fn tenant_holder(
+    root: &Path,
+    own_id: &str,
+    tenant: &str,
+    alive: &dyn Fn(Option<(u32, u64)>) -> bool,
+) -> Option<String> {
+    use crate::host::container::CLAIM_RECORD;
+    use crate::host::fs::Dir;
+    use crate::host::text::clean;
+    use std::ffi::OsStr;
+    let root = Dir::open(root).ok()?;
+    let tenant_of = |d: &Dir| -> Option<String> {
+        let text = d.read_file("quota.toml", config::MAX_FILE_BYTES).ok()?;
+        let cfg = config::parse_file(&d.join("quota.toml"), &text).ok()?;
+        Some(cfg.tenant_name())
+    };
+    if let Ok(ctrs) = root.open_dir(OsStr::new("containers")) {
+        let mut ids: Vec<_> = ctrs.list().unwrap_or_default();
+        ids.sort();
+        for id in ids {
+            if id == OsStr::new(own_id) {
+                continue;
+            }
+            let Ok(d) = ctrs.open_dir(&id) else { continue };
+            let Some(meta) = d
+                .read_file(META_FILE, 64 << 10)
+                .ok()
+                .and_then(|t| serde_json::from_str::<ContainerMeta>(&t).ok())
+            else {
+                continue;
+            };
+            if meta.claim.is_some() || !alive(meta.init()) {
+                continue;
+            }
+            if tenant_of(&d).as_deref() == Some(tenant) {
+                return Some(format!("container {}", clean(&id.to_string_lossy())));
+            }
+        }
+    }
+    if let Ok(claims) = root.open_dir(OsStr::new(CLAIMS_DIR)) {
+        let mut uids: Vec<_> = claims.list().unwrap_or_default();
+        uids.sort();
+        for uid in uids {
+            let Ok(d) = claims.open_dir(&uid) else {
+                continue;
+            };
+            if tenant_of(&d).as_deref() != Some(tenant) {
+                continue;
+            }
+            #[derive(Deserialize)]
+            struct Record {
+                #[serde(default)]
+                namespace: String,
+                #[serde(default)]
+                name: String,
+            }
+            let uid = clean(&uid.to_string_lossy());
+            let named = d
+                .read_file(CLAIM_RECORD, 64 << 10)
+                .ok()
+                .and_then(|t| serde_json::from_str::<Record>(&t).ok())
+                .filter(|r| !r.namespace.is_empty() && !r.name.is_empty());
+            return Some(match named {
+                Some(r) => format!(
+                    "DRA claim {}/{} ({uid})",
+                    clean(&r.namespace),
+                    clean(&r.name)
+                ),
+                None => format!("DRA claim {uid}"),
+            });
+        }
+    }
+    None
 }
 
 /// The GPU segments this hook makes (UUIDs, as cuslice names them): for a
@@ -570,6 +707,7 @@ fn gpu_segments_to_make(cfg: &config::Config, user: &inroot::User) -> Result<Vec
 /// | `containers/<id>/quota.toml` | 0444 | |
 /// | `containers/<id>/container.json` | 0644 | |
 /// | `ld.so.preload` | 0444 | |
+/// | `hook.lock` | 0600 | the tenant check's lock ([`lock_root`]) |
 ///
 /// The segments are world-writable files, but reached only through the
 /// mounts of the containers they belong to: `--root` is root's alone.
@@ -938,6 +1076,8 @@ mod tests {
         assert_eq!(c.all.memory, Some(4 << 30));
         assert_eq!(c.all.compute, Some(30));
         assert_eq!(c.tenant.as_deref(), Some("ctr-abc123"));
+        // Its own slice: the container's, whatever tenant it is given.
+        assert_eq!(c.slice.as_deref(), Some("ctr-abc123"));
         // Host GPUs 1 and 3 (as `--gpus device=1,3` gives them, CUDA's
         // 0 and 1 inside): the file names them by UUID.
         let q = quota_from_annotations_with(
@@ -1082,7 +1222,7 @@ mod tests {
                 .expect_err("not a tenant name");
             assert!(
                 e.starts_with(&format!(
-                    "annotations: tenant: expected 1 to 64 characters of A-Z a-z 0-9 . _ / -, got {t:?}"
+                    "annotations: tenant: expected 1 to 56 characters of A-Z a-z 0-9 . _ / -, got {t:?}"
                 )),
                 "{e}"
             );
@@ -1097,6 +1237,110 @@ mod tests {
             e,
             "annotation cuslice.io/gpus=\"1, 2,1\": expected each GPU once, got \"1\" twice"
         );
+    }
+
+    /// Every container has a slice of its own, ids of any length
+    /// included.
+    #[test]
+    fn a_containers_slice_is_its_id() {
+        let ann = ann(&[("cuslice.io/compute", "10"), ("cuslice.io/tenant", "t")]);
+        let slice_of = |id: &str| {
+            let q = quota_from_annotations(id, &ann).expect("ok").expect("some");
+            config::parse_file(Path::new("q"), &q)
+                .expect("parses")
+                .slice
+                .expect("a slice")
+        };
+        let hex = "3f2a9c8b7d6e5f4a3b2c1d0e9f8a7b6c5d4e3f2a1b0c9d8e7f6a5b4c3d2e1f0a";
+        assert_eq!(slice_of(hex), format!("ctr-{hex}"));
+        let long = |c: char| format!("{}{c}", "x".repeat(127));
+        let (a, b) = (slice_of(&long('a')), slice_of(&long('b')));
+        assert!(a.len() <= 128 && b.len() <= 128 && a != b, "{a} {b}");
+        assert!(a.starts_with("ctr-xxxx"), "{a}");
+    }
+
+    /// The tenant name a container asks for is taken by a live container
+    /// (its recorded init runs) or a DRA claim; not by a record whose init
+    /// is gone, by a container of a claim (the claim holds it), nor by the
+    /// container itself.
+    #[test]
+    fn a_tenant_name_is_held_by_live_containers_and_claims() {
+        let t = std::env::temp_dir().join(format!("cuslice-oci-tenant-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&t);
+        let record = |id: &str, tenant: &str, init: u32, claim: Option<&str>| {
+            let d = t.join("containers").join(id);
+            std::fs::create_dir_all(&d).expect("mkdir");
+            std::fs::write(
+                d.join("quota.toml"),
+                format!("tenant = \"{tenant}\"\n[all]\ncompute = 10\n"),
+            )
+            .expect("quota");
+            let m = ContainerMeta {
+                id: id.into(),
+                init_pid: Some(init),
+                init_start: Some(1),
+                claim: claim.map(str::to_string),
+                ..ContainerMeta::default()
+            };
+            std::fs::write(d.join(META_FILE), serde_json::to_string(&m).expect("json"))
+                .expect("record");
+        };
+        // Init 1 runs, init 2 is gone.
+        let alive = |init: Option<(u32, u64)>| init.is_none_or(|(pid, _)| pid == 1);
+        let holder = |own: &str, tenant: &str| tenant_holder(&t, own, tenant, &alive);
+        assert_eq!(holder("new", "team-a"), None, "no root yet");
+        record("live", "team-a", 1, None);
+        record("gone", "team-b", 2, None);
+        record("member", "team-c", 1, Some("uid-1"));
+        assert_eq!(holder("new", "team-a").as_deref(), Some("container live"));
+        assert_eq!(holder("live", "team-a"), None, "its own record");
+        assert_eq!(holder("new", "team-b"), None, "a record left behind");
+        assert_eq!(holder("new", "team-c"), None, "a claim's container");
+        let claim = t.join("claims/uid-1");
+        std::fs::create_dir_all(&claim).expect("mkdir");
+        std::fs::write(
+            claim.join("quota.toml"),
+            "tenant = \"team-c\"\n[all]\ncompute = 10\n",
+        )
+        .expect("quota");
+        assert_eq!(holder("new", "team-c").as_deref(), Some("DRA claim uid-1"));
+        std::fs::write(
+            claim.join("claim.json"),
+            r#"{"namespace": "ns", "name": "train\u001b[2J", "uid": "uid-1"}"#,
+        )
+        .expect("record");
+        assert_eq!(
+            holder("new", "team-c").as_deref(),
+            Some("DRA claim ns/train\\x1b[2J (uid-1)")
+        );
+        // A record without an init (an older hook's) is taken as live.
+        let d = t.join("containers/old");
+        std::fs::create_dir_all(&d).expect("mkdir");
+        std::fs::write(
+            d.join("quota.toml"),
+            "tenant = \"team-d\"\n[all]\ncompute = 10\n",
+        )
+        .expect("quota");
+        std::fs::write(d.join(META_FILE), r#"{"id": "old"}"#).expect("record");
+        assert_eq!(holder("new", "team-d").as_deref(), Some("container old"));
+        // The lock: made root's, 0600, in the root; held until dropped.
+        let l = lock_root(&t).expect("lock");
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(t.join(LOCK_FILE))
+            .expect("stat")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o7777, 0o600);
+        let other = std::fs::File::open(t.join(LOCK_FILE)).expect("open");
+        use std::os::fd::AsRawFd;
+        // SAFETY: flock on a descriptor we hold.
+        let r = unsafe { libc::flock(other.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        assert_eq!(r, -1, "a second lock while the first is held");
+        drop(l);
+        // SAFETY: as above.
+        let r = unsafe { libc::flock(other.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        assert_eq!(r, 0, "free once dropped");
+        let _ = std::fs::remove_dir_all(&t);
     }
 
     #[test]

@@ -209,6 +209,11 @@ pub struct GpuView {
 #[derive(Debug, Clone, Serialize)]
 pub struct TenantView {
     pub name: String,
+    /// Its slice's tag (see `gpu::layout::Tenant::name`), not shown: two
+    /// slices given one tenant name are two rows (each its own entry of
+    /// the GPU segment, its own memory segment).
+    #[serde(skip)]
+    pub tag: u64,
     /// Some process of the tenant is alive (proved by its segment lock).
     pub live: bool,
     /// What it runs, for display: the container's name, pod and image
@@ -285,6 +290,10 @@ pub struct ContainerView {
     pub segment: String,
     /// The tenant its processes register as (its quota file's `tenant`).
     pub tenant: String,
+    /// Its quota file's slice tag (not shown): with `tenant`, the GPU
+    /// segment entry that is its.
+    #[serde(skip)]
+    pub tag: u64,
     pub container: Option<ContainerMeta>,
     pub devices: Vec<DeviceView>,
     pub processes: Vec<ProcessView>,
@@ -365,7 +374,12 @@ struct Reading {
     errors: Vec<String>,
 }
 
-type Key = (String, String);
+/// A tenant on a GPU: (GPU UUID, tenant name, slice tag).
+type Key = (String, String, u64);
+
+/// A tenant's row on a GPU, and the segment files (device, inode) that
+/// are its.
+type Row = (TenantView, Vec<(u64, u64)>);
 
 /// Takes readings, keeping what the next one needs: the previous reading
 /// (for shares over the interval) and when each ended tenant was first
@@ -403,23 +417,28 @@ pub fn hostname() -> String {
     String::from_utf8_lossy(&buf[..n]).into_owned()
 }
 
+/// What owns a memory segment: its tenant name and slice tag, what the
+/// hook recorded, where it comes from (see [`segment_owner`]).
+type Owner = ((String, u64), Option<ContainerMeta>, Option<String>);
+
 /// The tenant of the memory segment `seg` (`<dir>/segment/memory.seg`):
-/// the `tenant` of `<dir>/quota.toml` (as the hook and `cuslice run` write
-/// it), else the name the shim derives from the segment directory; and
-/// what the hook recorded in `<dir>/container.json`.
-fn segment_owner(seg: &Path) -> (String, Option<ContainerMeta>, Option<String>) {
+/// the `tenant` and slice tag of `<dir>/quota.toml` (as the hook and
+/// `cuslice run` write it), else the name the shim derives from the
+/// segment directory (and no slice); and what the hook recorded in
+/// `<dir>/container.json`.
+fn segment_owner(seg: &Path) -> Owner {
     let seg_dir = seg.parent().unwrap_or(Path::new("/"));
     let dir = seg_dir.parent();
     // Beside a segment any user may have made (in /tmp, /dev/shm): read
     // without following a link, never blocking on a FIFO, bounded.
-    let tenant = dir
+    let (tenant, tag) = dir
         .map(|d| d.join("quota.toml"))
         .and_then(|q| {
             let text = crate::host::fs::read_checked(&q, None, config::MAX_FILE_BYTES).ok()?;
             config::parse_file(&q, &text).ok()
         })
-        .map(|c| c.tenant_name())
-        .unwrap_or_else(|| config::default_tenant(seg_dir));
+        .map(|c| (c.tenant_name(), c.slice_tag()))
+        .unwrap_or_else(|| (config::default_tenant(seg_dir), 0));
     let meta = dir
         .and_then(|d| crate::host::fs::read_checked(&d.join(META_FILE), None, 64 << 10).ok())
         .and_then(|t| serde_json::from_str::<ContainerMeta>(&t).ok());
@@ -442,7 +461,7 @@ fn segment_owner(seg: &Path) -> (String, Option<ContainerMeta>, Option<String>) 
             None
         }
     });
-    (clean(&tenant), meta.map(|m| m.for_display()), origin)
+    ((clean(&tenant), tag), meta.map(|m| m.for_display()), origin)
 }
 
 /// The pods a DRA claim is reserved for, from the record the plugin writes
@@ -559,12 +578,13 @@ fn read_mem(path: &Path) -> Result<MemRead, String> {
                 .collect(),
         })
         .collect();
-    let (tenant, container, origin) = segment_owner(path);
+    let ((tenant, tag), container, origin) = segment_owner(path);
     void_if_truncated((), s.truncated(), path)?;
     Ok(MemRead {
         view: ContainerView {
             segment: clean(&path.display().to_string()),
             tenant,
+            tag,
             container,
             devices,
             processes,
@@ -727,13 +747,13 @@ impl Observer {
     /// `GpuRead::nvml_ns`). A process NVML lists is behind an entry if it
     /// sees itself by the entry's PID, holds `g`'s segment open and, where
     /// status knows memory segments of the entry's tenant (`mem_files`, by
-    /// tenant name), one of those; an entry two processes could be behind
+    /// tenant name and slice tag), one of those; an entry two processes could be behind
     /// (containers of one tenant each with its PID 1) is left unchecked.
     fn nvml_times(
         &mut self,
         g: &GpuRead,
         devices: &Result<Vec<DeviceHandle>, String>,
-        mem_files: &HashMap<String, Vec<(u64, u64)>>,
+        mem_files: &HashMap<(String, u64), Vec<(u64, u64)>>,
     ) -> Result<NvmlTimes, String> {
         let nvml = self.nvml.as_ref().map_err(Clone::clone)?;
         let d = devices
@@ -791,7 +811,7 @@ impl Observer {
                 .tenants
                 .iter()
                 .find(|(t, _)| t.index == p.tenant)
-                .and_then(|(t, _)| mem_files.get(&t.name));
+                .and_then(|(t, _)| mem_files.get(&(t.name.clone(), t.tag)));
             let behind: Vec<u32> = listed
                 .iter()
                 .filter(|&&(h, inner)| {
@@ -848,10 +868,13 @@ impl Observer {
             Ok(n) => n.devices(),
             Err(e) => Err(e.clone()),
         };
-        let mut mem_files: HashMap<String, Vec<(u64, u64)>> = HashMap::new();
+        let mut mem_files: HashMap<(String, u64), Vec<(u64, u64)>> = HashMap::new();
         for m in &mems {
             if let Some(f) = m.file {
-                mem_files.entry(m.view.tenant.clone()).or_default().push(f);
+                mem_files
+                    .entry((m.view.tenant.clone(), m.view.tag))
+                    .or_default()
+                    .push(f);
             }
         }
         for g in &mut gpus {
@@ -878,7 +901,7 @@ impl Observer {
                 g.tenants
                     .iter()
                     .filter(|t| t.live)
-                    .map(|t| (g.uuid.clone(), t.name.clone()))
+                    .map(|t| (g.uuid.clone(), t.name.clone(), t.tag))
             })
             .collect();
         self.prev = Some(now);
@@ -911,12 +934,17 @@ impl Observer {
         for uuid in order {
             let info = nvml_gpus.iter().find(|g| g.uuid == uuid);
             let seg = r.gpus.iter().find(|g| g.uuid == uuid);
-            let mut rows: BTreeMap<String, (TenantView, Vec<(u64, u64)>)> = BTreeMap::new();
+            // By name and slice tag: two slices of one name are two rows.
+            let mut rows: BTreeMap<(String, u64), Row> = BTreeMap::new();
             if let Some(g) = seg {
                 let gpu_before = prev.and_then(|p| p.gpus.iter().find(|x| x.uuid == uuid));
                 for (t, pids) in &g.tenants {
                     let before = gpu_before
-                        .and_then(|x| x.tenants.iter().find(|(y, _)| y.name == t.name))
+                        .and_then(|x| {
+                            x.tenants
+                                .iter()
+                                .find(|(y, _)| y.name == t.name && y.tag == t.tag)
+                        })
                         .map(|(y, _)| y);
                     let rate = |now_ns: u64, then_ns: u64| {
                         dt.filter(|_| now_ns >= then_ns)
@@ -928,7 +956,7 @@ impl Observer {
                         .filter(|((b, _), _)| t.used_ns >= b.used_ns)
                         .map(|((b, gb), d)| interval_times(g, gb, t, d, t.used_ns - b.used_ns));
                     let pct = |ns: u64| dt.map(|d| 100.0 * ns as f64 / d as f64);
-                    let key = (uuid.clone(), t.name.clone());
+                    let key = (uuid.clone(), t.name.clone(), t.tag);
                     if before.is_some_and(|b| t.used_ns < b.used_ns) {
                         // Its entry was taken afresh: so is the count.
                         self.left_out.remove(&key);
@@ -937,6 +965,7 @@ impl Observer {
                     *left_out += times.map_or(0, |x| x.charged - x.gpu);
                     let view = TenantView {
                         name: t.name.clone(),
+                        tag: t.tag,
                         live: false,
                         runs: String::new(),
                         container: None,
@@ -964,17 +993,22 @@ impl Observer {
                         ended_seconds_ago: None,
                         demand_percent: Some(f64::from(t.demand_pm) / 10.0),
                     };
-                    rows.insert(t.name.clone(), (view, g.file.into_iter().collect()));
+                    rows.insert(
+                        (t.name.clone(), t.tag),
+                        (view, g.file.into_iter().collect()),
+                    );
                 }
             }
             for m in &r.mems {
                 let Some(d) = m.view.devices.iter().find(|d| d.uuid == uuid) else {
                     continue;
                 };
-                let (row, files) = rows.entry(m.view.tenant.clone()).or_insert_with(|| {
+                let key = (m.view.tenant.clone(), m.view.tag);
+                let (row, files) = rows.entry(key).or_insert_with(|| {
                     (
                         TenantView {
                             name: m.view.tenant.clone(),
+                            tag: m.view.tag,
                             live: false,
                             runs: String::new(),
                             container: None,
@@ -1004,8 +1038,10 @@ impl Observer {
                         vec![],
                     )
                 });
-                // A tenant name shared by several containers: their usage
-                // and their quotas add up.
+                // A tenant name and slice shared by several memory
+                // segments (quota files written by hand, or by an older
+                // hook that wrote no slice): their usage and their quotas
+                // add up.
                 let add = |a: Option<u64>, b: u64| Some(a.unwrap_or(0).saturating_add(b));
                 row.memory_used_bytes = add(row.memory_used_bytes, d.used_bytes);
                 row.memory_peak_bytes = add(row.memory_peak_bytes, d.peak_bytes);
@@ -1044,7 +1080,7 @@ impl Observer {
                         .or_else(|| t.pids.first().map(|p| format!("pid {p}")))
                         .unwrap_or_else(|| "-".into());
                 }
-                let key = (uuid.clone(), t.name.clone());
+                let key = (uuid.clone(), t.name.clone(), t.tag);
                 seen.insert(key.clone());
                 if t.live {
                     self.ended.remove(&key);
@@ -1059,7 +1095,11 @@ impl Observer {
                     // its last sign of activity is the best guess (none
                     // for a tenant with only memory: long ago).
                     let last = seg
-                        .and_then(|g| g.tenants.iter().find(|(x, _)| x.name == t.name))
+                        .and_then(|g| {
+                            g.tenants
+                                .iter()
+                                .find(|(x, _)| x.name == t.name && x.tag == t.tag)
+                        })
                         .map_or(0, |(x, _)| x.last_activity);
                     let since = *self.ended.entry(key.clone()).or_insert_with(|| {
                         if self.live_before.contains(&key) {

@@ -477,6 +477,104 @@ fn containers_cannot_reach_each_others_slice() {
     );
 }
 
+/// Issue #32 item 9: a container annotated with another's tenant name
+/// (and a share of 1 %, a ceiling of 1 %) registered into the other's entry
+/// of the GPU segment and held it to 1 %. The hook refuses it, with one
+/// line naming the tenant, the other container and the annotation; the
+/// first container's entry keeps its share and ceiling.
+#[test]
+fn a_container_given_a_live_containers_tenant_is_refused_and_the_tenants_share_stays() {
+    use cuslice_core::gpu::GpuSegment;
+    let shared = std::env::temp_dir().join(format!("cuslice-ctr-{}-tenant", std::process::id()));
+    let _ = std::fs::remove_dir_all(&shared);
+    let id_a = format!("cuslice-tenant-a-{}", std::process::id());
+    let id_b = format!("cuslice-tenant-b-{}", std::process::id());
+    let a = bundle_in(
+        "tenant-a",
+        serde_json::json!({"cuslice.io/tenant": "shared", "cuslice.io/compute": "50"}),
+        "memtest hold 1048576",
+        Some(&shared),
+    );
+    let holder = Command::new("runc")
+        .args(["run", "--bundle"])
+        .arg(a.dir.join("bundle"))
+        .arg(&id_a)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("runc run A");
+    let seg = shared.join("gpu").join(format!(
+        "{}.seg",
+        cuslice_core::config::format_uuid(&common::FAKE_UUID)
+    ));
+    // Tenant "shared"'s entries in the GPU segment: (share, ceiling, live
+    // processes).
+    let entries = || -> Vec<(u32, u32, u32)> {
+        GpuSegment::open_read_only(&seg)
+            .map(|g| {
+                g.tenants()
+                    .into_iter()
+                    .filter(|t| t.name == "shared")
+                    .map(|t| (t.share, t.max, t.procs))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    // Until A's process has registered (and holds its memory: it runs).
+    let a_runs = common::poll_until(std::time::Duration::from_secs(20), || {
+        entries().iter().any(|e| e.2 >= 1).then_some(())
+    })
+    .is_some();
+    let b = bundle_in(
+        "tenant-b",
+        serde_json::json!({
+            "cuslice.io/tenant": "shared",
+            "cuslice.io/compute": "1",
+            "cuslice.io/compute-max": "1",
+        }),
+        "memtest alloc 1048576; echo B-RAN",
+        Some(&shared),
+    );
+    let hook_stderr = b.capture_hook_stderr();
+    let out = runc_run(&b, &id_b);
+    let after = entries();
+    let _ = Command::new("runc").args(["kill", &id_a, "KILL"]).output();
+    let held = holder.wait_with_output().expect("A");
+    for id in [&id_a, &id_b] {
+        let _ = Command::new("runc")
+            .args(["delete", "--force", id])
+            .output();
+    }
+    let b_dir_left = shared.join("containers").join(&id_b).exists();
+    let _ = std::fs::remove_dir_all(&shared);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        a_runs,
+        "A never registered:\n{}\n{}",
+        String::from_utf8_lossy(&held.stdout),
+        String::from_utf8_lossy(&held.stderr)
+    );
+    assert!(
+        !out.status.success() && !stdout.contains("B-RAN"),
+        "B was created with A's tenant:\n{stdout}\n{stderr}"
+    );
+    let said = std::fs::read_to_string(&hook_stderr).unwrap_or_default();
+    let lines: Vec<&str> = said.lines().collect();
+    assert_eq!(lines.len(), 1, "one line from the hook:\n{said}");
+    let want = format!(
+        "cuslice: oci-hook: cuslice.io/tenant \"shared\": already the tenant of container {} on this host: two containers cannot share one tenant's slice; choose another name",
+        id_a
+    );
+    assert_eq!(lines[0], want);
+    assert!(!b_dir_left, "nothing of B's left behind");
+    assert_eq!(
+        after,
+        [(50, 100, 1)],
+        "A's entry keeps its share and ceiling, and is the tenant's only one"
+    );
+}
+
 #[test]
 fn per_container_files_are_private_on_the_host() {
     // The hook's files: its root and a container's directory are
@@ -834,7 +932,8 @@ fn hostile(name: &str, path: &str, shape: Shape) {
         !b.root.join("containers").join(&id).exists(),
         "{shape:?} {path}: per-container files left behind"
     );
-    // What is left of the hook's root is what every container shares.
+    // What is left of the hook's root is what every container shares (and
+    // the lock the tenant check is made under).
     let mut left: Vec<String> = snapshot(&b.root, &[])
         .into_iter()
         .map(|(p, _, _)| {
@@ -847,7 +946,7 @@ fn hostile(name: &str, path: &str, shape: Shape) {
     left.sort();
     assert_eq!(
         left,
-        ["", "containers", "gpu", "ld.so.preload"],
+        ["", "containers", "gpu", "hook.lock", "ld.so.preload"],
         "{shape:?} {path}: the hook's root"
     );
 }

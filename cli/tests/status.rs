@@ -176,6 +176,79 @@ fn status_json_reports_what_the_segments_hold() {
     assert_eq!(v["containers"][0]["processes"][0]["alive"], false);
 }
 
+/// Two containers given one tenant name (quota files written by hand: the
+/// hook refuses the second) are two slices: two entries of the GPU
+/// segment, each shown as a row of its own with its own share and its own
+/// container's memory, never merged by name.
+#[test]
+fn one_tenant_name_in_two_slices_is_two_rows() {
+    let dir = std::env::temp_dir().join(format!("cuslice-status-{}-slices", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let gpu_uuid = format_uuid(&common::FAKE_UUID);
+    let gpu = GpuSegment::open_or_create(&dir.join("gpu").join(format!("{gpu_uuid}.seg")))
+        .expect("gpu seg");
+    let now = cuslice_core::gpu::monotonic_ns();
+    let mut mems = vec![];
+    for (id, share, quota) in [("c-a", 30, 4 * GIB), ("c-b", 20, 2 * GIB)] {
+        let d = dir.join("containers").join(id);
+        std::fs::create_dir_all(&d).expect("mkdir");
+        let text = format!("tenant = \"same\"\nslice = \"ctr-{id}\"\n[all]\ncompute = {share}\n");
+        std::fs::write(d.join("quota.toml"), &text).expect("quota");
+        std::fs::write(
+            d.join("container.json"),
+            format!(r#"{{"id":"{id}","name":"{id}"}}"#),
+        )
+        .expect("container.json");
+        let tag = cuslice_core::config::parse_file(&d.join("quota.toml"), &text)
+            .expect("quota")
+            .slice_tag();
+        let spec = cuslice_core::gpu::TenantSpec {
+            share,
+            max: 100,
+            burst_ns: 0,
+            latency: false,
+        };
+        gpu.register("same", tag, spec, now).expect("tenant");
+        let mem = Segment::open_or_create(&d.join("segment").join("memory.seg")).expect("mem");
+        mem.register_device(&common::FAKE_UUID, quota).expect("dev");
+        mems.push(mem);
+    }
+    let f = Fixture {
+        dir,
+        gpu_uuid,
+        _gpu: gpu,
+        _mem: None,
+    };
+    let (v, code) = status_json(&f);
+    assert_eq!(code, 0, "{v}");
+    let rows: Vec<(String, u64, u64, String)> = v["gpus"][0]["tenants"]
+        .as_array()
+        .expect("tenants")
+        .iter()
+        .map(|t| {
+            (
+                t["name"].as_str().unwrap_or_default().to_string(),
+                t["share_percent"].as_u64().unwrap_or(0),
+                t["memory_limit_bytes"].as_u64().unwrap_or(0),
+                t["container"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            )
+        })
+        .collect();
+    let mut rows = rows;
+    rows.sort();
+    assert_eq!(
+        rows,
+        [
+            ("same".to_string(), 20, 2 * GIB, "c-b".to_string()),
+            ("same".to_string(), 30, 4 * GIB, "c-a".to_string()),
+        ],
+        "{v}"
+    );
+}
+
 #[test]
 fn a_fifo_beside_a_planted_segment_does_not_hang_status() {
     // Any user can make a run directory in /tmp, or /dev/shm/cuslice, with

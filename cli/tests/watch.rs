@@ -1372,6 +1372,110 @@ fn a_container_record_naming_a_claim_without_a_quota_file_is_one_line_naming_the
     }
 }
 
+/// Issue #32 item 9: two slices given one tenant name (quota files written
+/// by hand, as no hook would let them be) are two entries of the GPU
+/// segment, and the watch restores each from its own slice's quota file,
+/// whichever container's id sorts first.
+#[test]
+fn two_slices_of_one_tenant_name_are_two_entries_each_restored_from_its_own_quota_file() {
+    use cuslice_core::config::{Config, format_uuid, parse_file};
+    use std::sync::atomic::Ordering;
+    let h = Host::new("one-name");
+    let path = h
+        .gpu_dir()
+        .join(format!("{}.seg", format_uuid(&common::FAKE_UUID)));
+    let g = GpuSegment::open_or_create(&path).expect("GPU segment");
+    // Per tenant name, the victim (share 50) and the intruder (share and
+    // ceiling 1): under "first" the victim's id sorts first, under
+    // "second" the intruder's.
+    let pairs = [
+        ("first", "a-victim", "b-intruder"),
+        ("second", "b-victim", "a-intruder"),
+    ];
+    let quota = |tenant: &str, id: &str, limits: &str| {
+        format!(
+            "tenant = \"{tenant}\"\nslice = \"ctr-{id}\"\ngpu_segment_dir = \"/run/cuslice/gpu\"\n[all]\n{limits}"
+        )
+    };
+    let mut entries = vec![];
+    for (tenant, victim, intruder) in pairs {
+        for (id, limits, want) in [
+            (victim, "compute = 50\n", (50, 100)),
+            (intruder, "compute = 1\ncompute_max = 1\n", (1, 1)),
+        ] {
+            // A record as the hook writes it for a live container (its
+            // init: this process).
+            let id = format!("{id}-{tenant}");
+            let d = h.root().join("containers").join(&id);
+            std::fs::create_dir_all(&d).expect("mkdir");
+            let text = quota(tenant, &id, limits);
+            std::fs::write(d.join("quota.toml"), &text).expect("quota");
+            std::fs::write(
+                d.join("container.json"),
+                serde_json::json!({"id": id, "pid_ns": 1, "cgroup": format!("/{id}"),
+                    "init_pid": std::process::id(), "init_start": own_start()})
+                .to_string(),
+            )
+            .expect("record");
+            // Its process registers as the shim does: the name and the
+            // slice's tag.
+            let cfg: Config = parse_file(&d.join("quota.toml"), &text).expect("quota");
+            let spec = cfg.tenant_spec(0, &common::FAKE_UUID).expect("a share");
+            let (i, old) = g
+                .register(
+                    tenant,
+                    cfg.slice_tag(),
+                    spec,
+                    cuslice_core::gpu::monotonic_ns(),
+                )
+                .expect("tenant");
+            assert_eq!(old, None, "{id}: another slice's entry was changed");
+            entries.push((id, i, want));
+        }
+    }
+    let indices: std::collections::BTreeSet<usize> = entries.iter().map(|e| e.1).collect();
+    assert_eq!(indices.len(), 4, "one entry per slice: {entries:?}");
+    let watch = h.watch("");
+    let got = |i: usize| {
+        let t = g.tenant(i).expect("entry");
+        (
+            t.share.load(Ordering::Acquire),
+            t.max.load(Ordering::Acquire),
+        )
+    };
+    // Nothing to find in what each slice registered.
+    std::thread::sleep(Duration::from_millis(2 * INTERVAL_MS));
+    assert!(!watch.text().contains("GPU segment"), "{}", watch.text());
+    // Every entry swapped with its namesake's values: each is put back
+    // from its own quota file.
+    for (_, i, want) in &entries {
+        let forged = if *want == (50, 100) {
+            (1, 1)
+        } else {
+            (50, 100)
+        };
+        let t = g.tenant(*i).expect("entry");
+        t.share.store(forged.0, Ordering::Release);
+        t.max.store(forged.1, Ordering::Release);
+    }
+    h.finding("gpu_segment", "share", TWO_INTERVALS, &watch);
+    let restored = common::poll_until(TWO_INTERVALS, || {
+        entries
+            .iter()
+            .all(|(_, i, want)| got(*i) == *want)
+            .then_some(())
+    });
+    assert!(
+        restored.is_some(),
+        "not each restored from its own quota file: {:?}\n{}",
+        entries
+            .iter()
+            .map(|(id, i, want)| (id.clone(), got(*i), *want))
+            .collect::<Vec<_>>(),
+        watch.text()
+    );
+}
+
 /// The GPU time (percent of the wall time) a `spin` session got between
 /// `from` and `to`, from its `P <ms> <GPU ms>` progress lines (each taken
 /// when it came).

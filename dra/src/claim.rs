@@ -234,17 +234,19 @@ fn consumed(dev: &AllocatedDevice, name: &str) -> Result<u128, String> {
         .map_err(|e| format!("device {}: consumed capacity {name}: {e}", dev.device))
 }
 
-/// `tenant` for a claim: `namespace/name` where the shim accepts it, else
-/// `claim-<uid>`.
+/// `tenant` for a claim: `namespace/name` where the shim accepts it (at
+/// most [`config::TENANT_MAX_LEN`] characters), else `claim-<uid>` (cut to
+/// fit; a Kubernetes UID is 36 characters).
 fn tenant(c: &ClaimRef) -> String {
     let t = c.label();
-    let ok = t.len() <= 64
+    let ok = t.len() <= config::TENANT_MAX_LEN
         && t.bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'/' | b'-'));
     if ok {
         t
     } else {
-        format!("claim-{}", &c.uid[..c.uid.len().min(58)])
+        let room = config::TENANT_MAX_LEN - "claim-".len();
+        format!("claim-{}", &c.uid[..c.uid.len().min(room)])
     }
 }
 
@@ -312,6 +314,10 @@ pub fn slice(c: &ClaimRef, alloc: &Allocation, d: &Driver, gpus: &[Gpu]) -> Resu
     devices.insert(config::format_uuid(&uuid), Value::Table(limits));
     let mut file = Table::new();
     file.insert("tenant".into(), Value::String(tenant(c)));
+    // The claim's own slice: its containers share one entry of the GPU
+    // segment, which no other container or claim of the same tenant name
+    // can change.
+    file.insert("slice".into(), Value::String(format!("claim-{}", c.uid)));
     file.insert(
         "segment_dir".into(),
         Value::String("/run/cuslice/segment".into()),
@@ -422,6 +428,7 @@ mod tests {
             "# written by cuslice-dra-plugin for ResourceClaim team-a/trainer (uid 0b1c2d3e-0000-4000-8000-000000000001)\n\
              gpu_segment_dir = \"/run/cuslice/gpu\"\n\
              segment_dir = \"/run/cuslice/segment\"\n\
+             slice = \"claim-0b1c2d3e-0000-4000-8000-000000000001\"\n\
              tenant = \"team-a/trainer\"\n\
              \n\
              [device.GPU-8f3c2a1e-5b7d-4c2e-9a1b-0c3d4e5f6a7b]\n\
@@ -455,14 +462,27 @@ mod tests {
         );
         assert!(cfg.latency);
         assert_eq!(cfg.compute_burst_ms, Some(100));
-        // A name the shim would not take as a tenant: the uid instead.
+        // A name the shim would not take as a tenant (over 56 characters):
+        // the uid instead.
         let mut c = claim();
-        c.name = "x".repeat(70);
+        c.name = "x".repeat(57 - "team-a/".len());
         let s = slice(&c, &alloc("1Gi", "1", None), &driver(), &[h200()]).expect("ok");
         assert!(
             s.quota
-                .contains("tenant = \"claim-0b1c2d3e-0000-4000-8000-000000000001\"")
+                .contains("tenant = \"claim-0b1c2d3e-0000-4000-8000-000000000001\""),
+            "{}",
+            s.quota
         );
+        c.name = "x".repeat(56 - "team-a/".len());
+        let s = slice(&c, &alloc("1Gi", "1", None), &driver(), &[h200()]).expect("ok");
+        assert!(s.quota.contains(&format!("tenant = \"{}\"", c.label())));
+        // A UID that is not a Kubernetes one, longer: cut to fit.
+        c.name = "x".repeat(70);
+        c.uid = "u".repeat(60);
+        let s = slice(&c, &alloc("1Gi", "1", None), &driver(), &[h200()]).expect("ok");
+        let cfg = config::parse_file(Path::new("q"), &s.quota).expect("parses");
+        assert_eq!(cfg.tenant.map(|t| t.len()), Some(56));
+        assert_eq!(cfg.slice, Some(format!("claim-{}", c.uid)));
     }
 
     #[test]

@@ -68,6 +68,12 @@ pub struct ContainerMeta {
 }
 
 impl ContainerMeta {
+    /// The container's init as recorded: (host PID, start time); None in
+    /// an older hook's record.
+    pub fn init(&self) -> Option<(u32, u64)> {
+        Some((self.init_pid?, self.init_start?))
+    }
+
     /// The record for display: every string in it comes from the container's
     /// spec (the tenant's), so each is escaped and bounded by
     /// [`text::clean`](super::text::clean). What `cuslice status`, `top`
@@ -89,6 +95,20 @@ impl ContainerMeta {
             claim: opt(&self.claim),
         }
     }
+}
+
+/// Whether a container whose record names `init` (host PID, start time)
+/// still runs: that PID is a process started at that time, `stat` reading
+/// `/proc/<pid>/stat` (the watch's `ProcSource`, or
+/// [`proc::stat`](super::proc::stat)). A record without one (an older
+/// hook's) is taken as live: a record left behind cannot be told from a
+/// live one. What the watch matches processes by, and what the OCI hook
+/// checks a tenant name against.
+pub fn init_alive(
+    init: Option<(u32, u64)>,
+    stat: impl Fn(u32) -> Option<super::proc::Stat>,
+) -> bool {
+    init.is_none_or(|(pid, start)| stat(pid).is_some_and(|s| s.start == start))
 }
 
 #[cfg(test)]

@@ -538,6 +538,44 @@ impl Dir {
         Ok(std::fs::File::from(fd))
     }
 
+    /// Takes an exclusive lock (`flock`) on the regular file `name` in this
+    /// one, creating it with exactly `mode` where missing (never through a
+    /// link, never blocking on a FIFO; a file of ours, checked on the
+    /// descriptor), waiting for whoever holds it. Held until the file
+    /// returned is dropped (or the process ends: the kernel drops it).
+    pub fn lock(&self, name: &str, mode: u32) -> Result<std::fs::File, Error> {
+        let c = component(&self.path, OsStr::new(name))?;
+        let path = self.path.join(name);
+        let fd = openat(
+            &self.fd,
+            &c,
+            libc::O_CREAT | libc::O_RDWR | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY,
+            0o600,
+        )
+        .map_err(|e| Error::os(&path, "cannot open the lock file", &e))?;
+        set_mode_and_check(&fd, &path, Kind::File, mode)?;
+        loop {
+            // SAFETY: flock on a descriptor we hold.
+            if unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_EX) } == 0 {
+                return Ok(std::fs::File::from(fd));
+            }
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EINTR) {
+                return Err(Error::os(&path, "cannot lock it", &e));
+            }
+        }
+    }
+
+    /// The names of the entries in this directory (not `.` and `..`), in
+    /// no particular order.
+    pub fn list(&self) -> Result<Vec<std::ffi::OsString>, Error> {
+        Ok(self
+            .names()?
+            .into_iter()
+            .map(|c| OsStr::from_bytes(c.to_bytes()).to_os_string())
+            .collect())
+    }
+
     /// Removes everything in this directory (not the directory itself):
     /// files and links are unlinked (a link's target is never touched),
     /// directories emptied the same way through descriptors opened without

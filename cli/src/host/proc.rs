@@ -10,6 +10,12 @@ pub struct Stat {
     pub start: u64,
 }
 
+/// `/proc/<pid>/stat` of process `pid` of this PID namespace, parsed; None
+/// when there is no such process (or it cannot be read).
+pub fn stat(pid: u32) -> Option<Stat> {
+    parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
 /// The inode of a namespace file.
 pub fn ns_inode(path: &str) -> Option<u64> {
     use std::os::unix::fs::MetadataExt;

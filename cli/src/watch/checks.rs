@@ -41,8 +41,10 @@ pub type Key = (Kind, String, Option<u32>, Option<u32>);
 pub struct History {
     /// (pid, start) -> the pass that first saw it unregistered.
     pub first_unregistered: HashMap<(u32, u64), u64>,
-    /// (GPU uuid, tenant) -> (time ns, throttled ns) at the last pass.
-    pub throttled: HashMap<(String, String), (u64, u64)>,
+    /// (GPU uuid, slice) -> (time ns, throttled ns) of its tenant entry at
+    /// the last pass (by slice: two slices may share a tenant name, each
+    /// with an entry of its own).
+    pub throttled: HashMap<(String, SliceId), (u64, u64)>,
     /// (slice, GPU index) -> passes in a row over its share / ceiling.
     pub sustain: HashMap<(SliceId, u32), u32>,
     /// (slice, GPU index) -> its GPU time (percent) in the last passes, as
@@ -230,8 +232,10 @@ pub fn compute_certain(cfg: &Config, uuid: &[u8; 16]) -> bool {
 
 /// The tenants of `slices` (those whose GPU segment directory holds the
 /// segment) that a GPU segment of GPU `index` / `uuid` is judged against:
-/// each with what its quota file gives it there. A share given by index
-/// may be another GPU's: such a tenant is not judged (nor "repaired").
+/// each by its name and its slice's tag (its entry, whatever other slice
+/// has the same name), with what its quota file gives it there. A share
+/// given by index may be another GPU's: such a tenant is not judged (nor
+/// "repaired").
 pub fn expected_tenants<'a>(
     slices: impl Iterator<Item = &'a Slice>,
     index: u32,
@@ -242,6 +246,7 @@ pub fn expected_tenants<'a>(
             let q = s.quota.as_ref().filter(|q| compute_certain(q, uuid))?;
             Some(Expected {
                 name: s.tenant.clone(),
+                tag: s.tag,
                 spec: q.tenant_spec(index, uuid)?,
             })
         })
@@ -455,7 +460,7 @@ pub fn compute(
             .map(|t| f64::from(t.demand_pm.min(1000)) / 10.0);
         // Time waited over the interval, from the running total.
         let waited = t.and_then(|t| {
-            let key = (gpu.uuid.clone(), slice.tenant.clone());
+            let key = (gpu.uuid.clone(), (*id).clone());
             let before = next.throttled.insert(key, (now, t.throttled_ns));
             before
                 .filter(|(at, b)| now > *at && t.throttled_ns >= *b)
@@ -1626,7 +1631,7 @@ mod tests {
         // The last pass, a second ago, saw 1 s throttled.
         let mut h = History::default();
         h.throttled
-            .insert((format_uuid(&GPU0), "b".into()), (NOW - SECOND, SECOND));
+            .insert((format_uuid(&GPU0), b()), (NOW - SECOND, SECOND));
         // 400 ms more: b waited 40% of the interval.
         let (v, next) = judge(&at(SECOND + 400_000_000), &h, &cfg);
         let Verdict::Found { view, .. } = &v[0] else {
@@ -1638,7 +1643,7 @@ mod tests {
             view.what
         );
         assert_eq!(
-            next.throttled.get(&(format_uuid(&GPU0), "b".into())),
+            next.throttled.get(&(format_uuid(&GPU0), b())),
             Some(&(NOW, SECOND + 400_000_000))
         );
         // 50 ms: under `compute_wait` (10%).

@@ -376,7 +376,11 @@ impl Observer {
                     let Some(Ok(g)) = mapped(&mut self.gpu_segs, &path, pass, open_gpu) else {
                         continue;
                     };
-                    let Some(t) = g.tenants().into_iter().find(|t| t.name == s.tenant) else {
+                    let Some(t) = g
+                        .tenants()
+                        .into_iter()
+                        .find(|t| t.name == s.tenant && t.tag == s.tag)
+                    else {
                         continue;
                     };
                     for i in 0..MAX_PROCS {
@@ -408,7 +412,7 @@ impl Observer {
 
     /// The segment files (device, inode) a registered process of slice
     /// `id` maps: its memory segment and the GPU segments that hold its
-    /// tenant.
+    /// tenant's entry (its name and slice tag).
     fn segment_files(&mut self, id: &SliceId, pass: u64) -> Vec<(u64, u64)> {
         let id_of = |fd: i32| {
             // SAFETY: a segment's descriptor, live while the segment is.
@@ -426,11 +430,11 @@ impl Observer {
         {
             files.extend(id_of(seg.raw_fd()));
         }
-        let (tenant, dir) = (s.tenant.clone(), s.gpu_dir.clone());
+        let (tenant, tag, dir) = (s.tenant.clone(), s.tag, s.gpu_dir.clone());
         for d in &self.devices {
             let path = dir.join(format!("{}.seg", d.uuid));
             if let Some(Ok(g)) = mapped(&mut self.gpu_segs, &path, pass, open_gpu)
-                && g.tenants().iter().any(|t| t.name == tenant)
+                && g.tenants().iter().any(|t| t.name == tenant && t.tag == tag)
             {
                 files.extend(id_of(g.raw_fd()));
             }

@@ -7,7 +7,7 @@ use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::PathBuf;
 
-pub use crate::host::proc::{Stat, cgroup_of, ns_inode, parse_stat};
+pub use crate::host::proc::{Stat, cgroup_of, ns_inode};
 
 pub trait ProcSource {
     fn stat(&self, pid: u32) -> Option<Stat>;
@@ -45,7 +45,7 @@ const NS_GET_PARENT: libc::c_ulong = 0xb702; // _IO(0xb7, 0x2)
 
 impl ProcSource for Procfs {
     fn stat(&self, pid: u32) -> Option<Stat> {
-        parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+        crate::host::proc::stat(pid)
     }
 
     fn pid_namespaces(&self, pid: u32) -> Vec<u64> {
@@ -148,6 +148,7 @@ pub fn uid_of(status: &str) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::host::proc::parse_stat;
 
     #[test]
     fn stat_fields_are_counted_after_the_name() {

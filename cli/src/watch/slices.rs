@@ -106,6 +106,11 @@ pub struct Slice {
     pub id: SliceId,
     /// The tenant its processes register as.
     pub tenant: String,
+    /// Its quota file's slice tag (`Config::slice_tag`; 0 without a quota
+    /// file or a `slice` in it): with `tenant`, what its entries in the GPU
+    /// segments are found by. Two slices of one tenant name (quota files
+    /// written by hand, or by an older hook) have an entry each.
+    pub tag: u64,
     /// For messages: `container web-1 (0123456789ab)`, `DRA claim
     /// team-a/trainer (0b1c2d3e-000)`, `cuslice run 4242 (python3
     /// train.py)`.
@@ -365,9 +370,10 @@ fn most_specific<'a>(cg: Option<&str>, slices: Vec<&'a Slice>) -> Vec<&'a Slice>
 }
 
 /// Whether the container record's init (PID, start time) still runs; a
-/// record without one (an older hook's) is taken as live.
+/// record without one (an older hook's) is taken as live (the rule is
+/// `host::container`'s, which the OCI hook follows too).
 fn init_alive(p: &dyn ProcSource, init: Option<(u32, u64)>) -> bool {
-    init.is_none_or(|(pid, start)| p.stat(pid).is_some_and(|s| s.start == start))
+    crate::host::container::init_alive(init, |pid| p.stat(pid))
 }
 
 /// Whether `/etc/cuslice/quota.toml` exists as the run process `pid` sees
@@ -573,6 +579,7 @@ impl Slices {
             tenant: quota
                 .as_ref()
                 .map_or_else(|| format!("claim-{uid}"), Config::tenant_name),
+            tag: quota.as_ref().map_or(0, Config::slice_tag),
             label,
             mem_seg: quota
                 .as_ref()
@@ -661,6 +668,7 @@ impl Slices {
                 (None, Some(_)) => String::new(),
                 (None, None) => format!("ctr-{}", short(id)),
             },
+            tag: quota.as_ref().map_or(0, Config::slice_tag),
             label,
             mem_seg: quota
                 .as_ref()
@@ -694,6 +702,7 @@ impl Slices {
         let mut slice = Slice {
             id: SliceId::Run { pid, start },
             tenant: tenant.clone(),
+            tag: 0,
             label: label.clone(),
             quota: None,
             mem_seg: None,
@@ -737,12 +746,16 @@ impl Slices {
                 return slice;
             }
         };
+        // Only a slice with the same tenant *and* slice tag is the same
+        // entry of the GPU segment (a session's own slice is unique, so
+        // this takes a file written by hand or by an older `cuslice run`).
+        let tag = cfg.slice_tag();
         if let Some(c) = self
             .containers
             .values()
             .filter(|c| c.claim.is_none())
             .chain(self.claims.values())
-            .find(|c| c.tenant == tenant)
+            .find(|c| c.tenant == tenant && c.tag == tag)
         {
             self.notes.push(format!(
                 "{label}: its tenant {tenant} is also {}'s: not checked",
@@ -755,6 +768,19 @@ impl Slices {
             wrong.push(format!(
                 "tenant {:?} (`cuslice run` wrote {tenant:?})",
                 cfg.tenant_name()
+            ));
+        }
+        // `run-<its run directory's name>`; none from an older `cuslice
+        // run`.
+        let want_slice = run_dir
+            .file_name()
+            .map(|n| format!("run-{}", n.to_string_lossy()));
+        if let Some(have) = &cfg.slice
+            && Some(have) != want_slice.as_ref()
+        {
+            wrong.push(format!(
+                "slice {have:?} (`cuslice run` wrote {:?})",
+                want_slice.unwrap_or_default()
             ));
         }
         for (key, have, want) in [
@@ -782,6 +808,7 @@ impl Slices {
             ));
         }
         slice.repair = wrong.is_empty();
+        slice.tag = tag;
         slice.mem_seg = cfg
             .has_memory()
             .then(|| p.in_root(pid, &seg_dir.join("memory.seg")));
@@ -1846,6 +1873,35 @@ pub mod tests {
             notes
                 .iter()
                 .any(|n| n.contains("its tenant run-500 is also container ccc's")),
+            "{notes:?}"
+        );
+        // Not where the two are different slices (what `cuslice run` and
+        // the hook write: each its own): two entries of the GPU segment,
+        // each checked on its own.
+        let own = good.replace(
+            "[all]",
+            "slice = \"run-cuslice-run-500-0123456789abcdef\"\n[all]",
+        );
+        std::fs::write(d.join("quota.toml"), &own).expect("quota");
+        let (r, notes) = session(&fp, &own);
+        assert!(
+            r.repair && !notes.iter().any(|n| n.contains("is also")),
+            "{notes:?}"
+        );
+        assert_eq!(
+            (r.tenant.as_str(), r.tag),
+            ("run-500", r.quota.as_ref().expect("quota").slice_tag())
+        );
+        assert_ne!(r.tag, 0);
+        // A slice that is not the session's own is not what `cuslice run`
+        // wrote.
+        let other = good.replace("[all]", "slice = \"ctr-ccc\"\n[all]");
+        let (r, notes) = session(&fp, &other);
+        assert!(!r.repair, "{notes:?}");
+        assert!(
+            notes.iter().any(|n| n.contains(
+                "slice \"ctr-ccc\" (`cuslice run` wrote \"run-cuslice-run-500-0123456789abcdef\")"
+            )),
             "{notes:?}"
         );
         std::fs::remove_dir_all(root.join("containers")).expect("rm");

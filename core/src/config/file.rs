@@ -12,8 +12,8 @@ use super::units::{
     parse_percent, parse_size, parse_slice, parse_uuid, shown,
 };
 use super::validate::{
-    Draft, Entry, Field, LATENCY_NEEDS_COMPUTE, SHAPE_NEEDS_COMPUTE, check_memory, check_overhead,
-    check_segment_dir, check_tenant,
+    Draft, Entry, Field, LATENCY_NEEDS_COMPUTE, SHAPE_NEEDS_COMPUTE, SLICE_EXPECTED,
+    TENANT_EXPECTED, check_memory, check_overhead, check_segment_dir, check_slice_id, check_tenant,
 };
 
 /// A quota file larger than this is refused (it is a few lines; this stops
@@ -92,16 +92,21 @@ fn parse_table(text: &str) -> Result<ParsedFile, String> {
     for (key, value) in &table {
         match key.as_str() {
             "tenant" => {
-                let s = value
-                    .as_str()
-                    .ok_or_else(|| {
-                        format!(
-                            "tenant: expected a string of 1 to 64 characters of A-Z a-z 0-9 . _ / -, got {}",
-                            describe(value)
-                        )
-                    })?;
+                let s = value.as_str().ok_or_else(|| {
+                    format!(
+                        "tenant: expected a string of {TENANT_EXPECTED}, got {}",
+                        describe(value)
+                    )
+                })?;
                 check_tenant(s).map_err(|e| format!("tenant: {e}"))?;
                 out.tenant = Some(s.to_string());
+            }
+            "slice" => {
+                let s = value.as_str().ok_or_else(|| {
+                    format!("slice: expected {SLICE_EXPECTED}, got {}", describe(value))
+                })?;
+                check_slice_id(s).map_err(|e| format!("slice: {e}"))?;
+                out.slice = Some(s.to_string());
             }
             "segment_dir" => {
                 let s = value.as_str().ok_or_else(|| {
@@ -148,6 +153,7 @@ fn parse_table(text: &str) -> Result<ParsedFile, String> {
                     other,
                     &[
                         "tenant",
+                        "slice",
                         "segment_dir",
                         "gpu_segment_dir",
                         "context_overhead",
@@ -179,6 +185,7 @@ fn parse_table(text: &str) -> Result<ParsedFile, String> {
 #[derive(Debug, Default)]
 struct ParsedFile {
     tenant: Option<String>,
+    slice: Option<String>,
     segment_dir: Option<PathBuf>,
     gpu_segment_dir: Option<PathBuf>,
     context_overhead: Option<u64>,
@@ -192,6 +199,7 @@ impl ParsedFile {
     fn into_config(self, source: Source) -> Config {
         let mut cfg = self.draft.into_config(source);
         cfg.tenant = self.tenant;
+        cfg.slice = self.slice;
         cfg.context_overhead = self.context_overhead;
         cfg.compute_burst_ms = self.compute_burst_ms;
         cfg.compute_slice_ms = self.compute_slice_ms;

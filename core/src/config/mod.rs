@@ -27,6 +27,7 @@
 //!
 //! ```toml
 //! tenant = "team-a/trainer"          # optional: who this container is
+//! slice = "ctr-3f2a9c"               # optional: which container, claim or session
 //! segment_dir = "/run/cuslice/abc"   # optional: default /dev/shm/cuslice
 //!
 //! [all]                              # every GPU the container sees
@@ -45,7 +46,8 @@
 //!
 //! | key           | value |
 //! |---------------|-------|
-//! | `tenant`      | string, 1 to 64 characters of `A-Z a-z 0-9 . _ / -`; `/` separates components, and no component may be empty, `.` or `..` (so no leading, trailing or doubled `/`) |
+//! | `tenant`      | string, 1 to 56 characters of `A-Z a-z 0-9 . _ / -`; `/` separates components, and no component may be empty, `.` or `..` (so no leading, trailing or doubled `/`). 56: a GPU segment's tenant entry keeps the name in 56 of its 64 name bytes, the slice's tag in the other 8 |
+//! | `slice`       | string, 1 to 128 characters of `A-Z a-z 0-9 . _ : / -`: which container, DRA claim or `cuslice run` session the file is for (the OCI hook writes `ctr-<container id>`, the DRA plugin `claim-<claim uid>`, `cuslice run` `run-<its run directory's name>`). Processes share a tenant's entry in a GPU segment (its share, ceiling, accounting) only where both the tenant name and the slice are theirs ([`Config::slice_tag`]): two containers given one tenant name get two entries, and neither can change the other's share. Not settable from the environment; absent, the tag is 0 (as written by an older hook) |
 //! | `segment_dir` | string, an absolute path (no NUL); default `/dev/shm/cuslice` ([`DEFAULT_SEGMENT_DIR`]) |
 //! | `gpu_segment_dir` | string, an absolute path: directory of the per-GPU scheduling segments shared by all tenants of the host; default `/dev/shm/cuslice/gpu` ([`DEFAULT_GPU_SEGMENT_DIR`]) |
 //! | `context_overhead` | device memory one CUDA context costs, charged to the memory quota once per GPU per process: a size from `0` to `16GiB`; default: the shim's measured value |

@@ -312,7 +312,7 @@ fn bad_inputs_table() {
         (File("[all]\nmemory = 1\nmemory = 2\n"), format!("{P}: line 3: TOML syntax error: ")),
         // unknown keys
         (File("tenants = \"a\"\n"),
-         format!("{P}: tenants: expected one of the keys tenant, segment_dir, gpu_segment_dir, context_overhead, compute_burst_ms, compute_slice_ms, latency, all, device, got unknown key \"tenants\" (did you mean tenant?)")),
+         format!("{P}: tenants: expected one of the keys tenant, slice, segment_dir, gpu_segment_dir, context_overhead, compute_burst_ms, compute_slice_ms, latency, all, device, got unknown key \"tenants\" (did you mean tenant?)")),
         (File("[all]\nswap = \"1GiB\"\n"),
          format!("{P}: all.swap: expected one of the keys memory, compute, compute_max, got unknown key \"swap\"")),
         (File("[device.0]\nmemroy = \"1GiB\"\n"),
@@ -372,12 +372,12 @@ fn bad_inputs_table() {
          format!("{P}: segment_dir: expected an absolute path like /run/cuslice/abc, got \"run/cuslice\"")),
         (File("segment_dir = 5\n"), format!("{P}: segment_dir: expected a string holding an absolute path, got 5")),
         (File("tenant = \"team a\"\n"),
-         format!("{P}: tenant: expected 1 to 64 characters of A-Z a-z 0-9 . _ / -, got \"team a\"")),
-        (File("tenant = \"\"\n"), format!("{P}: tenant: expected 1 to 64 characters")),
+         format!("{P}: tenant: expected 1 to 56 characters of A-Z a-z 0-9 . _ / -, got \"team a\"")),
+        (File("tenant = \"\"\n"), format!("{P}: tenant: expected 1 to 56 characters")),
         (File("tenant = \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"\n"),
-         format!("{P}: tenant: expected 1 to 64 characters")),
+         format!("{P}: tenant: expected 1 to 56 characters")),
         (File("tenant = \"../etc\"\n"), format!("{P}: tenant: expected /-separated names without empty, \".\" or \"..\" parts, got \"../etc\"")),
-        (File("tenant = 7\n"), format!("{P}: tenant: expected a string of 1 to 64 characters of A-Z a-z 0-9 . _ / -, got 7")),
+        (File("tenant = 7\n"), format!("{P}: tenant: expected a string of 1 to 56 characters of A-Z a-z 0-9 . _ / -, got 7")),
         // environment
         (Env(&[("CUDA_DEVICE_MEMORY_LIMIT_0", "lots")]),
          format!("CUDA_DEVICE_MEMORY_LIMIT_0=\"lots\": {size}, got \"lots\"")),
@@ -398,7 +398,7 @@ fn bad_inputs_table() {
         (Env(&[("CUSLICE_COMPUTE", "40"), ("CUDA_DEVICE_SM_LIMIT_2", "30")]),
          "CUDA_DEVICE_SM_LIMIT_2=\"30\": expected a ceiling of at least the guaranteed share 40 (CUSLICE_COMPUTE=\"40\"), got 30".to_string()),
         (Env(&[("CUSLICE_TENANT", "a b")]),
-         "CUSLICE_TENANT=\"a b\": expected 1 to 64 characters".to_string()),
+         "CUSLICE_TENANT=\"a b\": expected 1 to 56 characters".to_string()),
         (Env(&[("CUSLICE_SEGMENT_DIR", "shm")]),
          "CUSLICE_SEGMENT_DIR=\"shm\": expected an absolute path".to_string()),
         (Env(&[("CUSLICE_CONFIG", "/nonexistent/cuslice/quota.toml")]),
@@ -1057,4 +1057,88 @@ fn a_misspelt_limit_variable_is_an_error_not_a_limit_dropped() {
         "CUDA_DEVICE_ORDER",
     ]);
     check_env_names(all).expect("known names");
+}
+
+/// `slice`: which processes may share one tenant entry of the GPU segment
+/// (the hook, the DRA plugin and `cuslice run` write one per container,
+/// claim and session). Its tag is FNV-1a 64 of the string; none is 0.
+#[test]
+fn the_slice_key_names_who_shares_a_tenant_entry() {
+    let c = file("tenant = \"team-a\"\nslice = \"a\"\n[all]\ncompute = 50\n").expect("parses");
+    assert_eq!(c.slice.as_deref(), Some("a"));
+    assert_eq!(c.slice_tag(), 0xaf63_dc4c_8601_ec8c);
+    let every = format!("slice = \"ctr-3f2a:x/y.z_w-{}\"\n", "0".repeat(111));
+    let c = file(&every).expect("128 characters of every kind");
+    assert_eq!(c.slice.as_deref().map(str::len), Some(128));
+    assert_eq!(
+        file("slice = \"ctr-3f2a\"\n").expect("parses").slice_tag(),
+        0xae04_4499_4269_0b9f
+    );
+    // No slice: tag 0 (a process of an older hook's container, a quota
+    // file written by hand, the environment).
+    assert_eq!(
+        file("tenant = \"team-a\"\n").expect("parses").slice_tag(),
+        0
+    );
+    assert_eq!(Config::unlimited(Source::None).slice_tag(), 0);
+    for (text, got) in [
+        ("slice = \"\"\n", "\"\""),
+        ("slice = \"a b\"\n", "\"a b\""),
+        ("slice = \"ctr-\\n\"\n", "\"ctr-\\n\""),
+        ("slice = \"é\"\n", "\"é\""),
+        ("slice = 7\n", "7"),
+    ] {
+        let e = file(text).expect_err(text).0;
+        assert_eq!(
+            e,
+            format!(
+                "{P}: slice: expected a string of 1 to 128 characters of A-Z a-z 0-9 . _ : / -, got {got}"
+            ),
+            "{text}"
+        );
+    }
+    let long = format!("slice = \"{}\"\n", "s".repeat(129));
+    let e = file(&long).expect_err("129 characters").0;
+    assert!(
+        e.starts_with(&format!(
+            "{P}: slice: expected a string of 1 to 128 characters of A-Z a-z 0-9 . _ : / -, got \"sss"
+        )) && !e.contains('\n'),
+        "{e}"
+    );
+    // Not settable from the environment: a variable by that name is not
+    // one cuslice reads.
+    assert!(!super::env::env_var_names().contains(&"CUSLICE_SLICE".to_string()));
+    let c = load_env(&[("CUSLICE_MEMORY", "1GiB")], None).expect("env");
+    assert_eq!((c.slice.as_deref(), c.slice_tag()), (None, 0));
+}
+
+/// A tenant's name and its slice's tag share the 64 bytes of a GPU
+/// segment entry's name: 56 bytes are left for the name.
+#[test]
+fn a_tenant_name_is_at_most_56_characters() {
+    let ok = format!("tenant = \"{}\"\n", "a".repeat(56));
+    assert_eq!(
+        file(&ok).expect("56 characters").tenant.map(|t| t.len()),
+        Some(56)
+    );
+    let long = "a".repeat(57);
+    let e = file(&format!("tenant = \"{long}\"\n"))
+        .expect_err("57 characters")
+        .0;
+    assert_eq!(
+        e,
+        format!("{P}: tenant: expected 1 to 56 characters of A-Z a-z 0-9 . _ / -, got \"{long}\"")
+    );
+    let e = load_env(
+        &[("CUSLICE_TENANT", &long), ("CUSLICE_MEMORY", "1GiB")],
+        None,
+    )
+    .expect_err("57 characters")
+    .0;
+    assert_eq!(
+        e,
+        format!(
+            "CUSLICE_TENANT=\"{long}\": expected 1 to 56 characters of A-Z a-z 0-9 . _ / -, got \"{long}\""
+        )
+    );
 }

@@ -35,6 +35,12 @@ pub const DEFAULT_COMPUTE_BURST_MS: u32 = 200;
 pub const MAX_COMPUTE_BURST_MS: u32 = 10_000;
 /// Upper bound for `context_overhead` (a context costs well under 1 GiB).
 pub const MAX_CONTEXT_OVERHEAD: u64 = 16 << 30;
+/// The longest tenant name: a GPU segment's tenant entry keeps the name in
+/// 56 of its 64 name bytes and the slice's tag in the other 8
+/// (`gpu::layout`).
+pub const TENANT_MAX_LEN: usize = 56;
+/// The longest `slice`.
+pub const SLICE_MAX_LEN: usize = 128;
 
 /// Where the limits came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,6 +85,11 @@ impl Limits {
 pub struct Config {
     pub source: Source,
     pub tenant: Option<String>,
+    /// Who may share the tenant's entry in a GPU segment: one container,
+    /// DRA claim or `cuslice run` session (the hook, the plugin and `run`
+    /// write a value unique to it). Quota file only. See
+    /// [`Config::slice_tag`].
+    pub slice: Option<String>,
     pub segment_dir: PathBuf,
     /// Directory of the per-GPU scheduling segments (compute shares).
     pub gpu_segment_dir: PathBuf,
@@ -104,6 +115,7 @@ impl Config {
         Config {
             source,
             tenant: None,
+            slice: None,
             segment_dir: PathBuf::from(DEFAULT_SEGMENT_DIR),
             gpu_segment_dir: PathBuf::from(DEFAULT_GPU_SEGMENT_DIR),
             context_overhead: None,
@@ -191,6 +203,19 @@ impl Config {
         }
     }
 
+    /// The tag of its slice, kept beside the tenant's name in a GPU
+    /// segment's tenant entry: processes share an entry (its share,
+    /// ceiling and accounting) only where both the name and the tag are
+    /// theirs, so a container given another's tenant name gets an entry
+    /// of its own rather than rewriting the other's. FNV-1a 64 of
+    /// `slice` (one that comes out 0 is 1); 0 without a slice (a quota
+    /// file written by hand or by an older hook, the environment).
+    pub fn slice_tag(&self) -> u64 {
+        self.slice
+            .as_deref()
+            .map_or(0, |s| fnv1a64(s.as_bytes()).max(1))
+    }
+
     /// True when some GPU gets a compute share or ceiling.
     pub fn has_compute(&self) -> bool {
         let c = |l: &Limits| l.compute.is_some() || l.compute_max.is_some();
@@ -216,11 +241,17 @@ impl Config {
 /// The tenant name of a process whose quota file names none: `seg-` and an
 /// FNV-1a hash of its memory segment directory (as the process sees it).
 pub fn default_tenant(segment_dir: &std::path::Path) -> String {
+    let h = fnv1a64(segment_dir.as_os_str().as_encoded_bytes());
+    format!("seg-{h:016x}")
+}
+
+/// FNV-1a, 64 bits.
+fn fnv1a64(bytes: &[u8]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in segment_dir.as_os_str().as_encoded_bytes() {
+    for b in bytes {
         h = (h ^ *b as u64).wrapping_mul(0x100_0000_01b3);
     }
-    format!("seg-{h:016x}")
+    h
 }
 
 /// A configuration error: one line naming where, the key, what was expected

@@ -5,10 +5,19 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use super::types::{Config, Limits, MAX_CONTEXT_OVERHEAD, MAX_MEMORY, MIN_MEMORY, Source};
+use super::types::{
+    Config, Limits, MAX_CONTEXT_OVERHEAD, MAX_MEMORY, MIN_MEMORY, SLICE_MAX_LEN, Source,
+    TENANT_MAX_LEN,
+};
 use super::units::{format_size, shown};
 
-const TENANT_MAX_LEN: usize = 64;
+/// What a tenant name may be, for messages.
+pub(super) const TENANT_EXPECTED: &str = "1 to 56 characters of A-Z a-z 0-9 . _ / -";
+const _: () = assert!(TENANT_MAX_LEN == 56, "TENANT_EXPECTED names it");
+
+/// What a slice may be, for messages.
+pub(super) const SLICE_EXPECTED: &str = "a string of 1 to 128 characters of A-Z a-z 0-9 . _ : / -";
+const _: () = assert!(SLICE_MAX_LEN == 128, "SLICE_EXPECTED names it");
 
 /// The error for a latency class without a share to charge it against;
 /// `{}` is where the setting was given.
@@ -137,23 +146,32 @@ pub(super) fn check_memory(bytes: u64, shown: &str) -> Result<u64, String> {
     }
 }
 
-/// Tenant names: 1..=64 of `[A-Za-z0-9._/-]`, `/`-separated components none
+/// Tenant names: 1..=56 of `[A-Za-z0-9._/-]`, `/`-separated components none
 /// of which is empty, `.` or `..` (the name may end up in file names).
 pub(super) fn check_tenant(s: &str) -> Result<(), String> {
     let charset_ok = s
         .bytes()
         .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'/' | b'-'));
     if s.is_empty() || s.len() > TENANT_MAX_LEN || !charset_ok {
-        return Err(format!(
-            "expected 1 to 64 characters of A-Z a-z 0-9 . _ / -, got {}",
-            shown(s)
-        ));
+        return Err(format!("expected {TENANT_EXPECTED}, got {}", shown(s)));
     }
     if s.split('/').any(|c| c.is_empty() || c == "." || c == "..") {
         return Err(format!(
             "expected /-separated names without empty, \".\" or \"..\" parts, got {}",
             shown(s)
         ));
+    }
+    Ok(())
+}
+
+/// A slice: 1..=128 of `[A-Za-z0-9._:/-]` (only hashed into a tag, never
+/// a path; the charset keeps it one plain word in messages and files).
+pub(super) fn check_slice_id(s: &str) -> Result<(), String> {
+    let charset_ok = s
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'/' | b'-'));
+    if s.is_empty() || s.len() > SLICE_MAX_LEN || !charset_ok {
+        return Err(format!("expected {SLICE_EXPECTED}, got {}", shown(s)));
     }
     Ok(())
 }

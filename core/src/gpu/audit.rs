@@ -28,6 +28,10 @@
 //! - process entries in a state no cuslice writes, or naming no tenant;
 //!   entries of dead processes are swept as every process sweeps them.
 //!
+//! Tenants are known by name and slice tag (entries are per slice, see
+//! `layout::Tenant::name`): each entry is judged against the quota file of
+//! its own slice, whatever other slice has the same tenant name.
+//!
 //! What it does not judge: a tenant it does not know (a process run with
 //! the shim by hand, outside any slice, registers one), the demand window
 //! and the `heavy` flag (they change every 100 ms by design), and the
@@ -47,6 +51,10 @@ use super::policy::{
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Expected {
     pub name: String,
+    /// Its slice's tag (`Config::slice_tag`): the entry it is judged
+    /// against is the one of this name *and* tag (entries are per slice:
+    /// two slices may share a tenant name).
+    pub tag: u64,
     pub spec: TenantSpec,
 }
 
@@ -279,7 +287,9 @@ fn check_tenants(
                 what,
             })
         };
-        if let Some(e) = expected.iter().find(|e| e.name == v.name) {
+        // By name and tag: another slice's entry of the same name is its
+        // own slice's business (a non-zero tag is never a finding).
+        if let Some(e) = expected.iter().find(|e| e.name == v.name && e.tag == v.tag) {
             check_config(t, &e.spec, &mut push, fix);
         } else if !(1..=100).contains(&v.share) || v.max < v.share.min(100) || v.max > 100 {
             // An unknown tenant is not judged on its values, except ones
@@ -584,20 +594,23 @@ mod tests {
         let expected = vec![
             Expected {
                 name: "web".into(),
+                tag: 0,
                 spec: spec(30, 100, true),
             },
             Expected {
                 name: "train".into(),
+                tag: 0x7a61,
                 spec: spec(50, 80, false),
             },
             Expected {
                 name: "batch".into(),
+                tag: 0,
                 spec: spec(20, 20, false),
             },
         ];
         let mut procs = Vec::new();
         for (k, e) in expected.iter().enumerate() {
-            let (t, _) = g.register(&e.name, e.spec, NOW).expect("tenant");
+            let (t, _) = g.register(&e.name, e.tag, e.spec, NOW).expect("tenant");
             let p = GpuSegment::open_or_create(&g.path).expect("open");
             let slot = p.claim_proc(t, 100 + k as u32).expect("proc");
             p.begin_wait(slot, t, NOW);
@@ -640,7 +653,7 @@ mod tests {
         // A tenant the watchdog does not know is not judged on plausible
         // values.
         let (t, _) = g
-            .register("by-hand", spec(100, 100, true), NOW)
+            .register("by-hand", 0, spec(100, 100, true), NOW)
             .expect("tenant");
         let p = GpuSegment::open_or_create(&g.path).expect("open");
         p.claim_proc(t, 7).expect("proc");
@@ -691,6 +704,60 @@ mod tests {
                 7_000_000_000,
                 "{name}"
             );
+        }
+    }
+
+    /// Two slices given one tenant name: each entry is put back from its
+    /// own slice's quota file, in whatever order they are listed.
+    #[test]
+    fn one_name_in_two_slices_is_judged_per_slice() {
+        let (_d, g) = seg("slices");
+        let mut expected = vec![
+            Expected {
+                name: "shared".into(),
+                tag: 0xa,
+                spec: spec(50, 100, false),
+            },
+            Expected {
+                name: "shared".into(),
+                tag: 0xb,
+                spec: spec(1, 1, false),
+            },
+        ];
+        let mut procs = Vec::new();
+        let mut index = Vec::new();
+        for (k, e) in expected.iter().enumerate() {
+            let (t, _) = g.register(&e.name, e.tag, e.spec, NOW).expect("tenant");
+            let p = GpuSegment::open_or_create(&g.path).expect("open");
+            p.claim_proc(t, 200 + k as u32).expect("proc");
+            procs.push(p);
+            index.push(t);
+        }
+        assert_ne!(index[0], index[1]);
+        assert_eq!(audit(&g, &expected, NOW), vec![]);
+        let entry = |k: usize| g.tenant(index[k]).expect("entry");
+        for order in [false, true] {
+            if order {
+                expected.reverse();
+            }
+            entry(0).share.store(1, Ordering::Relaxed);
+            entry(0).max.store(1, Ordering::Relaxed);
+            entry(1).share.store(100, Ordering::Relaxed);
+            entry(1).max.store(100, Ordering::Relaxed);
+            let found = repair(&g, &expected, NOW);
+            assert_eq!(
+                kinds(&found),
+                ["tenant-config", "tenant-config"],
+                "{found:?}"
+            );
+            let got = |k: usize| {
+                (
+                    entry(k).share.load(Ordering::Relaxed),
+                    entry(k).max.load(Ordering::Relaxed),
+                )
+            };
+            assert_eq!((got(0), got(1)), ((50, 100), (1, 1)), "reversed: {order}");
+            assert_eq!(audit(&g, &expected, NOW), vec![]);
         }
     }
 

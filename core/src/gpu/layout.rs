@@ -10,6 +10,10 @@
 //! leaves them at 0, which every policy reads as "nothing new" (no latency
 //! class, no demand recorded). A field that does not fit in the padding
 //! needs a new `VERSION`.
+//!
+//! Layout 1.4 changed no offset: a tenant entry's 64 name bytes are now
+//! the name (bytes 0..56) and its slice's tag (bytes 56..64), so that
+//! entries are per slice, not per name ([`Tenant::name`]).
 
 use std::mem::{offset_of, size_of};
 use std::path::{Path, PathBuf};
@@ -23,6 +27,10 @@ pub const VERSION: u32 = 1;
 pub const MAX_TENANTS: usize = 32;
 pub const MAX_PROCS: usize = 512;
 pub const NAME_BYTES: usize = 64;
+/// Of a tenant entry's `name`, the bytes that hold the tenant's name; the
+/// last 8 hold its slice's tag (see [`Tenant::name`]).
+pub const NAME_TEXT_BYTES: usize = 56;
+const _: () = assert!(NAME_TEXT_BYTES + 8 == NAME_BYTES && NAME_TEXT_BYTES.is_multiple_of(8));
 
 /// The lease and the hand-over words, one per GPU.
 #[repr(C, align(64))]
@@ -68,6 +76,14 @@ pub struct Tenant {
     pub waiting: AtomicU32,
     /// Live processes registered on this GPU.
     pub procs: AtomicU32,
+    /// The entry's key. Bytes 0..56: the tenant's name, NUL-padded (names
+    /// are at most 56 bytes: `config::TENANT_MAX_LEN`). Bytes 56..64
+    /// (the last word): its slice's tag, little-endian
+    /// (`Config::slice_tag`; 0: no slice). Processes share an entry only
+    /// where both are theirs, so a container given another's tenant name
+    /// gets an entry of its own (layout 1.4; up to 1.3 these 64 bytes were
+    /// the name alone: an untagged name of up to 56 bytes reads the same in
+    /// both, so a process of either build finds the other's entry).
     pub name: [AtomicU64; NAME_BYTES / 8],
     /// Virtual time: charged ns x 100 / share.
     pub vtime: AtomicU64,
@@ -203,6 +219,9 @@ pub struct TenantSpec {
 pub struct TenantView {
     pub index: usize,
     pub name: String,
+    /// Its slice's tag (0: none): with the name, what the entry is found
+    /// by (see [`Tenant::name`]).
+    pub tag: u64,
     pub share: u32,
     pub max: u32,
     pub used_ns: u64,
@@ -300,7 +319,7 @@ impl GpuSegment {
     }
 
     /// [`register`](Self::register) a standard tenant (share, ceiling,
-    /// burst).
+    /// burst) of no slice (tag 0).
     pub fn register_tenant(
         &self,
         name: &str,
@@ -315,15 +334,18 @@ impl GpuSegment {
             burst_ns,
             latency: false,
         };
-        self.register(name, spec, now)
+        self.register(name, 0, spec, now)
     }
 
-    /// Finds the tenant `name`, creating it; sets its share, ceiling, burst
-    /// and class (a change takes effect at once). Returns (index, previous
-    /// (share, max) if it changed).
+    /// Finds the tenant `name` of the slice tagged `tag` (0: none),
+    /// creating it; sets its share, ceiling, burst and class (a change
+    /// takes effect at once). Returns (index, previous (share, max) if it
+    /// changed). The entry is found by both: another slice's entry of the
+    /// same name is never touched.
     pub fn register(
         &self,
         name: &str,
+        tag: u64,
         spec: TenantSpec,
         now: u64,
     ) -> Result<(usize, Option<(u32, u32)>), SegmentError> {
@@ -334,7 +356,7 @@ impl GpuSegment {
         } else {
             CLASS_STANDARD
         };
-        let encoded = encode_name(name);
+        let encoded = encode_name(name, tag);
         self.shm.with_flock(|| {
             let mut empty = None;
             for i in 0..MAX_TENANTS {
@@ -475,6 +497,7 @@ impl GpuSegment {
             .map(|(i, t)| TenantView {
                 index: i,
                 name: decode_name(t),
+                tag: t.name[NAME_BYTES / 8 - 1].load(Ordering::Relaxed),
                 share: t.share.load(Ordering::Relaxed),
                 max: t.max.load(Ordering::Relaxed),
                 used_ns: t.used_ns.load(Ordering::Relaxed),
@@ -538,10 +561,13 @@ pub(super) fn dec(a: &AtomicU32) {
     });
 }
 
-fn encode_name(name: &str) -> [u64; NAME_BYTES / 8] {
+/// A tenant entry's key: the name in bytes 0..56 (NUL-padded, cut at 56),
+/// the tag in 56..64.
+fn encode_name(name: &str, tag: u64) -> [u64; NAME_BYTES / 8] {
     let mut bytes = [0u8; NAME_BYTES];
-    let n = name.len().min(NAME_BYTES);
+    let n = name.len().min(NAME_TEXT_BYTES);
     bytes[..n].copy_from_slice(&name.as_bytes()[..n]);
+    bytes[NAME_TEXT_BYTES..].copy_from_slice(&tag.to_le_bytes());
     let mut w = [0u64; NAME_BYTES / 8];
     for (i, c) in bytes.chunks(8).enumerate() {
         let mut b = [0u8; 8];
@@ -559,11 +585,107 @@ fn name_words(t: &Tenant) -> [u64; NAME_BYTES / 8] {
     w
 }
 
+/// The name of a tenant entry: bytes 0..56 up to the first NUL.
 fn decode_name(t: &Tenant) -> String {
     let bytes: Vec<u8> = name_words(t)
         .iter()
         .flat_map(|w| w.to_le_bytes())
+        .take(NAME_TEXT_BYTES)
         .take_while(|&b| b != 0)
         .collect();
     String::from_utf8_lossy(&bytes).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A segment in a directory removed when the test ends.
+    struct Dir(PathBuf);
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    fn seg(name: &str) -> (Dir, GpuSegment) {
+        let d = std::env::temp_dir().join(format!("cuslice-layout-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        let g = GpuSegment::open_or_create(&d.join("gpu.seg")).expect("open");
+        (Dir(d), g)
+    }
+
+    fn spec(share: u32, max: u32) -> TenantSpec {
+        TenantSpec {
+            share,
+            max,
+            burst_ns: 0,
+            latency: false,
+        }
+    }
+
+    fn view(g: &GpuSegment, i: usize) -> TenantView {
+        g.tenants()
+            .into_iter()
+            .find(|v| v.index == i)
+            .expect("registered")
+    }
+
+    /// Issue #32 item 9: a container given another's tenant name (and so
+    /// another slice) registered into the other's entry and set its share
+    /// and ceiling. Entries are keyed by name and slice tag.
+    #[test]
+    fn one_name_in_two_slices_is_two_entries() {
+        let (_d, g) = seg("slices");
+        let (a, old) = g.register("shared", 0x1111, spec(50, 100), 0).expect("a");
+        assert_eq!(old, None);
+        let (b, old) = g.register("shared", 0x2222, spec(1, 1), 0).expect("b");
+        assert_ne!(a, b, "another slice gets an entry of its own");
+        assert_eq!(old, None, "and changes nobody's share");
+        let (va, vb) = (view(&g, a), view(&g, b));
+        assert_eq!((va.share, va.max, va.tag), (50, 100, 0x1111));
+        assert_eq!((vb.share, vb.max, vb.tag), (1, 1, 0x2222));
+        assert_eq!((va.name.as_str(), vb.name.as_str()), ("shared", "shared"));
+        // The same slice shares its entry (the last of its processes to
+        // start sets it), and leaves the other's alone.
+        let (a2, old) = g
+            .register("shared", 0x1111, spec(60, 80), 0)
+            .expect("a again");
+        assert_eq!((a2, old), (a, Some((50, 100))));
+        assert_eq!((view(&g, a).share, view(&g, a).max), (60, 80));
+        assert_eq!((view(&g, b).share, view(&g, b).max), (1, 1));
+        // Untagged (tag 0) is a slice of its own too.
+        let (c, _) = g.register("shared", 0, spec(30, 100), 0).expect("c");
+        assert!(c != a && c != b);
+        assert_eq!(g.tenants().len(), 3);
+    }
+
+    /// What a process of the previous build (which keys entries by their 64
+    /// name bytes) writes for a name of up to 56 bytes is what this one
+    /// writes untagged: both find the same entry in a segment they share.
+    #[test]
+    fn an_untagged_name_is_encoded_as_before() {
+        let (_d, g) = seg("encoding");
+        for (name, tag) in [
+            ("team-a/trainer", 0u64),
+            (&*"n".repeat(56), 0),
+            ("team-a/trainer", 0x0102_0304_0506_0708),
+        ] {
+            let (i, _) = g.register(name, tag, spec(10, 100), 0).expect("tenant");
+            let t = g.tenant(i).expect("entry");
+            let bytes: Vec<u8> = name_words(t).iter().flat_map(|w| w.to_le_bytes()).collect();
+            let mut want = [0u8; NAME_BYTES];
+            want[..name.len()].copy_from_slice(name.as_bytes());
+            want[56..].copy_from_slice(&tag.to_le_bytes());
+            assert_eq!(bytes, want, "{name} {tag:#x}");
+            let v = view(&g, i);
+            assert_eq!((v.name.as_str(), v.tag), (name, tag));
+        }
+        // A name past 56 bytes (refused by the configuration) never
+        // spills into the tag.
+        let (i, _) = g
+            .register(&"x".repeat(60), 7, spec(10, 100), 0)
+            .expect("tenant");
+        let v = view(&g, i);
+        assert_eq!((v.name.len(), v.tag), (56, 7));
+    }
 }

@@ -1802,7 +1802,7 @@ mod tests {
             burst_ns: 0,
             latency,
         };
-        let (t, _) = g.register("t", spec, 0).expect("t");
+        let (t, _) = g.register("t", 0, spec, 0).expect("t");
         let a = GpuSegment::open_or_create(&g.path).expect("a");
         let p = a.claim_proc(t, 1).expect("p");
         (g, a, t, p)
