@@ -667,7 +667,8 @@ impl Gpu {
     /// the records inside a probe (`metered`; that part of the hold is not
     /// charged) and outside, its hold times the last probe's ratio of GPU
     /// time to time held. A loop that keeps the GPU fed is charged its
-    /// hold, as the caps were measured, and never loads CUPTI for it.
+    /// hold, as the caps were measured, and never loads CUPTI for it; so
+    /// is a program that replays CUDA graphs (probing one crashed it).
     ///
     /// Until it is measured (at most `FIRST_MEASURE_NS`, once), its hold
     /// is counted, not charged, and it keeps the lease whatever its
@@ -677,7 +678,13 @@ impl Gpu {
     /// measure it. The count is charged when the wait ends: times the
     /// ratio measured, else whole.
     fn hold_ppm(&self, now: u64) -> u64 {
-        if self.seg.uncapped(self.tenant) || self.seg.contended(self.tenant, now) {
+        // A program replaying CUDA graphs is charged its hold, unprobed, as
+        // before holds were measured: probing one crashed it on a GPU
+        // (`crate::meter::graphs_launched`).
+        if self.seg.uncapped(self.tenant)
+            || self.seg.contended(self.tenant, now)
+            || crate::meter::graphs_launched()
+        {
             self.hold_metered.store(false, Ordering::Relaxed);
             self.end_boot(WHOLE_PPM, now);
             return WHOLE_PPM;

@@ -232,6 +232,19 @@ static TENANT_PROFILES: AtomicBool = AtomicBool::new(false);
 static TENANT_CUPTI: AtomicBool = AtomicBool::new(false);
 /// Said once: `TENANT_CUPTI` kept CUPTI attached.
 static KEPT_SAID: AtomicBool = AtomicBool::new(false);
+/// Set at the program's first CUDA graph launch (`note_graph_launch`):
+/// from then on the meter never detaches CUPTI (`cuptiFinalize`), and a
+/// holder alone under a ceiling is not probed (`crate::limiter`'s
+/// `hold_ppm`). On an H200 (driver 580, PyTorch's CUPTI), a graph-replayed
+/// matmul loop alone under a 30 % ceiling, probed while it held the lease
+/// and detached after each probe, died with "unspecified launch failure"
+/// in 2 of 7 runs (docs/benchmarks/2026-11-27-h200-s16.md); NVIDIA's
+/// CUPTI release notes (12.4 Update 1) list "a crash when cuptiFinalize is
+/// used for applications using CUDA Graph" as fixed, so older CUPTIs, the
+/// ones frameworks ship, have it.
+static GRAPHS: AtomicBool = AtomicBool::new(false);
+/// Said once: `GRAPHS` kept CUPTI attached.
+static GRAPHS_SAID: AtomicBool = AtomicBool::new(false);
 /// Held while the meter loads CUPTI and registers its callbacks, and while
 /// the program's own registration makes the meter step aside: whichever
 /// comes second sees the first.
@@ -606,6 +619,21 @@ pub fn recording() -> bool {
         .is_some_and(|m| m.enabled.load(Ordering::Acquire) && !m.lost.load(Ordering::Acquire))
 }
 
+/// The program launches a CUDA graph (`cuGraphLaunch`): see `GRAPHS`. A
+/// load and, once per process, a store.
+#[inline]
+pub fn note_graph_launch() {
+    if !GRAPHS.load(Ordering::Relaxed) {
+        GRAPHS.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Whether the program has launched a CUDA graph (see `GRAPHS`).
+#[inline]
+pub fn graphs_launched() -> bool {
+    GRAPHS.load(Ordering::Relaxed)
+}
+
 /// Whether a ratio learned from probes may stand in for records: the
 /// meter works (loaded, not given up).
 #[inline]
@@ -862,6 +890,14 @@ fn detach(m: &Meter, finalize: unsafe extern "C" fn() -> i32) -> Result<bool, i3
         if !KEPT_SAID.swap(true, Ordering::Relaxed) {
             crate::info!(
                 "the program uses CUPTI's callback/profiler API: cuslice keeps CUPTI attached between probes"
+            );
+        }
+        return Ok(false);
+    }
+    if GRAPHS.load(Ordering::Relaxed) {
+        if !GRAPHS_SAID.swap(true, Ordering::Relaxed) {
+            crate::info!(
+                "the program launches CUDA graphs: cuslice keeps CUPTI attached between probes (detaching it crashed graph replays)"
             );
         }
         return Ok(false);

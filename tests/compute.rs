@@ -936,6 +936,61 @@ fn the_meter_detaches_cupti_after_each_probe_and_attaches_again_for_the_next() {
     );
 }
 
+#[test]
+fn a_program_that_replays_cuda_graphs_never_has_cupti_detached_nor_is_probed_alone() {
+    // On an H200, a graph-replayed matmul loop alone under a 30 % ceiling,
+    // probed while it held the lease and detached after each probe
+    // (cuptiFinalize), died with "unspecified launch failure" in 2 of 7
+    // runs (NVIDIA's CUPTI 12.4 U1 notes fix "a crash when cuptiFinalize
+    // is used for applications using CUDA Graph"). A process that has
+    // launched a graph keeps CUPTI attached between probes, and alone
+    // under a ceiling is charged its hold without probes.
+    //
+    // Beside a trainer: probed as any decode loop, charged its kernels,
+    // never detached (R E, then E per probe).
+    let (_, _, c) = metered_decode("decode-graph", &[("DECODE_GRAPH", "1")]);
+    assert!(c.on >= 2 && c.records > 0, "probed: {c:?}");
+    assert_eq!(
+        (c.finalized, c.registered),
+        (0, 1),
+        "CUPTI never detached from a program replaying graphs: {c:?}"
+    );
+    // The same loop without a graph is detached after its probes (the
+    // default; `the_meter_detaches_cupti_...` checks the order).
+    let (_, _, plain) = metered_decode("decode-graph-none", &[]);
+    assert!(plain.finalized >= 1, "{plain:?}");
+
+    // Alone under a ceiling: no probe at all (a decode loop without a
+    // graph is probed there: `a_ceiling_holds_a_launch_bound_loop_...`).
+    let h = Host::new("compute", "decode-graph-ceiling");
+    let q = h.quota("decode", "", "compute_max = 30");
+    let log = h.dir.join("calls.log");
+    let logged = log.display().to_string();
+    let args = ["2.5", "10000", "12", "4", "20000", "100000"];
+    let child = h.spawn(
+        "decode",
+        Some(&q),
+        &args,
+        &[("DECODE_GRAPH", "1"), ("FAKE_CUDA_LOG", logged.as_str())],
+    );
+    let pid = child.id();
+    let out = common::output_by("decode", child, Instant::now() + Duration::from_secs(60));
+    assert!(out.status.success(), "decode: {out:?}");
+    let alone = cupti_calls(&log, pid);
+    assert!(
+        alone.launched > 0 && alone.on == 0 && alone.finalized == 0,
+        "alone under a ceiling, a program replaying graphs is not probed: {alone:?}"
+    );
+    let (capped, _) = decode_alone(&h, Some(&q), &[("FAKE_CUDA_LOG", logged.as_str())]);
+    assert!(capped.served > 0);
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        text.lines()
+            .any(|l| !l.starts_with(&format!("{pid} ")) && l.contains(" cuptiActivityEnable kind=")),
+        "the same loop without a graph is probed alone under the ceiling"
+    );
+}
+
 /// The times (CLOCK_MONOTONIC ms) at which the meter switched recording on,
 /// from its debug lines in `report`.
 fn probe_times(report: &str) -> Vec<f64> {

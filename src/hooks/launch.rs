@@ -100,6 +100,9 @@ pub unsafe fn cuLaunchCooperativeKernel_ptsz(
 }
 
 pub unsafe fn cuGraphLaunch(_exec: CUgraphExec, stream: CUstream) -> Result<(), CUresult> {
+    // Before the gate: the meter never detaches CUPTI from a program
+    // replaying graphs (`meter::GRAPHS`).
+    crate::meter::note_graph_launch();
     gate(stream)
 }
 

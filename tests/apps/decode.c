@@ -21,7 +21,9 @@
  * turns into a batch job for S seconds (a decode server that starts
  * training): 5 ms kernels back to back, synchronised every 4, after a line
  *   BATCH_AT <CLOCK_MONOTONIC ms>
- * (the clock of the shim's debug lines). */
+ * (the clock of the shim's debug lines).
+ * With DECODE_GRAPH=1, the process first captures a graph of one kernel
+ * and replays it once (a server that uses CUDA graphs somewhere). */
 #include "decode_loop.h"
 
 /* The batch phase: its own stream on device 0's primary context. */
@@ -77,6 +79,25 @@ int main(int argc, char **argv) {
     if (then && batch_s <= 0) {
         fprintf(stderr, "decode: DECODE_THEN_BATCH_S=\"%s\" is not a positive number of seconds\n", then);
         return 2;
+    }
+    const char *graph = getenv("DECODE_GRAPH");
+    if (graph && strcmp(graph, "1") == 0) {
+        CUdevice dev;
+        CUstream s;
+        CUgraph g;
+        CUgraphExec exec;
+        unsigned long long ns = sh.kernel_ns;
+        void *params[] = {&ns};
+        CUfunction f = sleep_kernel_on_device0(&dev);
+        CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+        CHECK(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+        CHECK(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s, params, NULL));
+        CHECK(cuStreamEndCapture(s, &g));
+        CHECK(cuGraphInstantiateWithFlags(&exec, g, 0));
+        CHECK(cuGraphLaunch(exec, s));
+        CHECK(cuStreamSynchronize(s));
+        CHECK(cuStreamDestroy(s));
+        CHECK(cuDevicePrimaryCtxRelease(dev));
     }
     int r = decode_run(&sh, NULL, NULL);
     if (r == 0 && batch_s > 0) batch(batch_s);
