@@ -18,9 +18,19 @@
 //! found, removes the podman containers and images and runc containers the
 //! test labelled as its own (`cuslice.test.owner=<test pid>`) where the
 //! test did not end normally, and exits as the test did.
+//!
+//! Each test also gets a temporary directory of its own: `TMPDIR` points at
+//! a fresh `cuslice-test-XXXXXX` (mode 1777, like /tmp) and
+//! `XDG_RUNTIME_DIR` is unset, so that what one test leaves in the
+//! temporary directory, and the `cuslice run` sessions `cuslice status`
+//! finds there, are never another test's (nextest runs tests of different
+//! binaries side by side: a podman test's status once listed a concurrent
+//! run test's session). It is removed when the test passes, kept (and
+//! named) when it fails.
 
 use std::collections::{HashMap, HashSet};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::PathBuf;
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
@@ -53,8 +63,17 @@ fn main() -> ExitCode {
     let set = signal_set();
     // SAFETY: a valid set; this thread is the only one.
     unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+    let tmp = match private_tmp() {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("test-reaper: cannot make the test's temporary directory: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let mut cmd = Command::new(&program);
-    cmd.args(args);
+    cmd.args(args)
+        .env("TMPDIR", &tmp)
+        .env_remove("XDG_RUNTIME_DIR");
     // SAFETY: only async-signal-safe calls between fork and exec.
     unsafe {
         cmd.pre_exec(|| {
@@ -88,6 +107,19 @@ fn main() -> ExitCode {
     if !normal || !left.is_empty() {
         remove_containers(pid);
     }
+    if normal && libc::WEXITSTATUS(status) == 0 {
+        if let Err(e) = std::fs::remove_dir_all(&tmp) {
+            eprintln!(
+                "test-reaper: cannot remove the test's temporary directory {}: {e}",
+                tmp.display()
+            );
+        }
+    } else {
+        eprintln!(
+            "test-reaper: the test's temporary directory is kept: {}",
+            tmp.display()
+        );
+    }
     if let Some(sig) = stopped_by {
         eprintln!(
             "test-reaper: stopped by signal {sig} (the test's time limit): killed the test (pid {pid}) and all it started"
@@ -99,6 +131,26 @@ fn main() -> ExitCode {
         return ExitCode::from(code as u8);
     }
     die_by(st.signal().unwrap_or(libc::SIGKILL));
+}
+
+/// A fresh directory for the test's temporary files, in the reaper's own
+/// temporary directory, open to every user as /tmp is (1777: tests run
+/// programs as other users).
+fn private_tmp() -> std::io::Result<PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::PermissionsExt;
+    let template = std::env::temp_dir().join("cuslice-test-XXXXXX");
+    let mut bytes = template.as_os_str().as_bytes().to_vec();
+    bytes.push(0);
+    // SAFETY: a NUL-terminated, writable template that mkdtemp fills in.
+    let p = unsafe { libc::mkdtemp(bytes.as_mut_ptr().cast()) };
+    if p.is_null() {
+        return Err(std::io::Error::last_os_error());
+    }
+    bytes.pop();
+    let dir = PathBuf::from(std::ffi::OsStr::from_bytes(&bytes));
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777))?;
+    Ok(dir)
 }
 
 fn empty_set() -> libc::sigset_t {
