@@ -717,15 +717,31 @@ fn sigkill_mid_admission_under_a_binding_quota() {
             (v.len() == 3).then(|| (v[0], v[1], v[2]))
         })
         .collect();
+    //
+    // Right after a kill the excess is bounded too: it is the dead
+    // processes' memory the device has not freed yet, and each held at
+    // most the quota (admission counts a process's memory before the
+    // driver gives it; the live ones stay within the quota). So an
+    // excursion within 100 ms of k kills stays under QUOTA x (1 + k); more
+    // than that is an admission bug whenever it happens.
     for &(from, to, max) in &episodes {
         let after_kill = kill_times
             .iter()
             .any(|&k| from >= k && from - k <= 100_000_000 && to - from <= 100_000_000);
+        let dead = kill_times
+            .iter()
+            .filter(|&&k| k <= to && from.saturating_sub(100_000_000) <= k)
+            .count() as u64;
         assert!(
-            after_kill || max <= QUOTA + lost,
-            "the device-wide usage exceeded the quota of {QUOTA} by {} bytes for {:.1} ms, not right after a kill (the fake lost track of {lost} bytes): {}",
+            max <= QUOTA + lost || (after_kill && max <= QUOTA * (1 + dead) + lost),
+            "the device-wide usage exceeded the quota of {QUOTA} by {} bytes for {:.1} ms ({} of {dead} process(es) killed within 100 ms before it or during it, each holding at most the quota; the fake lost track of {lost} bytes): {}",
             max - QUOTA,
             (to - from) as f64 / 1e6,
+            if after_kill {
+                "right after a kill, more than the memory"
+            } else {
+                "not right after a kill, with"
+            },
             w.result()
         );
     }

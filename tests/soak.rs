@@ -1355,10 +1355,24 @@ fn soak() {
             t.throttled_ns as f64 / 1e9
         ));
     }
-    let lease = gpu.sched().lease.load(Ordering::Acquire);
+    // Nothing stale (a lease naming a dead holder, a tenant counted
+    // waiting) keeps a newcomer off the GPU: alone, it gets it. (This
+    // replaces a check that no live process held the lease, which the
+    // checks above already implied: it could not fail.)
+    let q = h.quota("newcomer", "", "compute = 50");
+    let probe = common::Spin::parse(&String::from_utf8_lossy(
+        &common::output_by(
+            "the newcomer's spin",
+            h.spawn("spin", Some(&q), &["0.5", "1000000", "4"], &[]),
+            Instant::now() + Duration::from_secs(20),
+        )
+        .stdout,
+    ));
     assert!(
-        lease == 0 || !gpu.proc_alive((lease - 1) as usize),
-        "the lease is held by a live process at the end (seed {seed})"
+        probe.fraction() >= 80.0,
+        "a newcomer alone after the run got {:.1} % of the GPU (seed {seed}):\n{}",
+        probe.fraction(),
+        probe.stdout
     );
     end_checks += 2 + tenants.len() as u64;
     let fake = Fake::open(&fake_state, false);
