@@ -4,7 +4,7 @@ matmul loop (src/mm_loop.py) solo, then capped at 30 % with several burst
 lengths (CUSLICE_COMPUTE_BURST_MS), then solo again; for each, the TFLOP/s
 ratio and one matmul's own GPU time (CUDA events) vs solo. Prints a table.
 
-    python3 scripts/gpu/burst_sweep.py --lib target/release/libcuslice.so [--bursts 20,100,400] [--seconds 12]
+    python3 scripts/gpu/experiments/burst_sweep.py --lib target/release/libcuslice.so [--bursts 20,100,400] [--seconds 12]
 """
 import argparse
 import os
@@ -30,7 +30,7 @@ def mm(seconds, burst=None):
                     "CUSLICE_SEGMENT_DIR": os.path.join(work, f"s{burst}"),
                     "CUSLICE_GPU_SEGMENT_DIR": os.path.join(work, f"g{burst}"),
                     "CUSLICE_COMPUTE_BURST_MS": str(burst)})
-    out = subprocess.run([sys.executable, os.path.join(HERE, "src", "mm_loop.py"), str(seconds)], env=env,
+    out = subprocess.run([sys.executable, os.path.join(HERE, "..", "src", "mm_loop.py"), str(seconds)], env=env,
                          capture_output=True, text=True, check=True).stdout
     v = {w[0]: float(w[1]) for w in (l.split() for l in out.splitlines()) if len(w) == 2 and w[0] in ("TFLOPS", "KERNELMS")}
     return v["TFLOPS"], v["KERNELMS"]
