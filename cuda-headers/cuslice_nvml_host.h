@@ -1,12 +1,13 @@
 /*
  * cuslice: declarations of the NVML functions and types that the host
- * command (`cuslice status`, `top`, the exporter, `cuslice watch`) calls,
- * beyond those of cuslice_nvml.h, which it includes and calls too. Written
- * for cuslice; checked against NVIDIA's nvml.h by the ABI test in
- * hookgen/tests/abi.rs. No @hook annotations: the shim neither exports nor
- * calls these. cli/build.rs turns every function declared here and in
- * cuslice_nvml.h into a function-pointer type (hookgen::loader_bindings)
- * for the command, which loads NVML itself. See README.md beside this file.
+ * command (`cuslice status`, `top`, the exporter, `cuslice watch`) and the
+ * DRA plugin (`cuslice-dra-plugin`) call, beyond those of cuslice_nvml.h,
+ * which it includes and they call too. Written for cuslice; checked
+ * against NVIDIA's nvml.h by the ABI test in hookgen/tests/abi.rs. No @hook
+ * annotations: the shim neither exports nor calls these. cli/build.rs and
+ * dra/build.rs turn every function declared here and in cuslice_nvml.h
+ * into a function-pointer type (hookgen::loader_bindings) for the program,
+ * which loads NVML itself. See README.md beside this file.
  */
 #ifndef CUSLICE_NVML_HOST_H
 #define CUSLICE_NVML_HOST_H
@@ -49,6 +50,12 @@ typedef struct nvmlProcessUtilizationSample_st {
 const char *nvmlErrorString(nvmlReturn_t result);
 
 nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length);
+
+/* The DRA plugin: the device node (/dev/nvidia<minor>) and the compute
+ * capability it publishes. */
+nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *minorNumber);
+
+nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int *major, int *minor);
 
 nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization);
 
