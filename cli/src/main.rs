@@ -12,7 +12,6 @@ use cuslice_core::config;
 mod exporter;
 mod frame;
 mod host;
-mod inroot;
 mod limits;
 mod nvml;
 mod oci;
@@ -442,7 +441,7 @@ fn run(
     // A private directory for the quota file and the memory segment, made
     // exclusively under an unpredictable name, held open (the watch finds
     // it among this process's descriptors) and removed when the program
-    // ends: host/run_dir.rs.
+    // ends: the host file layer's run_dir.
     let dir = host::run_dir::RunDir::create()?;
     // Each run is its own tenant; the GPU segment directory is the host's,
     // shared with every other tenant of the GPU. Empty counts as unset, as
@@ -456,17 +455,18 @@ fn run(
         .and_then(|n| n.to_str())
         .ok_or("the run directory has no name")?
         .to_string();
+    let paths = dir.slice_dir();
     let text = run_quota(
         std::process::id(),
         &name,
-        &dir.path().join("segment"),
+        &paths.segment_dir(),
         gpu_dir.as_deref(),
         top,
         all,
-        &dir.path().join("quota.toml"),
+        &paths.quota(),
     )?;
-    dir.make_dir("segment")?;
-    let quota = dir.write_file("quota.toml", &text)?;
+    dir.make_segment_dir()?;
+    let quota = dir.write_quota(&text)?;
     cmd.env("CUSLICE_CONFIG", &quota);
     let status = run_child(cmd)?;
     drop(dir);

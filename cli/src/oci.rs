@@ -84,10 +84,15 @@ use cuslice_core::config;
 use serde::Deserialize;
 use toml::{Table, Value};
 
-use crate::host::container::{ContainerMeta, META_FILE};
-use crate::inroot::{self, Kind};
+use crate::host::container::{self, ContainerMeta};
+use crate::host::fs::Dir;
+use crate::host::inroot::{self, Kind};
+use crate::host::layout::{
+    CLAIMS_DIR, CONTAINER_RECORD, CONTAINERS_DIR, GPU_DIR, LOCK_FILE, Layout, MEMORY_SEGMENT,
+    PRELOAD_FILE, QUOTA_FILE, SEGMENT_DIR,
+};
 
-pub use crate::host::container::DEFAULT_ROOT;
+pub use crate::host::layout::DEFAULT_ROOT;
 pub const DEFAULT_LIB: &str = "/usr/lib/cuslice/libcuslice.so";
 
 /// The OCI state the runtime passes on stdin.
@@ -460,20 +465,15 @@ pub struct HookArgs {
     pub claim: Option<String>,
 }
 
-/// Where the DRA plugin keeps each claim's files, under `--root`.
-pub use crate::host::container::CLAIMS_DIR;
-
 /// The quota file the DRA plugin wrote for claim `uid`
 /// (`<root>/claims/<uid>/quota.toml`) and its path for messages: a regular
 /// file of root's, reached without following a link, checked the way the
 /// shim will read it.
 fn claim_quota(root: &Path, uid: &str) -> Result<(String, PathBuf), String> {
     check_id(uid).map_err(|_| format!("claim {uid:?} is not a plain name"))?;
-    let dir = crate::host::fs::Dir::open(root)?
-        .open_dir(std::ffi::OsStr::new(CLAIMS_DIR))?
-        .open_dir(std::ffi::OsStr::new(uid))?;
-    let text = dir.read_file("quota.toml", config::MAX_FILE_BYTES)?;
-    let path = dir.join("quota.toml");
+    let dir = Layout::new(root).open_claim(uid)?;
+    let text = dir.read_file(QUOTA_FILE, config::MAX_FILE_BYTES)?;
+    let path = dir.join(QUOTA_FILE);
     let cfg = config::parse_file(&path, &text).map_err(|e| e.to_string())?;
     if !cfg.has_limits() {
         return Err(format!(
@@ -544,7 +544,7 @@ pub fn create(a: &HookArgs) -> Result<(), String> {
             a.lib.display()
         ));
     }
-    let dir = a.root.join("containers").join(&st.id);
+    let layout = Layout::new(&a.root);
     let result = (|| {
         // The tenant check and the record it is made against, under the
         // root's lock: of two hooks naming one tenant at once, the second
@@ -562,11 +562,11 @@ pub fn create(a: &HookArgs) -> Result<(), String> {
         }
         write_files(a, &st.id, &quota, &meta, &cfg, &gpus)?;
         drop(lock);
-        mount_into(pid, &rootfs, a, &dir, &user)
+        mount_into(pid, &rootfs, a, &st.id, &user)
     })();
     if result.is_err() {
         // Nothing half-created stays behind.
-        let _ = std::fs::remove_dir_all(&dir);
+        let _ = remove_container(&layout, &st.id);
     }
     result
 }
@@ -574,15 +574,25 @@ pub fn create(a: &HookArgs) -> Result<(), String> {
 /// The annotation naming a container's tenant.
 const TENANT_ANNOTATION: &str = "cuslice.io/tenant";
 
-/// The lock file in `--root` that the tenant check and the record write
-/// are made under.
-const LOCK_FILE: &str = "hook.lock";
-
-/// Takes the root's lock (see [`LOCK_FILE`]), making the root where
-/// missing (root's, 0700, as [`write_files`] keeps it).
+/// Takes the root's lock (`<root>/hook.lock`, the layout's
+/// [`LOCK_FILE`]), which the tenant check and the record write are made
+/// under, making the root where missing (root's, 0700, as [`write_files`]
+/// keeps it).
 fn lock_root(root: &Path) -> Result<std::fs::File, String> {
-    let root = crate::host::fs::Dir::keep_root(root, 0o700)?;
+    let root = Dir::keep_root(root, 0o700)?;
     Ok(root.lock(LOCK_FILE, 0o600)?)
+}
+
+/// Removes `<root>/containers/<id>` and everything in it through the
+/// layer: the container's segment directory is the container's to write
+/// (it is mounted there), so nothing in it is followed. Not there is fine.
+fn remove_container(layout: &Layout, id: &str) -> Result<(), String> {
+    let dir = match layout.open().and_then(|r| r.open_dir(CONTAINERS_DIR)) {
+        Ok(d) => d,
+        Err(e) if e.not_found() => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
+    Ok(dir.remove(id)?)
 }
 
 /// Who else under `root` has the tenant name `tenant`: a live container
@@ -597,17 +607,17 @@ fn tenant_holder(
     tenant: &str,
     alive: &dyn Fn(Option<(u32, u64)>) -> bool,
 ) -> Option<String> {
-    use crate::host::container::CLAIM_RECORD;
-    use crate::host::fs::Dir;
+    use crate::host::container::ClaimRecord;
+    use crate::host::layout::CLAIM_RECORD;
     use crate::host::text::clean;
     use std::ffi::OsStr;
     let root = Dir::open(root).ok()?;
     let tenant_of = |d: &Dir| -> Option<String> {
-        let text = d.read_file("quota.toml", config::MAX_FILE_BYTES).ok()?;
-        let cfg = config::parse_file(&d.join("quota.toml"), &text).ok()?;
+        let text = d.read_file(QUOTA_FILE, config::MAX_FILE_BYTES).ok()?;
+        let cfg = config::parse_file(&d.join(QUOTA_FILE), &text).ok()?;
         Some(cfg.tenant_name())
     };
-    if let Ok(ctrs) = root.open_dir(OsStr::new("containers")) {
+    if let Ok(ctrs) = root.open_dir(CONTAINERS_DIR) {
         let mut ids: Vec<_> = ctrs.list().unwrap_or_default();
         ids.sort();
         for id in ids {
@@ -616,7 +626,7 @@ fn tenant_holder(
             }
             let Ok(d) = ctrs.open_dir(&id) else { continue };
             let Some(meta) = d
-                .read_file(META_FILE, 64 << 10)
+                .read_file(CONTAINER_RECORD, container::RECORD_MAX)
                 .ok()
                 .and_then(|t| serde_json::from_str::<ContainerMeta>(&t).ok())
             else {
@@ -630,7 +640,7 @@ fn tenant_holder(
             }
         }
     }
-    if let Ok(claims) = root.open_dir(OsStr::new(CLAIMS_DIR)) {
+    if let Ok(claims) = root.open_dir(CLAIMS_DIR) {
         let mut uids: Vec<_> = claims.list().unwrap_or_default();
         uids.sort();
         for uid in uids {
@@ -640,25 +650,14 @@ fn tenant_holder(
             if tenant_of(&d).as_deref() != Some(tenant) {
                 continue;
             }
-            #[derive(Deserialize)]
-            struct Record {
-                #[serde(default)]
-                namespace: String,
-                #[serde(default)]
-                name: String,
-            }
             let uid = clean(&uid.to_string_lossy());
             let named = d
-                .read_file(CLAIM_RECORD, 64 << 10)
+                .read_file(CLAIM_RECORD, container::CLAIM_RECORD_MAX)
                 .ok()
-                .and_then(|t| serde_json::from_str::<Record>(&t).ok())
-                .filter(|r| !r.namespace.is_empty() && !r.name.is_empty());
+                .and_then(|t| serde_json::from_str::<ClaimRecord>(&t).ok())
+                .and_then(|r| r.namespaced_name());
             return Some(match named {
-                Some(r) => format!(
-                    "DRA claim {}/{} ({uid})",
-                    clean(&r.namespace),
-                    clean(&r.name)
-                ),
+                Some(n) => format!("DRA claim {} ({uid})", clean(&n)),
                 None => format!("DRA claim {uid}"),
             });
         }
@@ -719,42 +718,42 @@ fn write_files(
     cfg: &config::Config,
     gpus: &[String],
 ) -> Result<(), String> {
-    use crate::host::fs::{Dir, set_file_mode};
+    use crate::host::fs::set_file_mode;
     use std::os::fd::BorrowedFd;
     // SAFETY: a segment's descriptor, live while the segment is.
     let fd_of = |raw: i32| unsafe { BorrowedFd::borrow_raw(raw) };
     let root = Dir::keep_root(&a.root, 0o700)?;
-    let gpu = root.keep_dir("gpu", 0o755)?;
+    let gpu = root.keep_dir(GPU_DIR, 0o755)?;
     for uuid in gpus {
-        let p = gpu.join(&format!("{uuid}.seg"));
+        let p = gpu.join(format!("{uuid}.seg"));
         let seg = cuslice_core::gpu::GpuSegment::open_or_create(&p).map_err(|e| e.to_string())?;
         set_file_mode(fd_of(seg.raw_fd()), &p, 0o666)?;
     }
-    let dir = root.keep_dir("containers", 0o700)?.keep_dir(id, 0o700)?;
+    let dir = root.keep_dir(CONTAINERS_DIR, 0o700)?.keep_dir(id, 0o700)?;
     let seg = match &a.claim {
         // The plugin's directory for the claim (checked a plain name).
         Some(uid) => root
             .keep_dir(CLAIMS_DIR, 0o700)?
             .keep_dir(uid, 0o700)?
-            .keep_dir("segment", 0o755)?,
-        None => dir.keep_dir("segment", 0o755)?,
+            .keep_dir(SEGMENT_DIR, 0o755)?,
+        None => dir.keep_dir(SEGMENT_DIR, 0o755)?,
     };
     if cfg.has_memory() {
-        let p = seg.join("memory.seg");
+        let p = seg.join(MEMORY_SEGMENT);
         let s = cuslice_core::segment::Segment::open_or_create(&p).map_err(|e| e.to_string())?;
         set_file_mode(fd_of(s.raw_fd()), &p, 0o666)?;
     }
     // Read-only from its creation: written whole to a new file of that
     // mode, then renamed into place.
-    dir.replace_file("quota.toml", quota.as_bytes(), 0o444)?;
+    dir.replace_file(QUOTA_FILE, quota.as_bytes(), 0o444)?;
     let text = serde_json::to_string(meta)
-        .map_err(|e| format!("{}: {e}", dir.join(META_FILE).display()))?;
-    dir.replace_file(META_FILE, (text + "\n").as_bytes(), 0o644)?;
+        .map_err(|e| format!("{}: {e}", dir.join(CONTAINER_RECORD).display()))?;
+    dir.replace_file(CONTAINER_RECORD, (text + "\n").as_bytes(), 0o644)?;
     let want = format!("{}\n", "/usr/lib/cuslice/libcuslice.so");
-    if !root.holds("ld.so.preload", want.as_bytes(), 0o444) {
+    if !root.holds(PRELOAD_FILE, want.as_bytes(), 0o444) {
         // Renamed into place: a container that has it mounted keeps the
         // inode it has, never sees it empty.
-        root.replace_file("ld.so.preload", want.as_bytes(), 0o444)?;
+        root.replace_file(PRELOAD_FILE, want.as_bytes(), 0o444)?;
     }
     Ok(())
 }
@@ -766,11 +765,13 @@ fn cstr(p: &Path) -> Result<CString, String> {
 
 /// One bind mount the hook makes into the container.
 struct Bind {
-    /// On the host: the hook's own files under `--root`, or the library.
+    /// On the host: the hook's own files under `--root` (the layout's), or
+    /// the library.
     src: PathBuf,
-    /// Whether a symlink at `src` is followed. Only the library: an
-    /// administrator may install it as a link; the hook's own files never
-    /// are one.
+    /// Whether `src` is the library, opened by its path with a symlink
+    /// there followed (an administrator may install it as a link). The
+    /// hook's own files are opened through the layer instead: from
+    /// `--root`, every component below it without following a link.
     follow_src: bool,
     /// Inside the container.
     dst: &'static str,
@@ -778,10 +779,12 @@ struct Bind {
     ro: bool,
 }
 
-fn binds(a: &HookArgs, dir: &Path) -> [Bind; 5] {
+fn binds(a: &HookArgs, id: &str) -> [Bind; 5] {
+    let layout = Layout::new(&a.root);
+    let ctr = layout.container(id);
     [
         Bind {
-            src: dir.join("quota.toml"),
+            src: ctr.quota(),
             follow_src: false,
             dst: "/etc/cuslice/quota.toml",
             kind: Kind::File,
@@ -789,8 +792,8 @@ fn binds(a: &HookArgs, dir: &Path) -> [Bind; 5] {
         },
         Bind {
             src: match &a.claim {
-                Some(uid) => a.root.join(CLAIMS_DIR).join(uid).join("segment"),
-                None => dir.join("segment"),
+                Some(uid) => layout.claim(uid).segment_dir(),
+                None => ctr.segment_dir(),
             },
             follow_src: false,
             dst: "/run/cuslice/segment",
@@ -798,7 +801,7 @@ fn binds(a: &HookArgs, dir: &Path) -> [Bind; 5] {
             ro: false,
         },
         Bind {
-            src: a.root.join("gpu"),
+            src: layout.gpu_dir(),
             follow_src: false,
             dst: "/run/cuslice/gpu",
             kind: Kind::Dir,
@@ -812,7 +815,7 @@ fn binds(a: &HookArgs, dir: &Path) -> [Bind; 5] {
             ro: true,
         },
         Bind {
-            src: a.root.join("ld.so.preload"),
+            src: layout.preload(),
             follow_src: false,
             dst: "/etc/ld.so.preload",
             kind: Kind::File,
@@ -847,24 +850,41 @@ fn mount(src: Option<&CString>, target: &CString, flags: libc::c_ulong) -> std::
     Ok(())
 }
 
-/// A host source, opened O_PATH (O_NOFOLLOW unless `follow_src`) and
-/// checked to be the kind its target is.
-fn open_source(b: &Bind) -> Result<(OwnedFd, libc::stat), String> {
-    let c = cstr(&b.src)?;
-    let nofollow = if b.follow_src { 0 } else { libc::O_NOFOLLOW };
-    // SAFETY: `c` is NUL-terminated and outlives the call.
-    let fd = unsafe { libc::open(c.as_ptr(), libc::O_PATH | libc::O_CLOEXEC | nofollow) };
-    if fd < 0 {
-        return Err(format!(
-            "host path {}: {}",
-            b.src.display(),
-            std::io::Error::last_os_error()
-        ));
-    }
-    // SAFETY: open just returned this descriptor; nothing else owns it.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    let st =
-        inroot::fstat(fd.as_fd()).map_err(|e| format!("host path {}: {e}", b.src.display()))?;
+/// A host source, opened O_PATH and checked to be the kind its target
+/// is: the library by its path (a link there followed: the
+/// administrator's), the hook's own files through the layer, from `root`
+/// (`--root`, the administrator's path) with no link followed below it,
+/// the last component included. Opened in the container's mount namespace
+/// (a bind mount's source must be of the caller's).
+fn open_source(b: &Bind, root: &Path) -> Result<(OwnedFd, libc::stat), String> {
+    let (fd, st) = if b.follow_src {
+        let c = cstr(&b.src)?;
+        // SAFETY: `c` is NUL-terminated and outlives the call.
+        let fd = unsafe { libc::open(c.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
+        if fd < 0 {
+            return Err(format!(
+                "host path {}: {}",
+                b.src.display(),
+                std::io::Error::last_os_error()
+            ));
+        }
+        // SAFETY: open just returned this descriptor; nothing else owns it.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let st =
+            inroot::fstat(fd.as_fd()).map_err(|e| format!("host path {}: {e}", b.src.display()))?;
+        (fd, st)
+    } else {
+        let rel = b.src.strip_prefix(root).map_err(|_| {
+            format!(
+                "host path {}: not under the hook's root {}",
+                b.src.display(),
+                root.display()
+            )
+        })?;
+        Dir::open(root)
+            .and_then(|r| r.open_path_beneath(rel))
+            .map_err(|e| format!("host path {e}"))?
+    };
     if !b.kind.matches(st.st_mode) {
         return Err(format!(
             "host path {} is {}, expected {}",
@@ -881,11 +901,16 @@ fn open_source(b: &Bind) -> Result<(OwnedFd, libc::stat), String> {
 /// missing) through `inroot`, following no symlink, and every source and
 /// target is checked before anything is mounted: an image the hook refuses
 /// gets no mount at all, and nothing is created outside its root.
-fn mount_all(rootfs: &Path, binds: &[Bind], user: &inroot::User) -> Result<(), String> {
+fn mount_all(
+    rootfs: &Path,
+    host_root: &Path,
+    binds: &[Bind],
+    user: &inroot::User,
+) -> Result<(), String> {
     let root = inroot::open_root(rootfs)?;
     let mut opened = Vec::with_capacity(binds.len());
     for b in binds {
-        let (src, src_st) = open_source(b)?;
+        let (src, src_st) = open_source(b, host_root)?;
         let dst = inroot::open(root.as_fd(), b.dst, b.kind, true)?;
         opened.push((b, src, src_st, dst));
     }
@@ -963,10 +988,10 @@ fn mount_into(
     pid: i32,
     rootfs: &Path,
     a: &HookArgs,
-    dir: &Path,
+    id: &str,
     user: &inroot::User,
 ) -> Result<(), String> {
-    let binds = binds(a, dir);
+    let binds = binds(a, id);
     let ns = format!("/proc/{pid}/ns/mnt");
     let nsc = CString::new(ns.clone()).map_err(|_| "bad pid".to_string())?;
     // SAFETY: open a namespace file.
@@ -998,7 +1023,7 @@ fn mount_into(
                 std::io::Error::last_os_error()
             ))
         } else {
-            mount_all(rootfs, &binds, user)
+            mount_all(rootfs, &a.root, &binds, user)
         };
         let msg = r.err().unwrap_or_default();
         // SAFETY: write to the pipe, then leave without running destructors.
@@ -1042,12 +1067,7 @@ fn mount_into(
 pub fn poststop(a: &HookArgs) -> Result<(), String> {
     let st = read_state()?;
     check_id(&st.id)?;
-    let dir = a.root.join("containers").join(&st.id);
-    match std::fs::remove_dir_all(&dir) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(format!("{}: {e}", dir.display())),
-    }
+    remove_container(&Layout::new(&a.root), &st.id)
 }
 
 #[cfg(test)]
@@ -1282,8 +1302,11 @@ mod tests {
                 claim: claim.map(str::to_string),
                 ..ContainerMeta::default()
             };
-            std::fs::write(d.join(META_FILE), serde_json::to_string(&m).expect("json"))
-                .expect("record");
+            std::fs::write(
+                d.join(CONTAINER_RECORD),
+                serde_json::to_string(&m).expect("json"),
+            )
+            .expect("record");
         };
         // Init 1 runs, init 2 is gone.
         let alive = |init: Option<(u32, u64)>| init.is_none_or(|(pid, _)| pid == 1);
@@ -1321,7 +1344,7 @@ mod tests {
             "tenant = \"team-d\"\n[all]\ncompute = 10\n",
         )
         .expect("quota");
-        std::fs::write(d.join(META_FILE), r#"{"id": "old"}"#).expect("record");
+        std::fs::write(d.join(CONTAINER_RECORD), r#"{"id": "old"}"#).expect("record");
         assert_eq!(holder("new", "team-d").as_deref(), Some("container old"));
         // The lock: made root's, 0600, in the root; held until dropped.
         let l = lock_root(&t).expect("lock");
@@ -1358,7 +1381,7 @@ mod tests {
             lib: PathBuf::from(DEFAULT_LIB),
             claim: Some("uid-1".into()),
         };
-        let b = binds(&a, &t.join("containers").join("ctr"));
+        let b = binds(&a, "ctr");
         assert_eq!(b[0].src, t.join("containers/ctr/quota.toml"));
         assert_eq!(
             (b[1].src.as_path(), b[1].dst),
@@ -1389,6 +1412,72 @@ mod tests {
         std::fs::write(t.join("claims/uid-4/quota.toml"), "[all]\ncompute = 130\n").expect("write");
         let e = claim_quota(&t, "uid-4").expect_err("invalid");
         assert!(e.contains("uid-4/quota.toml: all.compute: "), "{e}");
+        let _ = std::fs::remove_dir_all(&t);
+    }
+
+    /// The bind mounts' sources under `--root` are opened from the root
+    /// through the host file layer: a link anywhere below the root (not
+    /// only as the last component) is refused, never followed; and a
+    /// container's directory is removed without following what its tenant
+    /// left in its segment directory.
+    #[test]
+    fn mount_sources_below_the_root_are_opened_without_following_a_link() {
+        let t = std::env::temp_dir().join(format!("cuslice-oci-sources-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&t);
+        let root = t.join("root");
+        std::fs::create_dir_all(root.join("containers/ctr/segment")).expect("mkdir");
+        std::fs::create_dir_all(root.join("gpu")).expect("mkdir");
+        std::fs::write(root.join("containers/ctr/quota.toml"), "x").expect("write");
+        std::fs::write(root.join("ld.so.preload"), "x").expect("write");
+        let a = HookArgs {
+            root: root.clone(),
+            lib: PathBuf::from(DEFAULT_LIB),
+            claim: None,
+        };
+        let b = binds(&a, "ctr");
+        for i in [0, 1, 2, 4] {
+            open_source(&b[i], &root).unwrap_or_else(|e| panic!("{}: {e}", b[i].dst));
+        }
+        // `containers` a link to a tree of the same shape elsewhere.
+        let elsewhere = t.join("elsewhere");
+        std::fs::create_dir_all(elsewhere.join("ctr/segment")).expect("mkdir");
+        std::fs::write(elsewhere.join("ctr/quota.toml"), "y").expect("write");
+        std::fs::rename(root.join("containers"), t.join("moved")).expect("mv");
+        std::os::unix::fs::symlink(&elsewhere, root.join("containers")).expect("link");
+        let e = open_source(&b[0], &root).expect_err("a link on the way");
+        assert_eq!(
+            e,
+            format!(
+                "host path {}: expected a directory, got a symlink",
+                root.join("containers").display()
+            )
+        );
+        assert!(open_source(&b[1], &root).is_err());
+        std::fs::remove_file(root.join("containers")).expect("rm");
+        std::fs::rename(t.join("moved"), root.join("containers")).expect("mv");
+        // The last component a link: described, refused.
+        std::fs::remove_dir(root.join("gpu")).expect("rmdir");
+        std::os::unix::fs::symlink(&elsewhere, root.join("gpu")).expect("link");
+        let e = open_source(&b[2], &root).expect_err("a link");
+        assert_eq!(
+            e,
+            format!(
+                "host path {} is a symlink, expected a directory",
+                root.join("gpu").display()
+            )
+        );
+        // What the container left in its segment directory goes with it;
+        // what its links point to stays.
+        std::os::unix::fs::symlink(&elsewhere, root.join("containers/ctr/segment/out"))
+            .expect("link");
+        remove_container(&Layout::new(&root), "ctr").expect("removed");
+        assert!(!root.join("containers/ctr").exists());
+        assert_eq!(
+            std::fs::read_to_string(elsewhere.join("ctr/quota.toml")).expect("kept"),
+            "y"
+        );
+        remove_container(&Layout::new(&root), "ctr").expect("again: nothing to do");
+        remove_container(&Layout::new(t.join("nowhere")), "ctr").expect("no root");
         let _ = std::fs::remove_dir_all(&t);
     }
 

@@ -33,8 +33,12 @@ use cuslice_core::gpu::{self as coregpu, GpuSegment, MAX_PROCS, PROC_FREE};
 use cuslice_core::segment::{MAX_DEVICES, Segment, UNLIMITED};
 use serde::Serialize;
 
-use crate::host::container::{ContainerMeta, META_FILE};
-use crate::host::run_dir;
+use crate::host::container::{self, ClaimRecord, ContainerMeta};
+use crate::host::fs::{Dir, Kind};
+use crate::host::layout::{
+    self, CLAIM_RECORD, CLAIMS_DIR, CONTAINER_RECORD, CONTAINERS_DIR, Layout, MEMORY_SEGMENT,
+    QUOTA_FILE, SEGMENT_DIR,
+};
 use crate::host::text::{self, LINE_MAX, clean};
 use crate::nvml::{DeviceHandle, GpuInfo, Nvml, sample_period_us, sample_window_us};
 
@@ -47,9 +51,10 @@ pub struct Sources {
     memory: Vec<PathBuf>,
     /// Else: the directory holding one directory per container.
     containers_root: PathBuf,
-    /// What `cuslice watch` last wrote (`<root>/watch/state.json`, next to
-    /// the containers root).
-    pub watch_state: PathBuf,
+    /// The layout the containers root is part of: where `cuslice watch`
+    /// last wrote its state (`<root>/watch/state.json`, next to the
+    /// containers root) and the DRA claims are.
+    layout: Layout,
 }
 
 impl Sources {
@@ -72,89 +77,161 @@ impl Sources {
             Some(d) => vec![d],
             // The hook's host directory (containers) and the local default.
             None => vec![
-                PathBuf::from(HOOK_GPU_DIR),
+                Layout::default().gpu_dir(),
                 PathBuf::from(config::DEFAULT_GPU_SEGMENT_DIR),
             ],
         };
-        let containers_root = root.unwrap_or_else(|| PathBuf::from(DEFAULT_CONTAINERS_ROOT));
-        let watch_state =
-            crate::watch::state::state_path(containers_root.parent().unwrap_or(Path::new("/")));
+        let containers_root = root.unwrap_or_else(|| Layout::default().containers_dir());
+        let layout = Layout::of_containers_dir(&containers_root);
         Sources {
             gpu_dirs,
             memory,
             containers_root,
-            watch_state,
+            layout,
         }
     }
 
     /// The memory segments: those given, else every container's under the
-    /// containers root, those of programs started by `cuslice run` (in
-    /// `$XDG_RUNTIME_DIR`, else `$TMPDIR`, else /tmp), and the default segment
-    /// directory's. Looked for at every reading: `top` and the exporter
-    /// see containers come and go.
-    pub fn memory_files(&self) -> Vec<PathBuf> {
+    /// containers root, every DRA claim's beside it, those of programs
+    /// started by `cuslice run` (in `$XDG_RUNTIME_DIR`, else `$TMPDIR`, else
+    /// /tmp), and the default segment directory's. Looked for at every
+    /// reading: `top` and the exporter see containers come and go. Found
+    /// through the host file layer: below the directory listed (the
+    /// containers root given, the claims directory beside it, the run
+    /// directories' base), no link is followed and a segment is listed
+    /// only where it is a regular file itself.
+    fn memory_files(&self) -> Vec<MemFile> {
         if !self.memory.is_empty() {
-            return self.memory.clone();
+            return self.memory.iter().map(|p| MemFile::given(p)).collect();
         }
         let mut mem = vec![];
-        if let Ok(rd) = std::fs::read_dir(&self.containers_root) {
-            // The hook's layout (<id>/segment/memory.seg), or a segment
-            // right in the container's directory.
-            let mut v: Vec<PathBuf> = rd
-                .flatten()
-                .flat_map(|e| {
-                    let d = e.path();
-                    [d.join("segment").join("memory.seg"), d.join("memory.seg")]
-                })
-                .filter(|p| p.is_file())
-                .collect();
-            v.sort();
-            mem.extend(v);
-        }
+        // The hook's layout (<id>/segment/memory.seg), or a segment right
+        // in the container's directory.
+        let mut v: Vec<MemFile> = listed(&self.containers_root)
+            .into_iter()
+            .flat_map(|id| {
+                let d = PathBuf::from(id);
+                [
+                    d.join(SEGMENT_DIR).join(MEMORY_SEGMENT),
+                    d.join(MEMORY_SEGMENT),
+                ]
+            })
+            .map(|rel| MemFile::at(&self.containers_root, rel))
+            .filter(MemFile::is_segment)
+            .collect();
+        v.sort_by_key(MemFile::path);
+        mem.extend(v);
         // DRA claims (the plugin's layout, beside the containers:
         // <root>/claims/<uid>/segment/memory.seg).
-        if let Some(root) = self.containers_root.parent()
-            && let Ok(rd) = std::fs::read_dir(root.join(crate::oci::CLAIMS_DIR))
-        {
-            let mut v: Vec<PathBuf> = rd
-                .flatten()
-                .map(|e| e.path().join("segment").join("memory.seg"))
-                .filter(|p| p.is_file())
+        if self.containers_root.parent().is_some() {
+            let layout = &self.layout;
+            let claims = layout
+                .open()
+                .and_then(|r| r.open_dir(CLAIMS_DIR))
+                .and_then(|d| d.list())
+                .unwrap_or_default();
+            let mut v: Vec<MemFile> = claims
+                .into_iter()
+                .map(|uid| {
+                    let rel = Path::new(CLAIMS_DIR).join(uid);
+                    MemFile::at(layout.root(), rel.join(SEGMENT_DIR).join(MEMORY_SEGMENT))
+                })
+                .filter(MemFile::is_segment)
                 .collect();
-            v.sort();
+            v.sort_by_key(MemFile::path);
             mem.extend(v);
         }
         // Programs started by `cuslice run` (its private directories, where
-        // `run` puts them from this environment: host/run_dir.rs).
-        let runs = run_dir::base_here();
-        if let Ok(rd) = std::fs::read_dir(&runs) {
-            let mut v: Vec<PathBuf> = rd
-                .flatten()
-                .filter(|e| run_dir::parse_name(&e.file_name()).is_some())
-                .map(|e| e.path().join("segment").join("memory.seg"))
-                .filter(|p| p.is_file())
-                .collect();
-            v.sort();
-            mem.extend(v);
-        }
+        // `run` puts them from this environment: the layout's run base).
+        let runs = layout::run_base_here();
+        let mut v: Vec<MemFile> = listed(&runs)
+            .into_iter()
+            .filter(|n| layout::parse_run_name(n).is_some())
+            .map(|n| MemFile::at(&runs, Path::new(&n).join(SEGMENT_DIR).join(MEMORY_SEGMENT)))
+            .filter(MemFile::is_segment)
+            .collect();
+        v.sort_by_key(MemFile::path);
+        mem.extend(v);
         // Where a process without a quota file keeps its segment: the
         // shim's `CUSLICE_SEGMENT_DIR` (empty counts as unset), else the
         // default.
         let local = std::env::var_os("CUSLICE_SEGMENT_DIR")
             .filter(|d| !d.is_empty())
             .map_or_else(|| PathBuf::from(config::DEFAULT_SEGMENT_DIR), PathBuf::from)
-            .join("memory.seg");
-        if local.is_file() {
+            .join(MEMORY_SEGMENT);
+        let local = MemFile::given(&local);
+        if local.is_segment() {
             mem.push(local);
         }
         mem
     }
 }
 
-/// Where the runtime hook keeps one directory per container.
-pub const DEFAULT_CONTAINERS_ROOT: &str = "/run/cuslice/containers";
-/// Where the runtime hook keeps the host's per-GPU segments.
-pub const HOOK_GPU_DIR: &str = "/run/cuslice/gpu";
+/// The names in the directory at `path` (a place given, or the layout's:
+/// links on the way to it followed), none if it cannot be listed.
+fn listed(path: &Path) -> Vec<std::ffi::OsString> {
+    Dir::open(path).and_then(|d| d.list()).unwrap_or_default()
+}
+
+/// A memory segment to read: `rel` below `base` (a directory given, or
+/// the layout's: links on the way to it followed). Everything below `base`
+/// is opened through the host file layer, no link followed; the segment
+/// itself by core's `shm`, by its path (its last component not followed,
+/// never blocking). Its quota file and record are in the directory above
+/// its own.
+#[derive(Debug, Clone)]
+struct MemFile {
+    base: PathBuf,
+    rel: PathBuf,
+}
+
+impl MemFile {
+    fn at(base: &Path, rel: PathBuf) -> MemFile {
+        MemFile {
+            base: base.to_path_buf(),
+            rel,
+        }
+    }
+
+    /// A segment named on the command line (or the local default): below
+    /// the directory above its own, as given.
+    fn given(path: &Path) -> MemFile {
+        let up = path.parent().and_then(Path::parent);
+        match up.and_then(|u| Some((u, path.strip_prefix(u).ok()?))) {
+            Some((u, rel)) if !u.as_os_str().is_empty() => MemFile::at(u, rel.to_path_buf()),
+            _ => MemFile::at(Path::new("."), path.to_path_buf()),
+        }
+    }
+
+    /// Its path, as opened and shown.
+    fn path(&self) -> PathBuf {
+        self.base.join(&self.rel)
+    }
+
+    /// Whether it is there: a regular file itself, every directory on the
+    /// way below `base` a directory itself (a link is not followed).
+    fn is_segment(&self) -> bool {
+        self.find().is_some_and(|st| Kind::File.matches(st.st_mode))
+    }
+
+    /// Whether it is not there (went away since it was found).
+    fn gone(&self) -> bool {
+        self.find().is_none()
+    }
+
+    fn find(&self) -> Option<libc::stat> {
+        let base = Dir::open(&self.base).ok()?;
+        base.open_path_beneath(&self.rel).ok().map(|(_, st)| st)
+    }
+
+    /// The directory of its quota file and record (the one above its
+    /// own), opened through the layer; None where there is none.
+    fn owner(&self) -> Option<Dir> {
+        let up = self.rel.parent()?.parent()?;
+        Dir::open(&self.base).ok()?.open_dir_beneath(up).ok()
+    }
+}
+
 /// How long a tenant with no live process is still shown.
 pub const DEFAULT_LINGER_SECONDS: f64 = 60.0;
 
@@ -406,6 +483,17 @@ fn file_id(p: &Path) -> Option<(u64, u64)> {
     std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()))
 }
 
+/// (device, inode) of the file behind `raw` (a segment's descriptor):
+/// the file read, whatever its name leads to by now.
+fn fd_file_id(raw: i32) -> Option<(u64, u64)> {
+    // SAFETY: a segment's descriptor, live while the segment is (the
+    // caller holds it).
+    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(raw) };
+    crate::host::sys::fstat(fd)
+        .ok()
+        .map(|st| (st.st_dev, st.st_ino))
+}
+
 pub fn hostname() -> String {
     let mut buf = [0u8; 256];
     // SAFETY: gethostname writes at most `len` bytes into our buffer.
@@ -426,32 +514,42 @@ type Owner = ((String, u64), Option<ContainerMeta>, Option<String>);
 /// `cuslice run` write it), else the name the shim derives from the
 /// segment directory (and no slice); and what the hook recorded in
 /// `<dir>/container.json`.
-fn segment_owner(seg: &Path) -> Owner {
-    let seg_dir = seg.parent().unwrap_or(Path::new("/"));
-    let dir = seg_dir.parent();
+fn segment_owner(seg: &MemFile) -> Owner {
+    let path = seg.path();
+    let seg_dir = path.parent().unwrap_or(Path::new("/"));
     // Beside a segment any user may have made (in /tmp, /dev/shm): read
-    // without following a link, never blocking on a FIFO, bounded.
-    let (tenant, tag) = dir
-        .map(|d| d.join("quota.toml"))
-        .and_then(|q| {
-            let text = crate::host::fs::read_checked(&q, None, config::MAX_FILE_BYTES).ok()?;
-            config::parse_file(&q, &text).ok()
+    // through the layer (`<dir>` reached without following a link, its
+    // files read without following one, never blocking on a FIFO,
+    // bounded).
+    let owner = seg.owner();
+    let (tenant, tag) = owner
+        .as_ref()
+        .and_then(|d| {
+            let text = d
+                .read_checked(QUOTA_FILE, None, config::MAX_FILE_BYTES)
+                .ok()?;
+            config::parse_file(&d.join(QUOTA_FILE), &text).ok()
         })
         .map(|c| (c.tenant_name(), c.slice_tag()))
         .unwrap_or_else(|| (config::default_tenant(seg_dir), 0));
-    let meta = dir
-        .and_then(|d| crate::host::fs::read_checked(&d.join(META_FILE), None, 64 << 10).ok())
+    let meta = owner
+        .as_ref()
+        .and_then(|d| {
+            d.read_checked(CONTAINER_RECORD, None, container::RECORD_MAX)
+                .ok()
+        })
         .and_then(|t| serde_json::from_str::<ContainerMeta>(&t).ok());
     // <root>/containers/<id>/segment/memory.seg: the hook's layout;
     // <root>/claims/<uid>/segment/memory.seg: a DRA claim's (all of the
     // claim's containers share it; its tenant is `namespace/name`).
+    let dir = seg_dir.parent();
     let origin = dir.and_then(|d| {
         let kind = d.parent().and_then(Path::file_name)?;
         let id = clean(&d.file_name()?.to_string_lossy());
-        if kind == "containers" {
+        if kind == CONTAINERS_DIR {
             Some(format!("container {}", short_id(&id)))
-        } else if kind == crate::oci::CLAIMS_DIR {
-            let pods = claim_pods(d);
+        } else if kind == CLAIMS_DIR {
+            let pods = owner.as_ref().map(claim_pods).unwrap_or_default();
             Some(if pods.is_empty() {
                 format!("DRA claim {}", short_id(&id))
             } else {
@@ -465,17 +563,12 @@ fn segment_owner(seg: &Path) -> Owner {
 }
 
 /// The pods a DRA claim is reserved for, from the record the plugin writes
-/// beside its quota file (`claim.json`; root's, bounded, never following a
-/// link), escaped; none where there is no readable record.
-fn claim_pods(dir: &Path) -> Vec<String> {
-    #[derive(serde::Deserialize)]
-    struct Record {
-        #[serde(default)]
-        pods: Vec<String>,
-    }
-    crate::host::fs::read_checked(&dir.join("claim.json"), Some((0, "root")), 64 << 10)
+/// beside its quota file (`claim.json` in `dir`; root's, bounded, never
+/// following a link), escaped; none where there is no readable record.
+fn claim_pods(dir: &Dir) -> Vec<String> {
+    dir.read_checked(CLAIM_RECORD, Some((0, "root")), container::CLAIM_RECORD_MAX)
         .ok()
-        .and_then(|t| serde_json::from_str::<Record>(&t).ok())
+        .and_then(|t| serde_json::from_str::<ClaimRecord>(&t).ok())
         .map(|r| r.pods.iter().take(4).map(|p| clean(p)).collect())
         .unwrap_or_default()
 }
@@ -506,7 +599,7 @@ fn read_gpu(path: &Path) -> Result<GpuRead, String> {
             .map(|s| clean(&s.to_string_lossy()))
             .unwrap_or_default(),
         path: path.to_path_buf(),
-        file: file_id(path),
+        file: fd_file_id(g.raw_fd()),
         handovers: g.sched().handovers.load(Ordering::Relaxed),
         tenants: g
             .tenants()
@@ -537,7 +630,8 @@ fn void_if_truncated<T>(r: T, truncated: bool, path: &Path) -> Result<T, String>
     }
 }
 
-fn read_mem(path: &Path) -> Result<MemRead, String> {
+fn read_mem(mem: &MemFile) -> Result<MemRead, String> {
+    let path = &mem.path();
     let s = Segment::open_read_only(path).map_err(|e| e.to_string())?;
     let mut uuids = BTreeMap::new();
     let mut devices = vec![];
@@ -578,7 +672,7 @@ fn read_mem(path: &Path) -> Result<MemRead, String> {
                 .collect(),
         })
         .collect();
-    let ((tenant, tag), container, origin) = segment_owner(path);
+    let ((tenant, tag), container, origin) = segment_owner(mem);
     void_if_truncated((), s.truncated(), path)?;
     Ok(MemRead {
         view: ContainerView {
@@ -589,7 +683,7 @@ fn read_mem(path: &Path) -> Result<MemRead, String> {
             devices,
             processes,
         },
-        file: file_id(path),
+        file: fd_file_id(s.raw_fd()),
         origin,
     })
 }
@@ -837,8 +931,7 @@ impl Observer {
             .src
             .gpu_dirs
             .iter()
-            .filter_map(|d| std::fs::read_dir(d).ok())
-            .flat_map(|rd| rd.flatten().map(|e| e.path()).collect::<Vec<_>>())
+            .flat_map(|d| listed(d).into_iter().map(move |n| d.join(n)))
             .filter(|p| p.extension().is_some_and(|x| x == "seg"))
             .collect();
         gpu_files.sort();
@@ -851,12 +944,12 @@ impl Observer {
         }
         let mut mems = vec![];
         let given = !self.src.memory.is_empty();
-        for p in self.src.memory_files() {
-            match read_mem(&p) {
+        for m in self.src.memory_files() {
+            match read_mem(&m) {
                 Ok(m) => mems.push(m),
                 // A segment found by looking that went away meanwhile (its
                 // container or program ended) is no error.
-                Err(_) if !given && !p.exists() => {}
+                Err(_) if !given && m.gone() => {}
                 Err(e) => errors.push(text::clean_to(&e, LINE_MAX)),
             }
         }
@@ -1154,7 +1247,7 @@ impl Observer {
             gpus,
             containers: r.mems.iter().map(|m| m.view.clone()).collect(),
             errors: r.errors.clone(),
-            watch: crate::watch::state::read(&self.src.watch_state).map(|state| {
+            watch: crate::watch::state::read(&self.src.layout).map(|state| {
                 let now = crate::watch::state::now_unix();
                 WatchView {
                     up: state.up(now),

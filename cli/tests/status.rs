@@ -295,6 +295,183 @@ fn a_fifo_beside_a_planted_segment_does_not_hang_status() {
     );
 }
 
+/// A slice's directory as a user could plant one: a valid memory segment
+/// (one device, a 1 GiB quota) and a quota file naming `tenant`, in `dir`.
+fn planted_slice(dir: &std::path::Path, tenant: &str) {
+    let mem = Segment::open_or_create(&dir.join("segment").join("memory.seg")).expect("seg");
+    mem.register_device(&common::FAKE_UUID, GIB).expect("dev");
+    std::fs::write(dir.join("quota.toml"), format!("tenant = \"{tenant}\"\n")).expect("quota");
+}
+
+/// Every memory segment status shows (its path) and every tenant its
+/// quota files name, and its errors, from `status --json`.
+fn segments_and_tenants(f: &Fixture) -> (Vec<String>, Vec<String>, serde_json::Value, i32) {
+    let (v, code) = status_json(f);
+    let rows = v["containers"].as_array().cloned().unwrap_or_default();
+    let seg = rows
+        .iter()
+        .filter_map(|c| c["segment"].as_str().map(str::to_string))
+        .collect();
+    let tenants = rows
+        .iter()
+        .filter_map(|c| c["tenant"].as_str().map(str::to_string))
+        .collect();
+    (seg, tenants, v, code)
+}
+
+#[test]
+fn a_link_planted_as_a_run_directory_is_not_followed_by_status() {
+    // Any user of /tmp can make `cuslice-run-<pid>-<random>` a link to a
+    // directory of someone else's (root's own, holding a segment and a
+    // quota file): status, as root, lists the run directories but follows
+    // no link below their base, as `cuslice watch` follows none.
+    let f = fixture("run-link");
+    let elsewhere = f.dir.join("elsewhere");
+    planted_slice(&elsewhere, "not-a-session");
+    std::fs::create_dir_all(f.dir.join("xdg")).expect("mkdir");
+    std::os::unix::fs::symlink(
+        &elsewhere,
+        f.dir.join("xdg").join("cuslice-run-7-0123456789abcdef"),
+    )
+    .expect("link");
+    let (seg, tenants, v, code) = segments_and_tenants(&f);
+    assert_eq!(code, 0, "{v}");
+    assert!(
+        !seg.iter().any(|s| s.contains("cuslice-run-7")),
+        "followed a run directory that is a link: {v}"
+    );
+    assert!(!tenants.iter().any(|t| t == "not-a-session"), "{v}");
+    // The fixture's own container is still there.
+    assert!(tenants.iter().any(|t| t == "alpha"), "{v}");
+}
+
+#[test]
+fn links_planted_below_the_places_status_lists_are_not_followed() {
+    // Below each place status lists (the containers root, the claims
+    // directory beside it, the run directories' base), a directory or
+    // segment that is a link is not followed: not read, not listed, no
+    // error. Before the host file layer, status followed each of them
+    // (and reported a segment that is a link as an error).
+    let f = fixture("links");
+    let uid = "0b5f3c1e-7a2d-4e9f-8c6b-2d4e6f8a0b1c";
+    // A claim's directory that is a link.
+    planted_slice(&f.dir.join("elsewhere-claim"), "linked-claim");
+    std::fs::create_dir_all(f.dir.join("claims")).expect("mkdir");
+    std::os::unix::fs::symlink(
+        f.dir.join("elsewhere-claim"),
+        f.dir.join("claims").join(uid),
+    )
+    .expect("link");
+    // A container's directory that is a link.
+    planted_slice(&f.dir.join("elsewhere-ctr"), "linked-container");
+    std::os::unix::fs::symlink(
+        f.dir.join("elsewhere-ctr"),
+        f.dir.join("containers").join("c2"),
+    )
+    .expect("link");
+    // A run directory whose segment directory is a link.
+    planted_slice(&f.dir.join("elsewhere-seg"), "linked-segment-dir");
+    let run = f.dir.join("xdg").join("cuslice-run-8-0123456789abcdef");
+    std::fs::create_dir_all(&run).expect("mkdir");
+    std::fs::write(run.join("quota.toml"), "tenant = \"run-8\"\n").expect("quota");
+    std::os::unix::fs::symlink(
+        f.dir.join("elsewhere-seg").join("segment"),
+        run.join("segment"),
+    )
+    .expect("link");
+    // A run directory whose segment is a link to a valid segment.
+    let run9 = f.dir.join("xdg").join("cuslice-run-9-0123456789abcdef");
+    std::fs::create_dir_all(run9.join("segment")).expect("mkdir");
+    std::os::unix::fs::symlink(
+        f.dir
+            .join("elsewhere-seg")
+            .join("segment")
+            .join("memory.seg"),
+        run9.join("segment").join("memory.seg"),
+    )
+    .expect("link");
+    let (seg, tenants, v, code) = segments_and_tenants(&f);
+    assert_eq!(code, 0, "{v}");
+    for planted in [uid, "containers/c2", "cuslice-run-8", "cuslice-run-9"] {
+        assert!(
+            !seg.iter().any(|s| s.contains(planted)),
+            "followed {planted}: {v}"
+        );
+    }
+    for t in ["linked-claim", "linked-container", "linked-segment-dir"] {
+        assert!(!tenants.iter().any(|x| x == t), "read {t}: {v}");
+    }
+    assert!(tenants.iter().any(|t| t == "alpha"), "{v}");
+    assert!(
+        v["errors"].as_array().is_some_and(Vec::is_empty),
+        "a link is no error: {v}"
+    );
+}
+
+#[test]
+fn a_quota_file_or_record_linked_elsewhere_or_to_dev_zero_is_not_read_by_status() {
+    // Beside a segment in a run directory (any user's), a quota file that
+    // is a link to a root-only file and a container record that is a link
+    // to /dev/zero; in a claim's directory, a record that is a FIFO and a
+    // quota file linked to /dev/zero: status reads none of them, never
+    // blocks and never reads without end; the segment is still shown, by
+    // the name the shim derives from its directory.
+    let f = fixture("linked-files");
+    let secret = f.dir.join("secret.toml");
+    std::fs::write(&secret, "tenant = \"secret\"\n").expect("write");
+    std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+        .expect("chmod");
+    let run = f.dir.join("xdg").join("cuslice-run-5-0123456789abcdef");
+    planted_slice(&run, "unused");
+    std::fs::remove_file(run.join("quota.toml")).expect("rm");
+    std::os::unix::fs::symlink(&secret, run.join("quota.toml")).expect("link");
+    std::os::unix::fs::symlink("/dev/zero", run.join("container.json")).expect("link");
+    let uid = "1c6a4d2f-8b3e-4f0a-9d7c-3e5f7a9b1c2d";
+    let claim = f.dir.join("claims").join(uid);
+    planted_slice(&claim, "unused");
+    std::fs::remove_file(claim.join("quota.toml")).expect("rm");
+    std::os::unix::fs::symlink("/dev/zero", claim.join("quota.toml")).expect("link");
+    let fifo = std::ffi::CString::new(claim.join("claim.json").as_os_str().as_encoded_bytes())
+        .expect("path");
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+    let mut child = cuslice(&f, &["status", "--json", "--interval", "0"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("status");
+    let t = std::time::Instant::now();
+    while child.try_wait().expect("wait").is_none() {
+        if t.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            panic!("status hung on a FIFO or /dev/zero");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().expect("output");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let rows = v["containers"].as_array().expect("containers");
+    let row = |name: &str| {
+        rows.iter()
+            .find(|c| c["segment"].as_str().is_some_and(|s| s.contains(name)))
+            .unwrap_or_else(|| panic!("no row for {name}: {v}"))
+    };
+    for (name, dir) in [("cuslice-run-5", &run), (uid, &claim)] {
+        let r = row(name);
+        // The shim's name for a segment without a quota file: from its
+        // directory.
+        assert_eq!(
+            r["tenant"].as_str(),
+            Some(cuslice_core::config::default_tenant(&dir.join("segment")).as_str()),
+            "{v}"
+        );
+        assert!(r["container"].is_null(), "{v}");
+    }
+    assert!(
+        !rows.iter().any(|c| c["tenant"] == "secret"),
+        "read through a link: {v}"
+    );
+}
+
 #[test]
 fn a_corrupt_segment_is_reported_and_the_rest_still_shown() {
     let f = fixture("corrupt");

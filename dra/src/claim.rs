@@ -346,7 +346,8 @@ pub fn slice(c: &ClaimRef, alloc: &Allocation, d: &Driver, gpus: &[Gpu]) -> Resu
     let quota = format!("# {comment}\n{body}");
     // The shim's reader is the judge: what it refuses, or a file that
     // would leave this GPU unlimited, is never handed out.
-    let cfg = config::parse_file(Path::new("quota.toml"), &quota).map_err(|e| e.to_string())?;
+    let cfg = config::parse_file(Path::new(cuslice_host::layout::QUOTA_FILE), &quota)
+        .map_err(|e| e.to_string())?;
     let l = cfg.by_uuid.get(&uuid).copied().unwrap_or_default();
     let want_mem = u64::try_from(memory).ok();
     if l.memory != want_mem || l.compute != Some(compute) {

@@ -38,16 +38,24 @@
 //! | `<cdi dir>/cuslice.io-claim_<uid>.json` | 0644 | |
 //! | `<state dir>/checkpoint.json` | 0600 | |
 //!
-//! Every file is written whole to a new name and renamed into place; a
-//! symlink where a directory of ours belongs is an error, never followed.
+//! Every file is written through the host file layer (`cuslice-host`, the
+//! OCI hook's too): whole, to a new name created exclusively with its mode
+//! set (never through a link), synced, renamed into place, the directory
+//! synced. The root, the CDI directory and the state directory (the
+//! administrator's paths: links on the way to them followed) and every
+//! directory below the root (opened without following a link) are kept
+//! ours, their modes set and checked. A symlink where a directory of ours
+//! belongs is an error, never followed; one where a file of ours belongs
+//! is replaced, never written through; unprepare removes a link, never
+//! what it points to.
 
 use std::collections::BTreeMap;
-use std::fs;
-use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Mutex;
 
+use cuslice_host::container::ClaimRecord;
+use cuslice_host::fs::Dir;
+use cuslice_host::layout::{CLAIM_RECORD, CLAIMS_DIR, Layout, QUOTA_FILE, SEGMENT_DIR};
 use serde::{Deserialize, Serialize};
 
 use crate::claim::{self, Allocation, ClaimRef, Driver, base_request};
@@ -104,15 +112,18 @@ struct Checkpoint {
 
 const CHECKPOINT_VERSION: u32 = 1;
 const CHECKPOINT: &str = "checkpoint.json";
+/// The most of the checkpoint that is read (a few hundred bytes a claim).
+const CHECKPOINT_MAX: u64 = 64 << 20;
 
 pub struct Node {
     cfg: Config,
     state: Mutex<Checkpoint>,
 }
 
-/// The claim's record beside its quota file (`claim.json`: namespace, name,
-/// uid and the pods it is reserved for), read by `cuslice status`.
-pub const CLAIM_RECORD: &str = "claim.json";
+/// The file name of claim `uid`'s CDI spec in the CDI directory.
+fn cdi_spec_name(uid: &str) -> String {
+    format!("cuslice.io-claim_{uid}.json")
+}
 
 /// A claim UID as a file name: what Kubernetes makes (a UUID), nothing that
 /// could climb out of a directory.
@@ -130,72 +141,14 @@ pub fn check_uid(uid: &str) -> Result<(), String> {
     }
 }
 
-/// `path` as a directory of ours with `mode`: made where missing, an
-/// existing one kept; a symlink there is an error.
-fn keep_dir(path: &Path, mode: u32) -> Result<(), String> {
-    match fs::DirBuilder::new().mode(mode).create(path) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => {
-            return Err(format!(
-                "{}: cannot create the directory: {e}",
-                path.display()
-            ));
-        }
-    }
-    let m = fs::symlink_metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    if !m.file_type().is_dir() {
-        return Err(format!(
-            "{}: expected a directory, got {}",
-            path.display(),
-            if m.file_type().is_symlink() {
-                "a symlink"
-            } else {
-                "something else"
-            }
-        ));
-    }
-    fs::set_permissions(path, fs::Permissions::from_mode(mode))
-        .map_err(|e| format!("{}: cannot set its mode: {e}", path.display()))
-}
-
-/// Writes `path` whole with `mode`: a new file beside it (never through a
-/// link), synced, renamed over it, the directory synced.
-fn replace_file(path: &Path, bytes: &[u8], mode: u32) -> Result<(), String> {
-    let dir = path.parent().ok_or("no parent directory")?;
-    let name = path.file_name().ok_or("no file name")?.to_string_lossy();
-    let tmp = dir.join(format!(".{name}.new"));
-    match fs::remove_file(&tmp) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            return Err(format!("{}: {e}", tmp.display()));
-        }
-        _ => {}
-    }
-    let err = |e: std::io::Error| format!("{}: {e}", tmp.display());
-    let mut f = fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(&tmp)
-        .map_err(err)?;
-    f.set_permissions(fs::Permissions::from_mode(mode))
-        .map_err(err)?;
-    f.write_all(bytes).map_err(err)?;
-    f.sync_all().map_err(err)?;
-    drop(f);
-    fs::rename(&tmp, path)
-        .map_err(|e| format!("{}: cannot rename it into place: {e}", path.display()))?;
-    fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| format!("{}: {e}", dir.display()))
-}
-
 impl Node {
     /// The node, with what the checkpoint says was prepared.
     pub fn open(cfg: Config) -> Result<Node, String> {
         let p = cfg.state_dir.join(CHECKPOINT);
-        let state = match fs::read_to_string(&p) {
+        // The plugin's own file: a regular file of ours, not a link,
+        // bounded.
+        let text = Dir::open(&cfg.state_dir).and_then(|d| d.read_file(CHECKPOINT, CHECKPOINT_MAX));
+        let state = match text {
             Ok(t) => {
                 let c: Checkpoint =
                     serde_json::from_str(&t).map_err(|e| format!("{}: {e}", p.display()))?;
@@ -208,11 +161,11 @@ impl Node {
                 }
                 c
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Checkpoint {
+            Err(e) if e.not_found() => Checkpoint {
                 version: CHECKPOINT_VERSION,
                 claims: BTreeMap::new(),
             },
-            Err(e) => return Err(format!("{}: {e}", p.display())),
+            Err(e) => return Err(e.into()),
         };
         Ok(Node {
             cfg,
@@ -231,9 +184,14 @@ impl Node {
     }
 
     fn save(&self, c: &Checkpoint) -> Result<(), String> {
-        keep_dir(&self.cfg.state_dir, 0o700)?;
+        let dir = Dir::keep_root(&self.cfg.state_dir, 0o700)?;
         let text = serde_json::to_string_pretty(c).map_err(|e| e.to_string())?;
-        replace_file(&self.cfg.state_dir.join(CHECKPOINT), text.as_bytes(), 0o600)
+        Ok(dir.replace_file_synced(CHECKPOINT, text.as_bytes(), 0o600)?)
+    }
+
+    /// The hook's root, as the layout names what is under it.
+    fn layout(&self) -> Layout {
+        Layout::new(&self.cfg.root)
     }
 
     /// What is prepared now (claim UID -> entry).
@@ -242,13 +200,11 @@ impl Node {
     }
 
     pub fn claim_dir(&self, uid: &str) -> PathBuf {
-        self.cfg.root.join("claims").join(uid)
+        self.layout().claim(uid).path().to_path_buf()
     }
 
     pub fn cdi_spec_path(&self, uid: &str) -> PathBuf {
-        self.cfg
-            .cdi_dir
-            .join(format!("cuslice.io-claim_{uid}.json"))
+        self.cfg.cdi_dir.join(cdi_spec_name(uid))
     }
 
     /// The CDI spec for a prepared claim (version [`CDI_VERSION`]).
@@ -335,35 +291,28 @@ impl Node {
             };
             return Err(e);
         }
-        let written = (|| {
-            if let Some(parent) = self.cfg.root.parent() {
-                // The administrator's path to the root (as the hook does).
-                fs::DirBuilder::new()
-                    .recursive(true)
-                    .mode(0o755)
-                    .create(parent)
-                    .map_err(|e| format!("{}: {e}", parent.display()))?;
-            }
-            keep_dir(&self.cfg.root, 0o700)?;
-            keep_dir(&self.cfg.root.join("claims"), 0o700)?;
-            let dir = self.claim_dir(&c.uid);
-            keep_dir(&dir, 0o700)?;
-            keep_dir(&dir.join("segment"), 0o755)?;
-            replace_file(&dir.join("quota.toml"), s.quota.as_bytes(), 0o444)?;
+        let written = (|| -> Result<(), String> {
+            // The root as the hook keeps it: its parents made 0755 (the
+            // administrator's path), itself ours and 0700.
+            let root = Dir::keep_root(&self.cfg.root, 0o700)?;
+            let dir = root.keep_dir(CLAIMS_DIR, 0o700)?.keep_dir(&c.uid, 0o700)?;
+            dir.keep_dir(SEGMENT_DIR, 0o755)?;
+            dir.replace_file_synced(QUOTA_FILE, s.quota.as_bytes(), 0o444)?;
             // Who the claim is for, for `cuslice status` (its row is the
             // claim's namespace/name, its pods say what runs there).
-            let record = serde_json::json!({
-                "namespace": c.namespace, "name": c.name, "uid": c.uid, "pods": alloc.pods,
-            });
-            replace_file(
-                &dir.join(CLAIM_RECORD),
-                format!("{record}\n").as_bytes(),
-                0o444,
-            )?;
-            keep_dir(&self.cfg.cdi_dir, 0o755)?;
+            let record = ClaimRecord {
+                namespace: c.namespace.clone(),
+                name: c.name.clone(),
+                uid: c.uid.clone(),
+                pods: alloc.pods.clone(),
+            };
+            let record = serde_json::to_string(&record).map_err(|e| e.to_string())?;
+            dir.replace_file_synced(CLAIM_RECORD, (record + "\n").as_bytes(), 0o444)?;
+            let cdi = Dir::keep_root(&self.cfg.cdi_dir, 0o755)?;
             let spec = serde_json::to_string_pretty(&self.cdi_spec(&c.uid, &s.gpu))
                 .map_err(|e| e.to_string())?;
-            replace_file(&self.cdi_spec_path(&c.uid), (spec + "\n").as_bytes(), 0o644)
+            cdi.replace_file_synced(&cdi_spec_name(&c.uid), (spec + "\n").as_bytes(), 0o644)?;
+            Ok(())
         })();
         if let Err(e) = written {
             // Nothing half-made is handed out; the entry stays for
@@ -378,23 +327,17 @@ impl Node {
     pub fn unprepare(&self, uid: &str) -> Result<(), String> {
         check_uid(uid)?;
         let mut st = self.lock();
-        let spec = self.cdi_spec_path(uid);
-        match fs::remove_file(&spec) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                return Err(format!("{}: {e}", spec.display()));
-            }
-            _ => {}
-        }
-        let dir = self.claim_dir(uid);
-        match fs::symlink_metadata(&dir) {
-            Ok(m) if m.file_type().is_symlink() => {
-                fs::remove_file(&dir).map_err(|e| format!("{}: {e}", dir.display()))?
-            }
-            // std's remove_dir_all follows no link below it.
-            Ok(_) => fs::remove_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(format!("{}: {e}", dir.display())),
-        }
+        // Each removed through its directory's descriptor: a link there
+        // is unlinked, never followed; below the claim's directory (the
+        // segment directory its containers write) nothing is followed.
+        let removed = |dir: Result<Dir, cuslice_host::fs::Error>, name: &str| match dir {
+            Ok(d) => d.remove(name),
+            Err(e) if e.not_found() => Ok(()),
+            Err(e) => Err(e),
+        };
+        removed(Dir::open(&self.cfg.cdi_dir), &cdi_spec_name(uid))?;
+        let claims = self.layout().open().and_then(|r| r.open_dir(CLAIMS_DIR));
+        removed(claims, uid)?;
         if let Some(old) = st.claims.remove(uid)
             && let Err(e) = self.save(&st)
         {
@@ -409,7 +352,9 @@ impl Node {
 mod tests {
     use super::*;
     use crate::claim::{AllocatedDevice, OpaqueConfig};
+    use std::fs;
     use std::os::unix::fs::MetadataExt;
+    use std::path::Path;
 
     pub(crate) fn config(t: &Path) -> Config {
         Config {
@@ -624,6 +569,51 @@ mod tests {
             assert!(e.ends_with("is not a plain name"), "{e}");
             assert!(n.unprepare(bad).is_err());
         }
+    }
+
+    #[test]
+    fn links_where_the_claims_files_belong_are_replaced_and_below_it_refused() {
+        let t = tempfile::tempdir().expect("tmp");
+        let n = Node::open(config(t.path())).expect("open");
+        let uid = "44444444-2222-4333-8444-555555555555";
+        let dir = t.path().join("run/cuslice/claims").join(uid);
+        fs::create_dir_all(&dir).expect("mkdir");
+        let victim = t.path().join("victim");
+        fs::write(&victim, "precious").expect("write");
+        // A link where the quota file goes, and one where its temporary
+        // file goes: replaced and removed, never written through.
+        std::os::unix::fs::symlink(&victim, dir.join("quota.toml")).expect("link");
+        std::os::unix::fs::symlink(&victim, dir.join(".claim.json.new")).expect("link");
+        n.prepare(&claim(uid), &alloc("gpu-0", "1Gi", "1"), &gpus())
+            .expect("prepared");
+        assert_eq!(fs::read_to_string(&victim).expect("victim"), "precious");
+        assert!(
+            fs::symlink_metadata(dir.join("quota.toml"))
+                .expect("stat")
+                .is_file()
+        );
+        assert_eq!(mode(&dir.join("quota.toml")), 0o444);
+        assert!(fs::symlink_metadata(dir.join(".claim.json.new")).is_err());
+        // A link where the segment directory goes: refused.
+        fs::remove_dir(dir.join("segment")).expect("rmdir");
+        let elsewhere = t.path().join("elsewhere");
+        fs::create_dir_all(&elsewhere).expect("mkdir");
+        std::os::unix::fs::symlink(&elsewhere, dir.join("segment")).expect("link");
+        let e = n
+            .prepare(&claim(uid), &alloc("gpu-0", "2Gi", "1"), &gpus())
+            .expect_err("a link");
+        assert!(
+            e.ends_with("segment: expected a directory, got a symlink"),
+            "{e}"
+        );
+        // Unprepare removes the claim's directory, the link in it unlinked.
+        fs::write(elsewhere.join("keep"), "keep").expect("write");
+        n.unprepare(uid).expect("unprepared");
+        assert!(!dir.exists());
+        assert_eq!(
+            fs::read_to_string(elsewhere.join("keep")).expect("kept"),
+            "keep"
+        );
     }
 
     #[test]

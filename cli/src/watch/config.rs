@@ -75,7 +75,7 @@ impl Default for WatchConfig {
             compute_sustain: 2,
             compute_wait: 10,
             freeze: Duration::from_secs(5),
-            root: PathBuf::from(crate::host::container::DEFAULT_ROOT),
+            root: PathBuf::from(crate::host::layout::DEFAULT_ROOT),
         }
     }
 }

@@ -29,11 +29,12 @@ pub mod slices;
 pub mod snapshot;
 pub mod state;
 
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::host::fs::Dir;
+use crate::host::layout::{Layout, WATCH_DIR, WATCH_LOCK};
 use crate::host::text::{self, LINE_MAX};
 use crate::nvml::Nvml;
 use act::{Executor, Record};
@@ -98,7 +99,8 @@ pub struct Watch {
     last_cpu: f64,
     errors: Vec<String>,
     gpu_processes: u32,
-    state_path: PathBuf,
+    /// `<root>/watch`, where the state is replaced after every pass.
+    state_dir: Dir,
 }
 
 impl Watch {
@@ -178,45 +180,43 @@ impl Watch {
 }
 
 /// Takes the host's watch lock, `<root>/watch/lock`, for the life of the
-/// process; the error names the PID that holds it.
-fn lock(root: &Path) -> Result<std::fs::File, String> {
+/// process; the error names the PID that holds it. Returns it with the
+/// watch's directory, held open (the state is replaced in it). The root
+/// (the administrator's path) is made where missing, 0755 as ever (the
+/// hook keeps it 0700 once it runs); `watch/` below it is kept through the
+/// layer (a directory of ours, 0755, not a link), the lock file in it
+/// opened without following a link or blocking, 0644.
+fn lock(root: &Path) -> Result<(std::fs::File, Dir), String> {
     use std::io::{Read, Seek, Write};
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-    let dir = root.join("watch");
+    use std::os::unix::fs::DirBuilderExt;
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o755)
-        .create(&dir)
-        .map_err(|e| format!("{}: {e}", dir.display()))?;
-    let path = dir.join("lock");
-    let mut f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o644)
-        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
-        .open(&path)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    // SAFETY: flock on a descriptor we own.
-    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-        let mut s = String::new();
-        let _ = f.read_to_string(&mut s);
-        let holder = s.trim();
-        return Err(format!(
-            "another cuslice watch{} holds {}: one runs per host",
-            if holder.is_empty() {
-                String::new()
-            } else {
-                format!(" (pid {holder})")
-            },
-            path.display()
-        ));
+        .create(root)
+        .map_err(|e| format!("{}: {e}", root.display()))?;
+    let dir = Layout::new(root).open()?.keep_dir(WATCH_DIR, 0o755)?;
+    match dir.try_lock(WATCH_LOCK, 0o644)? {
+        Ok(mut f) => {
+            let _ = f.set_len(0);
+            let _ = f.rewind();
+            let _ = writeln!(f, "{}", std::process::id());
+            Ok((f, dir))
+        }
+        Err(f) => {
+            let mut s = String::new();
+            let _ = f.take(64).read_to_string(&mut s);
+            let holder = s.trim();
+            Err(format!(
+                "another cuslice watch{} holds {}: one runs per host",
+                if holder.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (pid {holder})")
+                },
+                dir.join(WATCH_LOCK).display()
+            ))
+        }
     }
-    let _ = f.set_len(0);
-    let _ = f.rewind();
-    let _ = writeln!(f, "{}", std::process::id());
-    Ok(f)
 }
 
 /// `cuslice watch`: runs until SIGTERM / SIGINT.
@@ -241,7 +241,7 @@ pub fn run(a: WatchArgs) -> Result<(), String> {
         format!("watch: this NVML cannot list processes ({e}); set CUSLICE_REAL_NVML to a newer libnvidia-ml.so.1")
     })?;
     let devices = nvml.devices().map_err(|e| format!("watch: {e}"))?;
-    let _lock = lock(&cfg.root).map_err(|e| format!("watch: {e}"))?;
+    let (_lock, state_dir) = lock(&cfg.root).map_err(|e| format!("watch: {e}"))?;
     for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
         // SAFETY: installing a handler that only stores to an atomic.
         unsafe { libc::signal(sig, on_stop as *const () as libc::sighandler_t) };
@@ -253,7 +253,6 @@ pub fn run(a: WatchArgs) -> Result<(), String> {
         if devices.len() == 1 { "" } else { "s" },
         cfg.describe()
     ));
-    let state_path = state::state_path(&cfg.root);
     let mut w = Watch {
         observer: Observer::new(nvml, devices, &cfg.root),
         cfg,
@@ -266,7 +265,7 @@ pub fn run(a: WatchArgs) -> Result<(), String> {
         last_cpu: 0.0,
         errors: vec![],
         gpu_processes: 0,
-        state_path,
+        state_dir,
     };
     let mut next = Instant::now();
     let mut said: Option<String> = None;
@@ -292,7 +291,7 @@ pub fn run(a: WatchArgs) -> Result<(), String> {
             log(&e);
         }
         said = Some(e);
-        if let Err(e) = state::write(&w.state_path, &w.state(true)) {
+        if let Err(e) = state::write(&w.state_dir, &w.state(true)) {
             log(&e);
         }
         next += w.cfg.interval;
@@ -312,7 +311,7 @@ pub fn run(a: WatchArgs) -> Result<(), String> {
         n.send("STOPPING=1");
     }
     w.executor.thaw(true, &w.observer.slices);
-    let _ = state::write(&w.state_path, &w.state(false));
+    let _ = state::write(&w.state_dir, &w.state(false));
     log("stopped");
     Ok(())
 }

@@ -28,6 +28,7 @@ use super::snapshot::{
     Device, GpuSegReading, GpuSnap, ProcSnap, Registration, SliceSnap, SlotReading, Snapshot,
     TenantReading,
 };
+use crate::host::layout::Layout;
 use crate::nvml::{DeviceHandle, GpuProcess, Nvml, sample_period_us, sample_window_us};
 
 /// At most this many passes between two listings of a GPU's processes
@@ -417,7 +418,7 @@ impl Observer {
         let id_of = |fd: i32| {
             // SAFETY: a segment's descriptor, live while the segment is.
             let b = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
-            crate::inroot::fstat(b)
+            crate::host::sys::fstat(b)
                 .ok()
                 .map(|st| (st.st_dev, st.st_ino))
         };
@@ -500,7 +501,7 @@ impl Observer {
     /// The GPU segments (the hook's directory's, then each session's, per
     /// GPU), audited read-only against the tenants the quota files name.
     fn audit_gpu_segments(&mut self, snap: &mut Snapshot) {
-        let mut dirs: Vec<PathBuf> = vec![self.root.join("gpu")];
+        let mut dirs: Vec<PathBuf> = vec![Layout::new(&self.root).gpu_dir()];
         for s in self.slices.all() {
             if !dirs.contains(&s.gpu_dir) {
                 dirs.push(s.gpu_dir.clone());

@@ -38,14 +38,16 @@
 //!   argument), found through the parent chain (`cuslice run` is a child
 //!   subreaper, so orphans stay its descendants), in host PIDs whatever PID
 //!   namespaces its processes enter. Where its files are follows the rule
-//!   `cuslice run` follows (host/run_dir.rs), from the run process's PID
-//!   (as it sees itself) and initial environment: in `$XDG_RUNTIME_DIR`
-//!   (else `$TMPDIR`, else /tmp) the directory `cuslice-run-<pid>-<random>`
-//!   that the run process holds open (found among its descriptors: the
-//!   name is unpredictable), its GPU segment directory
-//!   `$CUSLICE_GPU_SEGMENT_DIR` (else the default). Its quota file there is
-//!   read once, when the session is first seen (the user owns that file and
-//!   could edit it later), opened without following a link or blocking,
+//!   `cuslice run` follows (the host file layer's `layout` and `run_dir`),
+//!   from the run process's PID (as it sees itself) and initial
+//!   environment: in `$XDG_RUNTIME_DIR` (else `$TMPDIR`, else /tmp) the
+//!   directory `cuslice-run-<pid>-<random>` that the run process holds
+//!   open (found among its descriptors: the name is unpredictable), its GPU
+//!   segment directory `$CUSLICE_GPU_SEGMENT_DIR` (else the default). Its
+//!   quota file there is read once, when the session is first seen (the
+//!   user owns that file and could edit it later), from the directory
+//!   opened in its base without following a link (the run process's
+//!   user's), opened without following a link or blocking,
 //!   and only as a regular file of the run process's user of at most
 //!   1 MiB. Only its limits are taken from it: a file whose `tenant`,
 //!   `segment_dir` or `gpu_segment_dir` is not what `cuslice run` wrote is
@@ -58,15 +60,19 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::{OsStr, OsString};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use cuslice_core::config::{self, Config};
 
 use super::procfs::ProcSource;
-use crate::host::container::{CLAIM_RECORD, CLAIMS_DIR, ContainerMeta, META_FILE};
-use crate::host::{fs, run_dir, text};
+use crate::host::container::{self, ClaimRecord, ContainerMeta};
+use crate::host::fs::{self, Dir, Kind};
+use crate::host::layout::{
+    self, CLAIM_RECORD, CLAIMS_DIR, CONTAINER_RECORD, CONTAINERS_DIR, Layout, QUOTA_FILE, SliceDir,
+};
+use crate::host::text;
 
 /// Whose a host process is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -173,29 +179,21 @@ fn owner_ids(records: &[&Slice]) -> Vec<SliceId> {
 /// `container.json`'s identity: device, inode, modification time (s, ns).
 type FileId = (u64, u64, i64, i64);
 
-fn file_id(p: &Path) -> Option<FileId> {
-    let m = std::fs::metadata(p).ok()?;
-    Some((m.dev(), m.ino(), m.mtime(), m.mtime_nsec()))
+/// The identity of the entry `name` in `dir`, a link described, not
+/// followed (None: not there).
+fn file_id(dir: &Dir, name: &str) -> Option<FileId> {
+    let st = dir.stat(name).ok()?;
+    Some((st.st_dev, st.st_ino, st.st_mtime, st.st_mtime_nsec))
 }
 
-/// A claim's `quota.toml` and `claim.json` identities (None: missing): a
-/// claim is read again when either changes.
-type ClaimFiles = (Option<FileId>, Option<FileId>);
-
-/// The most of a claim's record that is read.
-const CLAIM_RECORD_MAX: u64 = 64 << 10;
-
-/// What the watch takes from a claim's record: its name, for messages.
-#[derive(serde::Deserialize)]
-struct ClaimRecord {
-    #[serde(default)]
-    namespace: String,
-    #[serde(default)]
-    name: String,
-}
+/// The identities of a claim's directory entry (`<root>/claims/<uid>`
+/// itself: a link planted there is a change too), its `quota.toml` and its
+/// `claim.json` (None: missing, or not reached without following a link):
+/// a claim is read again when any changes.
+type ClaimFiles = (Option<FileId>, Option<FileId>, Option<FileId>);
 
 pub struct Slices {
-    root: PathBuf,
+    layout: Layout,
     /// The watch's own PID namespace: a container recorded with it shares
     /// the host's, and is found by cgroup.
     host_ns: Option<u64>,
@@ -250,10 +248,31 @@ const SESSION: &str = "the session's";
 /// regular file of at most [`config::MAX_FILE_BYTES`] owned by `owner` if
 /// given: a FIFO, a link to /dev/zero or a huge file never stalls the
 /// watch.
-fn read_quota(path: &Path, shown: &Path, owner: Option<u32>) -> Result<Config, String> {
-    let text = fs::read_checked(path, owner.map(|u| (u, SESSION)), config::MAX_FILE_BYTES)
-        .map_err(|e| format!("{}: {e}", shown.display()))?;
+fn read_quota(dir: BorrowedFd, shown: &Path, owner: Option<u32>) -> Result<Config, String> {
+    let text = fs::read_checked_at(
+        Some(dir),
+        Path::new(QUOTA_FILE),
+        owner.map(|u| (u, SESSION)),
+        config::MAX_FILE_BYTES,
+    )
+    .map_err(|e| format!("{}: {e}", shown.display()))?;
     config::parse_file(shown, &text).map_err(|e| e.to_string())
+}
+
+/// The run directory `name` in `base` (a path as the watch reaches it:
+/// links on the way followed, the user's base may be one), opened without
+/// following a link and checked to be a directory of the session's user
+/// (`owner`); errors name `shown`, the directory as the run process sees
+/// it.
+fn open_run_dir(base: &Path, name: &OsStr, shown: &Path, owner: u32) -> Result<OwnedFd, String> {
+    let b = Dir::open(base).map_err(String::from)?;
+    fs::open_checked(
+        Some(b.as_fd()),
+        Path::new(name),
+        Kind::Dir,
+        Some((owner, SESSION)),
+    )
+    .map_err(|e| format!("{}: {e}", shown.display()))
 }
 
 /// The memory segment of a slice, as the watch may write it: see
@@ -301,17 +320,18 @@ impl Slice {
         let (Some(run_dir), Some(seg_name)) = (seg_dir.parent(), seg_dir.file_name()) else {
             return Err("no memory segment".into());
         };
+        let (Some(base), Some(run_name)) = (run_dir.parent(), run_dir.file_name()) else {
+            return Err("no memory segment".into());
+        };
         let owner = Some((uid, SESSION));
         let named = |p: &Path, e: String| format!("{}: {e}", p.display());
-        // The session's directory: wherever its base leads (the user's
-        // XDG_RUNTIME_DIR may be a link), but the user's own.
-        let d = std::fs::File::open(run_dir)
-            .map(OwnedFd::from)
-            .map_err(|e| named(run_dir, e.to_string()))?;
-        fs::check_fd(d.as_fd(), fs::Expect::Dir, owner).map_err(|e| named(run_dir, e))?;
-        let s = fs::open_checked(Some(d.as_fd()), Path::new(seg_name), fs::Expect::Dir, owner)
+        // The session's directory: in its base, wherever the base leads
+        // (the user's XDG_RUNTIME_DIR may be a link), not itself a link,
+        // the user's own.
+        let d = open_run_dir(base, run_name, run_dir, uid)?;
+        let s = fs::open_checked(Some(d.as_fd()), Path::new(seg_name), Kind::Dir, owner)
             .map_err(|e| named(seg_dir, e))?;
-        fs::open_checked(Some(s.as_fd()), Path::new(name), fs::Expect::File, owner)
+        fs::open_checked(Some(s.as_fd()), Path::new(name), Kind::File, owner)
             .map_err(|e| named(path, e))?;
         Ok(RepairTarget {
             path: PathBuf::from(format!("/proc/self/fd/{}", s.as_raw_fd())).join(name),
@@ -327,6 +347,8 @@ impl Slice {
 /// base reached through a link, by device and inode. Named `base` + its
 /// name, as `run` named it in the quota file.
 fn find_run_dir(p: &dyn ProcSource, pid: u32, inner: u32, base: &Path) -> Option<PathBuf> {
+    // A stat of the base as the run process sees it, its links followed
+    // on purpose (the base may be reached through one): no open.
     let id = |d: &Path| {
         std::fs::metadata(p.in_root(pid, d))
             .ok()
@@ -335,7 +357,7 @@ fn find_run_dir(p: &dyn ProcSource, pid: u32, inner: u32, base: &Path) -> Option
     let mut base_id = None;
     p.fd_paths(pid).into_iter().find_map(|d| {
         let name = d.file_name()?;
-        if !run_dir::is_run_dir_of(name, inner) {
+        if !layout::is_run_dir_of(name, inner) {
             return None;
         }
         let parent = d.parent()?;
@@ -386,7 +408,7 @@ fn host_wide_quota(p: &dyn ProcSource, pid: u32) -> bool {
 impl Slices {
     pub fn new(root: &Path, host_ns: Option<u64>) -> Slices {
         Slices {
-            root: root.to_path_buf(),
+            layout: Layout::new(root),
             host_ns,
             containers: BTreeMap::new(),
             claims: BTreeMap::new(),
@@ -425,14 +447,17 @@ impl Slices {
     /// `container.json` and one read of its init's `/proc/<pid>/stat`; two
     /// `stat`s per claim; one `stat` per live session.
     pub fn refresh(&mut self, p: &dyn ProcSource) {
-        let dir = self.root.join("containers");
-        let mut ids: Vec<String> = std::fs::read_dir(&dir)
-            .map(|rd| {
-                rd.flatten()
-                    .filter_map(|e| e.file_name().into_string().ok())
-                    .collect()
-            })
-            .unwrap_or_default();
+        // `<root>/containers`, from the root without following a link
+        // below it; each container's directory likewise.
+        let dir = self.layout.open().and_then(|r| r.open_dir(CONTAINERS_DIR));
+        let mut ids: Vec<String> = dir
+            .as_ref()
+            .ok()
+            .and_then(|d| d.list().ok())
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|n| n.into_string().ok())
+            .collect();
         ids.sort();
         let before = self.containers.len();
         self.containers
@@ -441,8 +466,9 @@ impl Slices {
         self.stale.retain(|id| ids.binary_search(id).is_ok());
         let mut changed = before != self.containers.len();
         for id in ids {
-            let meta = dir.join(&id).join(META_FILE);
-            let now = file_id(&meta);
+            let meta = self.layout.container(&id).record().unwrap_or_default();
+            let ctr = dir.as_ref().ok().and_then(|d| d.open_dir(&id).ok());
+            let now = ctr.as_ref().and_then(|d| file_id(d, CONTAINER_RECORD));
             if self.meta_ids.get(&id) != now.as_ref() {
                 // New, or written again (a container restarted under the
                 // same id): read afresh.
@@ -462,8 +488,10 @@ impl Slices {
                 changed = true;
                 continue;
             }
-            let Some(now) = now else { continue };
-            if let Some(s) = self.load_container(&dir.join(&id), &id) {
+            let (Some(now), Some(ctr)) = (now, ctr) else {
+                continue;
+            };
+            if let Some(s) = self.load_container(&ctr, &id) {
                 self.meta_ids.insert(id.clone(), now);
                 if init_alive(p, s.init) {
                     self.containers.insert(id, s);
@@ -511,13 +539,16 @@ impl Slices {
         self.claims.retain(|uid, _| named.contains_key(uid));
         self.claim_ids.retain(|uid, _| named.contains_key(uid));
         let mut changed = before != self.claims.len();
-        let dir = self.root.join(CLAIMS_DIR);
+        let claims = self.layout.open().and_then(|r| r.open_dir(CLAIMS_DIR));
         for (uid, members) in named {
             // Taken before the files are read: a change meanwhile is read
             // at the next pass.
+            let claims = claims.as_ref().ok();
+            let d = claims.and_then(|c| c.open_dir(&uid).ok());
             let now = (
-                file_id(&dir.join(&uid).join("quota.toml")),
-                file_id(&dir.join(&uid).join(CLAIM_RECORD)),
+                claims.and_then(|c| file_id(c, &uid)),
+                d.as_ref().and_then(|d| file_id(d, QUOTA_FILE)),
+                d.as_ref().and_then(|d| file_id(d, CLAIM_RECORD)),
             );
             if self.claims.contains_key(&uid) && self.claim_ids.get(&uid) == Some(&now) {
                 continue;
@@ -534,28 +565,22 @@ impl Slices {
     /// records name it (for the note on a claim that cannot be checked).
     fn load_claim(&mut self, uid: &str, members: &[String]) -> Slice {
         let shown = text::clean(&short(uid));
-        let dir = fs::Dir::open(&self.root)
-            .and_then(|r| r.open_dir(OsStr::new(CLAIMS_DIR)))
-            .and_then(|c| c.open_dir(OsStr::new(uid)));
+        let dir = self.layout.open_claim(uid);
         // The plugin's record, for the label: best effort (a claim is
         // judged whatever its record says).
         let record = dir
             .as_ref()
             .ok()
-            .and_then(|d| d.read_file(CLAIM_RECORD, CLAIM_RECORD_MAX).ok())
+            .and_then(|d| d.read_file(CLAIM_RECORD, container::CLAIM_RECORD_MAX).ok())
             .and_then(|t| serde_json::from_str::<ClaimRecord>(&t).ok())
-            .filter(|r| !r.namespace.is_empty() && !r.name.is_empty());
+            .and_then(|r| r.namespaced_name());
         let label = match record {
-            Some(r) => format!(
-                "DRA claim {}/{} ({shown})",
-                text::clean(&r.namespace),
-                text::clean(&r.name)
-            ),
+            Some(n) => format!("DRA claim {} ({shown})", text::clean(&n)),
             None => format!("DRA claim {shown}"),
         };
         let quota = dir.map_err(String::from).and_then(|d| {
-            let text = d.read_file("quota.toml", config::MAX_FILE_BYTES)?;
-            let path = d.join("quota.toml");
+            let text = d.read_file(QUOTA_FILE, config::MAX_FILE_BYTES)?;
+            let path = d.join(QUOTA_FILE);
             let cfg = config::parse_file(&path, &text).map_err(|e| e.to_string())?;
             if !cfg.has_limits() {
                 // What the hook refuses to give a container.
@@ -573,7 +598,7 @@ impl Slices {
                 None
             }
         };
-        let seg_dir = self.root.join(CLAIMS_DIR).join(uid).join("segment");
+        let claim = self.layout.claim(uid);
         Slice {
             id: SliceId::Claim(uid.to_string()),
             tenant: quota
@@ -584,9 +609,9 @@ impl Slices {
             mem_seg: quota
                 .as_ref()
                 .filter(|c| c.has_memory())
-                .map(|_| seg_dir.join("memory.seg")),
+                .map(|_| claim.memory_segment()),
             quota,
-            gpu_dir: self.root.join("gpu"),
+            gpu_dir: self.layout.gpu_dir(),
             pid_ns: None,
             cgroup: None,
             init: None,
@@ -603,19 +628,27 @@ impl Slices {
         ));
     }
 
-    fn load_container(&mut self, dir: &Path, id: &str) -> Option<Slice> {
+    /// The container `id`, its directory `dir` (`<root>/containers/<id>`,
+    /// opened without following a link): its record and (a container not
+    /// of a claim) its quota file are read through the layer (no link
+    /// followed, never blocking, bounded; the record root's).
+    fn load_container(&mut self, dir: &Dir, id: &str) -> Option<Slice> {
+        let paths = self.layout.container(id);
+        let record = paths.record().unwrap_or_default();
         // The hook writes the quota file, then container.json: until both
         // are there, try again at the next pass.
-        let meta_bytes = std::fs::read(dir.join(META_FILE)).ok()?;
-        let meta: Option<ContainerMeta> = serde_json::from_slice(&meta_bytes).ok();
+        let meta_text = dir
+            .read_file(CONTAINER_RECORD, container::RECORD_MAX)
+            .ok()?;
+        let meta: Option<ContainerMeta> = serde_json::from_str(&meta_text).ok();
         // A container of a DRA claim is judged with the claim's other
         // containers, against the claim's quota file (`refresh_claims`):
         // its own copy is not read.
         let claim = meta.as_ref().and_then(|m| m.claim.clone());
-        let q = dir.join("quota.toml");
+        let q = paths.quota();
         let quota = match claim {
             Some(_) => None,
-            None => match read_quota(&q, &q, None) {
+            None => match read_quota(dir.as_fd(), &q, None) {
                 Ok(c) => Some(c),
                 Err(e) => {
                     self.notes
@@ -647,17 +680,17 @@ impl Slices {
         if pid_ns.is_none() && cgroup.is_none() {
             self.notes.push(format!(
                 "{label}: {} records no PID namespace or cgroup {older}: its processes cannot be told apart, it is not checked",
-                dir.join(META_FILE).display()
+                record.display()
             ));
         } else if pid_ns.is_none() {
             self.notes.push(format!(
                 "{label}: {} records no PID namespace {older}: its processes are found by cgroup{no_init}",
-                dir.join(META_FILE).display()
+                record.display()
             ));
         } else if init.is_none() {
             self.notes.push(format!(
                 "{label}: {} records no init process {older}: a record left behind is not told from a live one",
-                dir.join(META_FILE).display()
+                record.display()
             ));
         }
         Some(Slice {
@@ -673,9 +706,9 @@ impl Slices {
             mem_seg: quota
                 .as_ref()
                 .filter(|c| c.has_memory())
-                .map(|_| dir.join("segment").join("memory.seg")),
+                .map(|_| paths.memory_segment()),
             quota,
-            gpu_dir: self.root.join("gpu"),
+            gpu_dir: self.layout.gpu_dir(),
             pid_ns,
             cgroup,
             init,
@@ -685,13 +718,14 @@ impl Slices {
         })
     }
 
-    /// A session, its files found by the rule `cuslice run` follows
-    /// (host/run_dir.rs); only the limits are taken from its quota file.
+    /// A session, its files found by the rule `cuslice run` follows (the
+    /// host file layer's `layout`); only the limits are taken from its
+    /// quota file.
     fn load_run(&mut self, p: &dyn ProcSource, pid: u32, start: u64) -> Slice {
         let inner = p.inner_pid(pid).unwrap_or(pid);
         // As `cuslice run`: empty counts as unset.
         let env = |k: &str| p.environ(pid, k).filter(|v| !v.is_empty());
-        let base = run_dir::base(|k| env(k).map(OsString::from));
+        let base = layout::run_base(|k| env(k).map(OsString::from));
         let gpu = env("CUSLICE_GPU_SEGMENT_DIR").map_or_else(
             || PathBuf::from(config::DEFAULT_GPU_SEGMENT_DIR),
             PathBuf::from,
@@ -731,13 +765,21 @@ impl Slices {
         let Some(run_dir) = find_run_dir(p, pid, inner, &base) else {
             self.notes.push(format!(
                 "{label}: no run directory {}* among the run process's open files: not checked",
-                base.join(run_dir::name_prefix(inner)).display()
+                base.join(layout::run_name_prefix(inner)).display()
             ));
             return slice;
         };
-        let seg_dir = run_dir.join("segment");
-        let shown = run_dir.join("quota.toml");
-        let cfg = match read_quota(&p.in_root(pid, &shown), &shown, Some(uid)) {
+        let paths = SliceDir::run(&run_dir);
+        let seg_dir = paths.segment_dir();
+        let shown = paths.quota();
+        // The run directory as the watch reaches it: its base through the
+        // run process's root (links on the way followed: the user's), the
+        // directory itself not a link and the user's, its quota file read
+        // from its descriptor.
+        let name = run_dir.file_name().unwrap_or_default();
+        let cfg = match open_run_dir(&p.in_root(pid, &base), name, &run_dir, uid)
+            .and_then(|d| read_quota(d.as_fd(), &shown, Some(uid)))
+        {
             Ok(c) => c,
             Err(e) => {
                 // `run` without limits writes no quota file (it becomes the
@@ -811,7 +853,7 @@ impl Slices {
         slice.tag = tag;
         slice.mem_seg = cfg
             .has_memory()
-            .then(|| p.in_root(pid, &seg_dir.join("memory.seg")));
+            .then(|| p.in_root(pid, &paths.memory_segment()));
         slice.quota = Some(cfg);
         slice
     }
@@ -1184,7 +1226,7 @@ pub mod tests {
         let d = root.join("containers").join(id);
         std::fs::create_dir_all(d.join("segment")).expect("mkdir");
         std::fs::write(d.join("quota.toml"), quota).expect("quota");
-        std::fs::write(d.join(META_FILE), meta.to_string()).expect("meta");
+        std::fs::write(d.join(CONTAINER_RECORD), meta.to_string()).expect("meta");
     }
 
     const QUOTA: &str = "tenant = \"ctr-a\"\nsegment_dir = \"/run/cuslice/segment\"\ngpu_segment_dir = \"/run/cuslice/gpu\"\n[all]\nmemory = \"1GiB\"\n";
@@ -1931,6 +1973,52 @@ pub mod tests {
         std::fs::write(d.join("segment/memory.seg"), "x").expect("seg");
         let e = other.open_mem_seg_for_repair().expect_err("another user's");
         assert!(e.contains("not by the session's uid 4242"), "{e}");
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    /// A session's directory that is a link (to another directory, whose
+    /// quota file claims more): not read through, one note naming it, the
+    /// session not checked.
+    #[test]
+    fn a_run_directory_that_is_a_link_is_not_read_through() {
+        let root = tmp("runlink");
+        let run_root = root.join("runroot");
+        let elsewhere = run_root.join("elsewhere");
+        std::fs::create_dir_all(elsewhere.join("segment")).expect("mkdir");
+        std::fs::write(
+            elsewhere.join("quota.toml"),
+            format!("tenant = \"run-500\"\nsegment_dir = \"{RUN_500}/segment\"\n[all]\nmemory = \"100GiB\"\n"),
+        )
+        .expect("quota");
+        std::fs::create_dir_all(run_root.join("xdg")).expect("mkdir");
+        std::os::unix::fs::symlink(&elsewhere, run_root.join(RUN_500.trim_start_matches('/')))
+            .expect("link");
+        let mut fp = FakeProc {
+            root: run_root.clone(),
+            ..FakeProc::default()
+        };
+        fp.procs
+            .insert(1, p(0, 1, &[HOST], "/", "systemd", &["init"]));
+        fp.procs.insert(500, run_proc("/xdg", &[]));
+        fp.procs
+            .insert(501, p(500, 21, &[HOST], "/user", "python3", &[]));
+        let mut s = Slices::new(&root, Some(HOST));
+        s.refresh(&fp);
+        assert_eq!(
+            s.slice_of(&fp, 501).map(|x| x.1),
+            Some(Some(SliceId::Run {
+                pid: 500,
+                start: 20
+            }))
+        );
+        let r = &s.runs[&(500, 20)];
+        assert!(r.quota.is_none() && !r.repair && r.mem_seg.is_none());
+        assert_eq!(
+            s.notes,
+            vec![format!(
+                "cuslice run 500 (prog): {RUN_500}: expected a directory, got a symbolic link: not checked"
+            )]
+        );
         let _ = std::fs::remove_dir_all(&root);
     }
 

@@ -1,9 +1,10 @@
 //! What the watch publishes for `cuslice status` and the exporter:
 //! `<root>/watch/state.json`, replaced atomically after every pass.
 
-use std::path::{Path, PathBuf};
-
 use serde::{Deserialize, Serialize};
+
+use crate::host::fs::Dir;
+use crate::host::layout::{Layout, WATCH_DIR, WATCH_STATE};
 
 /// What a finding is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -89,28 +90,32 @@ pub struct WatchState {
     pub errors: Vec<String>,
 }
 
-pub fn state_path(root: &Path) -> PathBuf {
-    root.join("watch").join("state.json")
-}
-
 pub fn now_unix() -> f64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64())
 }
 
-/// Writes `s` to `path` atomically (a temporary file renamed over it).
-pub fn write(path: &Path, s: &WatchState) -> Result<(), String> {
-    let tmp = path.with_extension("json.tmp");
-    let text = serde_json::to_string_pretty(s).map_err(|e| format!("{}: {e}", path.display()))?;
-    std::fs::write(&tmp, text + "\n").map_err(|e| format!("{}: {e}", tmp.display()))?;
-    std::fs::rename(&tmp, path).map_err(|e| format!("{}: {e}", path.display()))
+/// The most of the state file that is read.
+const STATE_MAX: u64 = 16 << 20;
+
+/// Writes `s` whole into the watch's directory `dir` (`<root>/watch`,
+/// held open), mode 0644: a new file renamed over `state.json`, never
+/// through a link (the layer's `replace_file`).
+pub fn write(dir: &Dir, s: &WatchState) -> Result<(), String> {
+    let text = serde_json::to_string_pretty(s)
+        .map_err(|e| format!("{}: {e}", dir.join(WATCH_STATE).display()))?;
+    Ok(dir.replace_file(WATCH_STATE, (text + "\n").as_bytes(), 0o644)?)
 }
 
-/// The state the watch last wrote; None if there is none (no watch ran)
-/// or it cannot be read.
-pub fn read(path: &Path) -> Option<WatchState> {
-    serde_json::from_slice(&std::fs::read(path).ok()?).ok()
+/// The state the watch under `layout` last wrote; None if there is none
+/// (no watch ran) or it cannot be read. Read through the layer: the
+/// watch's directory from the root without following a link, the file
+/// not followed, never blocking, bounded.
+pub fn read(layout: &Layout) -> Option<WatchState> {
+    let dir = layout.open().and_then(|r| r.open_dir(WATCH_DIR)).ok()?;
+    let text = dir.read_checked(WATCH_STATE, None, STATE_MAX).ok()?;
+    serde_json::from_str(&text).ok()
 }
 
 impl FindingView {

@@ -1,27 +1,20 @@
-//! A container's record on the host, the data contract between the OCI hook
-//! (which writes it), `cuslice status` / `top` / `exporter` and `cuslice
-//! watch` (which read it): `<root>/containers/<id>/container.json`.
+//! The records on the host, the data contracts between their writers and
+//! readers: a container's (`<root>/containers/<id>/container.json`, written
+//! by the OCI hook) and a DRA claim's (`<root>/claims/<uid>/claim.json`,
+//! written by the DRA plugin), read by `cuslice status` / `top` /
+//! `exporter`, `cuslice watch` and the hook's tenant check.
 
 use serde::{Deserialize, Serialize};
 
-/// The hook's root, where it keeps the GPU segments, the per-container
-/// directories and `ld.so.preload`.
-pub const DEFAULT_ROOT: &str = "/run/cuslice";
+/// The most of a container record (`container.json`) that is read: it
+/// holds the container's command, which the tenant writes (one argument may
+/// be 128 KiB, and JSON may write a byte as six), so the bound is far above
+/// any real record and only keeps a planted huge file from stalling the
+/// reader.
+pub const RECORD_MAX: u64 = 16 << 20;
 
-/// The file the hook writes next to a container's quota file.
-pub const META_FILE: &str = "container.json";
-
-/// Where the DRA kubelet plugin (`cuslice-dra-plugin`) keeps each claim's
-/// files under the hook's root: `<root>/claims/<uid>/` holds the claim's
-/// quota file `quota.toml` (root's, 0444), its record [`CLAIM_RECORD`] and
-/// its memory segment directory `segment/`, which the OCI hook mounts into
-/// every container of the claim.
-pub const CLAIMS_DIR: &str = "claims";
-
-/// The DRA plugin's record of a claim beside its quota file: its
-/// namespace, name, UID and the pods it is reserved for (what `cuslice
-/// status` and `cuslice watch` name it by).
-pub const CLAIM_RECORD: &str = "claim.json";
+/// The most of a claim record (`claim.json`) that is read.
+pub const CLAIM_RECORD_MAX: u64 = 64 << 10;
 
 /// What `create` records about a container in `container.json`, for
 /// `cuslice status` / `top`. Fields a runtime does not give are absent.
@@ -97,6 +90,29 @@ impl ContainerMeta {
     }
 }
 
+/// The DRA plugin's record of a claim (`claim.json`): who the claim is,
+/// and the pods it is reserved for. Fields a record lacks read as empty.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ClaimRecord {
+    #[serde(default)]
+    pub namespace: String,
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub uid: String,
+    #[serde(default)]
+    pub pods: Vec<String>,
+}
+
+impl ClaimRecord {
+    /// `namespace/name`, as given (not escaped); None where either is
+    /// missing.
+    pub fn namespaced_name(&self) -> Option<String> {
+        (!self.namespace.is_empty() && !self.name.is_empty())
+            .then(|| format!("{}/{}", self.namespace, self.name))
+    }
+}
+
 /// Whether a container whose record names `init` (host PID, start time)
 /// still runs: that PID is a process started at that time, `stat` reading
 /// `/proc/<pid>/stat` (the watch's `ProcSource`, or
@@ -142,5 +158,29 @@ mod tests {
                 .expect("encode")
                 .contains("claim")
         );
+    }
+
+    /// The DRA plugin writes what status, the watch and the hook read.
+    #[test]
+    fn a_claim_record_reads_what_the_plugin_writes() {
+        let r = ClaimRecord {
+            namespace: "team-a".into(),
+            name: "trainer".into(),
+            uid: "u".into(),
+            pods: vec!["team-a/trainer-0".into()],
+        };
+        let text = serde_json::to_string(&r).expect("encode");
+        assert_eq!(
+            text,
+            r#"{"namespace":"team-a","name":"trainer","uid":"u","pods":["team-a/trainer-0"]}"#
+        );
+        assert_eq!(
+            serde_json::from_str::<ClaimRecord>(&text).expect("decode"),
+            r
+        );
+        assert_eq!(r.namespaced_name().as_deref(), Some("team-a/trainer"));
+        let partial: ClaimRecord = serde_json::from_str(r#"{"name":"x"}"#).expect("decode");
+        assert_eq!(partial.namespaced_name(), None);
+        assert!(partial.pods.is_empty());
     }
 }

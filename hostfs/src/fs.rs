@@ -12,18 +12,20 @@
 //! is opened again without following a link and checked to be the kind of
 //! file asked for, ours (the effective uid) and of exactly the mode asked
 //! for, and a removal walks the tree by descriptors, unlinking links
-//! rather than following them.
+//! rather than following them. A read never blocks (`O_NONBLOCK`: a FIFO
+//! planted where a file belongs) and is bounded.
 //!
 //! Errors are one line naming the path.
 
 use std::ffi::{CStr, CString, OsStr};
 use std::fmt;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use crate::inroot::{fstat, type_name};
+pub use crate::sys::Kind;
+use crate::sys::{euid, fstat, lstat_at, openat, type_name};
 
 /// How deep [`Dir::remove_contents`] goes before it gives up (a tree the
 /// program made in its run directory; far deeper than any real one).
@@ -57,6 +59,11 @@ impl Error {
     pub fn already_exists(&self) -> bool {
         self.errno == Some(libc::EEXIST)
     }
+
+    /// Whether what was opened, read or removed is not there.
+    pub fn not_found(&self) -> bool {
+        self.errno == Some(libc::ENOENT)
+    }
 }
 
 impl fmt::Display for Error {
@@ -65,17 +72,12 @@ impl fmt::Display for Error {
     }
 }
 
+impl std::error::Error for Error {}
+
 impl From<Error> for String {
     fn from(e: Error) -> String {
         e.msg
     }
-}
-
-/// What a created entry must be.
-#[derive(Clone, Copy)]
-enum Kind {
-    Dir,
-    File,
 }
 
 /// An open directory (`O_DIRECTORY|O_CLOEXEC`: a program the caller starts
@@ -84,6 +86,12 @@ enum Kind {
 pub struct Dir {
     fd: OwnedFd,
     path: PathBuf,
+}
+
+impl AsFd for Dir {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
 }
 
 /// `name` as a single path component: not empty, no `/`, not `.` or `..`,
@@ -99,58 +107,31 @@ fn component(dir: &Path, name: &OsStr) -> Result<CString, Error> {
     CString::new(b).map_err(|_| Error::other(dir, "a NUL in a name"))
 }
 
-/// `openat(dir, name, flags, mode)` as an owned descriptor.
-fn openat(dir: &OwnedFd, name: &CStr, flags: i32, mode: libc::mode_t) -> io::Result<OwnedFd> {
-    // SAFETY: `dir` is a live descriptor, `name` a NUL-terminated string
-    // that outlives the call; the mode is the variadic argument openat reads
-    // with O_CREAT (an unsigned int, as C promotes it).
-    let fd = unsafe {
-        libc::openat(
-            dir.as_raw_fd(),
-            name.as_ptr(),
-            flags | libc::O_CLOEXEC,
-            mode as libc::c_uint,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: openat just returned this descriptor; nothing else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
 /// Checks on the descriptor that `fd` is `kind` and owned by our
 /// effective uid, sets its mode to exactly `mode` (never touching what is
 /// not ours), and checks that it took.
-fn set_mode_and_check(fd: &OwnedFd, path: &Path, kind: Kind, mode: u32) -> Result<(), Error> {
-    let stat = || fstat(fd.as_fd()).map_err(|e| Error::os(path, "cannot stat it", &e));
+fn set_mode_and_check(fd: BorrowedFd, path: &Path, kind: Kind, mode: u32) -> Result<(), Error> {
+    let stat = || fstat(fd).map_err(|e| Error::os(path, "cannot stat it", &e));
     let st = stat()?;
-    let (want, want_name) = match kind {
-        Kind::Dir => (libc::S_IFDIR, "a directory"),
-        Kind::File => (libc::S_IFREG, "a regular file"),
-    };
-    if st.st_mode & libc::S_IFMT != want {
+    if !kind.matches(st.st_mode) {
         return Err(Error::other(
             path,
-            format!("expected {want_name}, got {}", type_name(st.st_mode)),
+            format!(
+                "expected {}, got {}",
+                kind.expected(),
+                type_name(st.st_mode)
+            ),
         ));
     }
-    // SAFETY: geteuid has no preconditions.
-    let me = unsafe { libc::geteuid() };
+    let me = euid();
     if st.st_uid != me {
         return Err(Error::other(
             path,
             format!("owned by uid {}, expected our uid {me}", st.st_uid),
         ));
     }
-    // SAFETY: fchmod on a descriptor we hold.
-    if unsafe { libc::fchmod(fd.as_raw_fd(), mode as libc::mode_t) } != 0 {
-        return Err(Error::os(
-            path,
-            &format!("cannot set its mode to {mode:04o}"),
-            &io::Error::last_os_error(),
-        ));
-    }
+    crate::sys::fchmod(fd, mode as libc::mode_t)
+        .map_err(|e| Error::os(path, &format!("cannot set its mode to {mode:04o}"), &e))?;
     let got = stat()?.st_mode & 0o7777;
     if got != mode as libc::mode_t {
         return Err(Error::other(
@@ -161,29 +142,15 @@ fn set_mode_and_check(fd: &OwnedFd, path: &Path, kind: Kind, mode: u32) -> Resul
     Ok(())
 }
 
-/// What an entry read by path must be.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Expect {
-    Dir,
-    File,
-}
-
 /// Checks on the open descriptor `fd` that it is `kind`, owned by `owner`
 /// where given (`whose` says whose uid that is, for the message). Errors
 /// say only what is wrong; the caller names the path.
-pub fn check_fd(
-    fd: std::os::fd::BorrowedFd,
-    kind: Expect,
-    owner: Option<(u32, &str)>,
-) -> Result<(), String> {
+pub fn check_fd(fd: BorrowedFd, kind: Kind, owner: Option<(u32, &str)>) -> Result<(), String> {
     let st = fstat(fd).map_err(|e| e.to_string())?;
-    let (want, want_name) = match kind {
-        Expect::Dir => (libc::S_IFDIR, "a directory"),
-        Expect::File => (libc::S_IFREG, "a regular file"),
-    };
-    if st.st_mode & libc::S_IFMT != want {
+    if !kind.matches(st.st_mode) {
         return Err(format!(
-            "expected {want_name}, got {}",
+            "expected {}, got {}",
+            kind.expected(),
             type_name(st.st_mode)
         ));
     }
@@ -204,14 +171,14 @@ pub fn check_fd(
 /// checked on the descriptor to be `kind` and owned by `owner` where given.
 /// Errors say only what is wrong; the caller names the path.
 pub fn open_checked(
-    at: Option<std::os::fd::BorrowedFd>,
+    at: Option<BorrowedFd>,
     path: &Path,
-    kind: Expect,
+    kind: Kind,
     owner: Option<(u32, &str)>,
 ) -> Result<OwnedFd, String> {
     let c = CString::new(path.as_os_str().as_bytes()).map_err(|_| "a NUL in its path")?;
     let mut flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY;
-    if kind == Expect::Dir {
+    if kind == Kind::Dir {
         flags |= libc::O_DIRECTORY;
     }
     let base = at.map_or(libc::AT_FDCWD, |d| d.as_raw_fd());
@@ -220,15 +187,25 @@ pub fn open_checked(
     let fd = unsafe { libc::openat(base, c.as_ptr(), flags | libc::O_CLOEXEC) };
     if fd < 0 {
         let e = io::Error::last_os_error();
+        let got_link = || format!("expected {}, got a symbolic link", kind.expected());
         return Err(match e.raw_os_error() {
-            Some(libc::ELOOP) => format!(
-                "expected {}, got a symbolic link",
-                if kind == Expect::Dir {
-                    "a directory"
-                } else {
-                    "a regular file"
+            Some(libc::ELOOP) => got_link(),
+            // O_DIRECTORY|O_NOFOLLOW on a link, or on another kind of file:
+            // said as what is there.
+            Some(libc::ENOTDIR) if kind == Kind::Dir => {
+                // SAFETY: an all-zero `stat` is a valid value of this plain
+                // C struct; fstatat only writes into it.
+                let mut st: libc::stat = unsafe { std::mem::zeroed() };
+                // SAFETY: fstatat with the same base and NUL-terminated
+                // path, into a local, following no link.
+                let r =
+                    unsafe { libc::fstatat(base, c.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) };
+                match st.st_mode & libc::S_IFMT {
+                    _ if r != 0 => e.to_string(),
+                    libc::S_IFLNK => got_link(),
+                    _ => format!("expected a directory, got {}", type_name(st.st_mode)),
                 }
-            ),
+            }
             _ => e.to_string(),
         });
     }
@@ -243,7 +220,18 @@ pub fn open_checked(
 /// link to /dev/zero or a huge file never stalls the caller). Errors say
 /// only what is wrong; the caller names the path.
 pub fn read_checked(path: &Path, owner: Option<(u32, &str)>, max: u64) -> Result<String, String> {
-    let fd = open_checked(None, path, Expect::File, owner)?;
+    read_checked_at(None, path, owner, max)
+}
+
+/// [`read_checked`] of `path` relative to the directory `at` (as it is
+/// where None).
+pub fn read_checked_at(
+    at: Option<BorrowedFd>,
+    path: &Path,
+    owner: Option<(u32, &str)>,
+    max: u64,
+) -> Result<String, String> {
+    let fd = open_checked(at, path, Kind::File, owner)?;
     let mut bytes = Vec::new();
     io::Read::read_to_end(
         &mut io::Read::take(std::fs::File::from(fd), max + 1),
@@ -261,17 +249,15 @@ pub fn read_checked(path: &Path, owner: Option<(u32, &str)>, max: u64) -> Result
 
 /// Gives the file behind `fd` (one the caller made: a segment) exactly
 /// `mode`, checked on the descriptor; it must be a regular file of ours.
-pub fn set_file_mode(fd: std::os::fd::BorrowedFd, path: &Path, mode: u32) -> Result<(), Error> {
-    let owned = fd
-        .try_clone_to_owned()
-        .map_err(|e| Error::os(path, "cannot duplicate its descriptor", &e))?;
-    set_mode_and_check(&owned, path, Kind::File, mode)
+pub fn set_file_mode(fd: BorrowedFd, path: &Path, mode: u32) -> Result<(), Error> {
+    set_mode_and_check(fd, path, Kind::File, mode)
 }
 
 impl Dir {
     /// Opens the directory at `path`, a place the caller trusts (the
-    /// user's `$XDG_RUNTIME_DIR`, `/tmp`): links on the way to it are
-    /// followed, as the user set them up; nothing is followed below it.
+    /// user's `$XDG_RUNTIME_DIR`, `/tmp`, the hook's root): links on the
+    /// way to it are followed, as the user or the administrator set them
+    /// up; nothing is followed below it.
     pub fn open(path: &Path) -> Result<Dir, Error> {
         let c = CString::new(path.as_os_str().as_bytes())
             .map_err(|_| Error::other(path, "a NUL in the path"))?;
@@ -304,7 +290,7 @@ impl Dir {
 
     /// `path` joined with `name`, for messages and for code that still
     /// opens by path below a directory of root's.
-    pub fn join(&self, name: &str) -> PathBuf {
+    pub fn join(&self, name: impl AsRef<Path>) -> PathBuf {
         self.path.join(name)
     }
 
@@ -328,7 +314,7 @@ impl Dir {
             _ => {}
         }
         let d = Dir::open(path)?;
-        set_mode_and_check(&d.fd, path, Kind::Dir, mode)?;
+        set_mode_and_check(d.fd.as_fd(), path, Kind::Dir, mode)?;
         Ok(d)
     }
 
@@ -336,12 +322,12 @@ impl Dir {
     /// is (a directory of ours, reached without following a link), given
     /// exactly `mode`.
     pub fn keep_dir(&self, name: &str, mode: u32) -> Result<Dir, Error> {
-        let d = match self.create_dir(OsStr::new(name), 0o700) {
+        let d = match self.create_dir(name, 0o700) {
             Ok(d) => d,
-            Err(e) if e.already_exists() => self.open_dir(OsStr::new(name))?,
+            Err(e) if e.already_exists() => self.open_dir(name)?,
             Err(e) => return Err(e),
         };
-        set_mode_and_check(&d.fd, &d.path, Kind::Dir, mode)?;
+        set_mode_and_check(d.fd.as_fd(), &d.path, Kind::Dir, mode)?;
         Ok(d)
     }
 
@@ -351,6 +337,18 @@ impl Dir {
     /// partial or of another mode, and a link at `name` is replaced, never
     /// written through.
     pub fn replace_file(&self, name: &str, bytes: &[u8], mode: u32) -> Result<(), Error> {
+        self.replace(name, bytes, mode, false)
+    }
+
+    /// [`Dir::replace_file`], durably: the new file is synced before it is
+    /// renamed into place and the directory after, so that a crash leaves
+    /// either the old file or the new one, whole (a plugin's checkpoint on
+    /// a disk, not a tmpfs).
+    pub fn replace_file_synced(&self, name: &str, bytes: &[u8], mode: u32) -> Result<(), Error> {
+        self.replace(name, bytes, mode, true)
+    }
+
+    fn replace(&self, name: &str, bytes: &[u8], mode: u32, sync: bool) -> Result<(), Error> {
         use std::io::Write;
         let c = component(&self.path, OsStr::new(name))?;
         let tmp_name = format!(".{name}.new");
@@ -358,9 +356,13 @@ impl Dir {
         let path = self.path.join(name);
         // A leftover of an interrupted write (a link included, unlinked).
         self.unlink(&tmp, 0)?;
-        let mut f = self.create_file(OsStr::new(&tmp_name), mode)?;
+        let mut f = self.create_file(&tmp_name, mode)?;
         f.write_all(bytes)
             .map_err(|e| Error::os(&path, "cannot write it", &e))?;
+        if sync {
+            f.sync_all()
+                .map_err(|e| Error::os(&path, "cannot sync it", &e))?;
+        }
         drop(f);
         // SAFETY: renameat within the directory we hold, NUL-terminated
         // names that outlive the call.
@@ -379,6 +381,16 @@ impl Dir {
                 &io::Error::last_os_error(),
             ));
         }
+        if sync {
+            // SAFETY: fsync on the directory descriptor we hold.
+            if unsafe { libc::fsync(self.fd.as_raw_fd()) } != 0 {
+                return Err(Error::os(
+                    &self.path,
+                    "cannot sync the directory",
+                    &io::Error::last_os_error(),
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -389,15 +401,14 @@ impl Dir {
             return false;
         };
         let Ok(fd) = openat(
-            &self.fd,
+            self.fd.as_fd(),
             &c,
             libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK,
             0,
         ) else {
             return false;
         };
-        // SAFETY: geteuid has no preconditions.
-        let me = unsafe { libc::geteuid() };
+        let me = euid();
         let ok = fstat(fd.as_fd()).is_ok_and(|st| {
             st.st_mode & libc::S_IFMT == libc::S_IFREG
                 && st.st_uid == me
@@ -415,15 +426,14 @@ impl Dir {
         let c = component(&self.path, OsStr::new(name))?;
         let path = self.path.join(name);
         let fd = openat(
-            &self.fd,
+            self.fd.as_fd(),
             &c,
-            libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK,
+            libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY,
             0,
         )
         .map_err(|e| Error::os(&path, "cannot open the file", &e))?;
         let st = fstat(fd.as_fd()).map_err(|e| Error::os(&path, "cannot stat it", &e))?;
-        // SAFETY: geteuid has no preconditions.
-        let me = unsafe { libc::geteuid() };
+        let me = euid();
         if st.st_mode & libc::S_IFMT != libc::S_IFREG {
             return Err(Error::other(
                 &path,
@@ -448,20 +458,36 @@ impl Dir {
         String::from_utf8(bytes).map_err(|_| Error::other(&path, "not UTF-8"))
     }
 
+    /// [`read_checked`] of the entry `name` in this one (whoever owns it
+    /// unless `owner` is given): the error names its path.
+    pub fn read_checked(
+        &self,
+        name: impl AsRef<OsStr>,
+        owner: Option<(u32, &str)>,
+        max: u64,
+    ) -> Result<String, String> {
+        let name = name.as_ref();
+        let path = self.path.join(name);
+        component(&self.path, name)?;
+        read_checked_at(Some(self.fd.as_fd()), Path::new(name), owner, max)
+            .map_err(|e| format!("{}: {e}", path.display()))
+    }
+
     /// Opens the directory `name` in this one without following a link (a
     /// link there is an error, wherever it points).
-    pub fn open_dir(&self, name: &OsStr) -> Result<Dir, Error> {
+    pub fn open_dir(&self, name: impl AsRef<OsStr>) -> Result<Dir, Error> {
+        let name = name.as_ref();
         let c = component(&self.path, name)?;
         let path = self.path.join(name);
         let fd = openat(
-            &self.fd,
+            self.fd.as_fd(),
             &c,
             libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
             0,
         )
         .map_err(|e| match e.raw_os_error() {
             // O_NOFOLLOW|O_DIRECTORY on a link: ELOOP or ENOTDIR.
-            Some(libc::ELOOP | libc::ENOTDIR) => match self.lstat(&c) {
+            Some(libc::ELOOP | libc::ENOTDIR) => match lstat_at(self.fd.as_fd(), &c) {
                 Ok(st) => Error {
                     msg: format!(
                         "{}: expected a directory, got {}",
@@ -477,46 +503,91 @@ impl Dir {
         Ok(Dir { fd, path })
     }
 
-    /// `fstatat(name, AT_SYMLINK_NOFOLLOW)`: a link is described, not its
-    /// target.
-    fn lstat(&self, name: &CStr) -> io::Result<libc::stat> {
-        // SAFETY: libc::stat is plain data; all zeroes is a valid value.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: fstatat on a descriptor we hold, a NUL-terminated name
-        // that outlives the call, into a local.
-        let r = unsafe {
-            libc::fstatat(
-                self.fd.as_raw_fd(),
-                name.as_ptr(),
-                &mut st,
-                libc::AT_SYMLINK_NOFOLLOW,
-            )
+    /// An `O_PATH` descriptor of the entry `name` in this one, not
+    /// followed (a link there is described, not its target), with what it
+    /// is: a bind mount's source, checked by the caller before anything is
+    /// mounted from it.
+    pub fn open_path(&self, name: impl AsRef<OsStr>) -> Result<(OwnedFd, libc::stat), Error> {
+        let name = name.as_ref();
+        let c = component(&self.path, name)?;
+        let path = self.path.join(name);
+        let fd = openat(self.fd.as_fd(), &c, libc::O_PATH | libc::O_NOFOLLOW, 0)
+            .map_err(|e| Error::os(&path, "cannot open it", &e))?;
+        let st = fstat(fd.as_fd()).map_err(|e| Error::os(&path, "cannot stat it", &e))?;
+        Ok((fd, st))
+    }
+
+    /// [`Dir::open_path`] of `rel` below this directory (plain names, at
+    /// least one): every directory on the way opened from the one above
+    /// without following a link, the last entry not followed either.
+    pub fn open_path_beneath(&self, rel: &Path) -> Result<(OwnedFd, libc::stat), Error> {
+        let (Some(last), parent) = (rel.file_name(), rel.parent()) else {
+            return Err(Error::other(
+                &self.path.join(rel),
+                "expected a path of plain names below the directory",
+            ));
         };
-        if r != 0 {
-            return Err(io::Error::last_os_error());
+        match parent.filter(|p| !p.as_os_str().is_empty()) {
+            Some(p) => self.open_dir_beneath(p)?.open_path(last),
+            None => self.open_path(last),
         }
-        Ok(st)
+    }
+
+    /// The directory `rel` below this one (plain names; empty: this one
+    /// again, a descriptor of its own), every component opened from the
+    /// one above without following a link.
+    pub fn open_dir_beneath(&self, rel: &Path) -> Result<Dir, Error> {
+        let mut held: Option<Dir> = None;
+        for c in rel.components() {
+            let std::path::Component::Normal(n) = c else {
+                return Err(Error::other(
+                    &self.path.join(rel),
+                    "expected a path of plain names below the directory",
+                ));
+            };
+            let next = held.as_ref().unwrap_or(self).open_dir(n)?;
+            held = Some(next);
+        }
+        match held {
+            Some(d) => Ok(d),
+            None => self.try_clone(),
+        }
+    }
+
+    /// This directory again, through a descriptor of its own.
+    pub fn try_clone(&self) -> Result<Dir, Error> {
+        Ok(Dir {
+            fd: self
+                .fd
+                .try_clone()
+                .map_err(|e| Error::os(&self.path, "cannot duplicate its descriptor", &e))?,
+            path: self.path.clone(),
+        })
+    }
+
+    /// What the entry `name` in this one is (`fstatat` without following
+    /// a link: a link is described, not its target); an error for one
+    /// that is not there.
+    pub fn stat(&self, name: impl AsRef<OsStr>) -> Result<libc::stat, Error> {
+        let name = name.as_ref();
+        let c = component(&self.path, name)?;
+        lstat_at(self.fd.as_fd(), &c)
+            .map_err(|e| Error::os(&self.path.join(name), "cannot stat it", &e))
     }
 
     /// Creates the directory `name` in this one, which must not exist (an
     /// error that [`Error::already_exists`] tells otherwise), mode exactly
     /// `mode`; opens it without following a link and checks that it is a
     /// directory of ours of that mode.
-    pub fn create_dir(&self, name: &OsStr, mode: u32) -> Result<Dir, Error> {
+    pub fn create_dir(&self, name: impl AsRef<OsStr>, mode: u32) -> Result<Dir, Error> {
+        let name = name.as_ref();
         let c = component(&self.path, name)?;
         let path = self.path.join(name);
         // The mode given here is cut by the umask: set again below.
-        // SAFETY: mkdirat on a descriptor we hold with a NUL-terminated
-        // name that outlives the call.
-        if unsafe { libc::mkdirat(self.fd.as_raw_fd(), c.as_ptr(), 0o700) } != 0 {
-            return Err(Error::os(
-                &path,
-                "cannot create the directory",
-                &io::Error::last_os_error(),
-            ));
-        }
+        crate::sys::mkdirat(self.fd.as_fd(), &c, 0o700)
+            .map_err(|e| Error::os(&path, "cannot create the directory", &e))?;
         let d = self.open_dir(name)?;
-        set_mode_and_check(&d.fd, &path, Kind::Dir, mode)?;
+        set_mode_and_check(d.fd.as_fd(), &path, Kind::Dir, mode)?;
         Ok(d)
     }
 
@@ -524,17 +595,18 @@ impl Dir {
     /// not exist (a link there, even a dangling one, is an existing entry:
     /// `O_EXCL|O_NOFOLLOW`), mode exactly `mode`, checked on the
     /// descriptor.
-    pub fn create_file(&self, name: &OsStr, mode: u32) -> Result<std::fs::File, Error> {
+    pub fn create_file(&self, name: impl AsRef<OsStr>, mode: u32) -> Result<std::fs::File, Error> {
+        let name = name.as_ref();
         let c = component(&self.path, name)?;
         let path = self.path.join(name);
         let fd = openat(
-            &self.fd,
+            self.fd.as_fd(),
             &c,
             libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_WRONLY | libc::O_NOCTTY,
             0o600,
         )
         .map_err(|e| Error::os(&path, "cannot create the file", &e))?;
-        set_mode_and_check(&fd, &path, Kind::File, mode)?;
+        set_mode_and_check(fd.as_fd(), &path, Kind::File, mode)?;
         Ok(std::fs::File::from(fd))
     }
 
@@ -544,26 +616,53 @@ impl Dir {
     /// descriptor), waiting for whoever holds it. Held until the file
     /// returned is dropped (or the process ends: the kernel drops it).
     pub fn lock(&self, name: &str, mode: u32) -> Result<std::fs::File, Error> {
-        let c = component(&self.path, OsStr::new(name))?;
-        let path = self.path.join(name);
-        let fd = openat(
-            &self.fd,
-            &c,
-            libc::O_CREAT | libc::O_RDWR | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY,
-            0o600,
-        )
-        .map_err(|e| Error::os(&path, "cannot open the lock file", &e))?;
-        set_mode_and_check(&fd, &path, Kind::File, mode)?;
+        let (f, path) = self.lock_file(name, mode)?;
         loop {
             // SAFETY: flock on a descriptor we hold.
-            if unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_EX) } == 0 {
-                return Ok(std::fs::File::from(fd));
+            if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } == 0 {
+                return Ok(f);
             }
             let e = io::Error::last_os_error();
             if e.raw_os_error() != Some(libc::EINTR) {
                 return Err(Error::os(&path, "cannot lock it", &e));
             }
         }
+    }
+
+    /// [`Dir::lock`] without waiting: `Ok(Err(file))` where another holds
+    /// the lock (the file opened for reading and writing, for whatever
+    /// its holder wrote in it).
+    pub fn try_lock(
+        &self,
+        name: &str,
+        mode: u32,
+    ) -> Result<Result<std::fs::File, std::fs::File>, Error> {
+        let (f, path) = self.lock_file(name, mode)?;
+        // SAFETY: flock on a descriptor we hold.
+        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return Ok(Ok(f));
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            return Ok(Err(f));
+        }
+        Err(Error::os(&path, "cannot lock it", &e))
+    }
+
+    /// The lock file `name`: opened read-write, created with `mode` where
+    /// missing, never through a link nor blocking, ours and of `mode`.
+    fn lock_file(&self, name: &str, mode: u32) -> Result<(std::fs::File, PathBuf), Error> {
+        let c = component(&self.path, OsStr::new(name))?;
+        let path = self.path.join(name);
+        let fd = openat(
+            self.fd.as_fd(),
+            &c,
+            libc::O_CREAT | libc::O_RDWR | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY,
+            0o600,
+        )
+        .map_err(|e| Error::os(&path, "cannot open the lock file", &e))?;
+        set_mode_and_check(fd.as_fd(), &path, Kind::File, mode)?;
+        Ok((std::fs::File::from(fd), path))
     }
 
     /// The names of the entries in this directory (not `.` and `..`), in
@@ -594,9 +693,17 @@ impl Dir {
 
     /// Removes the empty directory `name` in this one (`unlinkat` with
     /// `AT_REMOVEDIR`: a link there is not followed, and not removed).
-    pub fn remove_empty_dir(&self, name: &OsStr) -> Result<(), Error> {
-        let c = component(&self.path, name)?;
+    pub fn remove_empty_dir(&self, name: impl AsRef<OsStr>) -> Result<(), Error> {
+        let c = component(&self.path, name.as_ref())?;
         self.unlink(&c, libc::AT_REMOVEDIR)
+    }
+
+    /// Removes the entry `name` in this one, whatever it is: a file or a
+    /// link unlinked (its target never touched), a directory emptied as
+    /// [`Dir::remove_contents`] does, then removed. Not there is fine.
+    pub fn remove(&self, name: impl AsRef<OsStr>) -> Result<(), Error> {
+        let c = component(&self.path, name.as_ref())?;
+        self.remove_entry(&c, 0)
     }
 
     fn unlink(&self, name: &CStr, flags: i32) -> Result<(), Error> {
@@ -614,7 +721,7 @@ impl Dir {
 
     fn remove_entry(&self, name: &CStr, depth: usize) -> Result<(), Error> {
         let path = self.path.join(OsStr::from_bytes(name.to_bytes()));
-        let st = match self.lstat(name) {
+        let st = match lstat_at(self.fd.as_fd(), name) {
             Ok(st) => st,
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(()),
             Err(e) => return Err(Error::os(&path, "cannot stat it", &e)),
@@ -882,6 +989,100 @@ mod tests {
         assert_eq!(mode(&t.join("g")), 0o604);
         assert_eq!(sub.path(), t.join("sub"));
         assert_eq!(std::fs::read(t.join("f")).expect("read"), b"x");
+        let _ = std::fs::remove_dir_all(&t);
+    }
+
+    #[test]
+    fn paths_below_a_directory_are_walked_without_following_a_link() {
+        let t = tmp("beneath");
+        std::fs::create_dir_all(t.join("a/b")).expect("mkdir");
+        std::fs::write(t.join("a/b/f"), "x").expect("write");
+        std::fs::create_dir_all(t.join("elsewhere/b")).expect("mkdir");
+        std::os::unix::fs::symlink(t.join("elsewhere"), t.join("l")).expect("link");
+        std::os::unix::fs::symlink(t.join("a/b/f"), t.join("a/b/fl")).expect("link");
+        let d = Dir::open(&t).expect("open");
+        let (_, st) = d.open_path_beneath(Path::new("a/b/f")).expect("a file");
+        assert!(Kind::File.matches(st.st_mode));
+        // The last component is described, not followed.
+        let (_, st) = d.open_path_beneath(Path::new("a/b/fl")).expect("a link");
+        assert_eq!(type_name(st.st_mode), "a symlink");
+        let e = d
+            .open_path_beneath(Path::new("l/b"))
+            .expect_err("a link on the way");
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "{}: expected a directory, got a symlink",
+                t.join("l").display()
+            )
+        );
+        for bad in ["", "../a", "a/../a/b", "/a"] {
+            assert!(d.open_path_beneath(Path::new(bad)).is_err(), "{bad:?}");
+        }
+        assert_eq!(
+            d.open_dir_beneath(Path::new("a/b")).expect("dir").path(),
+            t.join("a/b")
+        );
+        assert_eq!(d.open_dir_beneath(Path::new("")).expect("itself").path(), t);
+        assert!(d.open_dir_beneath(Path::new("l")).is_err());
+        // What an entry is, not followed; missing is told.
+        assert_eq!(type_name(d.stat("l").expect("stat").st_mode), "a symlink");
+        assert!(d.stat("missing").expect_err("missing").not_found());
+        // Read by a plain name only, not through a link, whoever owns it.
+        let e = d.read_checked("a/b/f", None, 9).expect_err("not a name");
+        assert!(e.contains("plain name"), "{e}");
+        let b = d.open_dir_beneath(Path::new("a/b")).expect("dir");
+        assert_eq!(b.read_checked("f", None, 1).expect("read"), "x");
+        let e = b.read_checked("fl", None, 1).expect_err("a link");
+        assert_eq!(
+            e,
+            format!(
+                "{}: expected a regular file, got a symbolic link",
+                t.join("a/b/fl").display()
+            )
+        );
+        let _ = std::fs::remove_dir_all(&t);
+    }
+
+    #[test]
+    fn an_entry_is_removed_whatever_it_is_and_a_link_never_followed() {
+        let t = tmp("remove-entry");
+        std::fs::create_dir_all(t.join("outside")).expect("mkdir");
+        std::fs::write(t.join("outside/keep"), "keep").expect("write");
+        std::fs::create_dir_all(t.join("d/sub")).expect("mkdir");
+        std::os::unix::fs::symlink(t.join("outside"), t.join("d/sub/out")).expect("link");
+        std::os::unix::fs::symlink(t.join("outside"), t.join("l")).expect("link");
+        std::fs::write(t.join("f"), "x").expect("write");
+        let d = Dir::open(&t).expect("open");
+        for name in ["d", "l", "f", "missing"] {
+            d.remove(name).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert!(std::fs::symlink_metadata(t.join(name)).is_err(), "{name}");
+        }
+        assert_eq!(
+            std::fs::read_to_string(t.join("outside/keep")).expect("kept"),
+            "keep"
+        );
+        assert!(d.remove("..").is_err());
+        let _ = std::fs::remove_dir_all(&t);
+    }
+
+    #[test]
+    fn a_synced_replace_is_a_replace_and_a_lock_is_tried_without_waiting() {
+        let t = tmp("synced");
+        let d = Dir::open(&t).expect("open");
+        d.replace_file_synced("c", b"one", 0o600).expect("written");
+        d.replace_file_synced("c", b"two", 0o600).expect("again");
+        assert!(d.holds("c", b"two", 0o600));
+        assert_eq!(d.list().expect("ls"), vec![std::ffi::OsString::from("c")]);
+        let held = d.try_lock("lock", 0o644).expect("lock").expect("free");
+        assert_eq!(mode(&t.join("lock")), 0o644);
+        let other = d.try_lock("lock", 0o644).expect("lock");
+        assert!(other.is_err(), "held by the first");
+        drop(held);
+        assert!(d.try_lock("lock", 0o644).expect("lock").is_ok());
+        std::os::unix::fs::symlink(t.join("c"), t.join("linked")).expect("link");
+        assert!(d.try_lock("linked", 0o644).is_err());
+        assert!(d.holds("c", b"two", 0o600), "not written through the link");
         let _ = std::fs::remove_dir_all(&t);
     }
 

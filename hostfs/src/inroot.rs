@@ -28,71 +28,11 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-/// What a path is expected to be.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
-    Dir,
-    File,
-}
-
-impl Kind {
-    pub fn expected(self) -> &'static str {
-        match self {
-            Kind::Dir => "a directory",
-            Kind::File => "a regular file",
-        }
-    }
-
-    pub fn matches(self, mode: libc::mode_t) -> bool {
-        let t = mode & libc::S_IFMT;
-        match self {
-            Kind::Dir => t == libc::S_IFDIR,
-            Kind::File => t == libc::S_IFREG,
-        }
-    }
-}
-
-/// What a file type is called in an error.
-pub fn type_name(mode: libc::mode_t) -> &'static str {
-    match mode & libc::S_IFMT {
-        libc::S_IFDIR => "a directory",
-        libc::S_IFREG => "a regular file",
-        libc::S_IFLNK => "a symlink",
-        libc::S_IFCHR => "a character device",
-        libc::S_IFBLK => "a block device",
-        libc::S_IFIFO => "a fifo",
-        libc::S_IFSOCK => "a socket",
-        _ => "a file of unknown type",
-    }
-}
-
-pub fn fstat(fd: BorrowedFd) -> io::Result<libc::stat> {
-    // SAFETY: an all-zero `stat` is a valid value of this plain C struct;
-    // fstat only writes into it.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: `fd` is a live descriptor (borrowed) and `st` is a writable
-    // `stat` that outlives the call.
-    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(st)
-}
+use crate::sys::openat;
+pub use crate::sys::{Kind, fstat, type_name};
 
 fn cstring(s: &[u8], what: &str) -> Result<CString, String> {
     CString::new(s).map_err(|_| format!("{what}: path contains a NUL byte"))
-}
-
-/// `openat(dir, name, flags, mode)` as an owned descriptor.
-fn openat(dir: BorrowedFd, name: &CString, flags: i32, mode: libc::mode_t) -> io::Result<OwnedFd> {
-    // SAFETY: `dir` is a live descriptor, `name` a NUL-terminated string
-    // that outlives the call; the mode is passed as the variadic argument
-    // openat reads with O_CREAT (an unsigned int, as C promotes it).
-    let fd = unsafe { libc::openat(dir.as_raw_fd(), name.as_ptr(), flags, mode as libc::c_uint) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: openat just returned this descriptor; nothing else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// The target of the symlink `fd` (an O_PATH|O_NOFOLLOW descriptor of it),
@@ -115,7 +55,7 @@ fn link_target(fd: BorrowedFd) -> String {
     }
     buf.truncate(n as usize);
     // The image's (the tenant's): it goes into the hook's error line.
-    crate::host::text::clean(&String::from_utf8_lossy(&buf))
+    crate::text::clean(&String::from_utf8_lossy(&buf))
 }
 
 /// Opens a directory the caller trusts (the container's root file system as
@@ -188,14 +128,7 @@ pub fn open(root: BorrowedFd, path: &str, kind: Kind, create: bool) -> Result<Ow
         };
         let name = cstring(comp.as_bytes(), &format!("container path {shown}"))?;
         let dir = cur.as_ref().map_or(root, AsFd::as_fd);
-        let reopen = || {
-            openat(
-                dir,
-                &name,
-                libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-                0,
-            )
-        };
+        let reopen = || openat(dir, &name, libc::O_PATH | libc::O_NOFOLLOW, 0);
         let fd = match reopen() {
             Ok(fd) => fd,
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) && create => {
@@ -226,37 +159,26 @@ pub fn open(root: BorrowedFd, path: &str, kind: Kind, create: bool) -> Result<Ow
 /// the file mounted there). Already there (made by someone else since we
 /// looked) is fine: the caller opens it again and checks what it is.
 fn make(dir: BorrowedFd, name: &CString, kind: Kind) -> io::Result<()> {
-    let fchmod = |fd: OwnedFd, mode: libc::mode_t| {
-        // SAFETY: fchmod on a descriptor we own.
-        if unsafe { libc::fchmod(fd.as_raw_fd(), mode) } == 0 {
-            Ok(())
-        } else {
-            Err(io::Error::last_os_error())
-        }
-    };
+    let fchmod = |fd: OwnedFd, mode: libc::mode_t| crate::sys::fchmod(fd.as_fd(), mode);
     let r = match kind {
         Kind::Dir => {
-            // SAFETY: `dir` is a live descriptor and `name` a NUL-terminated
-            // string that outlives the call.
-            if unsafe { libc::mkdirat(dir.as_raw_fd(), name.as_ptr(), 0o700) } == 0 {
+            crate::sys::mkdirat(dir, name, 0o700).and_then(|()| {
                 // Opened without following: what we just made, or refused.
                 openat(
                     dir,
                     name,
-                    libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+                    libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
                     0,
                 )
                 .and_then(|fd| fchmod(fd, 0o755))
-            } else {
-                Err(io::Error::last_os_error())
-            }
+            })
         }
         // O_EXCL|O_NOFOLLOW: never opens through a symlink (not even a
         // dangling one, which O_CREAT alone would create the target of).
         Kind::File => openat(
             dir,
             name,
-            libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_WRONLY | libc::O_CLOEXEC,
+            libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_WRONLY,
             0o600,
         )
         .and_then(|fd| fchmod(fd, 0o644)),
@@ -332,13 +254,8 @@ pub fn check_search(root: BorrowedFd, path: &str, user: &User) -> Result<(), Str
         shown.push_str(comp);
         let name = cstring(comp.as_bytes(), &format!("container path {shown}"))?;
         let dir = cur.as_ref().map_or(root, AsFd::as_fd);
-        let fd = openat(
-            dir,
-            &name,
-            libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-            0,
-        )
-        .map_err(|e| format!("container path {shown}: cannot open it: {e}"))?;
+        let fd = openat(dir, &name, libc::O_PATH | libc::O_NOFOLLOW, 0)
+            .map_err(|e| format!("container path {shown}: cannot open it: {e}"))?;
         check(fd.as_fd(), &shown, Kind::Dir)?;
         let st = fstat(fd.as_fd()).map_err(|e| format!("container path {shown}: {e}"))?;
         if !user.may(&st, X) {

@@ -5,7 +5,7 @@
 //!
 //! - **Where**: `$XDG_RUNTIME_DIR`, else `$TMPDIR`, else `/tmp` (a variable
 //!   set but empty counts as unset), as the run process's environment says
-//!   ([`base`]).
+//!   ([`run_base`](crate::layout::run_base)).
 //! - **Its name**: `cuslice-run-<pid>-<16 hex digits>`, `<pid>` the run
 //!   process's PID as it sees itself, the rest from `getrandom`: nobody can
 //!   make it beforehand (the PID alone is predictable: another user of
@@ -16,79 +16,32 @@
 //!   again with another random part a few times), mode 0700 set explicitly
 //!   and checked, with its owner, on a descriptor opened without following
 //!   a link. Its files are created in that descriptor, exclusively, without
-//!   following a link, modes set explicitly (`host::fs`).
+//!   following a link, modes set explicitly ([`fs`](crate::fs)).
 //! - **Removal**: `run` holds the base's and the directory's descriptors
 //!   (close-on-exec: the program does not inherit them) for its whole life,
 //!   and at its end empties the directory through its descriptor (links
 //!   unlinked, never followed), then removes it from the base's.
 //! - **Finding it** from outside (the watch): the run process holds it
-//!   open, so `/proc/<pid>/fd/` names it; [`is_run_dir_of`] says whether a
-//!   name there is that PID's run directory.
+//!   open, so `/proc/<pid>/fd/` names it;
+//!   [`is_run_dir_of`](crate::layout::is_run_dir_of) says whether a name
+//!   there is that PID's run directory.
+//!
+//! Where and under what name are the layout's ([`crate::layout`]); this
+//! module makes and removes the directory.
 
 use std::ffi::{OsStr, OsString};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use super::fs::Dir;
+use crate::fs::Dir;
+use crate::layout::{QUOTA_FILE, SEGMENT_DIR, SliceDir, run_base_here, run_name, run_name_prefix};
 
-/// What every run directory's name starts with.
-pub const PREFIX: &str = "cuslice-run-";
 /// The run directory's mode (and its segment directory's).
 pub const DIR_MODE: u32 = 0o700;
 /// The quota file's mode.
 pub const FILE_MODE: u32 = 0o600;
 /// How many random names are tried before giving up.
 const TRIES: usize = 8;
-/// The random part: hex digits of a u64.
-const RANDOM_DIGITS: usize = 16;
-
-/// Where run directories go, given a process's environment (`var`): its
-/// `$XDG_RUNTIME_DIR`, else `$TMPDIR`, else `/tmp`; empty counts as unset.
-pub fn base(var: impl Fn(&str) -> Option<OsString>) -> PathBuf {
-    let var = |k: &str| var(k).filter(|v| !v.is_empty());
-    var("XDG_RUNTIME_DIR")
-        .or_else(|| var("TMPDIR"))
-        .map_or_else(|| PathBuf::from("/tmp"), PathBuf::from)
-}
-
-/// [`base`] for this process.
-pub fn base_here() -> PathBuf {
-    base(|k| std::env::var_os(k))
-}
-
-/// The name of `pid`'s run directory up to its random part, for messages:
-/// `cuslice-run-<pid>-`.
-pub fn name_prefix(pid: u32) -> String {
-    format!("{PREFIX}{pid}-")
-}
-
-/// The PID whose run directory `name` is: `cuslice-run-<pid>-` and 16
-/// lowercase hex digits; None for any other name (the old predictable
-/// `cuslice-run-<pid>` included).
-pub fn parse_name(name: &OsStr) -> Option<u32> {
-    let rest = name.to_str()?.strip_prefix(PREFIX)?;
-    let (pid, random) = rest.split_once('-')?;
-    let digits = |s: &str, ok: fn(&u8) -> bool| !s.is_empty() && s.bytes().all(|b| ok(&b));
-    let hex = |b: &u8| b.is_ascii_digit() || (b'a'..=b'f').contains(b);
-    if !digits(pid, u8::is_ascii_digit)
-        || (pid.len() > 1 && pid.starts_with('0'))
-        || random.len() != RANDOM_DIGITS
-        || !digits(random, hex)
-    {
-        return None;
-    }
-    pid.parse().ok()
-}
-
-/// Whether `name` is the run directory of the run process `pid` (as it
-/// sees itself).
-pub fn is_run_dir_of(name: &OsStr, pid: u32) -> bool {
-    parse_name(name) == Some(pid)
-}
-
-fn name(pid: u32, random: u64) -> String {
-    format!("{}{random:016x}", name_prefix(pid))
-}
 
 /// 64 random bits from the kernel.
 fn random_u64() -> Result<u64, String> {
@@ -118,9 +71,10 @@ pub struct RunDir {
 }
 
 impl RunDir {
-    /// Makes this process's run directory in [`base_here`].
+    /// Makes this process's run directory in
+    /// [`run_base_here`].
     pub fn create() -> Result<RunDir, String> {
-        RunDir::create_in(&base_here(), std::process::id())
+        RunDir::create_in(&run_base_here(), std::process::id())
     }
 
     /// Makes the run directory of `pid` in `base`.
@@ -144,7 +98,7 @@ impl RunDir {
         }
         let b = Dir::open(base)?;
         for _ in 0..TRIES {
-            let n = OsString::from(name(pid, random()?));
+            let n = OsString::from(run_name(pid, random()?));
             match b.create_dir(&n, DIR_MODE) {
                 Ok(dir) => {
                     return Ok(RunDir {
@@ -161,7 +115,7 @@ impl RunDir {
         Err(format!(
             "cannot create a run directory in {}: {TRIES} random names {}* were all taken",
             base.display(),
-            name_prefix(pid)
+            run_name_prefix(pid)
         ))
     }
 
@@ -189,6 +143,24 @@ impl RunDir {
             .to_path_buf())
     }
 
+    /// Its place in the layout: where its quota file and segment
+    /// directory are.
+    pub fn slice_dir(&self) -> SliceDir {
+        SliceDir::run(self.path())
+    }
+
+    /// Creates its quota file (`quota.toml`, mode 0600) holding `text`;
+    /// returns its path.
+    pub fn write_quota(&self, text: &str) -> Result<PathBuf, String> {
+        self.write_file(QUOTA_FILE, text)
+    }
+
+    /// Creates its memory segment directory (`segment/`, mode 0700);
+    /// returns its path.
+    pub fn make_segment_dir(&self) -> Result<PathBuf, String> {
+        self.make_dir(SEGMENT_DIR)
+    }
+
     /// Empties it through its descriptor and removes it from the base's.
     fn remove(&self) -> Result<(), String> {
         self.dir.remove_contents()?;
@@ -210,60 +182,8 @@ mod tests {
     use super::*;
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
-    fn env(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<OsString> {
-        let vars: Vec<(String, String)> = vars
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        move |k| {
-            vars.iter()
-                .find(|(n, _)| n == k)
-                .map(|(_, v)| OsString::from(v))
-        }
-    }
-
     #[test]
-    fn the_base_is_xdg_runtime_dir_else_tmpdir_else_tmp_empty_being_unset() {
-        let x = "XDG_RUNTIME_DIR";
-        assert_eq!(
-            base(env(&[(x, "/run/user/1000"), ("TMPDIR", "/t")])),
-            Path::new("/run/user/1000")
-        );
-        assert_eq!(base(env(&[(x, ""), ("TMPDIR", "/t")])), Path::new("/t"));
-        assert_eq!(base(env(&[("TMPDIR", "/t")])), Path::new("/t"));
-        assert_eq!(base(env(&[(x, ""), ("TMPDIR", "")])), Path::new("/tmp"));
-        assert_eq!(base(env(&[])), Path::new("/tmp"));
-    }
-
-    #[test]
-    fn a_run_directory_name_is_its_pid_and_sixteen_random_hex_digits() {
-        let n = name(4242, 0x0123_4567_89ab_cdef);
-        assert_eq!(n, "cuslice-run-4242-0123456789abcdef");
-        assert_eq!(parse_name(OsStr::new(&n)), Some(4242));
-        assert!(is_run_dir_of(OsStr::new(&n), 4242));
-        assert!(!is_run_dir_of(OsStr::new(&n), 424));
-        assert!(!is_run_dir_of(OsStr::new(&n), 42420));
-        assert_eq!(name(7, 1), "cuslice-run-7-0000000000000001");
-        assert_eq!(name_prefix(7), "cuslice-run-7-");
-        for bad in [
-            // The old, predictable name.
-            "cuslice-run-4242",
-            "cuslice-run-4242-",
-            "cuslice-run-4242-0123456789abcde",
-            "cuslice-run-4242-0123456789abcdef0",
-            "cuslice-run-4242-0123456789ABCDEF",
-            "cuslice-run-4242-0123456789abcdeg",
-            "cuslice-run--0123456789abcdef",
-            "cuslice-run-04242-0123456789abcdef",
-            "cuslice-run-+4242-0123456789abcdef",
-            "cuslice-run-99999999999-0123456789abcdef",
-            "cuslice-run-4242-0123456789abcdef (deleted)",
-            "xcuslice-run-4242-0123456789abcdef",
-            "cuslice-run-4242-01234567-89abcdef",
-        ] {
-            assert_eq!(parse_name(OsStr::new(bad)), None, "{bad}");
-        }
-        // Random names differ.
+    fn random_parts_differ() {
         let a = random_u64().expect("random");
         let b = random_u64().expect("random");
         assert_ne!(a, b);
@@ -280,7 +200,7 @@ mod tests {
         assert!(RunDir::create_in(Path::new("rel"), 1).is_err());
         let d = RunDir::create_in(&t, 4242).expect("create");
         let made = d.path().file_name().expect("name").to_owned();
-        assert!(is_run_dir_of(&made, 4242), "{made:?}");
+        assert!(crate::layout::is_run_dir_of(&made, 4242), "{made:?}");
         assert_eq!(d.path(), t.join(&made));
         let m = std::fs::symlink_metadata(d.path()).expect("lstat");
         assert!(m.is_dir());
@@ -312,11 +232,11 @@ mod tests {
         drop(other);
         // A name taken (by a link, say) is tried again with another random
         // part; always taken: one line.
-        let taken = t.join(name(4242, 1));
+        let taken = t.join(run_name(4242, 1));
         std::os::unix::fs::symlink(&victim, &taken).expect("symlink");
         let mut draws = [1, 1, 2].into_iter();
         let d = RunDir::create_with(&t, 4242, || Ok(draws.next().unwrap_or(3))).expect("create");
-        assert_eq!(d.path(), t.join(name(4242, 2)));
+        assert_eq!(d.path(), t.join(run_name(4242, 2)));
         drop(d);
         let e = RunDir::create_with(&t, 4242, || Ok(1))
             .err()

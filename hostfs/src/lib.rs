@@ -1,0 +1,43 @@
+//! The host side's file layer (DESIGN.md, "The host side"): what runs on
+//! the host, often as root, in directories other users and tenants can
+//! write, opens files through this crate. Shared by the `cuslice` command
+//! (`cli/`) and the DRA kubelet plugin (`dra/`).
+//!
+//! - [`sys`]: the descriptor-level calls everything else is made of
+//!   (`openat` close-on-exec, `fstat`/`fstatat` without following,
+//!   `fchmod`, the effective uid, file type names).
+//! - [`fs`]: the one safe-fs primitive for the host's own directories: a
+//!   directory held by its descriptor, entries created, opened, read,
+//!   replaced and removed in it by plain name without following links or
+//!   blocking on a FIFO, modes set explicitly and checked, reads bounded,
+//!   kinds and owners checked on the descriptor.
+//! - [`inroot`]: paths inside a container's root file system, walked from
+//!   the root's descriptor without following links (the OCI hook), and the
+//!   container user's access to them.
+//! - [`layout`]: where the host's files are, as types: the hook's root
+//!   (`/run/cuslice`) with its containers, claims, GPU segments, lock and
+//!   preload file, the watch's directory, and the run directories of
+//!   `cuslice run` sessions (their base and names).
+//! - [`run_dir`]: a `cuslice run` session's directory, made exclusively
+//!   under an unpredictable name and removed without following links.
+//! - [`container`]: the records beside a slice's quota file: a container's
+//!   (`container.json`, the OCI hook's) and a DRA claim's (`claim.json`,
+//!   the plugin's).
+//! - [`proc`]: what the host commands read of a process in `/proc` (its
+//!   stat, namespace inode, cgroup).
+//! - [`text`]: the one function that makes text from tenants (commands,
+//!   names, images, annotations, tenant names in segments, paths from their
+//!   environments) safe for a terminal or a log line.
+//!
+//! No two modules import each other: `sys`, `text` and `proc` stand alone;
+//! `fs` is on `sys`; `inroot` on `sys` and `text`; `layout` on `fs`;
+//! `run_dir` on `fs` and `layout`; `container` on `proc` and `text`.
+
+pub mod container;
+pub mod fs;
+pub mod inroot;
+pub mod layout;
+pub mod proc;
+pub mod run_dir;
+pub mod sys;
+pub mod text;
