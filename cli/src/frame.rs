@@ -308,7 +308,7 @@ pub fn details(s: &Snapshot) -> String {
             c.tenant,
             c.container
                 .as_ref()
-                .map(|m| format!(", container {}", crate::status::describe(m)))
+                .map(|m| format!(", container {}", crate::host::container::describe(m)))
                 .unwrap_or_default()
         ));
         for d in &c.devices {

@@ -156,30 +156,30 @@ enum CdiCmd {
     },
 }
 
-/// The CDI spec (JSON, which CDI accepts as YAML too); `root` and `lib`
-/// are passed on to the hooks.
-fn cdi_spec(cuslice: &Path, root: Option<&Path>, lib: Option<&Path>) -> String {
-    let hook = |stage: &str, name: &str| {
-        let mut args = vec![serde_json::json!("cuslice"), "oci-hook".into(), name.into()];
-        for (flag, v) in [("--root", root), ("--lib", lib)] {
-            if let Some(v) = v {
-                args.extend([serde_json::json!(flag), serde_json::json!(v)]);
-            }
-        }
-        serde_json::json!({"hookName": stage, "path": cuslice, "args": args})
+/// The CDI spec of the device `cuslice.io/gpu=all` (JSON, which CDI
+/// accepts as YAML too), as its file holds it; `root` and `lib` are passed
+/// on to the hooks. Built by the host layer's `cdi`, as the DRA plugin's
+/// per-claim specs are: its version is the lowest its content needs
+/// (0.3.0 here: device hooks named by OCI stage), since a runtime refuses a
+/// spec newer than its CDI library knows (podman 4.3, Debian 12's, knows
+/// up to 0.5.0).
+fn cdi_spec(cuslice: &Path, root: Option<&Path>, lib: Option<&Path>) -> Result<String, String> {
+    use host::cdi;
+    let hooks = cdi::OciHooks {
+        cuslice,
+        root,
+        lib,
+        claim: None,
+    }
+    .hooks()?;
+    let all = cdi::Device {
+        container_edits: cdi::ContainerEdits {
+            hooks,
+            ..cdi::ContainerEdits::default()
+        },
+        name: "all".into(),
     };
-    // The lowest CDI version with all this uses (device hooks, named by
-    // OCI stage): a runtime refuses a spec newer than its CDI library
-    // knows, and podman 4.3 (Debian 12) knows up to 0.5.0.
-    let spec = serde_json::json!({
-        "cdiVersion": "0.3.0",
-        "kind": "cuslice.io/gpu",
-        "devices": [{
-            "name": "all",
-            "containerEdits": {"hooks": [hook("createRuntime", "create"), hook("poststop", "poststop")]}
-        }]
-    });
-    serde_json::to_string_pretty(&spec).unwrap_or_default()
+    Ok(cdi::Spec::new(cdi::GPU_KIND, vec![all], cdi::ContainerEdits::default())?.to_json())
 }
 
 /// Where the segments are.
@@ -581,18 +581,15 @@ fn main() -> ExitCode {
                     root,
                     lib,
                 },
-        } => {
-            let spec = cdi_spec(&cuslice, root.as_deref(), lib.as_deref());
-            match output {
-                Some(p) => std::fs::write(&p, spec + "\n")
-                    .map(|()| ExitCode::SUCCESS)
-                    .map_err(|e| format!("{}: {e}", p.display())),
-                None => {
-                    println!("{spec}");
-                    Ok(ExitCode::SUCCESS)
-                }
+        } => cdi_spec(&cuslice, root.as_deref(), lib.as_deref()).and_then(|spec| match output {
+            Some(p) => std::fs::write(&p, spec)
+                .map(|()| ExitCode::SUCCESS)
+                .map_err(|e| format!("{}: {e}", p.display())),
+            None => {
+                print!("{spec}");
+                Ok(ExitCode::SUCCESS)
             }
-        }
+        }),
     };
     match result {
         Ok(c) => c,

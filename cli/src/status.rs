@@ -24,6 +24,7 @@
 //! itself (`<root>/containers/<id>/container.json`, root's).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::os::fd::AsFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -33,13 +34,13 @@ use cuslice_core::gpu::{self as coregpu, GpuSegment, MAX_PROCS, PROC_FREE};
 use cuslice_core::segment::{MAX_DEVICES, Segment, UNLIMITED};
 use serde::Serialize;
 
-use crate::host::container::{self, ClaimRecord, ContainerMeta};
+use crate::host::container::{self, ContainerMeta, command_line, describe, short_id};
 use crate::host::fs::{Dir, Kind};
 use crate::host::layout::{
-    self, CLAIM_RECORD, CLAIMS_DIR, CONTAINER_RECORD, CONTAINERS_DIR, Layout, MEMORY_SEGMENT,
-    QUOTA_FILE, SEGMENT_DIR,
+    self, CLAIMS_DIR, CONTAINERS_DIR, Layout, MEMORY_SEGMENT, QUOTA_FILE, SEGMENT_DIR,
 };
 use crate::host::text::{self, LINE_MAX, clean};
+use crate::host::watch_state;
 use crate::nvml::{DeviceHandle, GpuInfo, Nvml, sample_period_us, sample_window_us};
 
 /// Where to look.
@@ -260,7 +261,7 @@ pub struct WatchView {
     pub up: bool,
     pub last_pass_seconds_ago: f64,
     #[serde(flatten)]
-    pub state: crate::watch::state::WatchState,
+    pub state: watch_state::WatchState,
 }
 
 #[derive(Debug, Serialize)]
@@ -524,21 +525,12 @@ fn segment_owner(seg: &MemFile) -> Owner {
     let owner = seg.owner();
     let (tenant, tag) = owner
         .as_ref()
-        .and_then(|d| {
-            let text = d
-                .read_checked(QUOTA_FILE, None, config::MAX_FILE_BYTES)
-                .ok()?;
-            config::parse_file(&d.join(QUOTA_FILE), &text).ok()
-        })
+        .and_then(|d| container::read_quota(d.as_fd(), &d.join(QUOTA_FILE), None).ok())
         .map(|c| (c.tenant_name(), c.slice_tag()))
         .unwrap_or_else(|| (config::default_tenant(seg_dir), 0));
     let meta = owner
         .as_ref()
-        .and_then(|d| {
-            d.read_checked(CONTAINER_RECORD, None, container::RECORD_MAX)
-                .ok()
-        })
-        .and_then(|t| serde_json::from_str::<ContainerMeta>(&t).ok());
+        .and_then(|d| container::read_record(d, None).ok().flatten());
     // <root>/containers/<id>/segment/memory.seg: the hook's layout;
     // <root>/claims/<uid>/segment/memory.seg: a DRA claim's (all of the
     // claim's containers share it; its tenant is `namespace/name`).
@@ -566,9 +558,7 @@ fn segment_owner(seg: &MemFile) -> Owner {
 /// beside its quota file (`claim.json` in `dir`; root's, bounded, never
 /// following a link), escaped; none where there is no readable record.
 fn claim_pods(dir: &Dir) -> Vec<String> {
-    dir.read_checked(CLAIM_RECORD, Some((0, "root")), container::CLAIM_RECORD_MAX)
-        .ok()
-        .and_then(|t| serde_json::from_str::<ClaimRecord>(&t).ok())
+    container::read_claim_record(dir, Some((0, "root")))
         .map(|r| r.pods.iter().take(4).map(|p| clean(p)).collect())
         .unwrap_or_default()
 }
@@ -711,7 +701,7 @@ fn host_cmdline(pid: u32, files: &[(u64, u64)]) -> Option<String> {
 fn holds_open(pid: u32, files: &[(u64, u64)]) -> bool {
     std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|rd| {
         rd.flatten()
-            .take(crate::watch::procfs::MAX_FDS)
+            .take(crate::host::proc::MAX_FDS)
             .any(|e| file_id(&e.path()).is_some_and(|f| files.contains(&f)))
     })
 }
@@ -774,46 +764,6 @@ fn interval_times(
         unmeasured,
         unverified: unverified.min(unmeasured - cut),
     }
-}
-
-/// A command for display: the program's file name, then its arguments
-/// (the directory it lives in takes the room of what it was asked to do).
-fn command_line(args: &[String]) -> String {
-    let mut v: Vec<&str> = args.iter().map(String::as_str).collect();
-    if let Some(first) = args.first() {
-        v[0] = Path::new(first)
-            .file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or(first);
-    }
-    v.join(" ")
-}
-
-/// A container id as `docker ps` shortens it: its first 12 characters.
-fn short_id(id: &str) -> String {
-    id.chars().take(12).collect()
-}
-
-/// The `runs` text of a container the hook recorded, escaped and bounded
-/// by [`text::clean`] (whether `m` was or not: the watch's labels).
-pub fn describe(m: &ContainerMeta) -> String {
-    let mut parts = vec![];
-    match (&m.pod, &m.name) {
-        (Some(p), Some(n)) => parts.push(format!("{p}/{n}")),
-        (Some(p), None) => parts.push(p.clone()),
-        (None, Some(n)) => parts.push(n.clone()),
-        (None, None) => {}
-    }
-    if let Some(i) = &m.image {
-        parts.push(i.clone());
-    }
-    if parts.is_empty() && !m.command.is_empty() {
-        parts.push(command_line(&m.command));
-    }
-    if parts.is_empty() {
-        parts.push(format!("container {}", short_id(&m.id)));
-    }
-    clean(&parts.join(" "))
 }
 
 fn secs(ns: u64) -> f64 {
@@ -1247,8 +1197,8 @@ impl Observer {
             gpus,
             containers: r.mems.iter().map(|m| m.view.clone()).collect(),
             errors: r.errors.clone(),
-            watch: crate::watch::state::read(&self.src.layout).map(|state| {
-                let now = crate::watch::state::now_unix();
+            watch: watch_state::read(&self.src.layout).map(|state| {
+                let now = watch_state::now_unix();
                 WatchView {
                     up: state.up(now),
                     last_pass_seconds_ago: (now - state.last_pass_unix).max(0.0),
@@ -1256,42 +1206,5 @@ impl Observer {
                 }
             }),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_container_is_described_by_what_its_runtime_says() {
-        let m = |name: Option<&str>, pod: Option<&str>, image: Option<&str>, cmd: &[&str]| {
-            ContainerMeta {
-                id: "0123456789abcdef0123".into(),
-                name: name.map(Into::into),
-                pod: pod.map(Into::into),
-                image: image.map(Into::into),
-                command: cmd.iter().map(|c| c.to_string()).collect(),
-                ..ContainerMeta::default()
-            }
-        };
-        let cmd = ["/usr/bin/python3", "train.py"];
-        assert_eq!(
-            describe(&m(
-                Some("trainer"),
-                Some("team-a/train-0"),
-                Some("pytorch:2.3"),
-                &cmd
-            )),
-            "team-a/train-0/trainer pytorch:2.3"
-        );
-        assert_eq!(describe(&m(Some("svc"), None, None, &cmd)), "svc");
-        assert_eq!(describe(&m(None, None, Some("img"), &cmd)), "img");
-        assert_eq!(describe(&m(None, None, None, &cmd)), "python3 train.py");
-        assert_eq!(
-            describe(&m(None, None, None, &[])),
-            "container 0123456789ab"
-        );
-        assert_eq!(short_id("é".repeat(20).as_str()), "é".repeat(12));
     }
 }

@@ -4,12 +4,25 @@
 
 use k8s_openapi::api::resource::v1::ResourceClaim;
 
-use crate::claim::{AllocatedDevice, Allocation, ClaimRef, OpaqueConfig};
+use crate::claim::{AllocatedDevice, Allocation, ClaimRef, Driver, OpaqueConfig};
 
 /// Where ResourceClaims come from.
 #[tonic::async_trait]
 pub trait ClaimSource: Send + Sync {
-    async fn get(&self, namespace: &str, name: &str) -> Result<ResourceClaim, String>;
+    /// The ResourceClaim `namespace/name`: `None` only where the API server
+    /// said it has no such claim (what the cleanup of prepared claims acts
+    /// on, [`crate::cleanup`]); an error wherever it could not tell.
+    async fn lookup(&self, namespace: &str, name: &str) -> Result<Option<ResourceClaim>, String>;
+
+    /// The ResourceClaim `namespace/name`; one it does not have is an error
+    /// too, worded as the API server words it.
+    async fn get(&self, namespace: &str, name: &str) -> Result<ResourceClaim, String> {
+        self.lookup(namespace, name).await?.ok_or_else(|| {
+            format!(
+                "cannot get ResourceClaim {namespace}/{name}: resourceclaims.resource.k8s.io \"{name}\" not found"
+            )
+        })
+    }
 }
 
 /// The API server, through kube.
@@ -17,11 +30,63 @@ pub struct Kube(pub kube::Client);
 
 #[tonic::async_trait]
 impl ClaimSource for Kube {
-    async fn get(&self, namespace: &str, name: &str) -> Result<ResourceClaim, String> {
-        kube::Api::<ResourceClaim>::namespaced(self.0.clone(), namespace)
+    async fn lookup(&self, namespace: &str, name: &str) -> Result<Option<ResourceClaim>, String> {
+        match kube::Api::<ResourceClaim>::namespaced(self.0.clone(), namespace)
             .get(name)
             .await
-            .map_err(|e| format!("cannot get ResourceClaim {namespace}/{name}: {e}"))
+        {
+            Ok(c) => Ok(Some(c)),
+            // NotFound, and about this very claim: the API server says so
+            // of an object it does not have (details.name), not of a
+            // resource it does not serve (a 404 for the whole of
+            // resource.k8s.io/v1, with no name, must not read as every
+            // claim gone).
+            Err(kube::Error::Api(s))
+                if s.is_not_found() && s.details.as_ref().is_some_and(|d| d.name == name) =>
+            {
+                Ok(None)
+            }
+            // The API server's own words, not the whole Status.
+            Err(kube::Error::Api(s)) => Err(format!(
+                "cannot get ResourceClaim {namespace}/{name}: {} ({} {})",
+                s.message, s.code, s.reason
+            )),
+            Err(e) => Err(format!("cannot get ResourceClaim {namespace}/{name}: {e}")),
+        }
+    }
+}
+
+/// Whether `claim` (the API server's, for the checkpointed `want`) is
+/// still the claim `want` prepared, allocated a device of `driver` in its
+/// pool: `Err(why not)` where it is not (another UID: the claim was
+/// deleted and made again under its name; no such device: deallocated, or
+/// allocated elsewhere).
+pub fn still_ours(claim: &ResourceClaim, want: &ClaimRef, driver: &Driver) -> Result<(), String> {
+    let uid = claim.metadata.uid.as_deref().unwrap_or("");
+    if uid != want.uid {
+        return Err(format!(
+            "ResourceClaim {} is now another claim (uid {uid:?})",
+            want.label()
+        ));
+    }
+    let ours = claim
+        .status
+        .as_ref()
+        .and_then(|s| s.allocation.as_ref())
+        .and_then(|a| a.devices.as_ref())
+        .and_then(|d| d.results.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|r| r.driver == driver.name && r.pool == driver.pool);
+    if ours {
+        Ok(())
+    } else {
+        Err(format!(
+            "ResourceClaim {} is no longer allocated a device of {} in pool {}",
+            want.label(),
+            driver.name,
+            driver.pool
+        ))
     }
 }
 

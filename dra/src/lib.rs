@@ -9,6 +9,7 @@
 
 pub mod api;
 pub mod claim;
+pub mod cleanup;
 pub mod gpus;
 pub mod node;
 pub mod publish;

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Parser;
-use cuslice_dra::{api, claim, gpus, node, publish, server};
+use cuslice_dra::{api, claim, cleanup, gpus, node, publish, server};
 
 #[derive(Parser)]
 #[command(
@@ -46,6 +46,11 @@ struct Args {
     /// NVML.
     #[arg(long)]
     gpus_file: Option<PathBuf>,
+    /// Seconds between two checks of the prepared claims against the API
+    /// server (also one at start): a claim it no longer has (or has under
+    /// another UID, or no longer allocated here) is unprepared.
+    #[arg(long, default_value_t = cleanup::PERIOD.as_secs(), value_parser = clap::value_parser!(u64).range(1..=86400))]
+    cleanup_interval: u64,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -108,7 +113,7 @@ fn by_hand(node: &node::Node, inventory: &dyn gpus::Inventory, cmd: Command) -> 
             };
             node::check_uid(&want.uid).map_err(|e| format!("{}: {e}", claim.display()))?;
             let alloc = api::allocation(&rc, &want)?;
-            let devices = node.prepare(&want, &alloc, &inventory.gpus()?)?;
+            let devices = node.prepare_by_hand(&want, &alloc, &inventory.gpus()?)?;
             for d in devices {
                 for id in d.cdi_device_ids {
                     println!("{id}");
@@ -150,6 +155,7 @@ async fn run(a: Args) -> Result<(), String> {
         state_dir: plugin_dir.clone(),
         cuslice: a.cuslice,
         lib: a.lib,
+        lock_wait: node::LOCK_WAIT,
     })?;
     if let Some(cmd) = a.command {
         return by_hand(&node, inventory.as_ref(), cmd);
@@ -166,6 +172,15 @@ async fn run(a: Args) -> Result<(), String> {
         node_name,
         publish::REFRESH,
     ));
+    // Claims the kubelet never unprepared, whose ResourceClaim is gone:
+    // checked now and then every --cleanup-interval.
+    let node = Arc::new(node);
+    let claims: Arc<dyn api::ClaimSource> = Arc::new(api::Kube(client));
+    tokio::spawn(cleanup::keep_clean(
+        node.clone(),
+        claims.clone(),
+        std::time::Duration::from_secs(a.cleanup_interval),
+    ));
     let (status, _) = tokio::sync::watch::channel(None);
     let registration = server::Registration {
         driver: a.driver_name.clone(),
@@ -173,8 +188,8 @@ async fn run(a: Args) -> Result<(), String> {
         status,
     };
     let plugin = server::Plugin {
-        node: Arc::new(node),
-        claims: Arc::new(api::Kube(client)),
+        node,
+        claims,
         gpus: inventory,
     };
     let stop = async {

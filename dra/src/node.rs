@@ -4,6 +4,21 @@
 //! a restarted plugin answer for, and unprepare, what an earlier one
 //! prepared.
 //!
+//! # The node lock
+//!
+//! Two plugin processes may run on one node at once (a DaemonSet's rolling
+//! update starts the new pod while the old one still serves, and
+//! `prepare`/`unprepare` by hand run beside both). Each prepare and
+//! unprepare (and each claim the cleanup removes, [`crate::cleanup`])
+//! therefore runs under an exclusive `flock` on `<state dir>/node.lock`
+//! (0600, taken through the host file layer), and reads the checkpoint
+//! afresh under it: no two interleave their files, and none writes back a
+//! checkpoint that misses what another recorded meanwhile. The holder
+//! writes who it is in the file (`cuslice-dra-plugin pid <pid> on <host
+//! name>`, the pod's name in Kubernetes). The wait is bounded
+//! ([`LOCK_WAIT`]): past it the call fails with one line naming the lock
+//! and, where it wrote itself in, its holder.
+//!
 //! # How a container gets the claim's limits
 //!
 //! The per-claim CDI spec (`<cdi dir>/cuslice.io-claim_<uid>.json`, device
@@ -37,6 +52,7 @@
 //! | `<root>/claims/<uid>/segment/` | 0755 | the hook makes `memory.seg` in it |
 //! | `<cdi dir>/cuslice.io-claim_<uid>.json` | 0644 | |
 //! | `<state dir>/checkpoint.json` | 0600 | |
+//! | `<state dir>/node.lock` | 0600 | the node lock |
 //!
 //! Every file is written through the host file layer (`cuslice-host`, the
 //! OCI hook's too): whole, to a new name created exclusively with its mode
@@ -51,8 +67,9 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::time::Duration;
 
+use cuslice_host::cdi;
 use cuslice_host::container::ClaimRecord;
 use cuslice_host::fs::Dir;
 use cuslice_host::layout::{CLAIM_RECORD, CLAIMS_DIR, Layout, QUOTA_FILE, SEGMENT_DIR};
@@ -62,11 +79,11 @@ use crate::claim::{self, Allocation, ClaimRef, Driver, base_request};
 use crate::gpus::Gpu;
 
 /// The CDI kind of the per-claim specs.
-pub const CDI_KIND: &str = "cuslice.io/claim";
+pub const CDI_KIND: &str = cdi::CLAIM_KIND;
 
-/// The CDI version of a claim's spec: the first that allows a device name
-/// starting with a digit (see [`Node::cdi_spec`]).
-pub const CDI_VERSION: &str = "0.5.0";
+/// How long a prepare or unprepare waits for the node lock (see the
+/// module's documentation) before it fails.
+pub const LOCK_WAIT: Duration = Duration::from_secs(10);
 
 /// Where things are.
 #[derive(Debug, Clone)]
@@ -82,6 +99,8 @@ pub struct Config {
     pub cuslice: PathBuf,
     /// The hook's `--lib`, where not its default.
     pub lib: Option<PathBuf>,
+    /// How long to wait for the node lock ([`LOCK_WAIT`]).
+    pub lock_wait: Duration,
 }
 
 /// One device of a prepared claim, as the kubelet is told.
@@ -101,6 +120,11 @@ pub struct Prepared {
     pub memory: u64,
     pub compute: u8,
     pub devices: Vec<PreparedDevice>,
+    /// Prepared by hand (`cuslice-dra-plugin prepare --claim FILE`), not
+    /// for the kubelet: the cleanup leaves it to `unprepare` by hand (its
+    /// claim need not be the API server's).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub by_hand: bool,
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -114,15 +138,45 @@ const CHECKPOINT_VERSION: u32 = 1;
 const CHECKPOINT: &str = "checkpoint.json";
 /// The most of the checkpoint that is read (a few hundred bytes a claim).
 const CHECKPOINT_MAX: u64 = 64 << 20;
+/// The node lock, in the state directory.
+pub const LOCK_FILE: &str = "node.lock";
+/// The most of the lock file that is read (its holder's line).
+const LOCK_HOLDER_MAX: u64 = 256;
 
 pub struct Node {
     cfg: Config,
-    state: Mutex<Checkpoint>,
+}
+
+/// The node lock, held until dropped (see the module's documentation):
+/// what [`Node::unprepare_held`] asks for, so that it runs under it.
+pub struct NodeLock {
+    file: std::fs::File,
+}
+
+impl Drop for NodeLock {
+    fn drop(&mut self) {
+        // Its holder's line goes with it (still held here: the lock is let
+        // go when the file closes), so that a line in the file is always
+        // its holder's.
+        let _ = self.file.set_len(0);
+    }
 }
 
 /// The file name of claim `uid`'s CDI spec in the CDI directory.
 fn cdi_spec_name(uid: &str) -> String {
-    format!("cuslice.io-claim_{uid}.json")
+    cdi::file_name(CDI_KIND, uid)
+}
+
+/// Who this process is, as it writes itself into the lock it holds.
+fn holder() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let host = host.trim();
+    let mut s = format!("cuslice-dra-plugin pid {}", std::process::id());
+    if !host.is_empty() {
+        s.push_str(" on ");
+        s.push_str(host);
+    }
+    s
 }
 
 /// A claim UID as a file name: what Kubernetes makes (a UUID), nothing that
@@ -142,13 +196,26 @@ pub fn check_uid(uid: &str) -> Result<(), String> {
 }
 
 impl Node {
-    /// The node, with what the checkpoint says was prepared.
+    /// The node; its checkpoint, where there is one, must read.
     pub fn open(cfg: Config) -> Result<Node, String> {
-        let p = cfg.state_dir.join(CHECKPOINT);
+        let node = Node { cfg };
+        node.load()?;
+        Ok(node)
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// The checkpoint as the state directory holds it now (replaced whole:
+    /// a read without the lock sees one state or the next).
+    fn load(&self) -> Result<Checkpoint, String> {
+        let p = self.cfg.state_dir.join(CHECKPOINT);
         // The plugin's own file: a regular file of ours, not a link,
         // bounded.
-        let text = Dir::open(&cfg.state_dir).and_then(|d| d.read_file(CHECKPOINT, CHECKPOINT_MAX));
-        let state = match text {
+        let text =
+            Dir::open(&self.cfg.state_dir).and_then(|d| d.read_file(CHECKPOINT, CHECKPOINT_MAX));
+        match text {
             Ok(t) => {
                 let c: Checkpoint =
                     serde_json::from_str(&t).map_err(|e| format!("{}: {e}", p.display()))?;
@@ -159,28 +226,14 @@ impl Node {
                         c.version
                     ));
                 }
-                c
+                Ok(c)
             }
-            Err(e) if e.not_found() => Checkpoint {
+            Err(e) if e.not_found() => Ok(Checkpoint {
                 version: CHECKPOINT_VERSION,
                 claims: BTreeMap::new(),
-            },
-            Err(e) => return Err(e.into()),
-        };
-        Ok(Node {
-            cfg,
-            state: Mutex::new(state),
-        })
-    }
-
-    pub fn config(&self) -> &Config {
-        &self.cfg
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Checkpoint> {
-        // A panic while holding it leaves a checkpoint that is still whole
-        // (it is only ever replaced whole on disk).
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+            }),
+            Err(e) => Err(e.into()),
+        }
     }
 
     fn save(&self, c: &Checkpoint) -> Result<(), String> {
@@ -189,14 +242,51 @@ impl Node {
         Ok(dir.replace_file_synced(CHECKPOINT, text.as_bytes(), 0o600)?)
     }
 
+    /// Takes the node lock (`<state dir>/node.lock`, 0600, the state
+    /// directory made 0700 where missing), waiting at most the configured
+    /// bound; past it, one line naming the lock and, where it wrote itself
+    /// in, its holder. Blocks: call it off the async runtime.
+    pub fn lock(&self) -> Result<NodeLock, String> {
+        use std::io::{Read, Seek, Write};
+        let dir = Dir::keep_root(&self.cfg.state_dir, 0o700)?;
+        let wait = self.cfg.lock_wait;
+        match dir.lock_within(LOCK_FILE, 0o600, wait)? {
+            Ok(mut f) => {
+                // Who holds it, for whoever waits on it in vain.
+                let _ = f.set_len(0);
+                let _ = f.rewind();
+                let _ = writeln!(f, "{}", holder());
+                Ok(NodeLock { file: f })
+            }
+            Err(f) => {
+                let mut s = String::new();
+                let _ = f.take(LOCK_HOLDER_MAX).read_to_string(&mut s);
+                let who = cuslice_host::text::clean(s.lines().next().unwrap_or("").trim());
+                let path = dir.join(LOCK_FILE);
+                Err(if who.is_empty() {
+                    format!(
+                        "cannot take the node lock {}: another process still holds it after {wait:?}",
+                        path.display()
+                    )
+                } else {
+                    format!(
+                        "cannot take the node lock {}: {who} still holds it after {wait:?}",
+                        path.display()
+                    )
+                })
+            }
+        }
+    }
+
     /// The hook's root, as the layout names what is under it.
     fn layout(&self) -> Layout {
         Layout::new(&self.cfg.root)
     }
 
-    /// What is prepared now (claim UID -> entry).
-    pub fn prepared(&self) -> BTreeMap<String, Prepared> {
-        self.lock().claims.clone()
+    /// What is prepared now (claim UID -> entry), as the checkpoint says:
+    /// this plugin's and any other's on the node.
+    pub fn prepared(&self) -> Result<BTreeMap<String, Prepared>, String> {
+        Ok(self.load()?.claims)
     }
 
     pub fn claim_dir(&self, uid: &str) -> PathBuf {
@@ -207,60 +297,77 @@ impl Node {
         self.cfg.cdi_dir.join(cdi_spec_name(uid))
     }
 
-    /// The CDI spec for a prepared claim (version [`CDI_VERSION`]).
-    pub fn cdi_spec(&self, uid: &str, gpu: &Gpu) -> serde_json::Value {
-        let hook = |stage: &str, name: &str| {
-            let mut args = vec![
-                serde_json::json!("cuslice"),
-                "oci-hook".into(),
-                name.into(),
-                "--root".into(),
-                self.cfg.root.to_string_lossy().into(),
-            ];
-            if let Some(l) = &self.cfg.lib {
-                args.extend(["--lib".into(), l.to_string_lossy().into()]);
-            }
-            if name == "create" {
-                args.extend(["--claim".into(), uid.into()]);
-            }
-            serde_json::json!({"hookName": stage, "path": self.cfg.cuslice, "args": args})
+    /// The CDI spec for a prepared claim: the device `<uid>` of kind
+    /// [`CDI_KIND`], the GPU's device nodes and cuslice's hooks (`create`
+    /// with `--claim <uid>`). Built by the host layer's `cdi`, which
+    /// checks the name as CDI does and declares the version it needs (0.5.0
+    /// for a UID that starts with a digit, which containerd's and CRI-O's
+    /// CDI libraries require; 0.3.0 otherwise). An error where the UID is
+    /// no CDI device name or a configured path is not UTF-8.
+    pub fn cdi_spec(&self, uid: &str, gpu: &Gpu) -> Result<cdi::Spec, String> {
+        let hooks = cdi::OciHooks {
+            cuslice: &self.cfg.cuslice,
+            root: Some(&self.cfg.root),
+            lib: self.cfg.lib.as_deref(),
+            claim: Some(uid),
+        }
+        .hooks()?;
+        let device = cdi::Device {
+            container_edits: cdi::ContainerEdits {
+                device_nodes: [
+                    format!("/dev/nvidia{}", gpu.minor),
+                    "/dev/nvidiactl".into(),
+                    "/dev/nvidia-uvm".into(),
+                ]
+                .into_iter()
+                .map(cdi::DeviceNode::at)
+                .collect(),
+                hooks,
+                ..cdi::ContainerEdits::default()
+            },
+            name: uid.to_string(),
         };
-        let nodes: Vec<serde_json::Value> = [
-            format!("/dev/nvidia{}", gpu.minor),
-            "/dev/nvidiactl".into(),
-            "/dev/nvidia-uvm".into(),
-        ]
-        .into_iter()
-        .map(|p| serde_json::json!({ "path": p }))
-        .collect();
-        // 0.5.0: the device is named by the claim's UID, which starts with
-        // a digit 10 times in 16, and CDI allows such a name from 0.5.0 on
-        // (containerd's and CRI-O's CDI libraries drop an older spec that
-        // has one); podman 4.3's library reads up to 0.5.0.
-        serde_json::json!({
-            "cdiVersion": CDI_VERSION,
-            "kind": CDI_KIND,
-            "devices": [{
-                "name": uid,
-                "containerEdits": {
-                    "deviceNodes": nodes,
-                    "hooks": [hook("createRuntime", "create"), hook("poststop", "poststop")],
-                },
-            }],
-        })
+        cdi::Spec::new(CDI_KIND, vec![device], cdi::ContainerEdits::default())
     }
 
-    /// Prepares `c`: checks its allocation against `gpus`, writes its quota
-    /// file and CDI spec, records it. Again for a prepared claim: the same
-    /// answer, the files written again.
+    /// Prepares `c` for the kubelet: checks its allocation against `gpus`,
+    /// writes its quota file and CDI spec, records it, under the node
+    /// lock. Again for a prepared claim: the same answer, the files written
+    /// again.
     pub fn prepare(
         &self,
         c: &ClaimRef,
         alloc: &Allocation,
         gpus: &[Gpu],
     ) -> Result<Vec<PreparedDevice>, String> {
+        self.prepare_as(c, alloc, gpus, false)
+    }
+
+    /// [`Node::prepare`] by hand (`prepare --claim FILE`): recorded so, the
+    /// cleanup of claims gone from the API server leaves it alone.
+    pub fn prepare_by_hand(
+        &self,
+        c: &ClaimRef,
+        alloc: &Allocation,
+        gpus: &[Gpu],
+    ) -> Result<Vec<PreparedDevice>, String> {
+        self.prepare_as(c, alloc, gpus, true)
+    }
+
+    fn prepare_as(
+        &self,
+        c: &ClaimRef,
+        alloc: &Allocation,
+        gpus: &[Gpu],
+        by_hand: bool,
+    ) -> Result<Vec<PreparedDevice>, String> {
+        // Everything that needs no file first: a bad claim waits for no
+        // lock and leaves nothing.
         check_uid(&c.uid)?;
         let s = claim::slice(c, alloc, &self.cfg.driver, gpus)?;
+        let spec = self
+            .cdi_spec(&c.uid, &s.gpu)
+            .map_err(|e| format!("claim {}: {e}", c.label()))?;
         let devices = vec![PreparedDevice {
             // The request a container names (`resources.claims[].request`)
             // is a main one: the kubelet hands a container the devices
@@ -269,7 +376,7 @@ impl Node {
             request_names: vec![base_request(&s.device.request).to_string()],
             pool_name: s.device.pool.clone(),
             device_name: s.device.device.clone(),
-            cdi_device_ids: vec![format!("{CDI_KIND}={}", c.uid)],
+            cdi_device_ids: vec![spec.qualified(&c.uid)],
         }];
         let entry = Prepared {
             claim: c.clone(),
@@ -277,19 +384,15 @@ impl Node {
             memory: s.memory,
             compute: s.compute,
             devices: devices.clone(),
+            by_hand,
         };
-        let mut st = self.lock();
+        let _lock = self.lock()?;
+        let mut st = self.load()?;
         // Recorded first: a plugin that dies halfway still knows to clean
         // up whatever of it was written.
         let before = st.claims.insert(c.uid.clone(), entry.clone());
-        if before.as_ref() != Some(&entry)
-            && let Err(e) = self.save(&st)
-        {
-            match before {
-                Some(b) => st.claims.insert(c.uid.clone(), b),
-                None => st.claims.remove(&c.uid),
-            };
-            return Err(e);
+        if before.as_ref() != Some(&entry) {
+            self.save(&st)?;
         }
         let written = (|| -> Result<(), String> {
             // The root as the hook keeps it: its parents made 0755 (the
@@ -309,9 +412,7 @@ impl Node {
             let record = serde_json::to_string(&record).map_err(|e| e.to_string())?;
             dir.replace_file_synced(CLAIM_RECORD, (record + "\n").as_bytes(), 0o444)?;
             let cdi = Dir::keep_root(&self.cfg.cdi_dir, 0o755)?;
-            let spec = serde_json::to_string_pretty(&self.cdi_spec(&c.uid, &s.gpu))
-                .map_err(|e| e.to_string())?;
-            cdi.replace_file_synced(&cdi_spec_name(&c.uid), (spec + "\n").as_bytes(), 0o644)?;
+            cdi.replace_file_synced(&cdi_spec_name(&c.uid), spec.to_json().as_bytes(), 0o644)?;
             Ok(())
         })();
         if let Err(e) = written {
@@ -322,11 +423,20 @@ impl Node {
         Ok(devices)
     }
 
-    /// Removes a claim's files and its entry; nothing to do for a claim not
-    /// prepared (again, or by nobody).
+    /// Removes a claim's files and its entry, under the node lock; nothing
+    /// to do for a claim not prepared (again, or by nobody).
     pub fn unprepare(&self, uid: &str) -> Result<(), String> {
         check_uid(uid)?;
-        let mut st = self.lock();
+        let lock = self.lock()?;
+        self.unprepare_held(&lock, uid).map(|_| ())
+    }
+
+    /// [`Node::unprepare`] with the node lock already held (the cleanup
+    /// holds it while it confirms the claim is gone); whether the
+    /// checkpoint had the claim.
+    pub fn unprepare_held(&self, _lock: &NodeLock, uid: &str) -> Result<bool, String> {
+        check_uid(uid)?;
+        let mut st = self.load()?;
         // Each removed through its directory's descriptor: a link there
         // is unlinked, never followed; below the claim's directory (the
         // segment directory its containers write) nothing is followed.
@@ -338,13 +448,11 @@ impl Node {
         removed(Dir::open(&self.cfg.cdi_dir), &cdi_spec_name(uid))?;
         let claims = self.layout().open().and_then(|r| r.open_dir(CLAIMS_DIR));
         removed(claims, uid)?;
-        if let Some(old) = st.claims.remove(uid)
-            && let Err(e) = self.save(&st)
-        {
-            st.claims.insert(uid.to_string(), old);
-            return Err(e);
+        let had = st.claims.remove(uid).is_some();
+        if had {
+            self.save(&st)?;
         }
-        Ok(())
+        Ok(had)
     }
 }
 
@@ -367,6 +475,7 @@ mod tests {
             state_dir: t.join("plugin"),
             cuslice: "/usr/bin/cuslice".into(),
             lib: None,
+            lock_wait: LOCK_WAIT,
         }
     }
 
@@ -441,16 +550,24 @@ mod tests {
         // CDI allows a device name that starts with a digit from 0.5.0 on
         // (container-device-interface's requiresV050); runtimes drop an
         // older spec with one.
-        let spec = n.cdi_spec(uid, &gpus()[1]);
-        let name = spec["devices"][0]["name"].as_str().expect("name");
+        let text = fs::read_to_string(n.cdi_spec_path(uid)).expect("spec");
+        let spec = cdi::Spec::parse(&text).expect("a spec CDI takes");
+        let name = &spec.devices()[0].name;
         assert!(name.starts_with(|c: char| c.is_ascii_digit()));
-        let version: Vec<u32> = spec["cdiVersion"]
-            .as_str()
-            .expect("version")
-            .split('.')
-            .map(|p| p.parse().expect("number"))
-            .collect();
-        assert!(version >= vec![0, 5, 0], "{spec}");
+        assert_eq!(spec.version(), "0.5.0");
+        // One that starts with a letter needs no more than 0.3.0.
+        let uid = "ae3a1111-2222-4333-8444-555555555555";
+        n.prepare(&claim(uid), &a, &gpus()).expect("prepared");
+        let text = fs::read_to_string(n.cdi_spec_path(uid)).expect("spec");
+        assert_eq!(cdi::Spec::parse(&text).expect("parses").version(), "0.3.0");
+        // A UID CDI would not take as a device name: refused, no files.
+        let uid = "ae3a1111-2222-4333-8444-55555555555_";
+        let e = n
+            .prepare(&claim(uid), &a, &gpus())
+            .expect_err("not a CDI name");
+        assert!(e.contains("is not a CDI device name"), "{e}");
+        assert!(!n.claim_dir(uid).exists() && !n.cdi_spec_path(uid).exists());
+        assert!(!n.prepared().expect("checkpoint").contains_key(uid));
     }
 
     #[test]
@@ -529,18 +646,18 @@ mod tests {
             fs::read_to_string(dir.join("quota.toml")).expect("quota"),
             q
         );
-        assert_eq!(n.prepared().len(), 1);
+        assert_eq!(n.prepared().expect("checkpoint").len(), 1);
         // A restarted plugin knows it, and unprepares it.
         drop(n);
         let n = Node::open(config(t.path())).expect("reopen");
-        assert_eq!(n.prepared()[uid].devices, d);
-        assert_eq!(n.prepared()[uid].memory, 16 << 30);
+        assert_eq!(n.prepared().expect("checkpoint")[uid].devices, d);
+        assert_eq!(n.prepared().expect("checkpoint")[uid].memory, 16 << 30);
         n.unprepare(uid).expect("unprepared");
         assert!(!dir.exists() && !spec_path.exists());
-        assert!(n.prepared().is_empty());
+        assert!(n.prepared().expect("checkpoint").is_empty());
         n.unprepare(uid).expect("again: nothing to do");
         let n = Node::open(config(t.path())).expect("reopen");
-        assert!(n.prepared().is_empty());
+        assert!(n.prepared().expect("checkpoint").is_empty());
         // Nothing is left but the checkpoint and the directories.
         assert_eq!(fs::read_dir(t.path().join("cdi")).expect("cdi").count(), 0);
         assert_eq!(
@@ -552,6 +669,77 @@ mod tests {
     }
 
     #[test]
+    fn prepare_and_unprepare_wait_for_the_node_lock_within_its_bound() {
+        use std::time::{Duration, Instant};
+        let t = tempfile::tempdir().expect("tmp");
+        let mut cfg = config(t.path());
+        cfg.lock_wait = Duration::from_millis(300);
+        let n = Node::open(cfg.clone()).expect("open");
+        // Another plugin on the node holds it (another open file
+        // description of the lock file: flock tells them apart within one
+        // process as between two).
+        let other = Node::open(cfg.clone()).expect("another");
+        let held = other.lock().expect("free");
+        let lock = t.path().join("plugin").join(LOCK_FILE);
+        assert_eq!(mode(&lock), 0o600);
+        let uid = "55555555-2222-4333-8444-555555555555";
+        let start = Instant::now();
+        let e = n
+            .prepare(&claim(uid), &alloc("gpu-0", "1Gi", "1"), &gpus())
+            .expect_err("held");
+        assert!(start.elapsed() >= Duration::from_millis(300));
+        let who = format!("cuslice-dra-plugin pid {}", std::process::id());
+        assert!(
+            e.starts_with(&format!(
+                "cannot take the node lock {}: {who}",
+                lock.display()
+            )) && e.ends_with(" still holds it after 300ms")
+                && !e.contains('\n'),
+            "{e}"
+        );
+        assert!(!n.claim_dir(uid).exists() && !n.cdi_spec_path(uid).exists());
+        assert!(n.prepared().expect("checkpoint").is_empty());
+        let e = n.unprepare(uid).expect_err("held");
+        assert!(e.ends_with(" still holds it after 300ms"), "{e}");
+        // Released while a prepare waits: it goes on then.
+        cfg.lock_wait = Duration::from_secs(10);
+        let n = Node::open(cfg).expect("open");
+        let release = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            drop(held);
+        });
+        let start = Instant::now();
+        n.prepare(&claim(uid), &alloc("gpu-0", "1Gi", "1"), &gpus())
+            .expect("prepared once released");
+        assert!(start.elapsed() >= Duration::from_millis(250));
+        release.join().expect("joined");
+        assert!(n.cdi_spec_path(uid).exists());
+        // Let go, the lock names nobody; held by a process that wrote
+        // nothing in it, the line says so.
+        assert_eq!(fs::read_to_string(&lock).expect("lock"), "");
+        let raw = Dir::open(&t.path().join("plugin"))
+            .expect("dir")
+            .lock(LOCK_FILE, 0o600)
+            .expect("held");
+        let n = Node::open(Config {
+            lock_wait: Duration::from_millis(50),
+            ..config(t.path())
+        })
+        .expect("open");
+        let e = n.unprepare(uid).expect_err("held");
+        assert_eq!(
+            e,
+            format!(
+                "cannot take the node lock {}: another process still holds it after 50ms",
+                lock.display()
+            )
+        );
+        drop(raw);
+        n.unprepare(uid).expect("unprepared");
+        assert!(!n.cdi_spec_path(uid).exists());
+    }
+
+    #[test]
     fn a_bad_claim_leaves_nothing_and_a_bad_uid_is_no_path() {
         let t = tempfile::tempdir().expect("tmp");
         let n = Node::open(config(t.path())).expect("open");
@@ -560,7 +748,7 @@ mod tests {
             .prepare(&claim(uid), &alloc("gpu-7", "16Gi", "20"), &gpus())
             .expect_err("vanished");
         assert!(e.starts_with("device gpu-7 is not on this node"), "{e}");
-        assert!(n.prepared().is_empty());
+        assert!(n.prepared().expect("checkpoint").is_empty());
         assert!(!t.path().join("run").exists() && !t.path().join("cdi").exists());
         for bad in ["../../etc", "", ".x", "a/b", "-rf"] {
             let e = n

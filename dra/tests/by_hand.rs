@@ -100,6 +100,14 @@ fn a_claim_from_a_file_is_prepared_and_unprepared_by_hand() {
     // The plugin's checkpoint knows it: a plugin started later unprepares it.
     let cp = std::fs::read_to_string(t.path().join("plugin/checkpoint.json")).expect("checkpoint");
     assert!(cp.contains(UID), "{cp}");
+    // Marked as prepared by hand: the served plugin's cleanup leaves it
+    // alone (its claim need not be the API server's).
+    let v: serde_json::Value = serde_json::from_str(&cp).expect("json");
+    assert_eq!(v["claims"][UID]["by_hand"], true, "{cp}");
+    // The spec is one CDI takes (the UID starts with a digit: 0.5.0).
+    let s = cuslice_host::cdi::Spec::parse(&std::fs::read_to_string(&spec).expect("spec"))
+        .expect("a CDI spec");
+    assert_eq!(s.version(), "0.5.0");
 
     let out = plugin(t.path(), &["unprepare", "--uid", UID]);
     assert!(

@@ -65,7 +65,11 @@ fn resource_claim(
 
 /// The API server, played by a map (namespace/name -> claim).
 #[derive(Default, Clone)]
-struct FakeClaims(Arc<Mutex<BTreeMap<String, ResourceClaim>>>);
+struct FakeClaims {
+    claims: Arc<Mutex<BTreeMap<String, ResourceClaim>>>,
+    /// How many lookups it answered.
+    lookups: Arc<std::sync::atomic::AtomicUsize>,
+}
 
 impl FakeClaims {
     fn put(&self, c: ResourceClaim) {
@@ -74,19 +78,31 @@ impl FakeClaims {
             c.metadata.namespace.clone().unwrap_or_default(),
             c.metadata.name.clone().unwrap_or_default()
         );
-        self.0.lock().expect("lock").insert(key, c);
+        self.claims.lock().expect("lock").insert(key, c);
+    }
+
+    fn delete(&self, ns: &str, name: &str) {
+        self.claims
+            .lock()
+            .expect("lock")
+            .remove(&format!("{ns}/{name}"));
     }
 }
 
 #[tonic::async_trait]
 impl ClaimSource for FakeClaims {
-    async fn get(&self, ns: &str, name: &str) -> Result<ResourceClaim, String> {
-        self.0
+    async fn lookup(&self, ns: &str, name: &str) -> Result<Option<ResourceClaim>, String> {
+        let found = self
+            .claims
             .lock()
             .expect("lock")
             .get(&format!("{ns}/{name}"))
-            .cloned()
-            .ok_or_else(|| format!("resourceclaims.resource.k8s.io \"{name}\" not found"))
+            .cloned();
+        // Counted once answered: a test that waits for a lookup knows its
+        // answer was made.
+        self.lookups
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(found)
     }
 }
 
@@ -122,14 +138,23 @@ fn node_config(t: &Path) -> Config {
         state_dir: t.join("plugins").join(DRIVER),
         cuslice: "/usr/bin/cuslice".into(),
         lib: None,
+        lock_wait: cuslice_dra::node::LOCK_WAIT,
     }
 }
 
 /// Starts a plugin (a new Node from the checkpoint) and waits for its
 /// sockets.
 async fn start(t: &Path, claims: Arc<dyn ClaimSource>) -> Running {
+    start_node(
+        t,
+        Arc::new(Node::open(node_config(t)).expect("node")),
+        claims,
+    )
+    .await
+}
+
+async fn start_node(t: &Path, node: Arc<Node>, claims: Arc<dyn ClaimSource>) -> Running {
     let (reg, dra_sock) = paths(t);
-    let node = Node::open(node_config(t)).expect("node");
     let (status, rx) = tokio::sync::watch::channel(None);
     let registration = server::Registration {
         driver: DRIVER.into(),
@@ -137,7 +162,7 @@ async fn start(t: &Path, claims: Arc<dyn ClaimSource>) -> Running {
         status,
     };
     let plugin = server::Plugin {
-        node: Arc::new(node),
+        node,
         claims,
         gpus: Arc::new(Fixed(gpus())),
     };
@@ -514,36 +539,43 @@ async fn bad_claims_get_their_own_error_and_no_files() {
     p.stop().await;
 }
 
-/// The kube client path: a fake API server answering GET resourceclaims.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_kube_client_reads_claims_from_the_api_server() {
+/// How the fake API server answers.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Answer {
+    /// Each claim it has, and a NotFound naming one it has not (as the
+    /// real API server words it).
+    Claims,
+    /// 500 to everything.
+    Failing,
+    /// 404 without naming the claim: what an API server answers for a
+    /// resource it does not serve.
+    NotServed,
+}
+
+/// A fake API server answering GET resourceclaims from `claims`, as
+/// `answer` says; a kube client for it, and the requests it saw.
+async fn api_server(
+    claims: FakeClaims,
+    answer: Arc<Mutex<Answer>>,
+) -> (kube::Client, Arc<Mutex<Vec<String>>>) {
     use http_body_util::Full;
     use hyper::body::Bytes;
-    let claims = FakeClaims::default();
-    claims.put(resource_claim(
-        "team-a",
-        "trainer",
-        TRAINER,
-        DRIVER,
-        &[("memory", "40Gi"), ("compute", "50")],
-        None,
-    ));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
     let addr = listener.local_addr().expect("addr");
     let seen = Arc::new(Mutex::new(Vec::<String>::new()));
-    let (served, seen2) = (claims.clone(), seen.clone());
+    let seen2 = seen.clone();
     tokio::spawn(async move {
         loop {
             let Ok((s, _)) = listener.accept().await else {
                 return;
             };
-            let (served, seen) = (served.clone(), seen2.clone());
+            let (served, seen, answer) = (claims.clone(), seen2.clone(), answer.clone());
             tokio::spawn(async move {
                 let svc = hyper::service::service_fn(
                     move |req: hyper::Request<hyper::body::Incoming>| {
-                        let (served, seen) = (served.clone(), seen.clone());
+                        let (served, seen, answer) = (served.clone(), seen.clone(), answer.clone());
                         async move {
                             let path = req.uri().path().to_string();
                             seen.lock()
@@ -551,7 +583,7 @@ async fn the_kube_client_reads_claims_from_the_api_server() {
                                 .push(format!("{} {path}", req.method()));
                             let parts: Vec<&str> =
                                 path.trim_start_matches('/').split('/').collect();
-                            let found = match parts[..] {
+                            let name = match parts[..] {
                                 [
                                     "apis",
                                     "resource.k8s.io",
@@ -560,21 +592,60 @@ async fn the_kube_client_reads_claims_from_the_api_server() {
                                     ns,
                                     "resourceclaims",
                                     name,
-                                ] => served.get(ns, name).await.ok(),
+                                ] => Some((ns, name)),
                                 _ => None,
                             };
-                            let (code, body) = match found {
-                            Some(c) => (200, serde_json::to_vec(&c).expect("json")),
-                            None => (404, serde_json::to_vec(&serde_json::json!({
-                                "kind": "Status", "apiVersion": "v1", "status": "Failure",
-                                "message": "resourceclaims.resource.k8s.io not found", "reason": "NotFound", "code": 404
-                            })).expect("json")),
-                        };
+                            let status = |code: u16, reason: &str, message: String, details| {
+                                serde_json::json!({
+                                    "kind": "Status", "apiVersion": "v1", "metadata": {},
+                                    "status": "Failure", "message": message, "reason": reason,
+                                    "details": details, "code": code
+                                })
+                            };
+                            let mode = *answer.lock().expect("lock");
+                            let (code, body) = match (mode, name) {
+                                (Answer::Failing, _) => (
+                                    500,
+                                    status(
+                                        500,
+                                        "InternalError",
+                                        "etcdserver: request timed out".into(),
+                                        serde_json::json!({}),
+                                    ),
+                                ),
+                                (Answer::NotServed, _) | (_, None) => (
+                                    404,
+                                    status(
+                                        404,
+                                        "NotFound",
+                                        "the server could not find the requested resource".into(),
+                                        serde_json::json!({}),
+                                    ),
+                                ),
+                                (Answer::Claims, Some((ns, name))) => {
+                                    match served.lookup(ns, name).await.ok().flatten() {
+                                        Some(c) => (200, serde_json::to_value(&c).expect("json")),
+                                        None => (
+                                            404,
+                                            status(
+                                                404,
+                                                "NotFound",
+                                                format!(
+                                                    "resourceclaims.resource.k8s.io \"{name}\" not found"
+                                                ),
+                                                serde_json::json!({"name": name, "group": "resource.k8s.io", "kind": "resourceclaims"}),
+                                            ),
+                                        ),
+                                    }
+                                }
+                            };
                             Ok::<_, std::convert::Infallible>(
                                 hyper::Response::builder()
                                     .status(code)
                                     .header("content-type", "application/json")
-                                    .body(Full::new(Bytes::from(body)))
+                                    .body(Full::new(Bytes::from(
+                                        serde_json::to_vec(&body).expect("json"),
+                                    )))
                                     .expect("response"),
                             )
                         }
@@ -587,7 +658,23 @@ async fn the_kube_client_reads_claims_from_the_api_server() {
         }
     });
     let cfg = kube::Config::new(format!("http://{addr}").parse().expect("uri"));
-    let source = cuslice_dra::api::Kube(kube::Client::try_from(cfg).expect("client"));
+    (kube::Client::try_from(cfg).expect("client"), seen)
+}
+
+/// The kube client path: a fake API server answering GET resourceclaims.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kube_client_reads_claims_from_the_api_server() {
+    let claims = FakeClaims::default();
+    claims.put(resource_claim(
+        "team-a",
+        "trainer",
+        TRAINER,
+        DRIVER,
+        &[("memory", "40Gi"), ("compute", "50")],
+        None,
+    ));
+    let (client, seen) = api_server(claims, Arc::new(Mutex::new(Answer::Claims))).await;
+    let source = cuslice_dra::api::Kube(client);
     let t = tempfile::tempdir().expect("tmp");
     let p = start(t.path(), Arc::new(source)).await;
     let (_, dra_sock) = paths(t.path());
@@ -620,4 +707,255 @@ async fn the_kube_client_reads_claims_from_the_api_server() {
         ]
     );
     p.stop().await;
+}
+
+/// Whether claim `uid`'s files are on the node: its directory, its CDI
+/// spec and its checkpoint entry (all three or none, else a panic).
+fn on_node(t: &Path, uid: &str) -> bool {
+    let dir = t.join("run/cuslice/claims").join(uid).exists();
+    let spec = t.join(format!("cdi/cuslice.io-claim_{uid}.json")).exists();
+    let cp = std::fs::read_to_string(t.join("plugins").join(DRIVER).join("checkpoint.json"))
+        .expect("checkpoint");
+    let cp: serde_json::Value = serde_json::from_str(&cp).expect("json");
+    let entry = cp["claims"].get(uid).is_some();
+    assert!(
+        dir == spec && spec == entry,
+        "{uid}: directory {dir}, CDI spec {spec}, checkpoint entry {entry}"
+    );
+    dir
+}
+
+const JOB: &str = "aaaaaaaa-0000-4000-8000-000000000003";
+const IDLE: &str = "aaaaaaaa-0000-4000-8000-000000000004";
+const BY_HAND: &str = "aaaaaaaa-0000-4000-8000-000000000005";
+
+/// Prepared claims the kubelet never unprepared: a pass unprepares those
+/// the API server (through kube, against the fake API server) no longer
+/// has, has under another UID or no longer allocated here, keeps the one
+/// it still has and the one prepared by hand, and keeps everything while
+/// the API server does not tell.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cleanup_pass_unprepares_claims_gone_from_the_api_server_and_keeps_the_others() {
+    use cuslice_dra::cleanup;
+    let t = tempfile::tempdir().expect("tmp");
+    let api = FakeClaims::default();
+    let rc = |ns: &str, name: &str, uid: &str| {
+        resource_claim(
+            ns,
+            name,
+            uid,
+            DRIVER,
+            &[("memory", "8Gi"), ("compute", "10")],
+            None,
+        )
+    };
+    api.put(rc("team-a", "trainer", TRAINER));
+    api.put(rc("team-b", "infer", INFER));
+    api.put(rc("team-c", "job", JOB));
+    api.put(rc("team-d", "idle", IDLE));
+    let answer = Arc::new(Mutex::new(Answer::Claims));
+    let (client, seen) = api_server(api.clone(), answer.clone()).await;
+    let claims: Arc<dyn ClaimSource> = Arc::new(cuslice_dra::api::Kube(client));
+    let node = Arc::new(Node::open(node_config(t.path())).expect("node"));
+    let p = start_node(t.path(), node.clone(), claims.clone()).await;
+    let (_, dra_sock) = paths(t.path());
+    let ch = dial(&dra_sock).await;
+    let r = prepare(
+        &ch,
+        vec![
+            claim("team-a", "trainer", TRAINER),
+            claim("team-b", "infer", INFER),
+            claim("team-c", "job", JOB),
+            claim("team-d", "idle", IDLE),
+        ],
+    )
+    .await;
+    assert!(r.claims.values().all(|c| c.error.is_empty()), "{r:?}");
+    // And one by hand, of a claim the API server never had.
+    let alloc = cuslice_dra::api::allocation(
+        &rc("ops", "try", BY_HAND),
+        &cuslice_dra::claim::ClaimRef {
+            namespace: "ops".into(),
+            name: "try".into(),
+            uid: BY_HAND.into(),
+        },
+    )
+    .expect("allocation");
+    node.prepare_by_hand(
+        &cuslice_dra::claim::ClaimRef {
+            namespace: "ops".into(),
+            name: "try".into(),
+            uid: BY_HAND.into(),
+        },
+        &alloc,
+        &gpus(),
+    )
+    .expect("by hand");
+    let all = [TRAINER, INFER, JOB, IDLE, BY_HAND];
+
+    // All there: all kept.
+    let pass = cleanup::pass(&node, claims.as_ref()).await;
+    assert_eq!(
+        pass,
+        cleanup::Pass {
+            kept: 4,
+            by_hand: 1,
+            ..cleanup::Pass::default()
+        }
+    );
+    assert!(all.iter().all(|u| on_node(t.path(), u)));
+
+    // The pods went while the plugin was down: trainer deleted, job
+    // deleted and made again under its name, idle deallocated.
+    api.delete("team-a", "trainer");
+    api.put(rc("team-c", "job", "cccccccc-0000-4000-8000-000000000003"));
+    let mut idle = rc("team-d", "idle", IDLE);
+    idle.status = None;
+    api.put(idle);
+
+    // The API server failing, or answering 404 for the whole resource
+    // (not naming the claim), or not there at all: nothing is touched.
+    *answer.lock().expect("lock") = Answer::Failing;
+    let pass = cleanup::pass(&node, claims.as_ref()).await;
+    assert_eq!(
+        pass,
+        cleanup::Pass {
+            unchecked: 4,
+            by_hand: 1,
+            ..cleanup::Pass::default()
+        }
+    );
+    *answer.lock().expect("lock") = Answer::NotServed;
+    let pass = cleanup::pass(&node, claims.as_ref()).await;
+    assert_eq!((pass.unprepared.len(), pass.unchecked), (0, 4));
+    let closed = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = closed.local_addr().expect("addr");
+    drop(closed);
+    let unreachable = cuslice_dra::api::Kube(
+        kube::Client::try_from(kube::Config::new(
+            format!("http://{addr}").parse().expect("uri"),
+        ))
+        .expect("client"),
+    );
+    let pass = cleanup::pass(&node, &unreachable).await;
+    assert_eq!((pass.unprepared.len(), pass.unchecked), (0, 4));
+    assert!(all.iter().all(|u| on_node(t.path(), u)));
+
+    // Answering again: the next pass unprepares the three gone, looked up
+    // once and again under the node lock, and keeps infer and the claim
+    // prepared by hand.
+    *answer.lock().expect("lock") = Answer::Claims;
+    seen.lock().expect("lock").clear();
+    let pass = cleanup::pass(&node, claims.as_ref()).await;
+    assert_eq!(
+        pass,
+        cleanup::Pass {
+            unprepared: vec![TRAINER.into(), JOB.into(), IDLE.into()],
+            kept: 1,
+            by_hand: 1,
+            ..cleanup::Pass::default()
+        }
+    );
+    for uid in [TRAINER, JOB, IDLE] {
+        assert!(!on_node(t.path(), uid), "{uid} cleaned up");
+    }
+    assert!(on_node(t.path(), INFER) && on_node(t.path(), BY_HAND));
+    let gets = |name: &str| {
+        seen.lock()
+            .expect("lock")
+            .iter()
+            .filter(|s| s.ends_with(&format!("/resourceclaims/{name}")))
+            .count()
+    };
+    assert_eq!(
+        (gets("trainer"), gets("job"), gets("idle"), gets("infer")),
+        (2, 2, 2, 1)
+    );
+    // The kubelet's unprepare, should it come after all: nothing to do.
+    let r = unprepare(&ch, vec![claim("team-a", "trainer", TRAINER)]).await;
+    assert_eq!(r.claims[TRAINER].error, "");
+    // The next pass finds nothing more to do.
+    let pass = cleanup::pass(&node, claims.as_ref()).await;
+    assert_eq!((pass.unprepared.len(), pass.kept), (0, 1));
+    p.stop().await;
+}
+
+/// The plugin's cleanup runs at start (a claim deleted while the plugin
+/// was down) and then every interval (a claim deleted while it runs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cleanup_runs_at_start_and_then_every_interval() {
+    let t = tempfile::tempdir().expect("tmp");
+    let api = FakeClaims::default();
+    for (ns, name, uid) in [("team-a", "trainer", TRAINER), ("team-b", "infer", INFER)] {
+        api.put(resource_claim(
+            ns,
+            name,
+            uid,
+            DRIVER,
+            &[("memory", "8Gi"), ("compute", "10")],
+            None,
+        ));
+    }
+    let p = start(t.path(), Arc::new(api.clone())).await;
+    let (_, dra_sock) = paths(t.path());
+    let ch = dial(&dra_sock).await;
+    let r = prepare(
+        &ch,
+        vec![
+            claim("team-a", "trainer", TRAINER),
+            claim("team-b", "infer", INFER),
+        ],
+    )
+    .await;
+    assert!(r.claims.values().all(|c| c.error.is_empty()), "{r:?}");
+    drop(ch);
+    p.stop().await;
+    // Deleted while no plugin ran.
+    api.delete("team-a", "trainer");
+    let node = Arc::new(Node::open(node_config(t.path())).expect("node"));
+    let claims: Arc<dyn ClaimSource> = Arc::new(api.clone());
+    let lookups = || api.lookups.load(std::sync::atomic::Ordering::SeqCst);
+    let gone_within = |uid: &'static str| {
+        let t = t.path().to_path_buf();
+        async move {
+            for _ in 0..250 {
+                if !on_node(&t, uid) {
+                    return true;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            false
+        }
+    };
+    // A plugin started with an hour between passes: the one at start.
+    let cleaning = tokio::spawn(cuslice_dra::cleanup::keep_clean(
+        node.clone(),
+        claims.clone(),
+        std::time::Duration::from_secs(3600),
+    ));
+    assert!(gone_within(TRAINER).await, "cleaned up at start");
+    assert!(on_node(t.path(), INFER));
+    cleaning.abort();
+    let _ = cleaning.await;
+    // Every 200 ms: once its pass at start is done (infer looked up and
+    // kept), infer is deleted while it runs, and a later pass finds it.
+    let before = lookups();
+    let cleaning = tokio::spawn(cuslice_dra::cleanup::keep_clean(
+        node.clone(),
+        claims.clone(),
+        std::time::Duration::from_millis(200),
+    ));
+    for _ in 0..250 {
+        if lookups() > before {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(lookups() > before, "a pass at start");
+    assert!(on_node(t.path(), INFER), "kept: the API server has it");
+    api.delete("team-b", "infer");
+    assert!(gone_within(INFER).await, "cleaned up by a later pass");
+    cleaning.abort();
 }

@@ -649,6 +649,39 @@ impl Dir {
         Err(Error::os(&path, "cannot lock it", &e))
     }
 
+    /// [`Dir::lock`] waiting at most `wait`: `Ok(Err(file))` where another
+    /// still holds the lock then (the file opened for reading and writing,
+    /// for whatever its holder wrote in it). `flock` has no timeout: the
+    /// lock is tried again every few milliseconds, at most every 50 ms.
+    pub fn lock_within(
+        &self,
+        name: &str,
+        mode: u32,
+        wait: std::time::Duration,
+    ) -> Result<Result<std::fs::File, std::fs::File>, Error> {
+        let (f, path) = self.lock_file(name, mode)?;
+        let deadline = std::time::Instant::now() + wait;
+        let mut pause = std::time::Duration::from_millis(1);
+        loop {
+            // SAFETY: flock on a descriptor we hold.
+            if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+                return Ok(Ok(f));
+            }
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EWOULDBLOCK) => {}
+                Some(libc::EINTR) => continue,
+                _ => return Err(Error::os(&path, "cannot lock it", &e)),
+            }
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                return Ok(Err(f));
+            }
+            std::thread::sleep(pause.min(deadline - now));
+            pause = (pause * 2).min(std::time::Duration::from_millis(50));
+        }
+    }
+
     /// The lock file `name`: opened read-write, created with `mode` where
     /// missing, never through a link nor blocking, ours and of `mode`.
     fn lock_file(&self, name: &str, mode: u32) -> Result<(std::fs::File, PathBuf), Error> {
@@ -1083,6 +1116,47 @@ mod tests {
         std::os::unix::fs::symlink(t.join("c"), t.join("linked")).expect("link");
         assert!(d.try_lock("linked", 0o644).is_err());
         assert!(d.holds("c", b"two", 0o600), "not written through the link");
+        let _ = std::fs::remove_dir_all(&t);
+    }
+
+    #[test]
+    fn a_lock_is_waited_for_within_a_bound() {
+        use std::time::{Duration, Instant};
+        let t = tmp("lock-within");
+        let d = Dir::open(&t).expect("open");
+        // Free: taken at once, 0600.
+        let held = d
+            .lock_within("lock", 0o600, Duration::from_secs(5))
+            .expect("lock")
+            .expect("free");
+        assert_eq!(mode(&t.join("lock")), 0o600);
+        // Held by another open file description: not taken within the
+        // bound, the file handed back for what its holder wrote.
+        let start = Instant::now();
+        let other = d
+            .lock_within("lock", 0o600, Duration::from_millis(200))
+            .expect("lock");
+        assert!(other.is_err(), "held by the first");
+        assert!(start.elapsed() >= Duration::from_millis(200));
+        assert!(start.elapsed() < Duration::from_secs(3));
+        // Released while waiting: taken then.
+        let release = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            drop(held);
+        });
+        let start = Instant::now();
+        let got = d
+            .lock_within("lock", 0o600, Duration::from_secs(10))
+            .expect("lock");
+        assert!(got.is_ok(), "released");
+        assert!(start.elapsed() >= Duration::from_millis(250));
+        release.join().expect("joined");
+        // Never through a link.
+        std::os::unix::fs::symlink(t.join("lock"), t.join("linked")).expect("link");
+        assert!(
+            d.lock_within("linked", 0o600, Duration::from_millis(10))
+                .is_err()
+        );
         let _ = std::fs::remove_dir_all(&t);
     }
 

@@ -22,17 +22,26 @@
 //!   under an unpredictable name and removed without following links.
 //! - [`container`]: the records beside a slice's quota file: a container's
 //!   (`container.json`, the OCI hook's) and a DRA claim's (`claim.json`,
-//!   the plugin's).
+//!   the plugin's); a slice's directory read (quota file and records), and
+//!   a recorded container named, alike for `status` and the watch.
+//! - [`cdi`]: the CDI specs root writes for the container runtimes (the
+//!   command's `cuslice.io/gpu=all`, the DRA plugin's per-claim ones):
+//!   typed, their names checked as CDI checks them, the version the
+//!   content needs declared, the `cuslice oci-hook` hooks spelled once.
 //! - [`proc`]: what the host commands read of a process in `/proc` (its
 //!   stat, namespace inode, cgroup).
 //! - [`text`]: the one function that makes text from tenants (commands,
 //!   names, images, annotations, tenant names in segments, paths from their
 //!   environments) safe for a terminal or a log line.
+//! - [`watch_state`]: the state `cuslice watch` publishes
+//!   (`<root>/watch/state.json`) and `cuslice status` reads.
 //!
-//! No two modules import each other: `sys`, `text` and `proc` stand alone;
-//! `fs` is on `sys`; `inroot` on `sys` and `text`; `layout` on `fs`;
-//! `run_dir` on `fs` and `layout`; `container` on `proc` and `text`.
+//! No two modules import each other: `sys`, `text`, `proc` and `cdi` stand
+//! alone; `fs` is on `sys`; `inroot` on `sys` and `text`; `layout` on
+//! `fs`; `run_dir` on `fs` and `layout`; `container` on `fs`, `layout`,
+//! `proc` and `text`; `watch_state` on `fs`, `layout` and `text`.
 
+pub mod cdi;
 pub mod container;
 pub mod fs;
 pub mod inroot;
@@ -41,3 +50,4 @@ pub mod proc;
 pub mod run_dir;
 pub mod sys;
 pub mod text;
+pub mod watch_state;

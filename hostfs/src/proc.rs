@@ -2,6 +2,12 @@
 //! command shares: the OCI hook records a container's init and namespace
 //! with these, the watch maps processes to slices with them.
 
+/// How many of a process's descriptors (`/proc/<pid>/fd`) a host command
+/// looks at: the shim opens its segments early and `cuslice run` holds a
+/// handful, so a process that opens a million files costs a reading no
+/// more.
+pub const MAX_FDS: usize = 1024;
+
 /// `/proc/<pid>/stat`: the parent and the start time (clock ticks after
 /// boot), which with the PID names one process for good.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

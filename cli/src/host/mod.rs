@@ -4,9 +4,10 @@
 //! owns: [`fs`] (the one safe-fs primitive), [`layout`] (where the host's
 //! files are), [`run_dir`], [`container`] (the records), [`inroot`] (a
 //! container's root file system), [`sys`] (the descriptor-level calls),
-//! [`proc`] and [`text`].
+//! [`cdi`] (the CDI specs), [`proc`], [`text`] and [`watch_state`] (the
+//! state file `watch` writes and `status` reads).
 //!
 //! The commands (`oci`, `watch`, `status`, `run`) build on it and
 //! `cuslice-core`, never on each other.
 
-pub use cuslice_host::{container, fs, inroot, layout, proc, run_dir, sys, text};
+pub use cuslice_host::{cdi, container, fs, inroot, layout, proc, run_dir, sys, text, watch_state};

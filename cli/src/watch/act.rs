@@ -2,7 +2,10 @@
 //! from a verdict and the host's policy to an [`Action`]; the [`Executor`]
 //! that performs actions (signals through pidfds, the freezer, segment
 //! repairs); the [`Record`] of findings (one log line when a finding
-//! starts, when something is done about it and when it ends; the counts).
+//! starts, when something is done about it and when it ends; the counts);
+//! [`acted_on`], what an action leaves to the next passes' judging; and
+//! [`Actor::act`], the act step of a pass, which does all of that in
+//! order.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -12,14 +15,16 @@ use std::time::{Duration, Instant};
 use cuslice_core::gpu::audit::Expected;
 use cuslice_core::segment::Segment;
 
-use super::checks::{Case, History, Key, TAMPER_QUIET_NS, Verdict, slice_key};
 use super::config::{Policy, WatchConfig};
-use super::gpuseg;
-use super::log;
+use super::gpuseg::{self, Finding};
+use super::judge::compute::TAMPER_QUIET_NS;
+use super::judge::segments::gpu_segment_findings;
+use super::judge::{Case, History, Key, Verdict, slice_key};
+use super::log::log;
 use super::procfs::{ProcSource, Procfs};
 use super::slices::{SliceId, Slices};
-use super::state::{FindingView, Kind};
 use crate::host::text::{self, LINE_MAX};
+use crate::host::watch_state::{self, FindingView, Kind};
 
 /// What to do about a verdict.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -171,7 +176,7 @@ pub fn acted_on(h: &mut History, case: &Case, a: &Action) {
     if let Case::Compute { slice, gpu, .. } = case
         && matches!(a, Action::KillSlice(_) | Action::Freeze { .. })
     {
-        h.sustain.remove(&(slice.clone(), *gpu));
+        h.compute.sustain.remove(&(slice.clone(), *gpu));
     }
 }
 
@@ -184,10 +189,11 @@ pub struct Done {
     pub error: Option<String>,
     /// A repair's own findings (what it found as it repaired), which stand
     /// for the audit's.
-    pub found: Option<Vec<(String, String)>>,
+    pub found: Option<Vec<Finding>>,
 }
 
-/// A slice frozen by `freeze`: its processes and when they are let go.
+/// A slice frozen by `freeze`: its processes and when they are let go
+/// (the first pass that starts after that).
 struct Frozen {
     pids: Vec<(u32, u64)>,
     until: Instant,
@@ -207,9 +213,14 @@ fn pid_list(pids: &[u32]) -> String {
 }
 
 impl Executor {
-    /// The slices serving a freeze, per GPU.
-    pub fn frozen(&self) -> HashSet<(SliceId, u32)> {
-        self.frozen.keys().cloned().collect()
+    /// The slices serving a freeze at `at` (a pass's time), per GPU:
+    /// those [`thaw`](Self::thaw) does not let go at `at`.
+    pub fn frozen_at(&self, at: Instant) -> HashSet<(SliceId, u32)> {
+        self.frozen
+            .iter()
+            .filter(|(_, f)| f.until > at)
+            .map(|(k, _)| k.clone())
+            .collect()
     }
 
     fn signal_all(pids: &[(u32, u64)], sig: libc::c_int) -> Vec<u32> {
@@ -305,13 +316,13 @@ impl Executor {
         }
     }
 
-    /// Lets frozen slices go once their time is up (all of them: `all`).
-    pub fn thaw(&mut self, all: bool, slices: &Slices) {
-        let now = Instant::now();
+    /// Lets frozen slices go whose time was up at `by` (all of them:
+    /// None).
+    pub fn thaw(&mut self, by: Option<Instant>, slices: &Slices) {
         let due: Vec<(SliceId, u32)> = self
             .frozen
             .iter()
-            .filter(|(_, f)| all || f.until <= now)
+            .filter(|(_, f)| by.is_none_or(|t| f.until <= t))
             .map(|(k, _)| k.clone())
             .collect();
         for k in due {
@@ -327,6 +338,67 @@ impl Executor {
                 ));
             }
         }
+    }
+}
+
+/// What acting keeps from pass to pass: the freezes it serves, the
+/// findings it records.
+#[derive(Default)]
+pub struct Actor {
+    pub executor: Executor,
+    pub record: Record,
+}
+
+impl Actor {
+    /// The act step of pass `pass`, after it was judged: first lets go the
+    /// freezes whose time was up at `at`, the pass's time (the judge was
+    /// given the others, [`Executor::frozen_at`]), then, verdict by
+    /// verdict in the order they were judged, decides, performs and
+    /// records; what acting leaves to the next passes goes into `next`,
+    /// the history the judge returned ([`acted_on`]). Findings this pass
+    /// did not find again end. Returns the lines for the state's errors.
+    pub fn act(
+        &mut self,
+        pass: u64,
+        at: Instant,
+        verdicts: Vec<Verdict>,
+        next: &mut History,
+        cfg: &WatchConfig,
+        slices: &Slices,
+    ) -> Vec<String> {
+        self.executor.thaw(Some(at), slices);
+        let mut errors = vec![];
+        for v in verdicts {
+            let action = decide(&v, cfg);
+            match v {
+                Verdict::Found { key, view, case } => {
+                    acted_on(next, &case, &action);
+                    let done = self.executor.perform(action, slices);
+                    self.record.found(pass, key, view, done.action);
+                }
+                Verdict::Stands(key) => self.record.stands(pass, &key),
+                Verdict::GpuSegment {
+                    path,
+                    gpu,
+                    findings,
+                    ..
+                } => {
+                    let done = self.executor.perform(action, slices);
+                    errors.extend(done.error);
+                    // What a repair found as it wrote stands for what the
+                    // audit found: worded by the same rule.
+                    let findings = done
+                        .found
+                        .map_or(findings, |f| gpu_segment_findings(&path, gpu, &f));
+                    for (key, view) in findings {
+                        self.record.found(pass, key, view, done.action.clone());
+                    }
+                }
+                Verdict::Unseen(e) => errors.push(e),
+            }
+        }
+        self.record.end_unseen(pass);
+        errors
     }
 }
 
@@ -429,7 +501,7 @@ impl Record {
                     .entry((view.kind, view.tenant.clone()))
                     .or_insert(0) += 1;
                 view.action = act;
-                view.since_unix = super::state::now_unix();
+                view.since_unix = watch_state::now_unix();
                 self.active.insert(key, Active { view, seen: pass });
             }
         }
@@ -469,7 +541,6 @@ impl Record {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::watch::checks::Case;
 
     fn found(case: Case) -> Verdict {
         Verdict::Found {
@@ -587,5 +658,201 @@ mod tests {
         // Found again later: a new finding.
         r.found(5, key, view, None);
         assert_eq!(r.counts().map(|(_, n)| *n).collect::<Vec<_>>(), [2]);
+    }
+
+    // ---- What the judge finds on snapshots written by hand, acted on ----
+
+    use crate::watch::judge::fixtures::*;
+    use crate::watch::judge::{History, judge};
+    use cuslice_core::config::format_uuid;
+    use cuslice_core::segment::{READY_STATE, RawDevice};
+
+    #[test]
+    fn an_unregistered_process_is_reported_at_once_and_acted_on_only_when_seen_in_two_passes_in_a_row()
+     {
+        let cfg = policy(Policy::Kill);
+        let at = unregistered_at;
+        let (v, h) = judge(&at(1, false), &History::default(), &cfg);
+        // Found, logged, not killed: the first sighting.
+        assert_eq!(decide(&v[0], &cfg), Action::Report);
+        // Seen again in the next pass: killed.
+        let (v, _) = judge(&at(2, false), &h, &cfg);
+        assert_eq!(
+            decide(&v[0], &cfg),
+            Action::KillProcess { pid: 7, start: 70 }
+        );
+    }
+
+    #[test]
+    fn memory_over_quota_kills_the_newest_and_a_quota_given_by_index_is_never_acted_on() {
+        let at = memory_at;
+        let kill = policy(Policy::Kill);
+        let (v, _) = judge(&at(MEM_1G), &History::default(), &kill);
+        assert_eq!(decide(&v[0], &kill), Action::KillNewest(vec![(20, 200)]));
+        // Stopping a process gives no memory back: reported under freeze.
+        assert_eq!(decide(&v[0], &policy(Policy::Freeze)), Action::Report);
+        assert_eq!(decide(&v[0], &policy(Policy::Report)), Action::Report);
+        // By index: NVML's index need not be the GPU the container calls
+        // so.
+        let (v, _) = judge(
+            &at("[device.0]\nmemory = \"1GiB\"\n"),
+            &History::default(),
+            &kill,
+        );
+        assert_eq!(
+            decide(&v[0], &kill),
+            Action::Hold("not acted on: the quota file gives this quota by index".into())
+        );
+    }
+
+    #[test]
+    fn a_compute_finding_sustained_kills_the_slices_processes_on_its_gpu() {
+        let cfg = policy(Policy::Kill);
+        let (_, h) = judge(&two_tenants(1, 75.0, true, 0, 0), &History::default(), &cfg);
+        let (v, _) = judge(&two_tenants(2, 75.0, true, 0, 0), &h, &cfg);
+        assert_eq!(decide(&v[0], &cfg), Action::KillSlice(vec![(10, 100)]));
+    }
+
+    #[test]
+    fn compute_on_a_gpu_whose_segment_was_tampered_with_lately_is_reported_only() {
+        let cfg = WatchConfig {
+            compute_sustain: 1,
+            ..policy(Policy::Kill)
+        };
+        let at = |ago: u64| {
+            let mut h = History::default();
+            h.segments.tampered.insert(0, NOW - ago);
+            let (v, _) = judge(&two_tenants(1, 75.0, true, 0, 0), &h, &cfg);
+            assert_eq!(v.len(), 1, "{v:?}");
+            decide(&v[0], &cfg)
+        };
+        assert_eq!(
+            at(9 * SECOND),
+            Action::Hold(
+                "not acted on: GPU 0's segment was tampered with within 10s (the split may be forged)"
+                    .into()
+            )
+        );
+        assert_eq!(at(11 * SECOND), Action::KillSlice(vec![(10, 100)]));
+        // Another GPU's tamper says nothing about this one.
+        let mut h = History::default();
+        h.segments.tampered.insert(1, NOW);
+        let (v, _) = judge(&two_tenants(1, 75.0, true, 0, 0), &h, &cfg);
+        assert!(matches!(
+            cases(&v)[..],
+            [Case::Compute { forged: false, .. }]
+        ));
+    }
+
+    #[test]
+    fn a_share_given_by_index_is_reported_only_in_every_policy() {
+        let cfg = WatchConfig {
+            compute_sustain: 1,
+            ..policy(Policy::Report)
+        };
+        let mut s = two_tenants(1, 75.0, true, 0, 0);
+        s.slices.get_mut(&a()).expect("a").quota =
+            Some(quota("[device.0]\ncompute = 20\ncompute_max = 40\n"));
+        let (v, _) = judge(&s, &History::default(), &cfg);
+        assert!(matches!(
+            cases(&v)[..],
+            [Case::Compute { certain: false, .. }]
+        ));
+        for p in [Policy::Report, Policy::Kill, Policy::Freeze] {
+            assert_eq!(
+                decide(&v[0], &policy(p)),
+                Action::Hold(
+                    "not acted on: the quota file gives this share or ceiling by index".into()
+                )
+            );
+        }
+    }
+
+    #[test]
+    fn a_compute_finding_not_acted_on_stands_and_one_acted_on_must_last_again() {
+        // Judge, decide and leave to the next pass, as the watch does; the
+        // passes in which the slice's compute finding is found.
+        let found_in = |q: &str, p: Policy| {
+            let cfg = policy(p);
+            let mut h = History::default();
+            let mut found = vec![];
+            for pass in 1..=5 {
+                let mut s = two_tenants(pass, 75.0, true, 0, 0);
+                s.slices.get_mut(&a()).expect("a").quota = Some(quota(q));
+                let (v, mut next) = judge(&s, &h, &cfg);
+                for v in &v {
+                    if let Verdict::Found { case, .. } = v {
+                        acted_on(&mut next, case, &decide(v, &cfg));
+                        found.push(pass);
+                    }
+                }
+                h = next;
+            }
+            found
+        };
+        let by_uuid = format!(
+            "[device.\"{}\"]\ncompute = 20\ncompute_max = 40\n",
+            format_uuid(&GPU0)
+        );
+        let by_index = "[device.0]\ncompute = 20\ncompute_max = 40\n";
+        // Reported, or not acted on: found in every pass once sustained.
+        assert_eq!(found_in(&by_uuid, Policy::Report), [2, 3, 4, 5]);
+        assert_eq!(found_in(by_index, Policy::Kill), [2, 3, 4, 5]);
+        // Killed: it must last two passes again (here the fake slice
+        // lives on).
+        assert_eq!(found_in(&by_uuid, Policy::Kill), [2, 4]);
+    }
+
+    #[test]
+    fn a_memory_segment_entry_is_restored_unless_repair_is_off_or_its_quota_is_given_by_index() {
+        let cfg = policy(Policy::Report);
+        let at = |q: &str, e: RawDevice| judge(&memory_entry_at(q, e), &History::default(), &cfg).0;
+        let v = at(MEM_1G, entry(0, GPU0, READY_STATE, 2 * G));
+        assert_eq!(
+            decide(&v[0], &cfg),
+            Action::RestoreQuota {
+                slice: a(),
+                entry: 0,
+                uuid: Some(GPU0),
+                limit: G
+            }
+        );
+        let no_repair = WatchConfig {
+            repair: false,
+            ..cfg.clone()
+        };
+        assert_eq!(decide(&v[0], &no_repair), Action::Report);
+        // A quota given by index: reported, never restored.
+        let v = at(
+            "[device.0]\nmemory = \"1GiB\"\n",
+            entry(0, GPU0, READY_STATE, 2 * G),
+        );
+        assert_eq!(
+            decide(&v[0], &cfg),
+            Action::Hold("not restored (the quota file gives it by index)".into())
+        );
+    }
+
+    #[test]
+    fn a_tampered_gpu_segment_is_repaired_at_once_unless_repair_is_off() {
+        let cfg = policy(Policy::Report);
+        let (v, _) = judge(
+            &gpu_segments_read(forged_share()),
+            &History::default(),
+            &cfg,
+        );
+        assert_eq!(
+            decide(&v[0], &cfg),
+            Action::RepairGpuSegment {
+                path: PathBuf::from(GPU_SEGMENT),
+                expected: vec![],
+                at_ns: NOW
+            }
+        );
+        let no_repair = WatchConfig {
+            repair: false,
+            ..cfg
+        };
+        assert_eq!(decide(&v[0], &no_repair), Action::Report);
     }
 }

@@ -6,28 +6,38 @@
 //! audits the segments, and acts by the host's policy
 //! (`config`): report, kill or freeze. What it finds is one log line when
 //! it starts, when something is done about it and when it ends, a counter
-//! in the exporter and a row in `cuslice status` (`state`).
+//! in the exporter and a row in `cuslice status` (the state file,
+//! `host::watch_state`).
 //!
-//! A pass is observe, judge, act:
+//! A pass is observe, judge, act, in that order:
 //!
 //! - `observe` reads NVML, `/proc` and the segments into a `snapshot`
 //!   (plain data; the only part of a pass that reads the host);
-//! - `checks` judges the snapshot: pure functions of it, of what earlier
-//!   passes left (`checks::History`) and of the configuration, returning
-//!   verdicts (unit-tested on snapshots written by hand);
+//! - `judge` judges the snapshot, one rule per module: pure functions of
+//!   it, of what earlier passes left (`judge::History`, each rule its
+//!   part) and of the configuration, returning verdicts (unit-tested on
+//!   snapshots written by hand);
 //! - `act` maps each verdict and the policy to an action (`act::decide`,
 //!   the one place that does), performs it (signals, the freezer, segment
-//!   repairs) and records the finding (log lines, counts, `state`).
+//!   repairs) and records the finding (log lines, counts, the state);
+//!   what it leaves to the next passes goes into the history
+//!   (`act::acted_on`, the freezes still served).
+//!
+//! Beside them: `slices` (whose a host process is), `procfs`, `gpuseg`
+//! (core's GPU segment audit and repair), `tenant` (what observe and the
+//! judge agree on about a tenant), `config` and `log`. No two of these
+//! import each other.
 
 pub mod act;
-pub mod checks;
 pub mod config;
 pub mod gpuseg;
+pub mod judge;
+pub mod log;
 pub mod observe;
 pub mod procfs;
 pub mod slices;
 pub mod snapshot;
-pub mod state;
+pub mod tenant;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -35,13 +45,13 @@ use std::time::{Duration, Instant};
 
 use crate::host::fs::Dir;
 use crate::host::layout::{Layout, WATCH_DIR, WATCH_LOCK};
-use crate::host::text::{self, LINE_MAX};
+use crate::host::watch_state::{self, Count, WatchState, now_unix};
 use crate::nvml::Nvml;
-use act::{Executor, Record};
-use checks::{History, Verdict};
+use act::Actor;
 use config::{Policy, WatchConfig};
+use judge::History;
+use log::log;
 use observe::Observer;
-use state::{Count, WatchState};
 
 /// `cuslice watch`'s flags (they override the file).
 #[derive(clap::Args)]
@@ -69,15 +79,6 @@ extern "C" fn on_stop(_: libc::c_int) {
     STOP.store(true, Ordering::Relaxed);
 }
 
-/// One line of the log. The values from tenants in it were escaped where
-/// they entered the watch (slice labels, segment tenant names, findings);
-/// the whole line is escaped again (idempotent) and bounded, for the paths
-/// from a session's environment and whatever a later message adds: one
-/// call, one line, whatever it holds.
-fn log(line: &str) {
-    eprintln!("cuslice watch: {}", text::clean_to(line, LINE_MAX));
-}
-
 fn cpu_seconds() -> f64 {
     // SAFETY: an all-zero rusage is a valid value; getrusage fills it.
     let mut u: libc::rusage = unsafe { std::mem::zeroed() };
@@ -91,8 +92,7 @@ pub struct Watch {
     cfg: WatchConfig,
     observer: Observer,
     history: History,
-    executor: Executor,
-    record: Record,
+    actor: Actor,
     pass: u64,
     started: f64,
     last_pass: f64,
@@ -104,50 +104,42 @@ pub struct Watch {
 }
 
 impl Watch {
-    /// One pass: observe, judge, act.
+    /// One pass: observe, judge, act. The judge is given what the
+    /// earlier passes left (acting included: the freezes still served at
+    /// the pass's time, the compute counts an action restarted); acting
+    /// leaves its part in the history the judge returned.
     pub fn pass(&mut self) {
         self.pass += 1;
         let pass = self.pass;
         self.errors.clear();
+
+        // Observe.
         for n in self.observer.refresh() {
             log(&n);
         }
-        self.executor.thaw(false, &self.observer.slices);
-
+        // The pass's time, before NVML is read: a freeze whose time is up
+        // by then ends in this pass, and its slice is judged again.
+        let at = Instant::now();
         let snap = self.observer.observe(pass);
         self.gpu_processes = snap.nvml_pids.len() as u32;
         self.errors.extend(snap.errors.iter().cloned());
 
-        self.history.frozen = self.executor.frozen();
-        let (verdicts, next) = checks::judge(&snap, &self.history, &self.cfg);
+        // Judge.
+        self.history.compute.frozen = self.actor.executor.frozen_at(at);
+        let (verdicts, mut next) = judge::judge(&snap, &self.history, &self.cfg);
+
+        // Act.
+        let errors = self.actor.act(
+            pass,
+            at,
+            verdicts,
+            &mut next,
+            &self.cfg,
+            &self.observer.slices,
+        );
+        self.errors.extend(errors);
         self.history = next;
-
-        for v in verdicts {
-            let action = act::decide(&v, &self.cfg);
-            match v {
-                Verdict::Found { key, view, case } => {
-                    act::acted_on(&mut self.history, &case, &action);
-                    let done = self.executor.perform(action, &self.observer.slices);
-                    self.record.found(pass, key, view, done.action);
-                }
-                Verdict::Stands(key) => self.record.stands(pass, &key),
-                Verdict::GpuSegment {
-                    path, gpu, found, ..
-                } => {
-                    let done = self.executor.perform(action, &self.observer.slices);
-                    self.errors.extend(done.error);
-                    let found = done.found.unwrap_or(found);
-                    for (key, view) in checks::gpu_segment_findings(&path, gpu, &found) {
-                        self.record.found(pass, key, view, done.action.clone());
-                    }
-                }
-                Verdict::Unseen(e) => self.errors.push(e),
-            }
-        }
-
-        // Findings not seen in this pass have ended.
-        self.record.end_unseen(pass);
-        self.last_pass = state::now_unix();
+        self.last_pass = now_unix();
     }
 
     fn state(&self, running: bool) -> WatchState {
@@ -164,8 +156,9 @@ impl Watch {
             last_pass_cpu_seconds: self.last_cpu,
             slices: self.observer.slices.all().count() as u32,
             gpu_processes: self.gpu_processes,
-            findings: self.record.views(),
+            findings: self.actor.record.views(),
             counts: self
+                .actor
                 .record
                 .counts()
                 .map(|((kind, tenant), n)| Count {
@@ -257,10 +250,9 @@ pub fn run(a: WatchArgs) -> Result<(), String> {
         observer: Observer::new(nvml, devices, &cfg.root),
         cfg,
         history: History::default(),
-        executor: Executor::default(),
-        record: Record::default(),
+        actor: Actor::default(),
         pass: 0,
-        started: state::now_unix(),
+        started: now_unix(),
         last_pass: 0.0,
         last_cpu: 0.0,
         errors: vec![],
@@ -291,7 +283,7 @@ pub fn run(a: WatchArgs) -> Result<(), String> {
             log(&e);
         }
         said = Some(e);
-        if let Err(e) = state::write(&w.state_dir, &w.state(true)) {
+        if let Err(e) = watch_state::write(&w.state_dir, &w.state(true)) {
             log(&e);
         }
         next += w.cfg.interval;
@@ -310,8 +302,8 @@ pub fn run(a: WatchArgs) -> Result<(), String> {
     if let Some(n) = &notify {
         n.send("STOPPING=1");
     }
-    w.executor.thaw(true, &w.observer.slices);
-    let _ = state::write(&w.state_dir, &w.state(false));
+    w.actor.executor.thaw(None, &w.observer.slices);
+    let _ = watch_state::write(&w.state_dir, &w.state(false));
     log("stopped");
     Ok(())
 }

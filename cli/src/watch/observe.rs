@@ -20,7 +20,6 @@ use cuslice_core::config::parse_uuid;
 use cuslice_core::gpu::{GpuSegment, MAX_PROCS, PROC_FREE, monotonic_ns};
 use cuslice_core::segment::Segment;
 
-use super::checks;
 use super::gpuseg;
 use super::procfs::{self, ProcSource, Procfs};
 use super::slices::{Owner, SliceId, Slices};
@@ -28,6 +27,7 @@ use super::snapshot::{
     Device, GpuSegReading, GpuSnap, ProcSnap, Registration, SliceSnap, SlotReading, Snapshot,
     TenantReading,
 };
+use super::tenant;
 use crate::host::layout::Layout;
 use crate::nvml::{DeviceHandle, GpuProcess, Nvml, sample_period_us, sample_window_us};
 
@@ -444,7 +444,7 @@ impl Observer {
     }
 
     /// For each process the shim would have registered
-    /// (`checks::registers`): its PID as it sees itself, then what can
+    /// (`tenant::registers`): its PID as it sees itself, then what can
     /// still change the verdict (see [`Registration`]), read after the
     /// slots.
     fn read_registrations(&mut self, snap: &mut Snapshot) {
@@ -458,10 +458,10 @@ impl Observer {
                     continue;
                 };
                 let Some(cfg) = &slice.quota else { continue };
-                if !checks::registers(cfg, g.index, &uuid) {
+                if !tenant::registers(cfg, g.index, &uuid) {
                     continue;
                 }
-                let reg = checks::registered_pids(&slice.slots);
+                let reg = tenant::registered_pids(&slice.slots);
                 let inner = *self
                     .inner
                     .entry((p.pid, p.start))
@@ -490,7 +490,7 @@ impl Observer {
                     }
                     r.maps_segment = Some(maps);
                 }
-                if !checks::is_registered(&reg, &r) {
+                if !tenant::is_registered(&reg, &r) {
                     r.exiting = Some(exiting(p.pid));
                 }
                 p.registration = Some(r);
@@ -517,7 +517,7 @@ impl Observer {
                 let Ok(uuid) = parse_uuid(&d.uuid) else {
                     continue;
                 };
-                let expected = checks::expected_tenants(
+                let expected = tenant::expected_tenants(
                     self.slices.all().filter(|s| s.gpu_dir == dir),
                     d.index,
                     &uuid,

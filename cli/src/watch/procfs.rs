@@ -7,7 +7,7 @@ use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::PathBuf;
 
-pub use crate::host::proc::{Stat, cgroup_of, ns_inode};
+pub use crate::host::proc::{MAX_FDS, Stat, cgroup_of, ns_inode};
 
 pub trait ProcSource {
     fn stat(&self, pid: u32) -> Option<Stat>;
@@ -34,10 +34,6 @@ pub trait ProcSource {
     /// directory, whose name is unpredictable, is found.
     fn fd_paths(&self, pid: u32) -> Vec<PathBuf>;
 }
-
-/// How many of a process's descriptors [`ProcSource::fd_paths`] looks at
-/// (`cuslice run` holds a handful).
-pub const MAX_FDS: usize = 1024;
 
 pub struct Procfs;
 

@@ -60,14 +60,14 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::{OsStr, OsString};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use cuslice_core::config::{self, Config};
 
 use super::procfs::ProcSource;
-use crate::host::container::{self, ClaimRecord, ContainerMeta};
+use crate::host::container::{describe, read_claim_record, read_quota, read_record, short_id};
 use crate::host::fs::{self, Dir, Kind};
 use crate::host::layout::{
     self, CLAIM_RECORD, CLAIMS_DIR, CONTAINER_RECORD, CONTAINERS_DIR, Layout, QUOTA_FILE, SliceDir,
@@ -221,10 +221,6 @@ pub struct Slices {
     pub notes: Vec<String>,
 }
 
-fn short(id: &str) -> String {
-    id.chars().take(12).collect()
-}
-
 /// `cuslice run [flags] -- prog args`: `prog args`, escaped and cut to 60
 /// characters (the user's command goes into one-line log messages).
 fn run_command(args: &[String]) -> String {
@@ -244,19 +240,10 @@ fn run_command(args: &[String]) -> String {
 /// Whose uid an owner check of a session's files names.
 const SESSION: &str = "the session's";
 
-/// Reads and parses the quota file at `path` (`shown` names it), a
-/// regular file of at most [`config::MAX_FILE_BYTES`] owned by `owner` if
-/// given: a FIFO, a link to /dev/zero or a huge file never stalls the
-/// watch.
-fn read_quota(dir: BorrowedFd, shown: &Path, owner: Option<u32>) -> Result<Config, String> {
-    let text = fs::read_checked_at(
-        Some(dir),
-        Path::new(QUOTA_FILE),
-        owner.map(|u| (u, SESSION)),
-        config::MAX_FILE_BYTES,
-    )
-    .map_err(|e| format!("{}: {e}", shown.display()))?;
-    config::parse_file(shown, &text).map_err(|e| e.to_string())
+/// The owner the watch requires of the records and claim files under the
+/// hook's root: itself (root, in production).
+fn ours() -> Option<(u32, &'static str)> {
+    Some((crate::host::sys::euid(), "the watch's"))
 }
 
 /// The run directory `name` in `base` (a path as the watch reaches it:
@@ -564,15 +551,14 @@ impl Slices {
     /// Claim `uid`'s slice, `members` the labels of the containers whose
     /// records name it (for the note on a claim that cannot be checked).
     fn load_claim(&mut self, uid: &str, members: &[String]) -> Slice {
-        let shown = text::clean(&short(uid));
+        let shown = text::clean(&short_id(uid));
         let dir = self.layout.open_claim(uid);
         // The plugin's record, for the label: best effort (a claim is
         // judged whatever its record says).
         let record = dir
             .as_ref()
             .ok()
-            .and_then(|d| d.read_file(CLAIM_RECORD, container::CLAIM_RECORD_MAX).ok())
-            .and_then(|t| serde_json::from_str::<ClaimRecord>(&t).ok())
+            .and_then(|d| read_claim_record(d, ours()))
             .and_then(|r| r.namespaced_name());
         let label = match record {
             Some(n) => format!("DRA claim {} ({shown})", text::clean(&n)),
@@ -637,10 +623,7 @@ impl Slices {
         let record = paths.record().unwrap_or_default();
         // The hook writes the quota file, then container.json: until both
         // are there, try again at the next pass.
-        let meta_text = dir
-            .read_file(CONTAINER_RECORD, container::RECORD_MAX)
-            .ok()?;
-        let meta: Option<ContainerMeta> = serde_json::from_str(&meta_text).ok();
+        let meta = read_record(dir, ours()).ok()?;
         // A container of a DRA claim is judged with the claim's other
         // containers, against the claim's quota file (`refresh_claims`):
         // its own copy is not read.
@@ -652,7 +635,7 @@ impl Slices {
                 Ok(c) => Some(c),
                 Err(e) => {
                     self.notes
-                        .push(format!("container {}: {e}: not checked", short(id)));
+                        .push(format!("container {}: {e}: not checked", short_id(id)));
                     None
                 }
             },
@@ -661,9 +644,9 @@ impl Slices {
         // the tenant's, escaped by `describe`.
         let label = match &meta {
             Some(m) if m.name.is_some() || m.pod.is_some() || m.image.is_some() => {
-                format!("container {} ({})", crate::status::describe(m), short(id))
+                format!("container {} ({})", describe(m), short_id(id))
             }
-            _ => format!("container {}", short(id)),
+            _ => format!("container {}", short_id(id)),
         };
         let (pid_ns, cgroup) = meta
             .as_ref()
@@ -699,7 +682,7 @@ impl Slices {
                 (Some(c), _) => c.tenant_name(),
                 // A claim's container registers as the claim's tenant.
                 (None, Some(_)) => String::new(),
-                (None, None) => format!("ctr-{}", short(id)),
+                (None, None) => format!("ctr-{}", short_id(id)),
             },
             tag: quota.as_ref().map_or(0, Config::slice_tag),
             label,
@@ -778,7 +761,7 @@ impl Slices {
         // from its descriptor.
         let name = run_dir.file_name().unwrap_or_default();
         let cfg = match open_run_dir(&p.in_root(pid, &base), name, &run_dir, uid)
-            .and_then(|d| read_quota(d.as_fd(), &shown, Some(uid)))
+            .and_then(|d| read_quota(d.as_fd(), &shown, Some((uid, SESSION))))
         {
             Ok(c) => c,
             Err(e) => {

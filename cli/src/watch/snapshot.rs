@@ -1,13 +1,13 @@
 //! What one pass of the watch saw, as plain data: built by `observe` (the
 //! only part of a pass that reads NVML, `/proc` and the segments), judged
-//! by `checks`. Nothing here does I/O, so a check can be tested on a
+//! by `judge`. Nothing here does I/O, so a rule can be tested on a
 //! snapshot written by hand.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 use cuslice_core::config::Config;
-use cuslice_core::gpu::audit::Expected;
+use cuslice_core::gpu::audit::{Expected, Finding};
 use cuslice_core::segment::RawDevice;
 
 use super::slices::{Owner, SliceId};
@@ -72,12 +72,12 @@ pub struct ProcSnap {
     pub owner: Owner,
     /// What tells whether it registered with the shim; None where that was
     /// not looked at: outside a slice, or in one where the shim would not
-    /// register it on this GPU (`checks::registers`).
+    /// register it on this GPU (`tenant::registers`).
     pub registration: Option<Registration>,
 }
 
 /// The evidence of a process's registration with the shim. Only what can
-/// change the verdict is read (`checks::is_registered`): the segment
+/// change the verdict is read (`tenant::is_registered`): the segment
 /// mapping where its PID is in a live slot, the exiting flag where the
 /// registration is not proven (and then after the slots were read, so that
 /// a process that gave its slot back on its way out is seen exiting).
@@ -146,11 +146,12 @@ pub struct GpuSegReading {
     pub path: PathBuf,
     /// NVML's index of its GPU.
     pub gpu: u32,
-    /// The tenants it is judged against (`checks::expected_tenants`).
+    /// The tenants it is judged against (`tenant::expected_tenants`).
     pub expected: Vec<Expected>,
     /// CLOCK_MONOTONIC (ns) of the audit.
     pub at_ns: u64,
-    /// What the audit found (tenant or `-`, one escaped line each), or why
-    /// the file could not be read.
-    pub found: Result<Vec<(String, String)>, String>,
+    /// What the audit found (core's findings, tenant names as the segment
+    /// holds them: the judge escapes them where it words its findings),
+    /// or why the file could not be read.
+    pub found: Result<Vec<Finding>, String>,
 }

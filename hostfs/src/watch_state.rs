@@ -1,10 +1,13 @@
-//! What the watch publishes for `cuslice status` and the exporter:
-//! `<root>/watch/state.json`, replaced atomically after every pass.
+//! What `cuslice watch` publishes for `cuslice status`, `top` and the
+//! exporter: `<root>/watch/state.json`, replaced atomically after every
+//! pass. A host file two commands share: its format, its writing (the
+//! watch) and its reading (status) are here, so that neither command
+//! imports the other.
 
 use serde::{Deserialize, Serialize};
 
-use crate::host::fs::Dir;
-use crate::host::layout::{Layout, WATCH_DIR, WATCH_STATE};
+use crate::fs::Dir;
+use crate::layout::{Layout, WATCH_DIR, WATCH_STATE};
 
 /// What a finding is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -119,10 +122,10 @@ pub fn read(layout: &Layout) -> Option<WatchState> {
 }
 
 impl FindingView {
-    /// Escaped and bounded by [`text`](crate::host::text): a finding
-    /// carries tenant names, container labels and paths from tenants.
+    /// Escaped and bounded by [`text`](crate::text): a finding carries
+    /// tenant names, container labels and paths from tenants.
     pub fn for_display(self) -> FindingView {
-        use crate::host::text::{LINE_MAX, clean, clean_to};
+        use crate::text::{LINE_MAX, clean, clean_to};
         FindingView {
             tenant: clean(&self.tenant),
             slice: clean_to(&self.slice, LINE_MAX),
@@ -139,7 +142,7 @@ impl WatchState {
     /// Every string escaped and bounded: what `cuslice status` reads back
     /// (the watch escaped them already; escaping is idempotent).
     pub fn for_display(self) -> WatchState {
-        use crate::host::text::{LINE_MAX, clean, clean_to};
+        use crate::text::{LINE_MAX, clean, clean_to};
         WatchState {
             policy: clean(&self.policy),
             findings: self

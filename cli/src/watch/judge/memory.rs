@@ -1,0 +1,247 @@
+//! Memory: a slice's processes on a GPU over its quota there (NVML's
+//! figures summed, against the quota plus a tolerance plus an allowance
+//! per process), and which of them to kill: the newest first, until the
+//! rest is allowed again. Nothing carried between passes.
+
+use super::verdict::{Case, Verdict, size, slice_key, view};
+use crate::host::watch_state::Kind;
+use crate::watch::config::WatchConfig;
+use crate::watch::slices::SliceId;
+use crate::watch::snapshot::{GpuSnap, ProcSnap, SliceSnap};
+use crate::watch::tenant::memory_quota;
+
+/// `memory`: the slice's processes on this GPU over its quota there
+/// ([`memory_over`]).
+pub fn memory(
+    gpu: &GpuSnap,
+    id: &SliceId,
+    slice: &SliceSnap,
+    procs: &[&ProcSnap],
+    cfg: &WatchConfig,
+) -> Option<Verdict> {
+    let (Some(q), Some(uuid)) = (&slice.quota, &gpu.uuid_bytes) else {
+        return None;
+    };
+    let (Some(quota), certain) = memory_quota(q, gpu.index, uuid) else {
+        return None;
+    };
+    let seen: Vec<Seen> = procs
+        .iter()
+        .map(|p| Seen {
+            pid: p.pid,
+            start: p.start,
+            used: p.used,
+        })
+        .collect();
+    let over = memory_over(&seen, quota, cfg.memory_tolerance, cfg.process_allowance)?;
+    let pids: Vec<String> = procs.iter().map(|p| p.pid.to_string()).collect();
+    let what = format!(
+        "{} pid{} {}: GPU {} memory {} > quota {} (+{} tolerance, +{} per process)",
+        slice.label,
+        if pids.len() == 1 { "" } else { "s" },
+        pids.join(","),
+        gpu.index,
+        size(over.used),
+        size(quota),
+        size(cfg.memory_tolerance),
+        size(cfg.process_allowance)
+    );
+    Some(Verdict::Found {
+        key: (Kind::Memory, slice_key(id), Some(gpu.index), None),
+        view: view(
+            Kind::Memory,
+            &slice.tenant,
+            &slice.label,
+            Some(gpu.index),
+            None,
+            size(over.used),
+            size(quota),
+            what,
+        ),
+        case: Case::Memory {
+            kill: over.kill,
+            certain,
+        },
+    })
+}
+
+/// One process of a slice on one GPU, as NVML sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Seen {
+    pub pid: u32,
+    /// Its start time (with the PID, names the process).
+    pub start: u64,
+    /// Device memory NVML says it uses (None: NVML cannot tell).
+    pub used: Option<u64>,
+}
+
+/// A slice over its memory quota on a GPU.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemoryOver {
+    pub used: u64,
+    pub quota: u64,
+    /// Quota + tolerance + allowance per process listed: what is allowed.
+    pub allowed: u64,
+    /// What `kill` kills, newest first, until what is left is allowed
+    /// (PID, start time).
+    pub kill: Vec<(u32, u64)>,
+}
+
+/// Memory: the processes' NVML figures summed, against the quota plus the
+/// tolerance plus an allowance per process. The processes to kill are the
+/// newest first, until the rest (with its own allowance) is allowed again.
+pub fn memory_over(
+    procs: &[Seen],
+    quota: u64,
+    tolerance: u64,
+    per_process: u64,
+) -> Option<MemoryOver> {
+    let allowed_for = |n: usize| {
+        quota
+            .saturating_add(tolerance)
+            .saturating_add(per_process.saturating_mul(n as u64))
+    };
+    let counted: Vec<&Seen> = procs.iter().filter(|p| p.used.is_some()).collect();
+    let used: u64 = counted
+        .iter()
+        .map(|p| p.used.unwrap_or(0))
+        .fold(0u64, u64::saturating_add);
+    let allowed = allowed_for(counted.len());
+    if used <= allowed {
+        return None;
+    }
+    let mut newest: Vec<&Seen> = counted.clone();
+    newest.sort_by_key(|p| std::cmp::Reverse((p.start, p.pid)));
+    let mut left = used;
+    let mut n = counted.len();
+    let mut kill = vec![];
+    for p in newest {
+        if left <= allowed_for(n) {
+            break;
+        }
+        kill.push((p.pid, p.start));
+        left = left.saturating_sub(p.used.unwrap_or(0));
+        n -= 1;
+    }
+    Some(MemoryOver {
+        used,
+        quota,
+        allowed,
+        kill,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixtures::*;
+    use super::super::{History, judge};
+    use super::*;
+    use crate::watch::config::Policy;
+    use cuslice_core::config::format_uuid;
+
+    const M: u64 = 1 << 20;
+
+    fn seen(pid: u32, start: u64, used: u64) -> Seen {
+        Seen {
+            pid,
+            start,
+            used: Some(used),
+        }
+    }
+
+    #[test]
+    fn memory_within_quota_and_tolerance_is_no_finding() {
+        let p = [seen(1, 10, 600 * M), seen(2, 20, 400 * M)];
+        assert_eq!(memory_over(&p, 1024 * M, 0, 0), None);
+        // 1 MiB over: within a 64 MiB tolerance, not within none.
+        let p = [seen(1, 10, 600 * M), seen(2, 20, 425 * M)];
+        assert_eq!(memory_over(&p, 1024 * M, 64 * M, 0), None);
+        assert!(memory_over(&p, 1024 * M, 0, 0).is_some());
+        // The allowance is per process listed.
+        assert_eq!(memory_over(&p, 1024 * M, 0, M), None);
+        // A process NVML cannot measure counts for nothing.
+        let p = [
+            seen(1, 10, 600 * M),
+            Seen {
+                pid: 3,
+                start: 5,
+                used: None,
+            },
+        ];
+        assert_eq!(memory_over(&p, 600 * M, 0, 0), None);
+    }
+
+    #[test]
+    fn memory_kills_the_newest_first_until_allowed() {
+        // Quota 1 GiB; the oldest holds 600 MiB, a middle one 300 MiB, the
+        // newest 2 GiB: killing the newest is enough.
+        let p = [
+            seen(30, 300, 2048 * M),
+            seen(10, 100, 600 * M),
+            seen(20, 200, 300 * M),
+        ];
+        let o = memory_over(&p, 1024 * M, 64 * M, 0).expect("over");
+        assert_eq!(o.used, 2948 * M);
+        assert_eq!(o.allowed, 1088 * M);
+        assert_eq!(o.kill, vec![(30, 300)]);
+        // The newest is small: it goes, then the next newest, until under.
+        let p = [
+            seen(30, 300, 10 * M),
+            seen(10, 100, 600 * M),
+            seen(20, 200, 900 * M),
+        ];
+        let o = memory_over(&p, 1024 * M, 0, 0).expect("over");
+        assert_eq!(o.kill, vec![(30, 300), (20, 200)]);
+        // Same start time: the higher PID is taken as the newer.
+        let p = [seen(7, 5, 600 * M), seen(8, 5, 600 * M)];
+        assert_eq!(
+            memory_over(&p, 1024 * M, 0, 0).expect("over").kill,
+            vec![(8, 5)]
+        );
+    }
+
+    #[test]
+    fn memory_over_quota_names_the_newest_to_kill_and_whether_its_quota_is_certain() {
+        let at = memory_at;
+        let kill = policy(Policy::Kill);
+        let (v, _) = judge(&at(MEM_1G), &History::default(), &kill);
+        assert_eq!(
+            cases(&v),
+            [&Case::Memory {
+                kill: vec![(20, 200)],
+                certain: true
+            }]
+        );
+        let Verdict::Found { view, .. } = &v[0] else {
+            unreachable!()
+        };
+        assert_eq!(
+            view.what,
+            "container a pids 10,20: GPU 0 memory 2.6 GiB > quota 1.0 GiB (+64 MiB tolerance, +64 MiB per process)"
+        );
+        // By UUID: this GPU's for sure. By index: NVML's index need not
+        // be the GPU the container calls so.
+        let by_uuid = format!("[device.\"{}\"]\nmemory = \"1GiB\"\n", format_uuid(&GPU0));
+        let (v, _) = judge(&at(&by_uuid), &History::default(), &kill);
+        assert!(matches!(
+            cases(&v)[..],
+            [Case::Memory { certain: true, .. }]
+        ));
+        let (v, _) = judge(
+            &at("[device.0]\nmemory = \"1GiB\"\n"),
+            &History::default(),
+            &kill,
+        );
+        assert!(matches!(
+            cases(&v)[..],
+            [Case::Memory { certain: false, .. }]
+        ));
+        // Within the quota and its allowances: nothing.
+        let (v, _) = judge(
+            &at("[all]\nmemory = \"3GiB\"\n"),
+            &History::default(),
+            &kill,
+        );
+        assert!(v.is_empty(), "{v:?}");
+    }
+}
