@@ -5,3 +5,5 @@ pub mod gpu;
 pub mod segment;
 pub mod shm;
 pub mod sigbus;
+#[cfg(test)]
+mod testdir;

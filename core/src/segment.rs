@@ -603,22 +603,13 @@ fn now_secs() -> u64 {
 mod tests {
     use super::*;
 
-    /// A test's directory, removed when it is dropped.
-    struct Dir(PathBuf);
-
-    impl Drop for Dir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
+    use crate::testdir::TestDir as Dir;
 
     /// A segment path in a fresh directory that lives as long as the `Dir`.
     fn tmp(name: &str) -> (Dir, PathBuf) {
-        let d =
-            std::env::temp_dir().join(format!("cuslice-seg-test-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        let p = d.join("memory.seg");
-        (Dir(d), p)
+        let d = Dir::new("seg-test", name);
+        let p = d.path().join("memory.seg");
+        (d, p)
     }
 
     #[test]

@@ -564,17 +564,8 @@ mod tests {
     const NOW: u64 = 1_000_000_000_000;
 
     /// A segment in a directory removed when the test ends.
-    struct Dir(std::path::PathBuf);
-    impl Drop for Dir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-    fn seg(name: &str) -> (Dir, GpuSegment) {
-        let d = std::env::temp_dir().join(format!("cuslice-audit-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        let g = GpuSegment::open_or_create(&d.join("gpu.seg")).expect("open");
-        (Dir(d), g)
+    fn seg(name: &str) -> (crate::testdir::TestDir, GpuSegment) {
+        crate::testdir::gpu_segment("audit", name)
     }
 
     fn spec(share: u32, max: u32, latency: bool) -> TenantSpec {
@@ -589,7 +580,14 @@ mod tests {
     /// Three tenants as the shim registers them, each with a live process
     /// (its own open file description holds the entry's lock); the first
     /// holds the lease, the other two wait for it.
-    fn busy(name: &str) -> (Dir, GpuSegment, Vec<GpuSegment>, Vec<Expected>) {
+    fn busy(
+        name: &str,
+    ) -> (
+        crate::testdir::TestDir,
+        GpuSegment,
+        Vec<GpuSegment>,
+        Vec<Expected>,
+    ) {
         let (d, g) = seg(name);
         let expected = vec![
             Expected {

@@ -601,17 +601,8 @@ mod tests {
     use super::*;
 
     /// A segment in a directory removed when the test ends.
-    struct Dir(PathBuf);
-    impl Drop for Dir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-    fn seg(name: &str) -> (Dir, GpuSegment) {
-        let d = std::env::temp_dir().join(format!("cuslice-layout-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        let g = GpuSegment::open_or_create(&d.join("gpu.seg")).expect("open");
-        (Dir(d), g)
+    fn seg(name: &str) -> (crate::testdir::TestDir, GpuSegment) {
+        crate::testdir::gpu_segment("layout", name)
     }
 
     fn spec(share: u32, max: u32) -> TenantSpec {
