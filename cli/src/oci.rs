@@ -546,11 +546,16 @@ pub fn create(a: &HookArgs) -> Result<(), String> {
     }
     let layout = Layout::new(&a.root);
     let result = (|| {
+        // The segments first, outside the lock: opening one waits for its
+        // flock, which a tenant can hold (the files are 0666), and a hook
+        // stuck there must not hold up every other container's.
+        make_segments(a, &st.id, &cfg, &gpus)?;
         // The tenant check and the record it is made against, under the
-        // root's lock: of two hooks naming one tenant at once, the second
-        // sees the first's record.
-        let lock = lock_root(&a.root)?;
-        if a.claim.is_none() && ann.contains_key(TENANT_ANNOTATION) {
+        // root's lock (only a container that names its tenant takes it):
+        // of two hooks naming one tenant at once, the second sees the
+        // first's record.
+        let lock = if a.claim.is_none() && ann.contains_key(TENANT_ANNOTATION) {
+            let lock = lock_root(&a.root)?;
             let tenant = cfg.tenant_name();
             if let Some(other) = tenant_holder(&a.root, &st.id, &tenant, &|init| {
                 crate::host::container::init_alive(init, crate::host::proc::stat)
@@ -559,8 +564,11 @@ pub fn create(a: &HookArgs) -> Result<(), String> {
                     "{TENANT_ANNOTATION} {tenant:?}: already the tenant of {other} on this host: two containers cannot share one tenant's slice; choose another name"
                 ));
             }
-        }
-        write_files(a, &st.id, &quota, &meta, &cfg, &gpus)?;
+            Some(lock)
+        } else {
+            None
+        };
+        write_records(a, &st.id, &quota, &meta)?;
         drop(lock);
         mount_into(pid, &rootfs, a, &st.id, &user)
     })();
@@ -576,12 +584,22 @@ const TENANT_ANNOTATION: &str = "cuslice.io/tenant";
 
 /// Takes the root's lock (`<root>/hook.lock`, the layout's
 /// [`LOCK_FILE`]), which the tenant check and the record write are made
-/// under, making the root where missing (root's, 0700, as [`write_files`]
+/// under, making the root where missing (root's, 0700, as [`make_segments`]
 /// keeps it).
 fn lock_root(root: &Path) -> Result<std::fs::File, String> {
-    let root = Dir::keep_root(root, 0o700)?;
-    Ok(root.lock(LOCK_FILE, 0o600)?)
+    let dir = Dir::keep_root(root, 0o700)?;
+    match dir.lock_within(LOCK_FILE, 0o600, LOCK_WAIT)? {
+        Ok(f) => Ok(f),
+        Err(_) => Err(format!(
+            "{}: another container's hook still holds the tenant check's lock after {LOCK_WAIT:?}; try again",
+            dir.join(LOCK_FILE).display()
+        )),
+    }
 }
+
+/// How long a hook waits for the tenant check's lock: it is held only
+/// while one hook checks and writes two small files.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Removes `<root>/containers/<id>` and everything in it through the
 /// layer: the container's segment directory is the container's to write
@@ -710,11 +728,9 @@ fn gpu_segments_to_make(cfg: &config::Config, user: &inroot::User) -> Result<Vec
 ///
 /// The segments are world-writable files, but reached only through the
 /// mounts of the containers they belong to: `--root` is root's alone.
-fn write_files(
+fn make_segments(
     a: &HookArgs,
     id: &str,
-    quota: &str,
-    meta: &ContainerMeta,
     cfg: &config::Config,
     gpus: &[String],
 ) -> Result<(), String> {
@@ -743,6 +759,14 @@ fn write_files(
         let s = cuslice_core::segment::Segment::open_or_create(&p).map_err(|e| e.to_string())?;
         set_file_mode(fd_of(s.raw_fd()), &p, 0o666)?;
     }
+    Ok(())
+}
+
+/// The container's quota file and record, and the preload file (the files
+/// of [`make_segments`]' table that are not segments).
+fn write_records(a: &HookArgs, id: &str, quota: &str, meta: &ContainerMeta) -> Result<(), String> {
+    let root = Dir::keep_root(&a.root, 0o700)?;
+    let dir = root.keep_dir(CONTAINERS_DIR, 0o700)?.keep_dir(id, 0o700)?;
     // Read-only from its creation: written whole to a new file of that
     // mode, then renamed into place.
     dir.replace_file(QUOTA_FILE, quota.as_bytes(), 0o444)?;
