@@ -24,7 +24,7 @@
 //! itself (`<root>/containers/<id>/container.json`, root's).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -223,6 +223,24 @@ impl MemFile {
     fn find(&self) -> Option<libc::stat> {
         let base = Dir::open(&self.base).ok()?;
         base.open_path_beneath(&self.rel).ok().map(|(_, st)| st)
+    }
+
+    /// Its own directory, opened through the layer (no link on the way
+    /// below `base`), and its file name: what the segment is opened
+    /// through, so that the directory checked is the one read (a run
+    /// directory's owner could swap a link in between otherwise).
+    fn pinned(&self) -> Result<(Dir, PathBuf), String> {
+        let (Some(dir), Some(name)) = (self.rel.parent(), self.rel.file_name()) else {
+            return Err(format!(
+                "{}: not a segment file's path",
+                self.path().display()
+            ));
+        };
+        let d = Dir::open(&self.base)
+            .and_then(|b| b.open_dir_beneath(dir))
+            .map_err(|e| e.to_string())?;
+        let via = PathBuf::from(format!("/proc/self/fd/{}", d.as_fd().as_raw_fd())).join(name);
+        Ok((d, via))
     }
 
     /// The directory of its quota file and record (the one above its
@@ -622,7 +640,13 @@ fn void_if_truncated<T>(r: T, truncated: bool, path: &Path) -> Result<T, String>
 
 fn read_mem(mem: &MemFile) -> Result<MemRead, String> {
     let path = &mem.path();
-    let s = Segment::open_read_only(path).map_err(|e| e.to_string())?;
+    // Through its pinned directory (the file itself is opened without
+    // following a link by core).
+    let (_dir, via) = mem.pinned()?;
+    let s = Segment::open_read_only(&via).map_err(|e| {
+        e.to_string()
+            .replace(&*via.to_string_lossy(), &path.to_string_lossy())
+    })?;
     let mut uuids = BTreeMap::new();
     let mut devices = vec![];
     for d in 0..MAX_DEVICES {
@@ -1206,5 +1230,42 @@ impl Observer {
                 }
             }),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A segment found in a run directory whose owner then swaps the
+    /// segment's directory for a link to another slice's (a race an
+    /// attacker's review won 20 times in 80): the reading goes through the
+    /// directory that was checked, or fails; it never shows the other's.
+    #[test]
+    fn a_segment_is_read_through_the_directory_checked_not_one_swapped_in() {
+        let t = std::env::temp_dir().join(format!("cuslice-status-pin-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&t);
+        let make = |dir: &Path, limit: u64| {
+            std::fs::create_dir_all(dir).expect("mkdir");
+            let s = Segment::open_or_create(&dir.join(MEMORY_SEGMENT)).expect("segment");
+            s.register_device(&[7; 16], limit).expect("device");
+        };
+        make(&t.join("run/segment"), 1 << 30);
+        make(&t.join("victim/segment"), 7_777_777_777);
+        let mem = MemFile::at(&t, PathBuf::from("run/segment").join(MEMORY_SEGMENT));
+        assert!(mem.is_segment());
+        // Read while pinned: the directory checked is the one read, even
+        // with the swap made between the open of the directory and of the
+        // file.
+        let (dir, via) = mem.pinned().expect("pinned");
+        std::fs::rename(t.join("run/segment"), t.join("run/old")).expect("move away");
+        std::os::unix::fs::symlink(t.join("victim/segment"), t.join("run/segment")).expect("link");
+        let s = Segment::open_read_only(&via).expect("through the pinned directory");
+        assert_eq!(s.device_usage(0).map(|u| u.limit), Some(1 << 30));
+        drop(dir);
+        // After the swap, a new reading refuses the link.
+        let e = read_mem(&mem).err().expect("a link on the way is refused");
+        assert!(e.contains("symlink") || e.contains("symbolic link"), "{e}");
+        let _ = std::fs::remove_dir_all(&t);
     }
 }

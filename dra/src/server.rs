@@ -120,7 +120,7 @@ impl dra::dra_plugin_server::DraPlugin for Plugin {
                     error: String::new(),
                 },
                 Err(e) => {
-                    let e = format!("claim {}/{} ({}): {e}", c.namespace, c.name, c.uid);
+                    let e = claim_error(&c.namespace, &c.name, &c.uid, &e);
                     eprintln!("cuslice-dra-plugin: prepare: {e}");
                     dra::NodePrepareResourceResponse {
                         devices: vec![],
@@ -148,7 +148,7 @@ impl dra::dra_plugin_server::DraPlugin for Plugin {
             let error = match r {
                 Ok(()) => String::new(),
                 Err(e) => {
-                    let e = format!("claim {}/{} ({}): {e}", c.namespace, c.name, c.uid);
+                    let e = claim_error(&c.namespace, &c.name, &c.uid, &e);
                     eprintln!("cuslice-dra-plugin: unprepare: {e}");
                     e
                 }
@@ -158,6 +158,17 @@ impl dra::dra_plugin_server::DraPlugin for Plugin {
         }
         Ok(Response::new(out))
     }
+}
+
+/// A claim's error, for the plugin's log and the kubelet: one line, what
+/// the claim's author wrote escaped (a parameter's unknown key reaches
+/// serde's message verbatim: a newline or terminal escapes in it would
+/// forge log lines).
+fn claim_error(namespace: &str, name: &str, uid: &str, e: &str) -> String {
+    cuslice_host::text::clean_to(
+        &format!("claim {namespace}/{name} ({uid}): {e}"),
+        cuslice_host::text::LINE_MAX,
+    )
 }
 
 /// A unix socket to serve on: a stale socket of an earlier run removed
@@ -215,4 +226,19 @@ pub async fn serve(
     let _ = std::fs::remove_file(&dra_socket);
     a.map_err(|e| format!("{}: {e}", dra_socket.display()))?;
     b.map_err(|e| format!("{}: {e}", registration_socket.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_claims_error_is_one_line_with_what_its_author_wrote_escaped() {
+        let e = super::claim_error(
+            "ns",
+            "c",
+            "uid-1",
+            "unknown field `x\n\u{1b}[2Jcuslice-dra-plugin: forged`",
+        );
+        assert!(!e.contains('\n') && !e.contains('\u{1b}'), "{e}");
+        assert!(e.starts_with("claim ns/c (uid-1): unknown field"), "{e}");
+    }
 }
