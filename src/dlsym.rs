@@ -72,7 +72,7 @@ extern "C" fn route(handle: *mut c_void, name: *const c_char) -> Route {
     // for its profiler, or stops detaching CUPTI from under it).
     if !p.is_null()
         // SAFETY: name is non-null and NUL-terminated (checked by lib_of).
-        && let Some(ours) = crate::meter::front_for(unsafe { CStr::from_ptr(name) }, p)
+        && let Some(ours) = crate::gputime::front_for(unsafe { CStr::from_ptr(name) }, p)
     {
         return Route {
             value: ours,

@@ -97,13 +97,13 @@ extern "C" fn after_fork_child() {
     log::reset_counts();
     // ...and registers its own slot at its own cuInit.
     crate::quota::after_fork_child();
-    crate::limiter::after_fork_child();
-    crate::meter::after_fork_child();
+    crate::compute::after_fork_child();
+    crate::gputime::after_fork_child();
 }
 
 extern "C" fn on_unload() {
     log::report_counts();
-    crate::limiter::at_exit();
+    crate::compute::at_exit();
     crate::quota::at_exit();
 }
 

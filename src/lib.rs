@@ -35,16 +35,16 @@ mod generated {
     include!(concat!(env!("OUT_DIR"), "/hooks.rs"));
 }
 
+mod compute;
 // In the unit-test binary the `dlsym` override is not exported (it would
 // take over the test harness's own lookups), so nothing refers to it there.
 #[cfg_attr(test, allow(dead_code))]
 mod dlsym;
 mod ffi;
+mod gputime;
 mod hooks;
 mod init;
-mod limiter;
 mod log;
-mod meter;
 mod quota;
 mod real;
 mod table;

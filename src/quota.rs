@@ -242,7 +242,7 @@ fn build_all() -> Result<(), String> {
     }
     let uuids = devices()?;
     report_unmatched(&cfg, &uuids);
-    crate::limiter::build(&cfg, &uuids)?;
+    crate::compute::build(&cfg, &uuids)?;
     build(&cfg, &uuids)
 }
 

@@ -1192,46 +1192,38 @@ fn with_detach_off_cupti_stays_attached_between_probes() {
 }
 
 #[test]
-fn a_detach_setting_other_than_0_or_1_says_what_applies() {
+fn a_detach_setting_other_than_0_or_1_and_a_removed_meter_mode_say_what_applies() {
     // One line naming the variable and its value, and what the meter does
-    // instead: detach under probes (the default), stay attached under
-    // `continuous` (which never detaches); an explicit 1 there says it
-    // does not apply.
+    // instead: detach between probes (the default). The experiments'
+    // meter modes are gone: a process started with one says it is
+    // ignored, and records in probes.
     let h = Host::new("compute", "detach-setting");
     let q = h.quota("t", "", "compute = 50");
-    for (detach, meter, says) in [
+    for (var, value, says) in [
         (
+            "CUSLICE_METER_DETACH",
             "yes",
-            "shared",
             "CUSLICE_METER_DETACH=yes is not 0 or 1; detaching CUPTI between probes (the default)",
         ),
         (
-            "yes",
+            "CUSLICE_METER",
             "continuous",
-            "CUSLICE_METER_DETACH=yes is not 0 or 1; CUPTI stays attached (CUSLICE_METER=continuous or always never detaches)",
+            "CUSLICE_METER=continuous is ignored: the meter records kernels in probes only (continuous and always recording were experiments, removed)",
         ),
         (
-            "1",
-            "continuous",
-            "CUSLICE_METER_DETACH=1 applies to probes (CUSLICE_METER=shared) only; CUPTI stays attached",
+            "CUSLICE_METER",
+            "always",
+            "CUSLICE_METER=always is ignored: the meter records kernels in probes only (continuous and always recording were experiments, removed)",
         ),
     ] {
         let out = common::output_by(
             "spin",
-            h.spawn(
-                "spin",
-                Some(&q),
-                &["0.1", "1000000", "4"],
-                &[("CUSLICE_METER_DETACH", detach), ("CUSLICE_METER", meter)],
-            ),
+            h.spawn("spin", Some(&q), &["0.1", "1000000", "4"], &[(var, value)]),
             Instant::now() + Duration::from_secs(60),
         );
         let err = String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "{detach} {meter}: {err}");
-        assert!(
-            err.lines().any(|l| l.ends_with(says)),
-            "{detach} {meter}: {err}"
-        );
+        assert!(out.status.success(), "{var}={value}: {err}");
+        assert!(err.lines().any(|l| l.ends_with(says)), "{var}={value}: {err}");
     }
 }
 
@@ -1554,10 +1546,6 @@ fn a_ceiling_holds_a_launch_bound_loop_to_its_kernels_time_not_its_time_in_fligh
     };
     let (capped, used) = decode_alone(&h, Some(&q), &[]);
     as_free(&capped, "");
-    // So with the meter recording all along where the GPU is shared (it
-    // recorded nothing for a holder alone: held to its hold again).
-    let (continuous, _) = decode_alone(&h, Some(&q), &[("CUSLICE_METER", "continuous")]);
-    as_free(&continuous, " with CUSLICE_METER=continuous");
     let kernels_ns = u64::from(capped.served) * 48 * 20_000;
     assert!(
         used >= kernels_ns * 9 / 10 && used <= kernels_ns * 3 / 2 + 30_000_000,

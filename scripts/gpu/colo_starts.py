@@ -12,9 +12,7 @@ decode loop, 16 new tokens every 200 ms, and the same trainer), `pair` (two
 small services side by side, no trainer; its row gives the worse of the
 two in each start). Each is measured natively (the reference), with both at
 `compute = 50` (standard class), and with the service in the latency class;
-`continuous` is the standard class with the GPU time meter recording all
-the time the GPU is shared (`CUSLICE_METER=continuous`: the meter before
-probes, for comparison), `nometer` the standard class without the meter
+`nometer` the standard class without the meter
 (`CUSLICE_CUPTI=off`: wall time in flight charged), `attached` the standard
 class with CUPTI left attached between probes (`CUSLICE_METER_DETACH=0`,
 the default before 58b1a82), `detach` and `latency-detach` the standard and
@@ -45,7 +43,7 @@ p.add_argument("--decode-period-ms", type=float, default=0.0,
                     "first (a server that cannot keep up alone measures a backlog)")
 p.add_argument("--modes", default="solo,native,standard,latency",
                help="solo: the service alone under cuslice; native: the pair without cuslice (the reference; "
-                    "needed by standard and latency); standard, latency, continuous, nometer, attached, detach, latency-detach: the pair under "
+                    "needed by standard and latency); standard, latency, nometer, attached, detach, latency-detach: the pair under "
                     "cuslice")
 p.add_argument("--lib-b", default=None,
                help="a second build of libcuslice.so: modes with the suffix -b (standard-b, latency-b, ...) run both "
@@ -340,8 +338,7 @@ else:
                 # Alone under cuslice, each limit in turn within each round
                 # (a drift of the host falls on all alike).
                 kinds = (("no limits", "", "", None), ("compute 50", "compute = 50", "", None),
-                         ("compute 50, latency", "compute = 50", "latency = true", None),
-                         ("compute 50, GPU time meter always on", "compute = 50", "", {"CUSLICE_METER": "always"}))
+                         ("compute 50, latency", "compute = 50", "latency = true", None))
                 for _ in range(3):
                     for label, limits, top, env in kinds:
                         d["alone"].setdefault(label, []).append(
@@ -372,11 +369,11 @@ else:
                     sq, tq = None, quota("compute = 50")
                 elif base in ("latency", "latency-detach"):
                     sq, tq = quota("compute = 50", "latency = true"), quota("compute = 50")
-                elif base in ("continuous", "nometer", "detach", "attached"):
+                elif base in ("nometer", "detach", "attached"):
                     sq, tq = quota("compute = 50"), quota("compute = 50")
                 else:
                     sys.exit(f"unknown mode {mode!r}")
-                env = {"continuous": {"CUSLICE_METER": "continuous"}, "nometer": {"CUSLICE_CUPTI": "off"},
+                env = {"nometer": {"CUSLICE_CUPTI": "off"},
                        "detach": {"CUSLICE_METER_DETACH": "1"}, "attached": {"CUSLICE_METER_DETACH": "0"},
                        "latency-detach": {"CUSLICE_METER_DETACH": "1"}}.get(base)
                 by_mode[mode].append(one(cell, off, sq, tq, service_env=env, label=mode))

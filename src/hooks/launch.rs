@@ -5,7 +5,7 @@
 
 use std::ffi::{c_uint, c_void};
 
-use crate::limiter::gate;
+use crate::compute::gate;
 use crate::sys::*;
 
 pub unsafe fn cuLaunchKernel(
@@ -101,8 +101,8 @@ pub unsafe fn cuLaunchCooperativeKernel_ptsz(
 
 pub unsafe fn cuGraphLaunch(_exec: CUgraphExec, stream: CUstream) -> Result<(), CUresult> {
     // Before the gate: the meter never detaches CUPTI from a program
-    // replaying graphs (`meter::GRAPHS`).
-    crate::meter::note_graph_launch();
+    // replaying graphs (`gputime::GRAPHS`).
+    crate::gputime::note_graph_launch();
     gate(stream)
 }
 

@@ -1,11 +1,11 @@
 //! Synchronising calls: the caller waits for its work on the GPU. Around
 //! them the compute share learns when that work is in flight (see
-//! `limiter::synchronized`); the call itself is the driver's.
+//! `compute::synchronized`); the call itself is the driver's.
 
 #![allow(non_snake_case)]
 
+use crate::compute::synchronized;
 use crate::generated::real;
-use crate::limiter::synchronized;
 use crate::sys::*;
 
 pub unsafe fn cuCtxSynchronize() -> CUresult {

@@ -1,7 +1,7 @@
 //! The scheduling policy over the per-GPU segment ([`super::layout`]):
 //! every decision a process takes about putting work on the GPU. Decided
 //! here, on plain integers, so it is unit-tested without a GPU; the shim
-//! (`src/limiter.rs`) supplies the clock, the draining and the waiting.
+//! (`src/compute/`) supplies the clock, the draining and the waiting.
 //!
 //! Two ways to launch:
 //! - **Freely.** A tenant whose demand is under its share launches at once,
@@ -12,7 +12,7 @@
 //!   bound of its GPU time, or, where that bound could make it heavy on a
 //!   contended GPU, its kernels' GPU time as the shim's meter measures it
 //!   (kernel records in probes, and their ratio of GPU time to time in
-//!   flight between them: `src/meter.rs`).
+//!   flight between them: `src/gputime/`).
 //! - **Through the lease**, for tenants that compete for a saturated GPU
 //!   ("heavy"): one process at a time has the GPU for a slice, drains it
 //!   before handing it over, and so measures its own GPU time exactly.
