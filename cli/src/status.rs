@@ -35,10 +35,9 @@ use cuslice_core::segment::{MAX_DEVICES, Segment, UNLIMITED};
 use serde::Serialize;
 
 use crate::host::container::{self, ContainerMeta, command_line, describe, short_id};
+use crate::host::discover::{self, Found, Places};
 use crate::host::fs::{Dir, Kind};
-use crate::host::layout::{
-    self, CLAIMS_DIR, CONTAINERS_DIR, Layout, MEMORY_SEGMENT, QUOTA_FILE, SEGMENT_DIR,
-};
+use crate::host::layout::{self, Layout, MEMORY_SEGMENT, QUOTA_FILE, SliceKind};
 use crate::host::text::{self, LINE_MAX, clean};
 use crate::host::watch_state;
 use crate::nvml::{DeviceHandle, GpuInfo, Nvml, sample_period_us, sample_window_us};
@@ -50,12 +49,10 @@ pub struct Sources {
     pub gpu_dirs: Vec<PathBuf>,
     /// Memory segment files given (`--memory-segment`): only those.
     memory: Vec<PathBuf>,
-    /// Else: the directory holding one directory per container.
-    containers_root: PathBuf,
-    /// The layout the containers root is part of: where `cuslice watch`
-    /// last wrote its state (`<root>/watch/state.json`, next to the
-    /// containers root) and the DRA claims are.
-    layout: Layout,
+    /// Else: the slices (containers, DRA claims) under the hook's root, as
+    /// `cuslice watch` finds them; and where `cuslice watch` last wrote its
+    /// state (`<root>/watch/state.json`).
+    places: Places,
 }
 
 impl Sources {
@@ -63,7 +60,7 @@ impl Sources {
     /// else both the hook's and the shim's default; the memory segments
     /// given, else (found afresh at every reading, see
     /// [`memory_files`](Self::memory_files)) those under the containers
-    /// root given or the default one.
+    /// root given (and the claims beside it) or the hook's root.
     pub fn resolve(
         gpu_dir: Option<PathBuf>,
         memory: Vec<PathBuf>,
@@ -82,77 +79,43 @@ impl Sources {
                 PathBuf::from(config::DEFAULT_GPU_SEGMENT_DIR),
             ],
         };
-        let containers_root = root.unwrap_or_else(|| Layout::default().containers_dir());
-        let layout = Layout::of_containers_dir(&containers_root);
+        let places = match root {
+            Some(r) => Places::with_containers_dir(&r),
+            None => Places::new(Layout::default()),
+        };
         Sources {
             gpu_dirs,
             memory,
-            containers_root,
-            layout,
+            places,
         }
     }
 
-    /// The memory segments: those given, else every container's under the
-    /// containers root, every DRA claim's beside it, those of programs
-    /// started by `cuslice run` (in `$XDG_RUNTIME_DIR`, else `$TMPDIR`, else
-    /// /tmp), and the default segment directory's. Looked for at every
-    /// reading: `top` and the exporter see containers come and go. Found
-    /// through the host file layer: below the directory listed (the
-    /// containers root given, the claims directory beside it, the run
-    /// directories' base), no link is followed and a segment is listed
-    /// only where it is a regular file itself.
+    /// The memory segments: those given, else the slices' as the host
+    /// file layer's discovery finds them (`host::discover`, which the
+    /// watch uses too): every container's under the containers root,
+    /// every DRA claim's beside it, those of programs started by `cuslice
+    /// run` (in `$XDG_RUNTIME_DIR`, else `$TMPDIR`, else /tmp); and the
+    /// default segment directory's. Looked for at every reading: `top` and
+    /// the exporter see containers come and go. Below the directory listed
+    /// no link is followed, and a segment is listed only where it is a
+    /// regular file itself.
     fn memory_files(&self) -> Vec<MemFile> {
         if !self.memory.is_empty() {
             return self.memory.iter().map(|p| MemFile::given(p)).collect();
         }
-        let mut mem = vec![];
-        // The hook's layout (<id>/segment/memory.seg), or a segment right
-        // in the container's directory.
-        let mut v: Vec<MemFile> = listed(&self.containers_root)
+        let slices = self
+            .places
+            .containers()
             .into_iter()
-            .flat_map(|id| {
-                let d = PathBuf::from(id);
-                [
-                    d.join(SEGMENT_DIR).join(MEMORY_SEGMENT),
-                    d.join(MEMORY_SEGMENT),
-                ]
-            })
-            .map(|rel| MemFile::at(&self.containers_root, rel))
-            .filter(MemFile::is_segment)
+            .chain(self.places.claims())
+            // Programs started by `cuslice run` (its private directories,
+            // where `run` puts them from this environment: the layout's
+            // run base).
+            .chain(discover::runs_in(&layout::run_base_here()));
+        let mut mem: Vec<MemFile> = slices
+            .filter(Found::has_segment)
+            .map(MemFile::Slice)
             .collect();
-        v.sort_by_key(MemFile::path);
-        mem.extend(v);
-        // DRA claims (the plugin's layout, beside the containers:
-        // <root>/claims/<uid>/segment/memory.seg).
-        if self.containers_root.parent().is_some() {
-            let layout = &self.layout;
-            let claims = layout
-                .open()
-                .and_then(|r| r.open_dir(CLAIMS_DIR))
-                .and_then(|d| d.list())
-                .unwrap_or_default();
-            let mut v: Vec<MemFile> = claims
-                .into_iter()
-                .map(|uid| {
-                    let rel = Path::new(CLAIMS_DIR).join(uid);
-                    MemFile::at(layout.root(), rel.join(SEGMENT_DIR).join(MEMORY_SEGMENT))
-                })
-                .filter(MemFile::is_segment)
-                .collect();
-            v.sort_by_key(MemFile::path);
-            mem.extend(v);
-        }
-        // Programs started by `cuslice run` (its private directories, where
-        // `run` puts them from this environment: the layout's run base).
-        let runs = layout::run_base_here();
-        let mut v: Vec<MemFile> = listed(&runs)
-            .into_iter()
-            .filter(|n| layout::parse_run_name(n).is_some())
-            .map(|n| MemFile::at(&runs, Path::new(&n).join(SEGMENT_DIR).join(MEMORY_SEGMENT)))
-            .filter(MemFile::is_segment)
-            .collect();
-        v.sort_by_key(MemFile::path);
-        mem.extend(v);
         // Where a process without a quota file keeps its segment: the
         // shim's `CUSLICE_SEGMENT_DIR` (empty counts as unset), else the
         // default.
@@ -174,21 +137,25 @@ fn listed(path: &Path) -> Vec<std::ffi::OsString> {
     Dir::open(path).and_then(|d| d.list()).unwrap_or_default()
 }
 
-/// A memory segment to read: `rel` below `base` (a directory given, or
-/// the layout's: links on the way to it followed). Everything below `base`
-/// is opened through the host file layer, no link followed; the segment
-/// itself by core's `shm`, by its path (its last component not followed,
+/// A memory segment to read. Everything above it is opened through the
+/// host file layer, no link followed; the segment itself by core's `shm`
+/// through its directory's descriptor (its last component not followed,
 /// never blocking). Its quota file and record are in the directory above
 /// its own.
-#[derive(Debug, Clone)]
-struct MemFile {
-    base: PathBuf,
-    rel: PathBuf,
+#[derive(Debug)]
+enum MemFile {
+    /// A slice's, found by the discovery: `segment/memory.seg` in its
+    /// directory, read as the discovery reads a slice of its kind.
+    Slice(Found),
+    /// One named on the command line (or the local default): `rel` below
+    /// `base` (as given: links on the way to it followed).
+    Given { base: PathBuf, rel: PathBuf },
 }
 
 impl MemFile {
+    #[cfg(test)]
     fn at(base: &Path, rel: PathBuf) -> MemFile {
-        MemFile {
+        MemFile::Given {
             base: base.to_path_buf(),
             rel,
         }
@@ -198,56 +165,71 @@ impl MemFile {
     /// the directory above its own, as given.
     fn given(path: &Path) -> MemFile {
         let up = path.parent().and_then(Path::parent);
-        match up.and_then(|u| Some((u, path.strip_prefix(u).ok()?))) {
-            Some((u, rel)) if !u.as_os_str().is_empty() => MemFile::at(u, rel.to_path_buf()),
-            _ => MemFile::at(Path::new("."), path.to_path_buf()),
-        }
+        let (base, rel) = match up.and_then(|u| Some((u, path.strip_prefix(u).ok()?))) {
+            Some((u, rel)) if !u.as_os_str().is_empty() => (u.to_path_buf(), rel.to_path_buf()),
+            _ => (PathBuf::from("."), path.to_path_buf()),
+        };
+        MemFile::Given { base, rel }
     }
 
     /// Its path, as opened and shown.
     fn path(&self) -> PathBuf {
-        self.base.join(&self.rel)
+        match self {
+            MemFile::Slice(f) => f.paths.memory_segment(),
+            MemFile::Given { base, rel } => base.join(rel),
+        }
     }
 
     /// Whether it is there: a regular file itself, every directory on the
     /// way below `base` a directory itself (a link is not followed).
     fn is_segment(&self) -> bool {
-        self.find().is_some_and(|st| Kind::File.matches(st.st_mode))
+        match self {
+            MemFile::Slice(f) => f.has_segment(),
+            MemFile::Given { .. } => self.find().is_some_and(|st| Kind::File.matches(st.st_mode)),
+        }
     }
 
     /// Whether it is not there (went away since it was found).
     fn gone(&self) -> bool {
-        self.find().is_none()
+        match self {
+            MemFile::Slice(f) => !f.has_segment(),
+            MemFile::Given { .. } => self.find().is_none(),
+        }
     }
 
     fn find(&self) -> Option<libc::stat> {
-        let base = Dir::open(&self.base).ok()?;
-        base.open_path_beneath(&self.rel).ok().map(|(_, st)| st)
+        let MemFile::Given { base, rel } = self else {
+            return None;
+        };
+        let base = Dir::open(base).ok()?;
+        base.open_path_beneath(rel).ok().map(|(_, st)| st)
     }
 
     /// Its own directory, opened through the layer (no link on the way
-    /// below `base`), and its file name: what the segment is opened
-    /// through, so that the directory checked is the one read (a run
-    /// directory's owner could swap a link in between otherwise).
-    fn pinned(&self) -> Result<(Dir, PathBuf), String> {
-        let (Some(dir), Some(name)) = (self.rel.parent(), self.rel.file_name()) else {
+    /// below `base`), held by what is returned, and the path to open the
+    /// segment by while it is held: so that the directory checked is the
+    /// one read (a run directory's owner could swap a link in between
+    /// otherwise).
+    fn pinned(&self) -> Result<(Box<dyn std::fmt::Debug>, PathBuf), String> {
+        let (base, rel) = match self {
+            MemFile::Slice(f) => {
+                let seg = f.segment(None)?;
+                let via = seg.path().to_path_buf();
+                return Ok((Box::new(seg), via));
+            }
+            MemFile::Given { base, rel } => (base, rel),
+        };
+        let (Some(dir), Some(name)) = (rel.parent(), rel.file_name()) else {
             return Err(format!(
                 "{}: not a segment file's path",
                 self.path().display()
             ));
         };
-        let d = Dir::open(&self.base)
+        let d = Dir::open(base)
             .and_then(|b| b.open_dir_beneath(dir))
             .map_err(|e| e.to_string())?;
         let via = PathBuf::from(format!("/proc/self/fd/{}", d.as_fd().as_raw_fd())).join(name);
-        Ok((d, via))
-    }
-
-    /// The directory of its quota file and record (the one above its
-    /// own), opened through the layer; None where there is none.
-    fn owner(&self) -> Option<Dir> {
-        let up = self.rel.parent()?.parent()?;
-        Dir::open(&self.base).ok()?.open_dir_beneath(up).ok()
+        Ok((Box::new(d), via))
     }
 }
 
@@ -529,56 +511,71 @@ pub fn hostname() -> String {
 type Owner = ((String, u64), Option<ContainerMeta>, Option<String>);
 
 /// The tenant of the memory segment `seg` (`<dir>/segment/memory.seg`):
-/// the `tenant` and slice tag of `<dir>/quota.toml` (as the hook and
-/// `cuslice run` write it), else the name the shim derives from the
-/// segment directory (and no slice); and what the hook recorded in
-/// `<dir>/container.json`.
+/// the `tenant` and slice tag of `<dir>/quota.toml` (as the hook, the DRA
+/// plugin and `cuslice run` write it), else the name the shim derives from
+/// the segment directory (and no slice); what the hook recorded in a
+/// container's `<dir>/container.json`; and where it comes from (a
+/// container, a DRA claim).
 fn segment_owner(seg: &MemFile) -> Owner {
     let path = seg.path();
     let seg_dir = path.parent().unwrap_or(Path::new("/"));
-    // Beside a segment any user may have made (in /tmp, /dev/shm): read
-    // through the layer (`<dir>` reached without following a link, its
-    // files read without following one, never blocking on a FIFO,
-    // bounded).
-    let owner = seg.owner();
-    let (tenant, tag) = owner
-        .as_ref()
-        .and_then(|d| container::read_quota(d.as_fd(), &d.join(QUOTA_FILE), None).ok())
-        .map(|c| (c.tenant_name(), c.slice_tag()))
-        .unwrap_or_else(|| (config::default_tenant(seg_dir), 0));
-    let meta = owner
-        .as_ref()
-        .and_then(|d| container::read_record(d, None).ok().flatten());
-    // <root>/containers/<id>/segment/memory.seg: the hook's layout;
-    // <root>/claims/<uid>/segment/memory.seg: a DRA claim's (all of the
-    // claim's containers share it; its tenant is `namespace/name`).
-    let dir = seg_dir.parent();
-    let origin = dir.and_then(|d| {
-        let kind = d.parent().and_then(Path::file_name)?;
-        let id = clean(&d.file_name()?.to_string_lossy());
-        if kind == CONTAINERS_DIR {
-            Some(format!("container {}", short_id(&id)))
-        } else if kind == CLAIMS_DIR {
-            let pods = owner.as_ref().map(claim_pods).unwrap_or_default();
-            Some(if pods.is_empty() {
-                format!("DRA claim {}", short_id(&id))
-            } else {
-                format!("pod {} (DRA claim {})", pods.join(", "), short_id(&id))
-            })
-        } else {
-            None
+    let default = || (config::default_tenant(seg_dir), 0);
+    let tenant = |q: Result<config::Config, String>| {
+        q.map(|c| (c.tenant_name(), c.slice_tag()))
+            .unwrap_or_else(|_| default())
+    };
+    let ((name, tag), meta, origin) = match seg {
+        // Read as the watch reads a slice of its kind (`host::discover`):
+        // a container's and a claim's files ours, a session's its user's,
+        // no record in a session's directory.
+        MemFile::Slice(f) => {
+            let id = clean(&f.name);
+            let origin = match f.kind {
+                SliceKind::Container => Some(format!("container {}", short_id(&id))),
+                SliceKind::Claim => {
+                    // The pods the claim is reserved for, from the
+                    // plugin's record.
+                    let pods: Vec<String> = f
+                        .claim_record()
+                        .map(|r| r.pods.iter().take(4).map(|p| clean(p)).collect())
+                        .unwrap_or_default();
+                    Some(if pods.is_empty() {
+                        format!("DRA claim {}", short_id(&id))
+                    } else {
+                        format!("pod {} (DRA claim {})", pods.join(", "), short_id(&id))
+                    })
+                }
+                SliceKind::Run => None,
+            };
+            let meta = f.record().ok().flatten();
+            (tenant(f.quota()), meta, origin)
         }
-    });
-    ((clean(&tenant), tag), meta.map(|m| m.for_display()), origin)
-}
-
-/// The pods a DRA claim is reserved for, from the record the plugin writes
-/// beside its quota file (`claim.json` in `dir`; root's, bounded, never
-/// following a link), escaped; none where there is no readable record.
-fn claim_pods(dir: &Dir) -> Vec<String> {
-    container::read_claim_record(dir, Some((0, "root")))
-        .map(|r| r.pods.iter().take(4).map(|p| clean(p)).collect())
-        .unwrap_or_default()
+        // A segment named on the command line, or the local default
+        // (/dev/shm/cuslice, where any user may plant files beside it):
+        // its quota file the directory's owner's, a record ours.
+        MemFile::Given { base, rel } => {
+            let up = rel.parent().and_then(Path::parent);
+            let owner = up.and_then(|u| Dir::open(base).ok()?.open_dir_beneath(u).ok());
+            let uid = owner
+                .as_ref()
+                .and_then(|d| crate::host::sys::fstat(d.as_fd()).ok())
+                .map(|st| st.st_uid);
+            let q = match (&owner, uid) {
+                (Some(d), Some(uid)) => container::read_quota(
+                    d.as_fd(),
+                    &d.join(QUOTA_FILE),
+                    Some((uid, "the directory's")),
+                ),
+                _ => Err(String::new()),
+            };
+            let ours = Some((crate::host::sys::euid(), "our"));
+            let meta = owner
+                .as_ref()
+                .and_then(|d| container::read_record(d, ours).ok().flatten());
+            (tenant(q), meta, None)
+        }
+    };
+    ((clean(&name), tag), meta.map(|m| m.for_display()), origin)
 }
 
 fn read_gpu(path: &Path) -> Result<GpuRead, String> {
@@ -1221,7 +1218,7 @@ impl Observer {
             gpus,
             containers: r.mems.iter().map(|m| m.view.clone()).collect(),
             errors: r.errors.clone(),
-            watch: watch_state::read(&self.src.layout).map(|state| {
+            watch: watch_state::read(self.src.places.layout()).map(|state| {
                 let now = watch_state::now_unix();
                 WatchView {
                     up: state.up(now),

@@ -503,6 +503,24 @@ impl Dir {
         Ok(Dir { fd, path })
     }
 
+    /// [`Dir::open_dir`] with the directory's owner checked on its
+    /// descriptor where `owner` is given ([`open_checked`]): a directory
+    /// of another user's (a run directory in a shared base). Errors say
+    /// only what is wrong; the caller names the path.
+    pub fn open_dir_checked(
+        &self,
+        name: impl AsRef<OsStr>,
+        owner: Option<(u32, &str)>,
+    ) -> Result<Dir, String> {
+        let name = name.as_ref();
+        component(&self.path, name)?;
+        let fd = open_checked(Some(self.fd.as_fd()), Path::new(name), Kind::Dir, owner)?;
+        Ok(Dir {
+            fd,
+            path: self.path.join(name),
+        })
+    }
+
     /// An `O_PATH` descriptor of the entry `name` in this one, not
     /// followed (a link there is described, not its target), with what it
     /// is: a bind mount's source, checked by the caller before anything is

@@ -211,6 +211,15 @@ pub struct SliceDir {
 }
 
 impl SliceDir {
+    /// The directory of a slice of `kind` at `path` (a container's or a
+    /// claim's as listed, a run directory: its base joined with its name).
+    pub fn new(kind: SliceKind, path: impl Into<PathBuf>) -> SliceDir {
+        SliceDir {
+            kind,
+            path: path.into(),
+        }
+    }
+
     /// The run directory at `path` (its base joined with its name).
     pub fn run(path: impl Into<PathBuf>) -> SliceDir {
         SliceDir {

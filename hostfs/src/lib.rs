@@ -24,6 +24,10 @@
 //!   (`container.json`, the OCI hook's) and a DRA claim's (`claim.json`,
 //!   the plugin's); a slice's directory read (quota file and records), and
 //!   a recorded container named, alike for `status` and the watch.
+//! - [`discover`]: the slices on the host (containers, DRA claims,
+//!   `cuslice run` sessions) found and their directories read, one rule
+//!   per kind of slice for whose files are read: what `cuslice status` and
+//!   `cuslice watch` both see.
 //! - [`cdi`]: the CDI specs root writes for the container runtimes (the
 //!   command's `cuslice.io/gpu=all`, the DRA plugin's per-claim ones):
 //!   typed, their names checked as CDI checks them, the version the
@@ -39,10 +43,11 @@
 //! No two modules import each other: `sys`, `text`, `proc` and `cdi` stand
 //! alone; `fs` is on `sys`; `inroot` on `sys` and `text`; `layout` on
 //! `fs`; `run_dir` on `fs` and `layout`; `container` on `fs`, `layout`,
-//! `proc` and `text`; `watch_state` on `fs`, `layout` and `text`.
+//! `proc` and `text`; `discover` on `container`, `fs`, `layout` and `sys`; `watch_state` on `fs`, `layout` and `text`.
 
 pub mod cdi;
 pub mod container;
+pub mod discover;
 pub mod fs;
 pub mod inroot;
 pub mod layout;

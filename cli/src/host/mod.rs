@@ -2,7 +2,8 @@
 //! plugin: the crate `cuslice-host` (`hostfs/`), under the name the
 //! commands have always used for it. See that crate for what each module
 //! owns: [`fs`] (the one safe-fs primitive), [`layout`] (where the host's
-//! files are), [`run_dir`], [`container`] (the records), [`inroot`] (a
+//! files are), [`run_dir`], [`container`] (the records), [`discover`] (the slices found, for `status`
+//! and `watch` alike), [`inroot`] (a
 //! container's root file system), [`sys`] (the descriptor-level calls),
 //! [`cdi`] (the CDI specs), [`proc`], [`text`] and [`watch_state`] (the
 //! state file `watch` writes and `status` reads).
@@ -10,4 +11,6 @@
 //! The commands (`oci`, `watch`, `status`, `run`) build on it and
 //! `cuslice-core`, never on each other.
 
-pub use cuslice_host::{cdi, container, fs, inroot, layout, proc, run_dir, sys, text, watch_state};
+pub use cuslice_host::{
+    cdi, container, discover, fs, inroot, layout, proc, run_dir, sys, text, watch_state,
+};

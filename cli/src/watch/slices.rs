@@ -59,19 +59,17 @@
 //! process not seen before.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::ffi::{OsStr, OsString};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::ffi::OsString;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use cuslice_core::config::{self, Config};
 
 use super::procfs::ProcSource;
-use crate::host::container::{describe, read_claim_record, read_quota, read_record, short_id};
-use crate::host::fs::{self, Dir, Kind};
-use crate::host::layout::{
-    self, CLAIM_RECORD, CLAIMS_DIR, CONTAINER_RECORD, CONTAINERS_DIR, Layout, QUOTA_FILE, SliceDir,
-};
+use crate::host::container::{describe, short_id};
+use crate::host::discover::{self, FileId, Found, PinnedSegment, Places, SESSION};
+use crate::host::fs::{self, Kind};
+use crate::host::layout::{self, Layout, SliceDir};
 use crate::host::text;
 
 /// Whose a host process is.
@@ -176,16 +174,6 @@ fn owner_ids(records: &[&Slice]) -> Vec<SliceId> {
     set.into_iter().collect()
 }
 
-/// `container.json`'s identity: device, inode, modification time (s, ns).
-type FileId = (u64, u64, i64, i64);
-
-/// The identity of the entry `name` in `dir`, a link described, not
-/// followed (None: not there).
-fn file_id(dir: &Dir, name: &str) -> Option<FileId> {
-    let st = dir.stat(name).ok()?;
-    Some((st.st_dev, st.st_ino, st.st_mtime, st.st_mtime_nsec))
-}
-
 /// The identities of a claim's directory entry (`<root>/claims/<uid>`
 /// itself: a link planted there is a change too), its `quota.toml` and its
 /// `claim.json` (None: missing, or not reached without following a link):
@@ -194,6 +182,9 @@ type ClaimFiles = (Option<FileId>, Option<FileId>, Option<FileId>);
 
 pub struct Slices {
     layout: Layout,
+    /// The containers and claims under the root, found and read as
+    /// `cuslice status` finds them (`host::discover`).
+    places: Places,
     /// The watch's own PID namespace: a container recorded with it shares
     /// the host's, and is found by cgroup.
     host_ns: Option<u64>,
@@ -237,37 +228,12 @@ fn run_command(args: &[String]) -> String {
     text::clean_to(&v.join(" "), 60)
 }
 
-/// Whose uid an owner check of a session's files names.
-const SESSION: &str = "the session's";
-
-/// The owner the watch requires of the records and claim files under the
-/// hook's root: itself (root, in production).
-fn ours() -> Option<(u32, &'static str)> {
-    Some((crate::host::sys::euid(), "the watch's"))
-}
-
-/// The run directory `name` in `base` (a path as the watch reaches it:
-/// links on the way followed, the user's base may be one), opened without
-/// following a link and checked to be a directory of the session's user
-/// (`owner`); errors name `shown`, the directory as the run process sees
-/// it.
-fn open_run_dir(base: &Path, name: &OsStr, shown: &Path, owner: u32) -> Result<OwnedFd, String> {
-    let b = Dir::open(base).map_err(String::from)?;
-    fs::open_checked(
-        Some(b.as_fd()),
-        Path::new(name),
-        Kind::Dir,
-        Some((owner, SESSION)),
-    )
-    .map_err(|e| format!("{}: {e}", shown.display()))
-}
-
 /// The memory segment of a slice, as the watch may write it: see
 /// [`Slice::open_mem_seg_for_repair`].
 #[derive(Debug)]
 pub struct RepairTarget {
     /// The segment's directory, pinned (None: a container's, by path).
-    _dir: Option<OwnedFd>,
+    _dir: Option<PinnedSegment>,
     path: PathBuf,
 }
 
@@ -301,27 +267,21 @@ impl Slice {
                 path: path.to_path_buf(),
             });
         };
-        let (Some(seg_dir), Some(name)) = (path.parent(), path.file_name()) else {
-            return Err("no memory segment".into());
-        };
-        let (Some(run_dir), Some(seg_name)) = (seg_dir.parent(), seg_dir.file_name()) else {
+        let Some(run_dir) = path.parent().and_then(Path::parent) else {
             return Err("no memory segment".into());
         };
         let (Some(base), Some(run_name)) = (run_dir.parent(), run_dir.file_name()) else {
             return Err("no memory segment".into());
         };
         let owner = Some((uid, SESSION));
-        let named = |p: &Path, e: String| format!("{}: {e}", p.display());
         // The session's directory: in its base, wherever the base leads
         // (the user's XDG_RUNTIME_DIR may be a link), not itself a link,
-        // the user's own.
-        let d = open_run_dir(base, run_name, run_dir, uid)?;
-        let s = fs::open_checked(Some(d.as_fd()), Path::new(seg_name), Kind::Dir, owner)
-            .map_err(|e| named(seg_dir, e))?;
-        fs::open_checked(Some(s.as_fd()), Path::new(name), Kind::File, owner)
-            .map_err(|e| named(path, e))?;
+        // the user's own; its segment directory likewise, held open.
+        let s = discover::run(base, run_name, run_dir, Some(uid))?.segment(owner)?;
+        fs::open_checked(None, s.path(), Kind::File, owner)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
         Ok(RepairTarget {
-            path: PathBuf::from(format!("/proc/self/fd/{}", s.as_raw_fd())).join(name),
+            path: s.path().to_path_buf(),
             _dir: Some(s),
         })
     }
@@ -396,6 +356,7 @@ impl Slices {
     pub fn new(root: &Path, host_ns: Option<u64>) -> Slices {
         Slices {
             layout: Layout::new(root),
+            places: Places::new(Layout::new(root)),
             host_ns,
             containers: BTreeMap::new(),
             claims: BTreeMap::new(),
@@ -435,27 +396,20 @@ impl Slices {
     /// `stat`s per claim; one `stat` per live session.
     pub fn refresh(&mut self, p: &dyn ProcSource) {
         // `<root>/containers`, from the root without following a link
-        // below it; each container's directory likewise.
-        let dir = self.layout.open().and_then(|r| r.open_dir(CONTAINERS_DIR));
-        let mut ids: Vec<String> = dir
-            .as_ref()
-            .ok()
-            .and_then(|d| d.list().ok())
-            .unwrap_or_default()
-            .into_iter()
-            .filter_map(|n| n.into_string().ok())
-            .collect();
-        ids.sort();
+        // below it; each container's directory likewise (the discovery
+        // `cuslice status` shares, sorted by id).
+        let found = self.places.containers();
+        let ids: Vec<String> = found.iter().map(|f| f.name.clone()).collect();
         let before = self.containers.len();
         self.containers
             .retain(|id, _| ids.binary_search(id).is_ok());
         self.meta_ids.retain(|id, _| ids.binary_search(id).is_ok());
         self.stale.retain(|id| ids.binary_search(id).is_ok());
         let mut changed = before != self.containers.len();
-        for id in ids {
+        for ctr in found {
+            let id = ctr.name.clone();
             let meta = self.layout.container(&id).record().unwrap_or_default();
-            let ctr = dir.as_ref().ok().and_then(|d| d.open_dir(&id).ok());
-            let now = ctr.as_ref().and_then(|d| file_id(d, CONTAINER_RECORD));
+            let now = ctr.record_id();
             if self.meta_ids.get(&id) != now.as_ref() {
                 // New, or written again (a container restarted under the
                 // same id): read afresh.
@@ -475,10 +429,10 @@ impl Slices {
                 changed = true;
                 continue;
             }
-            let (Some(now), Some(ctr)) = (now, ctr) else {
+            let (Some(now), Ok(_)) = (now, &ctr.dir) else {
                 continue;
             };
-            if let Some(s) = self.load_container(&ctr, &id) {
+            if let Some(s) = self.load_container(&ctr) {
                 self.meta_ids.insert(id.clone(), now);
                 if init_alive(p, s.init) {
                     self.containers.insert(id, s);
@@ -526,21 +480,20 @@ impl Slices {
         self.claims.retain(|uid, _| named.contains_key(uid));
         self.claim_ids.retain(|uid, _| named.contains_key(uid));
         let mut changed = before != self.claims.len();
-        let claims = self.layout.open().and_then(|r| r.open_dir(CLAIMS_DIR));
+        let claims = self.places.open_claims();
         for (uid, members) in named {
             // Taken before the files are read: a change meanwhile is read
             // at the next pass.
-            let claims = claims.as_ref().ok();
-            let d = claims.and_then(|c| c.open_dir(&uid).ok());
-            let now = (
-                claims.and_then(|c| file_id(c, &uid)),
-                d.as_ref().and_then(|d| file_id(d, QUOTA_FILE)),
-                d.as_ref().and_then(|d| file_id(d, CLAIM_RECORD)),
-            );
+            let f = match &claims {
+                Ok(c) => self.places.claim_in(c, &uid),
+                // Err in the claim's `dir`: why not.
+                Err(_) => self.places.claim(&uid),
+            };
+            let now = (f.entry, f.quota_id(), f.record_id());
             if self.claims.contains_key(&uid) && self.claim_ids.get(&uid) == Some(&now) {
                 continue;
             }
-            let s = self.load_claim(&uid, &members);
+            let s = self.load_claim(&f, &members);
             self.claim_ids.insert(uid.clone(), now);
             self.claims.insert(uid, s);
             changed = true;
@@ -550,27 +503,22 @@ impl Slices {
 
     /// Claim `uid`'s slice, `members` the labels of the containers whose
     /// records name it (for the note on a claim that cannot be checked).
-    fn load_claim(&mut self, uid: &str, members: &[String]) -> Slice {
+    fn load_claim(&mut self, f: &Found, members: &[String]) -> Slice {
+        let uid = f.name.as_str();
         let shown = text::clean(&short_id(uid));
-        let dir = self.layout.open_claim(uid);
         // The plugin's record, for the label: best effort (a claim is
         // judged whatever its record says).
-        let record = dir
-            .as_ref()
-            .ok()
-            .and_then(|d| read_claim_record(d, ours()))
-            .and_then(|r| r.namespaced_name());
+        let record = f.claim_record().and_then(|r| r.namespaced_name());
         let label = match record {
             Some(n) => format!("DRA claim {} ({shown})", text::clean(&n)),
             None => format!("DRA claim {shown}"),
         };
-        let quota = dir.map_err(String::from).and_then(|d| {
-            let text = d.read_file(QUOTA_FILE, config::MAX_FILE_BYTES)?;
-            let path = d.join(QUOTA_FILE);
-            let cfg = config::parse_file(&path, &text).map_err(|e| e.to_string())?;
+        // Root's (the watch's own), not followed, bounded: as `status`
+        // reads it (`host::discover`).
+        let quota = f.quota().and_then(|cfg| {
             if !cfg.has_limits() {
                 // What the hook refuses to give a container.
-                return Err(format!("{}: no limit in it", path.display()));
+                return Err(format!("{}: no limit in it", f.paths.quota().display()));
             }
             Ok(cfg)
         });
@@ -614,24 +562,25 @@ impl Slices {
         ));
     }
 
-    /// The container `id`, its directory `dir` (`<root>/containers/<id>`,
-    /// opened without following a link): its record and (a container not
-    /// of a claim) its quota file are read through the layer (no link
-    /// followed, never blocking, bounded; the record root's).
-    fn load_container(&mut self, dir: &Dir, id: &str) -> Option<Slice> {
+    /// The container `ctr` found (`<root>/containers/<id>`, opened
+    /// without following a link): its record and (a container not of a
+    /// claim) its quota file are read as `host::discover` reads a
+    /// container's (no link followed, never blocking, bounded; both
+    /// root's).
+    fn load_container(&mut self, ctr: &Found) -> Option<Slice> {
+        let id = ctr.name.as_str();
         let paths = self.layout.container(id);
         let record = paths.record().unwrap_or_default();
         // The hook writes the quota file, then container.json: until both
         // are there, try again at the next pass.
-        let meta = read_record(dir, ours()).ok()?;
+        let meta = ctr.record().ok()?;
         // A container of a DRA claim is judged with the claim's other
         // containers, against the claim's quota file (`refresh_claims`):
         // its own copy is not read.
         let claim = meta.as_ref().and_then(|m| m.claim.clone());
-        let q = paths.quota();
         let quota = match claim {
             Some(_) => None,
-            None => match read_quota(dir.as_fd(), &q, None) {
+            None => match ctr.quota() {
                 Ok(c) => Some(c),
                 Err(e) => {
                     self.notes
@@ -760,8 +709,8 @@ impl Slices {
         // directory itself not a link and the user's, its quota file read
         // from its descriptor.
         let name = run_dir.file_name().unwrap_or_default();
-        let cfg = match open_run_dir(&p.in_root(pid, &base), name, &run_dir, uid)
-            .and_then(|d| read_quota(d.as_fd(), &shown, Some((uid, SESSION))))
+        let cfg = match discover::run(&p.in_root(pid, &base), name, &run_dir, Some(uid))
+            .and_then(|f| f.quota())
         {
             Ok(c) => c,
             Err(e) => {
@@ -997,6 +946,7 @@ impl Slices {
 #[cfg(test)]
 pub mod tests {
     use super::*;
+    use crate::host::layout::CONTAINER_RECORD;
     use crate::watch::procfs::Stat;
     use std::collections::HashMap;
 
