@@ -449,7 +449,7 @@ impl Gpu {
         }
         // A holder that went idle (a synchronising call returned) launches
         // again: busy, unless a waiter took the lease meanwhile.
-        if mode == HOLDING && !self.seg.holder_busy(self.slot, now) {
+        if mode == HOLDING && !self.seg.mark_holder_busy(self.slot, now) {
             self.credits.store(0, Ordering::Release);
             self.left_lease(now);
         }
@@ -502,7 +502,7 @@ impl Gpu {
             if !self.booting()
                 && self
                     .seg
-                    .must_release_measured(self.tenant, now, self.slice_ns, ppm)
+                    .decide_release_measured(self.tenant, now, self.slice_ns, ppm)
             {
                 // SAFETY: real driver call; drains this context's work.
                 unsafe { real::cuCtxSynchronize() };
@@ -1137,7 +1137,7 @@ impl Gpu {
         // has been idle for `IDLE_HANDOFF_NS`, charging it only up to now.
         if self.mode.load(Ordering::Acquire) == HOLDING {
             self.credits.store(0, Ordering::Release);
-            if self.seg.holder_idle(self.slot, now) {
+            if self.seg.mark_holder_idle(self.slot, now) {
                 futex_wake_all(self.seg.generation_word());
             }
         }
