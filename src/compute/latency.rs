@@ -128,7 +128,7 @@ impl Gpu {
         // has been idle for `IDLE_HANDOFF_NS`, charging it only up to now.
         if self.pass.mode.load(Ordering::Acquire) == HOLDING {
             self.pass.credits.store(0, Ordering::Release);
-            if self.seg.holder_idle(self.slot, now) {
+            if self.seg.mark_holder_idle(self.slot, now) {
                 futex_wake_all(self.seg.generation_word());
             }
         }

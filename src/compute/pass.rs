@@ -64,7 +64,7 @@ impl Gpu {
         }
         // A holder that went idle (a synchronising call returned) launches
         // again: busy, unless a waiter took the lease meanwhile.
-        if mode == HOLDING && !self.seg.holder_busy(self.slot, now) {
+        if mode == HOLDING && !self.seg.mark_holder_busy(self.slot, now) {
             self.pass.credits.store(0, Ordering::Release);
             self.left_lease(now);
         }
@@ -117,7 +117,7 @@ impl Gpu {
             if !self.booting()
                 && self
                     .seg
-                    .must_release_measured(self.tenant, now, self.slice_ns, ppm)
+                    .decide_release_measured(self.tenant, now, self.slice_ns, ppm)
             {
                 // SAFETY: real driver call; drains this context's work.
                 unsafe { real::cuCtxSynchronize() };

@@ -6,7 +6,7 @@
 //! through each container's mount), so the values in it are only as good
 //! as the least trustworthy
 //! tenant. The shim already survives garbage (every value it reads is
-//! bounds-checked, see `policy`), but a hostile tenant that *keeps*
+//! bounds-checked, see `policy`, by the bounds of `bounds`), but a hostile tenant that *keeps*
 //! writing plausible values steers arbitration: its own share and ceiling
 //! raised, the others' lowered, a latency class it was not given, a lease
 //! pointed at itself, waiting counts that make every holder drain.
@@ -19,7 +19,8 @@
 //!   says (the shim writes exactly these at registration);
 //! - the lease: kept only by a live process entry of the tenant it names;
 //! - deadlines and hints in the future beyond what any slice or stamp can
-//!   reach, and ceiling buckets beyond what a bucket can hold;
+//!   reach, and ceiling buckets beyond what a bucket can hold (the same
+//!   bounds the shim clamps with: `bounds`);
 //! - counters (live processes, waiters, threads in a synchronising call)
 //!   that disagree with the process entries by more than a registration in
 //!   flight can explain;
@@ -41,10 +42,11 @@
 use std::fmt;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use super::layout::*;
-use super::policy::{
-    GRACE_NS, LATENCY_LINGER_NS, LATENCY_SYNC_CAP_NS, MAX_BURST_NS, MAX_SLICE_NS, MAX_TOKENS_NS,
+use super::bounds::{
+    self, CLOCK_AHEAD_NS, DEADLINE_AHEAD_NS, MAX_DEBT_NS, MAX_SAVED_NS, MAX_SYNCING, PERCENT,
+    STAMP_AHEAD_NS,
 };
+use super::layout::*;
 
 /// A tenant the watchdog knows, with what its quota file gives it on this
 /// GPU.
@@ -80,33 +82,6 @@ impl fmt::Display for Finding {
         }
     }
 }
-
-/// How far a counter may differ from the process entries before it is
-/// called forged: a process registering or leaving moves the entry and
-/// the counter one after the other, without a common lock.
-const COUNT_SLACK: u32 = 2;
-
-/// How far ahead of now a time written by a cuslice process can lie: a
-/// lease deadline (one slice plus the grace a holder may overstay).
-const DEADLINE_AHEAD_NS: u64 = MAX_SLICE_NS + GRACE_NS;
-
-/// A latency stamp (a synchronising call's cap; launches stamp less).
-const STAMP_AHEAD_NS: u64 = LATENCY_SYNC_CAP_NS + LATENCY_LINGER_NS;
-
-/// Times that only ever lie in the past when written (bucket refill,
-/// demand window start, last activity, last sweep), with room for clocks
-/// read a moment apart by different processes.
-const CLOCK_SKEW_NS: u64 = 1_000_000_000;
-
-/// How far a waiting tenant's virtual time may lag the least of the other
-/// competing tenants: it is raised to theirs when it starts to wait, and
-/// they advance by at most a slice each at share 1 while it waits for its
-/// turn; ten slices of 1 s is far beyond that.
-const VTIME_LAG: u64 = 10 * MAX_SLICE_NS * 100;
-
-/// The largest ceiling bucket a tenant can hold: a burst, plus what it
-/// earns during one slice it holds.
-const TOKENS_MAX: i64 = (MAX_BURST_NS + MAX_SLICE_NS) as i64;
 
 /// What the tenants' process entries say, per tenant: live entries,
 /// waiting ones, threads inside a synchronising call.
@@ -241,7 +216,7 @@ fn count_entries(seg: &GpuSegment, out: &mut Vec<Finding>, fix: bool) -> [Counte
         c.waiting += u32::from(p.waiting.load(Ordering::Relaxed) != 0);
         c.syncing = c
             .syncing
-            .saturating_add(p.syncing.load(Ordering::Relaxed).min(1 << 16));
+            .saturating_add(p.syncing.load(Ordering::Relaxed).min(MAX_SYNCING));
     }
     counted
 }
@@ -291,7 +266,7 @@ fn check_tenants(
         // own slice's business (a non-zero tag is never a finding).
         if let Some(e) = expected.iter().find(|e| e.name == v.name && e.tag == v.tag) {
             check_config(t, &e.spec, &mut push, fix);
-        } else if !(1..=100).contains(&v.share) || v.max < v.share.min(100) || v.max > 100 {
+        } else if !PERCENT.contains(&v.share) || v.max < v.share.min(100) || v.max > 100 {
             // An unknown tenant is not judged on its values, except ones
             // no registration can produce.
             push(
@@ -302,7 +277,7 @@ fn check_tenants(
                 ),
             );
             if fix {
-                let share = v.share.clamp(1, 100);
+                let share = bounds::percent(v.share);
                 t.share.store(share, Ordering::Relaxed);
                 t.max.store(v.max.clamp(share, 100), Ordering::Relaxed);
             }
@@ -318,15 +293,14 @@ fn check_tenants(
             fix,
         );
         let tokens = t.tokens.load(Ordering::Relaxed);
-        if t.max.load(Ordering::Relaxed) < 100
-            && !(-(MAX_TOKENS_NS as i64)..=TOKENS_MAX).contains(&tokens)
-        {
+        if t.max.load(Ordering::Relaxed) < 100 && !bounds::tokens_in_bounds(tokens) {
             push(
                 "tokens",
                 format!(
-                    "ceiling bucket holds {:.3} s of GPU time; a bucket holds at most {:.3} s",
+                    "ceiling bucket holds {:.3} s of GPU time; a bucket holds {:.3} s owed to {:.3} s saved",
                     tokens as f64 / 1e9,
-                    TOKENS_MAX as f64 / 1e9
+                    -(MAX_DEBT_NS as f64) / 1e9,
+                    MAX_SAVED_NS as f64 / 1e9
                 ),
             );
             if fix {
@@ -339,7 +313,7 @@ fn check_tenants(
             (&t.win_start, "demand window start"),
             (&t.last_active, "last activity"),
         ] {
-            future(word, now, CLOCK_SKEW_NS, what, "clock", &mut push, fix);
+            future(word, now, CLOCK_AHEAD_NS, what, "clock", &mut push, fix);
         }
         future(
             &t.active_until,
@@ -358,7 +332,7 @@ fn check_tenants(
                 .map(|&(_, vt)| vt)
                 .min();
             if let Some(least) = others
-                && vt.saturating_add(VTIME_LAG) < least
+                && bounds::vtime_lags(vt, least)
             {
                 push(
                     "vtime",
@@ -434,7 +408,7 @@ fn check_count(
     fix: bool,
 ) {
     let v = word.load(Ordering::Acquire);
-    if v.abs_diff(counted) > COUNT_SLACK {
+    if !bounds::count_agrees(v, counted) {
         push(
             "counts",
             format!("{v} {what} recorded, {counted} in the process entries"),
@@ -456,7 +430,7 @@ fn future(
     fix: bool,
 ) {
     let v = word.load(Ordering::Relaxed);
-    if v > now.saturating_add(ahead) {
+    if bounds::too_far_ahead(v, now, ahead) {
         push(
             kind,
             format!(
@@ -524,7 +498,7 @@ fn check_sched(seg: &GpuSegment, now: u64, out: &mut Vec<Finding>, fix: bool) {
     future(
         &s.slice_start,
         now,
-        CLOCK_SKEW_NS,
+        CLOCK_AHEAD_NS,
         "the slice start",
         "clock",
         &mut push,
@@ -533,14 +507,14 @@ fn check_sched(seg: &GpuSegment, now: u64, out: &mut Vec<Finding>, fix: bool) {
     future(
         &s.swept_at,
         now,
-        CLOCK_SKEW_NS,
+        CLOCK_AHEAD_NS,
         "the last sweep time",
         "clock",
         &mut push,
         fix,
     );
     let hint = s.lat_until.load(Ordering::Relaxed);
-    if hint > now.saturating_add(STAMP_AHEAD_NS) {
+    if bounds::too_far_ahead(hint, now, STAMP_AHEAD_NS) {
         push(
             "latency-hint",
             format!(
@@ -838,7 +812,7 @@ mod tests {
         let (_d, g, _procs, expected) = busy("vtime");
         let train = tenant(&g, "train");
         let batch = tenant(&g, "batch");
-        let far = 100 * VTIME_LAG;
+        let far = 100 * bounds::VTIME_LAG;
         train.vtime.store(far, Ordering::Relaxed);
         batch.vtime.store(0, Ordering::Relaxed);
         tenant(&g, "web").vtime.store(far + 5, Ordering::Relaxed);
@@ -848,7 +822,9 @@ mod tests {
         assert_eq!(batch.vtime.load(Ordering::Relaxed), far);
         // Within the lag: a tenant behind the others by a few slices is
         // what waiting looks like.
-        batch.vtime.store(far - VTIME_LAG / 2, Ordering::Relaxed);
+        batch
+            .vtime
+            .store(far - bounds::VTIME_LAG / 2, Ordering::Relaxed);
         assert_eq!(audit(&g, &expected, NOW), vec![]);
     }
 
@@ -895,7 +871,7 @@ mod tests {
             let interesting = |v: u64| match v % 4 {
                 0 => v,
                 1 => v % 200,
-                2 => NOW + v % (4 * MAX_SLICE_NS),
+                2 => NOW + v % (4 * bounds::MAX_SLICE_NS),
                 _ => v % 4,
             };
             let s = g.sched();

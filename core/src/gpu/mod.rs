@@ -7,14 +7,18 @@
 //! shared-memory format:
 //! - [`layout`]: the format (header, entries, registration, liveness);
 //! - [`policy`]: what the shim decides on it (who launches freely, who
-//!   waits for the lease, ceilings, the latency class).
+//!   waits for the lease, ceilings, the latency class);
+//! - [`bounds`]: what a real cuslice process can write there, the limits
+//!   `policy` clamps with and [`audit`] (the host watchdog) judges by.
 
 pub mod audit;
+pub mod bounds;
 pub mod layout;
 pub mod policy;
 
 use std::sync::atomic::AtomicU32;
 
+pub use bounds::{MAX_BURST_NS, MAX_SLICE_NS};
 pub use layout::*;
 pub use policy::*;
 

@@ -22,13 +22,26 @@
 //!   scheduling), so busy tenants split the GPU in proportion to their
 //!   shares.
 //!
-//! Which way ([`GpuSegment::route`]): a tenant is heavy once it is charged
-//! at least its share over a demand window (`DEMAND_WINDOW_NS`), or once
-//! one of its processes has had work in flight without a break for
-//! `HEAVY_BUSY_NS` and (where measured) ran enough of it on the GPU (a
-//! saturating launcher, `note_busy`); it is light again once a whole
-//! window shows it under `LIGHT_PERMILLE` of its share without having
-//! waited for the lease.
+//! Which way ([`GpuSegment::route`]): one rule, [`heavy_after`], decides
+//! heavy and light from the evidence both places gather (a closed demand
+//! window, `roll_demand`; a busy stretch, `note_busy`): a tenant is heavy
+//! once it is charged at least its share over a demand window
+//! (`DEMAND_WINDOW_NS`), or once one of its processes has had work in
+//! flight without a break for `HEAVY_BUSY_NS` and (where measured) ran
+//! enough of it on the GPU (a saturating launcher); it is light again once
+//! a whole window shows it under `LIGHT_PERMILLE` of its share without
+//! having waited for the lease.
+//!
+//! The lease ([`GpuSegment::try_acquire`]), in steps: the lease as it
+//! stands (`settle_lease`: ours already; a holder that keeps it, or one
+//! that lost it, [`judge_holder`], taken over), the ceiling (`ceiling_hold`,
+//! [`ceiling_wait`]), whose turn it is by virtual time
+//! (`defer_to_tenant_ahead`), the grant (`grant`). At a slice end the
+//! holder asks [`GpuSegment::decide_release`] whether to drain and release
+//! or renew.
+//!
+//! Every value read from the segment is bounded as [`super::bounds`] says
+//! (what a real cuslice process can write): one beyond is not honoured.
 //!
 //! - Work conservation: only tenants with waiting processes compete, so an
 //!   idle tenant's share goes to the others. A tenant that comes back has its
@@ -39,7 +52,7 @@
 //!   even on an idle GPU. Once its ceiling ends a hold, a standard tenant
 //!   waits until it has saved up a whole burst (`compute_burst_ms`, default
 //!   200 ms), so that a ceiling-bound tenant alternates long stretches on
-//!   and off the GPU (see `ceiling_wait` for why). A latency tenant never
+//!   and off the GPU (see `tokens_needed` for why). A latency tenant never
 //!   saves up: it runs again as soon as its bucket is above zero.
 //! - A holder renews its slice without draining when nobody else waits and
 //!   it has tokens; otherwise it drains and releases.
@@ -48,8 +61,8 @@
 //! - **Latency class.** A latency tenant under its share always launches
 //!   freely, and stamps how long its work is in flight (`active_until`:
 //!   each launch for `LATENCY_LINGER_NS`, a synchronising call until it
-//!   returns, then `LATENCY_SYNC_TAIL_NS`). While such a stamp lies ahead, other tenants launch nothing
-//!   new ([`GpuSegment::latency_hold`]), and while a latency tenant is live
+//!   returns, then `LATENCY_SYNC_TAIL_NS`). While such a stamp lies
+//!   ahead, other tenants launch nothing new ([`GpuSegment::latency_hold`]), and while a latency tenant is live
 //!   they keep their queues short (the shim's business), so its kernels
 //!   find the GPU at the next kernel boundary. The first privilege is a
 //!   budget per process ([`privilege_refill`]: up to
@@ -63,6 +76,7 @@
 
 use std::sync::atomic::Ordering;
 
+use super::bounds;
 use super::layout::*;
 
 /// How long past its deadline a live holder keeps the lease before a waiter
@@ -72,18 +86,6 @@ pub const GRACE_NS: u64 = 50_000_000;
 /// A tenant that has not held the lease for this long counts as having been
 /// idle: when it comes back its virtual time is raised to the active ones'.
 pub const IDLE_NS: u64 = 100_000_000;
-/// The longest slice a process may use (`compute_slice_ms` is at most
-/// 1000). A lease deadline further ahead than this (plus `GRACE_NS`) was
-/// not written by a holder: it is treated as overstayed.
-pub const MAX_SLICE_NS: u64 = 1_000_000_000;
-/// Bound on a ceiling bucket, either way: the burst is at most
-/// `MAX_BURST_NS` and a debt at most one hold's overrun, so a bucket
-/// holding more than an hour of GPU time (or owing it) is corrupt and
-/// starts again at 0. (Any tenant can write the segment: garbage left in
-/// it must not starve a tenant forever.)
-pub const MAX_TOKENS_NS: u64 = 3_600_000_000_000;
-/// The largest burst a configuration can give (`compute_burst_ms`).
-pub const MAX_BURST_NS: u64 = crate::config::MAX_COMPUTE_BURST_MS as u64 * 1_000_000;
 /// Dead processes are swept at most this often while the lease waits on a
 /// tenant that may have none left alive.
 const SWEEP_NS: u64 = 10_000_000;
@@ -124,8 +126,9 @@ fn of_hold(ns: u64, ppm: u64) -> u64 {
 /// A latency tenant's launch keeps it active this long: the gap between
 /// the launches of one request, and the time its last kernels take.
 pub const LATENCY_LINGER_NS: u64 = 500_000;
-/// The longest a synchronising call of a latency tenant holds others back.
-pub const LATENCY_SYNC_CAP_NS: u64 = 20_000_000;
+/// The longest a synchronising call of a latency tenant holds others back
+/// (the furthest ahead a latency stamp reaches: `bounds::STAMP_LEAD_NS`).
+pub const LATENCY_SYNC_CAP_NS: u64 = bounds::STAMP_LEAD_NS;
 /// After a latency tenant's synchronising call returns, nothing of it is
 /// in flight; this covers only the gap to its next launch, if the request
 /// goes on (a few tens of microseconds of host code).
@@ -147,24 +150,22 @@ pub const LATENCY_PRIVILEGE_NS: u64 = 20_000_000;
 /// back at most half its share of the time, however often it comes.
 pub fn privilege_refill(tokens: i64, elapsed: u64, share: u32) -> i64 {
     let cap = LATENCY_PRIVILEGE_NS as i64;
-    let add = (elapsed as u128 * u128::from(share.clamp(1, 100)) / 200).min(cap as u128 * 2) as i64;
+    let add =
+        (elapsed as u128 * u128::from(bounds::percent(share)) / 200).min(cap as u128 * 2) as i64;
     tokens.clamp(-cap * 50, cap).saturating_add(add).min(cap)
 }
 
-/// The ceiling bucket's burst of tenant `t`, ns. A burst beyond what a
-/// configuration can give is corrupt and counts as unset (one slice).
+/// The ceiling bucket's burst of tenant `t`, ns (one slice where its
+/// entry's is unset or out of bounds: `bounds::burst_or_slice`).
 fn burst_of(t: &Tenant, slice: u64) -> i64 {
-    match t.burst_ns.load(Ordering::Relaxed) {
-        b if b == 0 || b > MAX_BURST_NS => slice.min(i64::MAX as u64) as i64,
-        b => b as i64,
-    }
+    bounds::burst_or_slice(t.burst_ns.load(Ordering::Relaxed), slice).min(i64::MAX as u64) as i64
 }
 
-/// The tokens of `t`'s bucket; a value no bucket can hold (beyond
-/// `MAX_TOKENS_NS` either way) is corrupt and restarts at 0.
-fn tokens_of(t: &Tenant) -> i64 {
+/// Heals `t`'s bucket if it holds a value no bucket can hold (out of
+/// `bounds::tokens_in_bounds`): it restarts at 0. Returns the tokens.
+fn heal_tokens(t: &Tenant) -> i64 {
     let v = t.tokens.load(Ordering::Acquire);
-    if v.unsigned_abs() <= MAX_TOKENS_NS {
+    if bounds::tokens_in_bounds(v) {
         return v;
     }
     let _ = t
@@ -173,32 +174,148 @@ fn tokens_of(t: &Tenant) -> i64 {
     0
 }
 
-/// None when `t`'s ceiling lets it take the lease with `tokens` saved;
-/// else how long until it does (ns). After its ceiling ended a hold, a
-/// tenant waits for a whole burst: a ceiling-bound tenant then runs in long
-/// stretches, long enough for the GPU's clocks to settle where they are
-/// under sustained load (short bursts on a mostly idle GPU run at boost
-/// clocks, and a 30 % ceiling of GPU time would give ~35 % of the
-/// throughput). A tenant that merely waited for others needs one token.
-fn ceiling_wait(t: &Tenant, tokens: i64, slice: u64) -> Option<u64> {
+/// How long (ns) a ceiling bucket refilled at `max` percent of wall time
+/// takes to go from `tokens` to `need` (0 if it is there).
+pub fn refill_wait(tokens: i64, need: i64, max: u32) -> u64 {
+    if tokens >= need {
+        return 0;
+    }
+    need.saturating_sub(tokens)
+        .unsigned_abs()
+        .saturating_mul(100)
+        / u64::from(bounds::percent(max))
+}
+
+/// The tokens a tenant under a ceiling needs before it may take the lease:
+/// after its ceiling ended a hold (`recharging`), a whole `burst`; a tenant
+/// that merely waited for others, one. Waiting for a whole burst makes a
+/// ceiling-bound tenant run in long stretches, long enough for the GPU's
+/// clocks to settle where they are under sustained load (short bursts on a
+/// mostly idle GPU run at boost clocks, and a 30 % ceiling of GPU time
+/// would give ~35 % of the throughput).
+pub fn tokens_needed(recharging: bool, burst: i64) -> i64 {
+    if recharging { burst } else { 1 }
+}
+
+/// None when a ceiling of `max` percent lets a tenant with `tokens` saved
+/// go, needing `need` ([`tokens_needed`]); else how long until it does
+/// (ns). No ceiling (100) never waits.
+pub fn ceiling_wait(max: u32, tokens: i64, need: i64) -> Option<u64> {
+    (max < 100 && tokens < need).then(|| refill_wait(tokens, need, max))
+}
+
+/// Admits `t`, with `tokens` saved, by its ceiling ([`ceiling_wait`]):
+/// None when it may take the lease, ending its recharge if it was saving
+/// up a burst; else how long until it may (ns).
+fn admit_by_ceiling(t: &Tenant, tokens: i64, slice: u64) -> Option<u64> {
     let max = t.max.load(Ordering::Relaxed);
     if max >= 100 {
         return None;
     }
     let recharging = t.recharging.load(Ordering::Acquire) != 0;
-    let need = if recharging { burst_of(t, slice) } else { 1 };
-    if tokens >= need {
-        if recharging {
-            t.recharging.store(0, Ordering::Release);
-        }
-        return None;
+    let need = tokens_needed(recharging, burst_of(t, slice));
+    let wait = ceiling_wait(max, tokens, need);
+    if wait.is_none() && recharging {
+        t.recharging.store(0, Ordering::Release);
     }
-    Some(
-        need.saturating_sub(tokens)
-            .unsigned_abs()
-            .saturating_mul(100)
-            / max.max(1) as u64,
-    )
+    wait
+}
+
+/// What tells whether a tenant saturates the GPU ([`heavy_after`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Demand {
+    /// Its demand window closed: it was charged `demand_pm` per mille of
+    /// the window's wall time, its share is `share_pm` per mille;
+    /// `saturated`: it waited for the lease (or waits) and never went idle
+    /// holding it in the window.
+    Window {
+        demand_pm: u64,
+        share_pm: u64,
+        saturated: bool,
+    },
+    /// A process of it had work in flight without a break for `ns`;
+    /// `gpu`: where measured, the GPU time its kernels ran in that stretch
+    /// and how many other tenants compete for the GPU.
+    Busy { ns: u64, gpu: Option<(u64, u64)> },
+}
+
+/// The one rule for heavy (competes through the lease) and light (launches
+/// freely): whether a tenant that was heavy (`was_heavy`), latency class
+/// or not, is heavy after `evidence`; None when the evidence says nothing
+/// either way (it stays as it was).
+///
+/// - A closed window: heavy once charged at least its share; a heavy
+///   tenant stays heavy while at `LIGHT_PERMILLE` of it or saturated
+///   (waiting counts only from a tenant that used all it was given: a
+///   heavy tenant always waits, so counted alone, waiting kept a service
+///   that was heavy once heavy for ever).
+/// - A busy stretch of at least `HEAVY_BUSY_NS`: heavy at once, unless
+///   latency class (one long request is no reason to lose its class) or
+///   measured to run under `SATURATING_PERMILLE` of its fair time-slice
+///   share (1 / the tenants competing, itself included) of the stretch:
+///   two saturating tenants time-sliced run ~500 per mille each, a
+///   launch-bound decode loop ~50. A short stretch says nothing.
+pub fn heavy_after(was_heavy: bool, latency: bool, evidence: Demand) -> Option<bool> {
+    match evidence {
+        Demand::Window {
+            demand_pm: pm,
+            share_pm,
+            saturated,
+        } => Some(
+            pm >= share_pm
+                || (was_heavy
+                    && (u128::from(pm) * 1000
+                        >= u128::from(share_pm) * u128::from(LIGHT_PERMILLE)
+                        || saturated)),
+        ),
+        Demand::Busy { ns, gpu } => {
+            if ns < HEAVY_BUSY_NS || latency {
+                return None;
+            }
+            if let Some((gpu, competitors)) = gpu {
+                let fair = SATURATING_PERMILLE / competitors.saturating_add(1);
+                if u128::from(gpu) * 1000 < u128::from(ns) * u128::from(fair) {
+                    return None;
+                }
+            }
+            Some(true)
+        }
+    }
+}
+
+/// What a waiter decides about a lease another process holds
+/// ([`judge_holder`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Holder {
+    /// The holder keeps it: come back at `until` (or at a release).
+    Keeps { until: u64 },
+    /// Take the lease over, charging the holder's tenant up to `end` (no
+    /// further than its deadline); `idled`: a live holder that went idle
+    /// (its tenant did not use all it was given).
+    TakeOver { end: u64, idled: bool },
+}
+
+/// Whether a lease holder keeps the lease at `now`: one that is `dead`,
+/// has a deadline no holder sets (`bounds::DEADLINE_AHEAD_NS`), has been
+/// idle since `idle_since` (0: busy; a time ahead of now counts as busy)
+/// for `IDLE_HANDOFF_NS`, or overstays its deadline by more than
+/// `GRACE_NS` loses it.
+pub fn judge_holder(dead: bool, deadline: u64, idle_since: u64, now: u64) -> Holder {
+    let bogus = bounds::too_far_ahead(deadline, now, bounds::DEADLINE_AHEAD_NS);
+    let idle = if idle_since > now { 0 } else { idle_since };
+    let idled = idle != 0 && now - idle >= IDLE_HANDOFF_NS;
+    if !dead && !bogus && !idled && now <= deadline.saturating_add(GRACE_NS) {
+        let mut until = deadline.saturating_add(GRACE_NS).max(now + 1_000_000);
+        if idle != 0 {
+            until = until.min(idle + IDLE_HANDOFF_NS);
+        }
+        return Holder::Keeps { until };
+    }
+    let idled = idled && !dead;
+    Holder::TakeOver {
+        end: if idled { idle } else { now },
+        idled,
+    }
 }
 
 fn is_latency(t: &Tenant) -> bool {
@@ -287,16 +404,17 @@ impl GpuSegment {
     /// burst cap (one slice) applies to what a tenant saves up while it waits
     /// (`capped`), not to what it earns while it holds the GPU: a slice longer
     /// than the burst (long kernels) must not lose the tokens it accrued.
+    /// Either way no bucket holds more than `bounds::MAX_SAVED_NS`.
     fn refill(&self, t: &Tenant, now: u64, slice: u64, capped: bool) -> i64 {
-        let max = t.max.load(Ordering::Relaxed) as u64;
+        let max = t.max.load(Ordering::Relaxed);
         if max >= 100 {
             return i64::MAX;
         }
-        // 0 is out of range: the tightest ceiling (as in `ceiling_wait`),
+        // 0 is out of range: the tightest ceiling (`bounds::percent`),
         // not a bucket that never refills.
-        let max = max.max(1);
+        let max = u64::from(bounds::percent(max));
         let at = t.tokens_at.load(Ordering::Acquire);
-        if at > now.saturating_add(GRACE_NS) {
+        if bounds::too_far_ahead(at, now, bounds::CLOCK_AHEAD_NS) {
             // A refill time in the future is corrupt: restart the bucket's
             // clock now (nothing is earned for the bogus interval).
             let _ = t
@@ -312,113 +430,148 @@ impl GpuSegment {
             let _ = t
                 .tokens
                 .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
-                    // A corrupt bucket (see `tokens_of`) restarts at 0.
-                    let v = if v.unsigned_abs() > MAX_TOKENS_NS {
-                        0
-                    } else {
-                        v
-                    };
+                    // A corrupt bucket (see `heal_tokens`) restarts at 0.
+                    let v = if bounds::tokens_in_bounds(v) { v } else { 0 };
                     let n = v.saturating_add(add);
-                    Some(if n > burst { burst.max(v) } else { n })
+                    Some(bounds::saved_at_most(if n > burst {
+                        burst.max(v)
+                    } else {
+                        n
+                    }))
                 });
         }
-        tokens_of(t)
+        heal_tokens(t)
     }
 
     /// One attempt to take the lease for `slot` of `tenant` (which must be
-    /// waiting, see `begin_wait`).
+    /// waiting, see `begin_wait`): the lease as it stands (ours already, a
+    /// holder that keeps it, or one that lost it), the ceiling, whose turn
+    /// it is, the grant.
     pub fn try_acquire(&self, slot: usize, tenant: usize, now: u64, slice: u64) -> Acquire {
-        let s = self.sched();
-        let me = slot as u32 + 1;
-        if let Some(p) = self.proc_entry(slot) {
-            // Our own entry (we wait): restate it on every poll, so that
-            // whatever another writer put there (another tenant's index, a
-            // state, no waiting flag) is healed at once. Left alone, our
-            // fresh polls would make us a live waiter of some other tenant,
-            // which everyone (we included) would wait for.
-            p.state.store(PROC_LIVE, Ordering::Relaxed);
-            p.tenant.store(tenant as u32, Ordering::Relaxed);
-            p.waiting.store(1, Ordering::Relaxed);
-            p.polled_at.store(now, Ordering::Release);
-        }
-        let lease = s.lease.load(Ordering::Acquire);
-        if lease == me {
-            self.held_since.store(now, Ordering::Relaxed);
-            return Acquire::Granted {
-                deadline: s
-                    .deadline
-                    .load(Ordering::Acquire)
-                    .min(now.saturating_add(slice)),
-            };
-        }
-        if lease != 0 {
-            let holder = (lease - 1) as usize;
-            let deadline = s.deadline.load(Ordering::Acquire);
-            let dead = holder >= MAX_PROCS || !self.shm.slot_alive(holder);
-            // No holder sets a deadline further ahead than its slice.
-            let bogus = deadline > now.saturating_add(MAX_SLICE_NS + GRACE_NS);
-            // Since when the holder has been idle (0: busy); a time ahead
-            // of now is corrupt and counts as busy.
-            let idle = self
-                .proc_entry(holder)
-                .map_or(0, |p| p.idle_since.load(Ordering::Acquire));
-            let idle = if idle > now { 0 } else { idle };
-            let idled = idle != 0 && now - idle >= IDLE_HANDOFF_NS;
-            if !dead && !bogus && !idled && now <= deadline.saturating_add(GRACE_NS) {
-                let mut until = deadline.saturating_add(GRACE_NS).max(now + 1_000_000);
-                if idle != 0 {
-                    until = until.min(idle + IDLE_HANDOFF_NS);
-                }
-                return Acquire::Wait { until };
-            }
-            // Take it from a dead, idle or overstaying holder (or one with a
-            // corrupt deadline), charging it up to its deadline, or up to
-            // when it went idle.
-            let ht = s.holder_tenant.load(Ordering::Relaxed) as usize;
-            let start = s.slice_start.load(Ordering::Acquire);
-            if s.lease
-                .compare_exchange(lease, 0, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
-            {
-                let end = if idled && !dead { idle } else { now };
-                // No slice is longer than MAX_SLICE_NS (a `start` far back
-                // is corrupt).
-                let ns = deadline.min(end).saturating_sub(start);
-                self.charge(ht, ns.min(MAX_SLICE_NS), now);
-                if idled
-                    && !dead
-                    && let Some(h) = self.tenant(ht)
-                {
-                    h.win_waited.fetch_or(IDLED, Ordering::Relaxed);
-                }
-                s.generation.fetch_add(1, Ordering::AcqRel);
-                if dead {
-                    self.reclaim_dead();
-                }
-            }
+        self.restate_waiter(slot, tenant, now);
+        if let Some(answer) = self.settle_lease(slot, now, slice) {
+            return answer;
         }
         let Some(t) = self.tenant(tenant) else {
             return Acquire::Wait {
                 until: now + 1_000_000,
             };
         };
-        let tokens = self.refill(t, now, slice, true);
-        if let Some(wait) = ceiling_wait(t, tokens, slice) {
-            return Acquire::Wait {
-                until: now.saturating_add(wait.max(100_000)),
-            };
+        if let Some(until) = self.ceiling_hold(t, now, slice) {
+            return Acquire::Wait { until };
         }
-        // Is ours the waiting tenant with the smallest virtual time (among
-        // those with tokens)? Ties go to the one served longest ago, then to
-        // the lower index.
-        let key = |x: &Tenant, i: usize| {
+        if let Some(until) = self.defer_to_tenant_ahead(tenant, t, now, slice) {
+            return Acquire::Wait { until };
+        }
+        self.grant(slot, tenant, t, now, slice)
+    }
+
+    /// Restates our own process entry (we wait) on every poll, so that
+    /// whatever another writer put there (another tenant's index, a state,
+    /// no waiting flag) is healed at once. Left alone, our fresh polls
+    /// would make us a live waiter of some other tenant, which everyone
+    /// (we included) would wait for.
+    fn restate_waiter(&self, slot: usize, tenant: usize, now: u64) {
+        if let Some(p) = self.proc_entry(slot) {
+            p.state.store(PROC_LIVE, Ordering::Relaxed);
+            p.tenant.store(tenant as u32, Ordering::Relaxed);
+            p.waiting.store(1, Ordering::Relaxed);
+            p.polled_at.store(now, Ordering::Release);
+        }
+    }
+
+    /// Settles the lease as it stands for `slot` at `now`: ours already
+    /// (granted again, to at most one slice from now), or held by a process
+    /// that keeps it ([`judge_holder`]: wait), decide the attempt. A lease
+    /// held by one that lost it is taken over ([`Self::take_over`]); then,
+    /// as for a free lease, None: the attempt goes on.
+    fn settle_lease(&self, slot: usize, now: u64, slice: u64) -> Option<Acquire> {
+        let s = self.sched();
+        let lease = s.lease.load(Ordering::Acquire);
+        if lease == slot as u32 + 1 {
+            self.held_since.store(now, Ordering::Relaxed);
+            return Some(Acquire::Granted {
+                deadline: s
+                    .deadline
+                    .load(Ordering::Acquire)
+                    .min(now.saturating_add(slice)),
+            });
+        }
+        if lease == 0 {
+            return None;
+        }
+        let holder = (lease - 1) as usize;
+        let deadline = s.deadline.load(Ordering::Acquire);
+        let dead = holder >= MAX_PROCS || !self.shm.slot_alive(holder);
+        let idle_since = self
+            .proc_entry(holder)
+            .map_or(0, |p| p.idle_since.load(Ordering::Acquire));
+        match judge_holder(dead, deadline, idle_since, now) {
+            Holder::Keeps { until } => Some(Acquire::Wait { until }),
+            Holder::TakeOver { end, idled } => {
+                self.take_over(lease, deadline, end, idled, dead, now);
+                None
+            }
+        }
+    }
+
+    /// Takes the lease `lease` from a dead, idle or overstaying holder (or
+    /// one with a corrupt deadline), charging its tenant up to its
+    /// `deadline`, or up to `end` if that is sooner (when it went idle),
+    /// at most one slice (a slice start far back is corrupt); wakes the
+    /// waiters' generation and sweeps a `dead` holder's entry. Another
+    /// waiter may have taken it first: then nothing.
+    fn take_over(&self, lease: u32, deadline: u64, end: u64, idled: bool, dead: bool, now: u64) {
+        let s = self.sched();
+        let ht = s.holder_tenant.load(Ordering::Relaxed) as usize;
+        let start = s.slice_start.load(Ordering::Acquire);
+        if s.lease
+            .compare_exchange(lease, 0, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return;
+        }
+        let ns = deadline.min(end).saturating_sub(start);
+        self.charge(ht, bounds::charge_ns(ns), now);
+        if idled && let Some(h) = self.tenant(ht) {
+            h.win_waited.fetch_or(IDLED, Ordering::Relaxed);
+        }
+        s.generation.fetch_add(1, Ordering::AcqRel);
+        if dead {
+            self.reclaim_dead();
+        }
+    }
+
+    /// Refills `t`'s bucket and admits it by its ceiling
+    /// ([`admit_by_ceiling`]): None when it may take the lease, else until
+    /// when to wait (at least 100 µs).
+    fn ceiling_hold(&self, t: &Tenant, now: u64, slice: u64) -> Option<u64> {
+        let tokens = self.refill(t, now, slice, true);
+        admit_by_ceiling(t, tokens, slice).map(|wait| now.saturating_add(wait.max(100_000)))
+    }
+
+    /// Picks the next tenant by virtual time: if another waiting tenant
+    /// goes before ours (`t`, index `tenant`), until when to wait. One goes
+    /// first with a smaller virtual time, ties going to the one served
+    /// longest ago, then to the lower index, if its ceiling admits it and a
+    /// live process of it waits. Sweeps dead processes now and then
+    /// ([`Self::sweep_if_due`]): that tenant's waiters may all be dead
+    /// (killed while waiting).
+    fn defer_to_tenant_ahead(
+        &self,
+        tenant: usize,
+        t: &Tenant,
+        now: u64,
+        slice: u64,
+    ) -> Option<u64> {
+        let turn = |x: &Tenant, i: usize| {
             (
                 x.vtime.load(Ordering::Acquire),
                 x.last_active.load(Ordering::Relaxed),
                 i,
             )
         };
-        let mine = key(t, tenant);
+        let mine = turn(t, tenant);
         for i in 0..MAX_TENANTS {
             if i == tenant {
                 continue;
@@ -427,22 +580,11 @@ impl GpuSegment {
             if o.state.load(Ordering::Acquire) != READY || o.waiting.load(Ordering::Acquire) == 0 {
                 continue;
             }
-            if key(o, i) < mine
-                && ceiling_wait(o, self.refill(o, now, slice, true), slice).is_none()
+            if turn(o, i) < mine
+                && admit_by_ceiling(o, self.refill(o, now, slice, true), slice).is_none()
             {
-                // That tenant's waiters may all be dead (killed while
-                // waiting): sweep now and then, so they cannot block us.
-                let swept = s.swept_at.load(Ordering::Relaxed);
-                // abs_diff: a sweep time in the future is corrupt.
-                if now.abs_diff(swept) > SWEEP_NS
-                    && s.swept_at
-                        .compare_exchange(swept, now, Ordering::AcqRel, Ordering::Relaxed)
-                        .is_ok()
-                    && self.reclaim_dead() > 0
-                {
-                    return Acquire::Wait {
-                        until: now + 50_000,
-                    };
+                if self.sweep_if_due(now) {
+                    return Some(now + 50_000);
                 }
                 // Its `waiting` count is only a claim (any tenant can write
                 // it): without a live waiting process behind it, it does
@@ -450,13 +592,30 @@ impl GpuSegment {
                 if !self.has_live_waiter(i, now) {
                     continue;
                 }
-                return Acquire::Wait {
-                    until: now + 2_000_000,
-                };
+                return Some(now + 2_000_000);
             }
         }
+        None
+    }
+
+    /// Sweeps dead processes if none swept for `SWEEP_NS` (a sweep time in
+    /// the future is corrupt: swept too); whether it freed any.
+    fn sweep_if_due(&self, now: u64) -> bool {
+        let s = self.sched();
+        let swept = s.swept_at.load(Ordering::Relaxed);
+        now.abs_diff(swept) > SWEEP_NS
+            && s.swept_at
+                .compare_exchange(swept, now, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+            && self.reclaim_dead() > 0
+    }
+
+    /// Grants the free lease to `slot` of `tenant` (`t`) for one slice from
+    /// `now`; another process may have taken it first (then wait).
+    fn grant(&self, slot: usize, tenant: usize, t: &Tenant, now: u64, slice: u64) -> Acquire {
+        let s = self.sched();
         if s.lease
-            .compare_exchange(0, me, Ordering::AcqRel, Ordering::Acquire)
+            .compare_exchange(0, slot as u32 + 1, Ordering::AcqRel, Ordering::Acquire)
             .is_err()
         {
             return Acquire::Wait {
@@ -493,7 +652,7 @@ impl GpuSegment {
     /// virtual time, and what every charge touches (`charge_usage`).
     fn charge(&self, tenant: usize, ns: u64, now: u64) {
         let Some(t) = self.tenant(tenant) else { return };
-        let share = t.share.load(Ordering::Relaxed).max(1) as u64;
+        let share = u64::from(bounds::percent(t.share.load(Ordering::Relaxed)));
         t.vtime
             .fetch_add(ns.saturating_mul(100) / share, Ordering::AcqRel);
         self.charge_usage(t, ns, now);
@@ -518,9 +677,12 @@ impl GpuSegment {
         self.roll_demand(t, now);
     }
 
-    /// At the end of a slice: must the holder drain and release (a waiting
-    /// tenant is owed the GPU, or its ceiling is reached), or may it renew?
-    /// Called by the holder (its slice began at its own `held_since`).
+    /// Decides, at the end of a slice, whether the holder drains and
+    /// releases (true: a waiting tenant is owed the GPU, or its ceiling is
+    /// reached) or may renew. A holder its ceiling stops starts to recharge
+    /// (it saves up a burst before its next hold), and its bucket is
+    /// refilled up to `now`. Called by the holder (its slice began at its
+    /// own `held_since`).
     ///
     /// A waiter is owed the GPU when its virtual time is at most the
     /// holder's with this slice charged. A holder still behind every
@@ -529,13 +691,13 @@ impl GpuSegment {
     /// CPU-starved host the releasing holder's thread often ran late, a
     /// waiter ahead of it took the lease, and splits drifted (30/70 ran
     /// 40/60 beside busy processes on the fake GPU).
-    pub fn must_release(&self, tenant: usize, now: u64, slice: u64) -> bool {
-        self.must_release_measured(tenant, now, slice, WHOLE_PPM)
+    pub fn decide_release(&self, tenant: usize, now: u64, slice: u64) -> bool {
+        self.decide_release_measured(tenant, now, slice, WHOLE_PPM)
     }
 
-    /// `must_release` for a holder charged `ppm` parts per million of its
-    /// hold (see `renew_measured`).
-    pub fn must_release_measured(&self, tenant: usize, now: u64, slice: u64, ppm: u64) -> bool {
+    /// `decide_release` for a holder charged `ppm` parts per million of
+    /// its hold (see `renew_measured`).
+    pub fn decide_release_measured(&self, tenant: usize, now: u64, slice: u64, ppm: u64) -> bool {
         let Some(t) = self.tenant(tenant) else {
             return true;
         };
@@ -543,22 +705,34 @@ impl GpuSegment {
             now.saturating_sub(self.held_since.load(Ordering::Relaxed)),
             ppm,
         );
-        let share = u64::from(t.share.load(Ordering::Relaxed).max(1));
+        let share = u64::from(bounds::percent(t.share.load(Ordering::Relaxed)));
         let mine = t
             .vtime
             .load(Ordering::Acquire)
-            .saturating_add(used.min(MAX_SLICE_NS).saturating_mul(100) / share);
-        let owed = (0..MAX_TENANTS).any(|i| {
+            .saturating_add(bounds::charge_ns(used).saturating_mul(100) / share);
+        if self.waiter_owed(tenant, mine) {
+            return true;
+        }
+        self.recharge_if_spent(t, now, slice, used)
+    }
+
+    /// Whether a waiting tenant other than `tenant` is owed the GPU by a
+    /// holder whose virtual time, this slice charged, is `holder_vtime`.
+    fn waiter_owed(&self, tenant: usize, holder_vtime: u64) -> bool {
+        (0..MAX_TENANTS).any(|i| {
             i != tenant
                 && self.tenant(i).is_some_and(|o| {
                     o.state.load(Ordering::Acquire) == READY
                         && o.waiting.load(Ordering::Acquire) > 0
-                        && o.vtime.load(Ordering::Acquire) <= mine
+                        && o.vtime.load(Ordering::Acquire) <= holder_vtime
                 })
-        });
-        if owed {
-            return true;
-        }
+        })
+    }
+
+    /// Refills the bucket of holder `t` (uncapped: see `refill`) and, if
+    /// `used` of its hold spends it, starts its recharge; whether it did
+    /// (the holder must release). No ceiling: never.
+    fn recharge_if_spent(&self, t: &Tenant, now: u64, slice: u64, used: u64) -> bool {
         if t.max.load(Ordering::Relaxed) >= 100 {
             return false;
         }
@@ -574,7 +748,7 @@ impl GpuSegment {
 
     /// While this process holds the lease: where the span its next charge
     /// (`renew`, `release`) covers begins (its last charge, moved on past
-    /// the time it was idle since, see `holder_busy`).
+    /// the time it was idle since, see `mark_holder_busy`).
     pub fn charged_from(&self) -> Option<u64> {
         let h = self.held_since.load(Ordering::Relaxed);
         (h != NOT_HELD).then_some(h)
@@ -647,13 +821,11 @@ impl GpuSegment {
         }
     }
 
-    /// Rolls tenant `t`'s demand window if it is over, and decides whether
-    /// the tenant is heavy from it: charged at least its share (per mille
-    /// of the window's wall time), or heavy already and still at
-    /// `LIGHT_PERMILLE` of it, or waiting for the lease.
+    /// Rolls tenant `t`'s demand window if it is over, and judges from it
+    /// whether the tenant is heavy ([`heavy_after`]).
     fn roll_demand(&self, t: &Tenant, now: u64) {
         let start = t.win_start.load(Ordering::Acquire);
-        if start > now.saturating_add(GRACE_NS) {
+        if bounds::too_far_ahead(start, now, bounds::CLOCK_AHEAD_NS) {
             // A window starting in the future is corrupt: restart it.
             if t.win_start
                 .compare_exchange(start, now, Ordering::AcqRel, Ordering::Acquire)
@@ -676,16 +848,26 @@ impl GpuSegment {
         t.demand_pm.store(pm as u32, Ordering::Relaxed);
         let flags = t.win_waited.swap(0, Ordering::AcqRel);
         // Waiting is evidence of saturation only from a tenant that used
-        // all it was given: one that went idle holding the lease waited
-        // because it was heavy, not because it needs more (a heavy tenant
-        // always waits: counted alone, waiting kept a service that was
-        // heavy once heavy for ever).
+        // all it was given (see `heavy_after`).
         let saturated =
             flags & IDLED == 0 && (flags & WAITED != 0 || t.waiting.load(Ordering::Acquire) > 0);
-        let share_pm = u64::from(t.share.load(Ordering::Relaxed).clamp(1, 100)) * 10;
-        let heavy = pm >= share_pm
-            || (is_heavy(t) && (pm * 1000 >= share_pm * LIGHT_PERMILLE || saturated));
-        t.heavy.store(u32::from(heavy), Ordering::Release);
+        let share_pm = u64::from(bounds::percent(t.share.load(Ordering::Relaxed))) * 10;
+        self.judge_heavy(
+            t,
+            Demand::Window {
+                demand_pm: pm,
+                share_pm,
+                saturated,
+            },
+        );
+    }
+
+    /// Sets `t` heavy or light as [`heavy_after`] judges `evidence` (the
+    /// only place the flag is written by a process).
+    fn judge_heavy(&self, t: &Tenant, evidence: Demand) {
+        if let Some(heavy) = heavy_after(is_heavy(t), is_latency(t), evidence) {
+            t.heavy.store(u32::from(heavy), Ordering::Release);
+        }
     }
 
     /// How a process of `tenant` that does not hold the lease launches
@@ -697,7 +879,7 @@ impl GpuSegment {
             return Route::Lease;
         };
         self.roll_demand(t, now);
-        let max = u64::from(t.max.load(Ordering::Relaxed));
+        let max = t.max.load(Ordering::Relaxed);
         // Heavy matters only where someone else wants the GPU (or a
         // ceiling needs the lease's accounting): alone, a heavy tenant
         // launches freely, as it would without cuslice.
@@ -709,15 +891,15 @@ impl GpuSegment {
         }
         let tokens = self.refill(t, now, slice, true);
         if is_latency(t) {
-            if tokens >= 1 {
-                return Route::Free;
-            }
-            let wait = (1 - tokens).unsigned_abs().saturating_mul(100) / max.max(1);
-            return Route::Throttle {
-                until: now.saturating_add(wait.max(100_000)),
+            // It never saves up a burst: one token lets it go.
+            return match ceiling_wait(max, tokens, 1) {
+                None => Route::Free,
+                Some(wait) => Route::Throttle {
+                    until: now.saturating_add(wait.max(100_000)),
+                },
             };
         }
-        match ceiling_wait(t, tokens, slice) {
+        match admit_by_ceiling(t, tokens, slice) {
             None => Route::Free,
             Some(_) => Route::Lease,
         }
@@ -789,7 +971,7 @@ impl GpuSegment {
     /// The holder `slot` went idle at `now` (its synchronising call
     /// returned): from `IDLE_HANDOFF_NS` on, a waiter may take the lease.
     /// Returns whether some tenant waits (the caller wakes the waiters).
-    pub fn holder_idle(&self, slot: usize, now: u64) -> bool {
+    pub fn mark_holder_idle(&self, slot: usize, now: u64) -> bool {
         if let Some(p) = self.proc_entry(slot) {
             p.idle_since.store(now.max(1), Ordering::Release);
         }
@@ -803,7 +985,7 @@ impl GpuSegment {
     /// The holder `slot` launches again at `now`: it is busy. Whether it
     /// still holds the lease (a waiter may have taken it while it was
     /// idle); if so, the time it was idle is not charged to it.
-    pub fn holder_busy(&self, slot: usize, now: u64) -> bool {
+    pub fn mark_holder_busy(&self, slot: usize, now: u64) -> bool {
         let idle = self
             .proc_entry(slot)
             .map_or(0, |p| p.idle_since.swap(0, Ordering::AcqRel));
@@ -828,7 +1010,7 @@ impl GpuSegment {
     /// Charges `ns` of work in flight of a process that launched freely.
     pub fn charge_free(&self, tenant: usize, ns: u64, now: u64) {
         if let Some(t) = self.tenant(tenant) {
-            self.charge_usage(t, ns.min(MAX_SLICE_NS), now);
+            self.charge_usage(t, bounds::charge_ns(ns), now);
         }
     }
 
@@ -837,7 +1019,7 @@ impl GpuSegment {
     /// in flight, an upper bound, which the process entry also counts
     /// (`bound_ns`, display: `cuslice status` checks it against NVML).
     pub fn charge_bound(&self, slot: usize, tenant: usize, ns: u64, now: u64) {
-        let ns = ns.min(MAX_SLICE_NS);
+        let ns = bounds::charge_ns(ns);
         if let Some(t) = self.tenant(tenant) {
             self.charge_usage(t, ns, now);
             if let Some(p) = self.proc_entry(slot) {
@@ -848,29 +1030,18 @@ impl GpuSegment {
 
     /// A process of `tenant` has had work in flight without a break for
     /// `ns`: past `HEAVY_BUSY_NS` it saturates the GPU, and its tenant
-    /// competes through the lease from its next launch on (a latency
-    /// tenant only by its charged share: one long request is no reason to
-    /// lose its class).
+    /// competes through the lease from its next launch on ([`heavy_after`]:
+    /// a latency tenant only by its charged share).
     ///
     /// `gpu_ns`: the GPU time its kernels ran in that stretch, where it is
     /// measured (kernel records). In flight is not on the GPU: a launch-bound
     /// decode loop beside a trainer is in flight most of the time and runs
-    /// 4.5 % of it. Measured, a process saturates only if it ran at least
-    /// `SATURATING_PERMILLE` of its fair time-slice share (1 / the tenants
-    /// competing, itself included) of the stretch: two saturating tenants
-    /// time-sliced run ~500 per mille each, a decode loop ~50.
+    /// 4.5 % of it; measured, it is judged against its fair time-slice
+    /// share among the tenants competing now.
     pub fn note_busy(&self, tenant: usize, ns: u64, gpu_ns: Option<u64>, now: u64) {
         let Some(t) = self.tenant(tenant) else { return };
-        if ns < HEAVY_BUSY_NS || is_latency(t) {
-            return;
-        }
-        if let Some(gpu) = gpu_ns {
-            let fair = SATURATING_PERMILLE / (self.competitors(tenant, now) + 1);
-            if (gpu as u128) * 1000 < ns as u128 * fair as u128 {
-                return;
-            }
-        }
-        t.heavy.store(1, Ordering::Release);
+        let gpu = gpu_ns.map(|gpu| (gpu, self.competitors(tenant, now)));
+        self.judge_heavy(t, Demand::Busy { ns, gpu });
     }
 
     /// Whether `tenant` is a latency tenant under its share (its
@@ -938,11 +1109,10 @@ impl GpuSegment {
     /// processes has work in flight, if any is after `now`. A stamp further
     /// ahead than any call sets is corrupt and ignored.
     fn latency_active_until(&self, now: u64) -> Option<u64> {
-        let bound = now.saturating_add(LATENCY_SYNC_CAP_NS + GRACE_NS);
         self.ready_tenants()
             .filter(|(_, t)| is_latency(t) && !is_heavy(t) && t.procs.load(Ordering::Acquire) > 0)
             .map(|(_, t)| t.active_until.load(Ordering::Acquire))
-            .filter(|&a| a > now && a <= bound)
+            .filter(|&a| a > now && !bounds::too_far_ahead(a, now, bounds::STAMP_AHEAD_NS))
             .max()
     }
 
@@ -977,6 +1147,7 @@ impl GpuSegment {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gpu::bounds::{MAX_BURST_NS, MAX_SLICE_NS};
 
     #[test]
     fn a_latency_privilege_refills_at_half_the_share_up_to_its_budget() {
@@ -1003,6 +1174,155 @@ mod tests {
         }
         let fraction = privileged as f64 / 1e10;
         assert!((0.15..0.153).contains(&fraction), "{fraction}");
+    }
+
+    #[test]
+    fn a_ceiling_waits_for_the_tokens_it_needs_at_its_rate() {
+        // One token owed 3 ms at 20 %: 15 ms (and the token itself).
+        assert_eq!(refill_wait(-3_000_000, 1, 20), 15_000_005);
+        assert_eq!(refill_wait(1, 1, 20), 0, "there already");
+        assert_eq!(refill_wait(i64::MIN, i64::MAX, 0), u64::MAX, "saturates");
+        // A ceiling of 0 refills as the tightest (1 %), not never.
+        assert_eq!(refill_wait(0, 1_000, 0), 100_000);
+        assert_eq!(tokens_needed(false, 200), 1);
+        assert_eq!(tokens_needed(true, 200), 200, "recharging: a burst");
+        assert_eq!(ceiling_wait(100, i64::MIN, 1), None, "no ceiling");
+        assert_eq!(ceiling_wait(50, 200, 200), None);
+        assert_eq!(ceiling_wait(50, 199, 200), Some(2));
+    }
+
+    #[test]
+    fn one_rule_decides_heavy_and_light() {
+        let window = |pm, saturated| Demand::Window {
+            demand_pm: pm,
+            share_pm: 500,
+            saturated,
+        };
+        // A window: at its share heavy, under it light, held at 80 % of
+        // it (or saturated) a heavy tenant stays heavy.
+        assert_eq!(heavy_after(false, false, window(500, false)), Some(true));
+        assert_eq!(heavy_after(false, false, window(499, true)), Some(false));
+        assert_eq!(heavy_after(true, false, window(400, false)), Some(true));
+        assert_eq!(heavy_after(true, false, window(399, false)), Some(false));
+        assert_eq!(heavy_after(true, false, window(0, true)), Some(true));
+        assert_eq!(
+            heavy_after(false, true, window(500, false)),
+            Some(true),
+            "latency too"
+        );
+        // A busy stretch: heavy at HEAVY_BUSY_NS, says nothing before it,
+        // nor for a latency tenant, nor when measured to run little.
+        let busy = |ns, gpu| Demand::Busy { ns, gpu };
+        assert_eq!(
+            heavy_after(false, false, busy(HEAVY_BUSY_NS, None)),
+            Some(true)
+        );
+        assert_eq!(
+            heavy_after(true, false, busy(HEAVY_BUSY_NS - 1, None)),
+            None
+        );
+        assert_eq!(heavy_after(false, true, busy(u64::MAX, None)), None);
+        let ns = 4 * HEAVY_BUSY_NS;
+        assert_eq!(
+            heavy_after(false, false, busy(ns, Some((ns / 4, 1)))),
+            Some(true)
+        );
+        assert_eq!(
+            heavy_after(false, false, busy(ns, Some((ns / 4 - 1, 1)))),
+            None
+        );
+        assert_eq!(
+            heavy_after(false, false, busy(ns, Some((0, u64::MAX)))),
+            Some(true)
+        );
+    }
+
+    #[test]
+    fn a_holder_keeps_the_lease_until_it_dies_idles_or_overstays() {
+        let now = 1_000_000_000;
+        let deadline = now + SLICE;
+        let keeps = |until| Holder::Keeps { until };
+        assert_eq!(
+            judge_holder(false, deadline, 0, now),
+            keeps(deadline + GRACE_NS)
+        );
+        assert_eq!(
+            judge_holder(true, deadline, 0, now),
+            Holder::TakeOver {
+                end: now,
+                idled: false
+            }
+        );
+        // Overstayed: kept through the grace, lost past it.
+        let late = deadline + GRACE_NS;
+        assert_eq!(
+            judge_holder(false, deadline, 0, late),
+            keeps(late + 1_000_000)
+        );
+        assert_eq!(
+            judge_holder(false, deadline, 0, late + 1),
+            Holder::TakeOver {
+                end: late + 1,
+                idled: false
+            }
+        );
+        // Idle: until the hand-off; then lost, charged up to when it idled.
+        let idle = now - IDLE_HANDOFF_NS / 2;
+        assert_eq!(
+            judge_holder(false, deadline, idle, now),
+            keeps(idle + IDLE_HANDOFF_NS)
+        );
+        assert_eq!(
+            judge_holder(false, deadline, idle, idle + IDLE_HANDOFF_NS),
+            Holder::TakeOver {
+                end: idle,
+                idled: true
+            }
+        );
+        assert_eq!(
+            judge_holder(false, deadline, now + 1, now),
+            keeps(deadline + GRACE_NS),
+            "idle ahead: busy"
+        );
+        // A deadline no holder sets.
+        let far = now + bounds::DEADLINE_AHEAD_NS;
+        assert_eq!(judge_holder(false, far, 0, now), keeps(far + GRACE_NS));
+        assert_eq!(
+            judge_holder(false, far + 1, 0, now),
+            Holder::TakeOver {
+                end: now,
+                idled: false
+            }
+        );
+    }
+
+    #[test]
+    fn a_holder_charged_little_saves_no_more_than_a_bucket_holds() {
+        // Alone under a ceiling (half the wall time), charged a tenth of each slice, a
+        // holder earns more than it spends: its bucket stops at what a
+        // bucket holds (the bound the watchdog judges by), not beyond.
+        let (g, a, t, p) = one_waiter("saved", 30);
+        let e = g.tenant(t).expect("t");
+        let t0 = 5_000_000_000;
+        e.tokens.store(SLICE as i64, Ordering::Relaxed);
+        e.tokens_at.store(t0, Ordering::Relaxed);
+        assert!(matches!(
+            a.try_acquire(p, t, t0, SLICE),
+            Acquire::Granted { .. }
+        ));
+        a.end_wait(p, t);
+        let mut now = t0;
+        for _ in 0..4_000 {
+            now += SLICE;
+            assert!(!a.decide_release_measured(t, now, SLICE, 100_000));
+            assert!(a.renew_measured(p, t, now, SLICE, 100_000).is_some());
+        }
+        let tokens = e.tokens.load(Ordering::Relaxed);
+        assert!(bounds::tokens_in_bounds(tokens), "{tokens}");
+        assert!(
+            tokens > bounds::MAX_SAVED_NS as i64 - SLICE as i64,
+            "{tokens}"
+        );
     }
 
     const SLICE: u64 = 20_000_000;
@@ -1124,7 +1444,7 @@ mod tests {
                     loop {
                         now += 30_000_000;
                         busy += 30_000_000;
-                        if a.must_release(t, now, SLICE) {
+                        if a.decide_release(t, now, SLICE) {
                             break;
                         }
                         a.renew(p, t, now, SLICE).expect("renew");
@@ -1141,7 +1461,7 @@ mod tests {
 
     /// Busy tenants (share, max, burst ms) with renewals as the shim does
     /// them: a holder runs slice after slice, renewing while
-    /// `must_release` says it may. Returns each tenant's percent of the
+    /// `decide_release` says it may. Returns each tenant's percent of the
     /// time and its holds as (start, end) ns.
     fn simulate_holds(
         name: &str,
@@ -1186,7 +1506,7 @@ mod tests {
             let start = now;
             loop {
                 now += SLICE;
-                if procs[k].must_release(t, now, SLICE) {
+                if procs[k].decide_release(t, now, SLICE) {
                     break;
                 }
                 procs[k].renew(p, t, now, SLICE).expect("renew");
@@ -1264,13 +1584,13 @@ mod tests {
         a.end_wait(pa, ta);
         while now < 10_000_000_000 {
             now += SLICE;
-            assert!(!a.must_release(ta, now, SLICE));
+            assert!(!a.decide_release(ta, now, SLICE));
             a.renew(pa, ta, now, SLICE);
         }
         // B arrives: it must get the next slice, and then the split is
         // 30/70 from there on, not B-only until it "catches up".
         b.begin_wait(pb, tb, now);
-        assert!(a.must_release(ta, now, SLICE));
+        assert!(a.decide_release(ta, now, SLICE));
         a.release(pa, ta, now);
         a.begin_wait(pa, ta, now);
         assert!(matches!(
@@ -1423,13 +1743,13 @@ mod tests {
 
     #[test]
     fn a_corrupt_ceiling_bucket_neither_panics_nor_starves() {
-        // tokens beyond MAX_TOKENS_NS restart at 0; a ceiling of 0 is the
+        // tokens beyond what a bucket holds (bounds) restart at 0; a ceiling of 0 is the
         // tightest (1 %), not a bucket that never refills. Before: with a
         // ceiling of 0 or 1 % and tokens = i64::MIN, `now + wait` overflowed
         // (a panic in the launch gate); with 50 % the tenant waited 585
         // years.
         for max in [0u32, 1, 50] {
-            for tokens in [i64::MIN, i64::MAX, -(MAX_TOKENS_NS as i64) - 1] {
+            for tokens in [i64::MIN, i64::MAX, -(bounds::MAX_DEBT_NS as i64) - 1] {
                 let (g, a, t, p) = one_waiter(&format!("tokens-{max}-{tokens}"), 50);
                 let e = g.tenant(t).expect("t");
                 e.max.store(max, Ordering::Relaxed);
@@ -1625,7 +1945,7 @@ mod tests {
         for k in 1..=10 {
             let now = t0 + k * SLICE;
             assert!(
-                !a.must_release_measured(t, now, SLICE, 100_000),
+                !a.decide_release_measured(t, now, SLICE, 100_000),
                 "slice {k}"
             );
             assert!(a.renew_measured(p, t, now, SLICE, 100_000).is_some());
@@ -1634,8 +1954,8 @@ mod tests {
         // Twenty slices on without a charge: a tenth of them is under the
         // ceiling, all of them is not.
         let now = t0 + 30 * SLICE;
-        assert!(!a.must_release_measured(t, now, SLICE, 100_000));
-        assert!(a.must_release_measured(t, now, SLICE, 2 * WHOLE_PPM));
+        assert!(!a.decide_release_measured(t, now, SLICE, 100_000));
+        assert!(a.decide_release_measured(t, now, SLICE, 2 * WHOLE_PPM));
         assert!(a.release_measured(p, t, now, 2 * WHOLE_PPM));
         assert_eq!(used(), 21 * SLICE);
     }
@@ -1655,7 +1975,7 @@ mod tests {
         ));
         a.end_wait(p, t);
         s.slice_start.store(0, Ordering::Release);
-        assert!(!a.must_release(t, 5_000_000_000 + SLICE / 2, SLICE));
+        assert!(!a.decide_release(t, 5_000_000_000 + SLICE / 2, SLICE));
         assert!(a.renew(p, t, 5_000_000_000 + SLICE, SLICE).is_some());
         assert_eq!(used(), SLICE);
         s.slice_start.store(0, Ordering::Release);
@@ -1756,7 +2076,7 @@ mod tests {
                 a.begin_wait(p, t, now);
                 if let Acquire::Granted { .. } = a.try_acquire(p, t, now, SLICE) {
                     a.end_wait(p, t);
-                    if !a.must_release(t, now + SLICE, SLICE) {
+                    if !a.decide_release(t, now + SLICE, SLICE) {
                         a.renew(p, t, now + SLICE, SLICE);
                     }
                     a.release(p, t, now + 2 * SLICE);
@@ -1935,7 +2255,7 @@ mod tests {
         ));
         // It went idle at 2 ms, with a waiter: the waiter is told to come
         // back when the hand-off is due, and takes it then.
-        assert!(a.holder_idle(p, 2 * MS), "someone waits");
+        assert!(a.mark_holder_idle(p, 2 * MS), "someone waits");
         match b.try_acquire(q, o, 2 * MS + 10_000, SLICE) {
             Acquire::Wait { until } => assert_eq!(until, 2 * MS + IDLE_HANDOFF_NS),
             r => panic!("{r:?}"),
@@ -1949,7 +2269,7 @@ mod tests {
             g.tenant(t).expect("t").used_ns.load(Ordering::Relaxed),
             2 * MS
         );
-        assert!(!a.holder_busy(p, 4 * MS), "it lost the lease");
+        assert!(!a.mark_holder_busy(p, 4 * MS), "it lost the lease");
         // A holder back to work within the hand-off time keeps it, and
         // is not charged the gap.
         b.end_wait(q, o);
@@ -1960,8 +2280,8 @@ mod tests {
             Acquire::Granted { .. }
         ));
         a.end_wait(p, t);
-        a.holder_idle(p, 7 * MS);
-        assert!(a.holder_busy(p, 7 * MS + IDLE_HANDOFF_NS / 2));
+        a.mark_holder_idle(p, 7 * MS);
+        assert!(a.mark_holder_busy(p, 7 * MS + IDLE_HANDOFF_NS / 2));
         b.begin_wait(q, o, 8 * MS);
         assert!(matches!(
             b.try_acquire(q, o, 8 * MS + IDLE_HANDOFF_NS, SLICE),
@@ -1994,7 +2314,7 @@ mod tests {
                 Acquire::Granted { .. }
             ));
             a.end_wait(p, t);
-            a.holder_idle(p, now + MS);
+            a.mark_holder_idle(p, now + MS);
             b.begin_wait(q, o, now + MS);
             assert!(matches!(
                 b.try_acquire(q, o, now + MS + IDLE_HANDOFF_NS, SLICE),
