@@ -1223,7 +1223,10 @@ fn a_detach_setting_other_than_0_or_1_and_a_removed_meter_mode_say_what_applies(
         );
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{var}={value}: {err}");
-        assert!(err.lines().any(|l| l.ends_with(says)), "{var}={value}: {err}");
+        assert!(
+            err.lines().any(|l| l.ends_with(says)),
+            "{var}={value}: {err}"
+        );
     }
 }
 
