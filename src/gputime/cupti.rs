@@ -5,7 +5,6 @@
 use std::ffi::{CStr, c_char, c_void};
 use std::sync::atomic::Ordering;
 
-use super::records::{KIND_CONCURRENT_KERNEL, completed, requested};
 use super::{LOADING, Meter, now_ns};
 use crate::sys::CUcontext;
 
@@ -14,6 +13,9 @@ pub const CUPTI_ERROR_MAX_LIMIT_REACHED: i32 = 12;
 pub const CUPTI_ERROR_UNKNOWN: i32 = 999;
 /// `cuptiActivityFlushAll`'s flag: buffers holding incomplete records too.
 const CUPTI_ACTIVITY_FLAG_FLUSH_FORCED: u32 = 1;
+/// Activity kinds of kernel records.
+pub const KIND_KERNEL: u32 = 3;
+pub const KIND_CONCURRENT_KERNEL: u32 = 10;
 
 pub type Requested = unsafe extern "C" fn(*mut *mut u8, *mut usize, *mut usize);
 pub type Completed = unsafe extern "C" fn(CUcontext, u32, *mut u8, usize, usize);
@@ -179,12 +181,6 @@ impl Meter {
         format!("CUPTI error {r}")
     }
 
-    /// Registers our buffer callbacks (CUPTI attaches).
-    pub fn register(&self) -> i32 {
-        // SAFETY: CUPTI call with our two callbacks (valid for the process).
-        unsafe { (self.api.register)(Some(requested), Some(completed)) }
-    }
-
     /// Measures CUPTI's clock against ours.
     pub fn calibrate(&self) {
         let mut ts = 0u64;
@@ -252,28 +248,5 @@ impl Meter {
             finalize()
         };
         if r == CUPTI_SUCCESS { Ok(true) } else { Err(r) }
-    }
-
-    /// Before a probe where CUPTI was detached: our callbacks registered
-    /// again (CUPTI attaches anew). False, the meter stopped for good,
-    /// where the program's own profiler took CUPTI meanwhile or the
-    /// registration failed (said).
-    pub fn attach(&self) -> bool {
-        let _g = LOADING.lock().unwrap_or_else(|e| e.into_inner());
-        if super::program_profiles() || self.lost.load(Ordering::Acquire) {
-            self.lost.store(true, Ordering::Release);
-            return false;
-        }
-        let r = self.register();
-        if r != CUPTI_SUCCESS {
-            crate::warn!(
-                "{}: cannot register activity callbacks again: {}; charging wall time in flight",
-                self.path,
-                self.error(r)
-            );
-            self.lost.store(true, Ordering::Release);
-            return false;
-        }
-        true
     }
 }

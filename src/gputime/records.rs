@@ -1,17 +1,19 @@
-//! CUPTI's kernel activity records: the buffers CUPTI asks for and hands
-//! back, read into GPU time per device, each span counted once.
+//! CUPTI's kernel activity records: our buffer callbacks (registered when
+//! CUPTI is loaded, and again after each detach), the buffers CUPTI asks
+//! for and hands back, read into GPU time per device, each span counted
+//! once.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::cupti::{CUPTI_ERROR_MAX_LIMIT_REACHED, CUPTI_SUCCESS};
-use super::{METER, now_ns};
+use super::cupti::{
+    CUPTI_ERROR_MAX_LIMIT_REACHED, CUPTI_SUCCESS, KIND_CONCURRENT_KERNEL, KIND_KERNEL,
+};
+use super::{LOADING, METER, Meter, now_ns};
 use crate::sys::CUcontext;
 
 /// One record buffer (CUPTI wants 8-byte alignment).
 const BUFFER_BYTES: usize = 256 * 1024;
 const BUFFER_ALIGN: usize = 8;
-pub const KIND_KERNEL: u32 = 3;
-pub const KIND_CONCURRENT_KERNEL: u32 = 10;
 /// Offsets in a kernel record (`CUpti_ActivityKernel4` to `10`, CUDA 11 to
 /// 13: unchanged; checked against NVIDIA's header on the GPU host).
 const REC_START: usize = 16;
@@ -38,6 +40,37 @@ pub fn uncounted(
     }
     let from = s.max(covered).max(since);
     (e > from).then_some((from, e))
+}
+
+impl Meter {
+    /// Registers our buffer callbacks (CUPTI attaches).
+    pub fn register(&self) -> i32 {
+        // SAFETY: CUPTI call with our two callbacks (valid for the process).
+        unsafe { (self.api.register)(Some(requested), Some(completed)) }
+    }
+
+    /// Before a probe where CUPTI was detached: our callbacks registered
+    /// again (CUPTI attaches anew). False, the meter stopped for good,
+    /// where the program's own profiler took CUPTI meanwhile or the
+    /// registration failed (said).
+    pub fn attach(&self) -> bool {
+        let _g = LOADING.lock().unwrap_or_else(|e| e.into_inner());
+        if super::program_profiles() || self.lost.load(Ordering::Acquire) {
+            self.lost.store(true, Ordering::Release);
+            return false;
+        }
+        let r = self.register();
+        if r != CUPTI_SUCCESS {
+            crate::warn!(
+                "{}: cannot register activity callbacks again: {}; charging wall time in flight",
+                self.path,
+                self.error(r)
+            );
+            self.lost.store(true, Ordering::Release);
+            return false;
+        }
+        true
+    }
 }
 
 /// CUPTI asks for a buffer: one from the pool, else a new one.

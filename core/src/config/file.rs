@@ -4,12 +4,11 @@
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use super::types::{
-    Config, ConfigError, MAX_COMPUTE_BURST_MS, MAX_COMPUTE_SLICE_MS, MAX_DEVICE_INDEX, Source,
-};
+use super::types::{Config, ConfigError, MAX_DEVICE_INDEX, Source};
 use super::units::{
-    PERCENT_EXPECTED, SIZE_EXPECTED, UUID_EXAMPLE, check_burst, check_slice, parse_burst,
-    parse_percent, parse_size, parse_slice, parse_uuid, shown,
+    MAX_COMPUTE_BURST_MS, MAX_COMPUTE_SLICE_MS, PERCENT_EXPECTED, SIZE_EXPECTED, UUID_EXAMPLE,
+    check_burst, check_slice, parse_burst, parse_percent, parse_size, parse_slice, parse_uuid,
+    shown,
 };
 use super::validate::{
     Draft, Entry, Field, LATENCY_NEEDS_COMPUTE, SHAPE_NEEDS_COMPUTE, SLICE_EXPECTED,

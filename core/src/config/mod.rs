@@ -195,8 +195,8 @@ use std::path::{Path, PathBuf};
 pub use file::{MAX_FILE_BYTES, parse_file, toml_syntax_error};
 pub use types::*;
 pub use units::{
-    format_size, format_uuid, parse_burst, parse_percent, parse_size, parse_slice, parse_switch,
-    parse_uuid,
+    MAX_COMPUTE_BURST_MS, MAX_COMPUTE_SLICE_MS, format_size, format_uuid, parse_burst,
+    parse_percent, parse_size, parse_slice, parse_switch, parse_uuid,
 };
 
 use env::{ENV_CONFIG, env_var_names, from_env};

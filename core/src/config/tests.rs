@@ -967,7 +967,7 @@ fn garbage_never_panics() {
 
 #[test]
 fn what_a_tenant_registers_with_per_gpu() {
-    use crate::gpu::TenantSpec;
+    use super::TenantSpec;
     let p = Path::new("/q.toml");
     let uuid = [7u8; 16];
     let other = [8u8; 16];

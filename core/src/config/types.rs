@@ -25,14 +25,10 @@ pub const MAX_MEMORY: u64 = 1 << 50;
 /// wake-up, tens of microseconds) costs well under 1 %, short enough for
 /// fair sharing.
 pub const DEFAULT_COMPUTE_SLICE_MS: u32 = 20;
-/// Upper bound for `compute_slice_ms`.
-pub const MAX_COMPUTE_SLICE_MS: u32 = 1_000;
 /// Default `compute_burst_ms`: long enough that a power-hungry kernel loop
 /// held at its ceiling runs at the clocks of sustained load (measured on an
 /// H200: docs/benchmarks/2026-11-21-h200-burst.md).
 pub const DEFAULT_COMPUTE_BURST_MS: u32 = 200;
-/// Upper bound for `compute_burst_ms`.
-pub const MAX_COMPUTE_BURST_MS: u32 = 10_000;
 /// Upper bound for `context_overhead` (a context costs well under 1 GiB).
 pub const MAX_CONTEXT_OVERHEAD: u64 = 16 << 30;
 /// The longest tenant name: a GPU segment's tenant entry keeps the name in
@@ -170,7 +166,7 @@ impl Config {
     /// with UUID `uuid` (share, ceiling, burst, class): None where it has
     /// neither share nor ceiling there. The shim registers exactly this;
     /// the host watchdog checks the per-GPU segment against it.
-    pub fn tenant_spec(&self, index: u32, uuid: &[u8; 16]) -> Option<crate::gpu::TenantSpec> {
+    pub fn tenant_spec(&self, index: u32, uuid: &[u8; 16]) -> Option<TenantSpec> {
         let l = self.limits_for(index, uuid);
         if l.compute.is_none() && l.compute_max.is_none() {
             return None;
@@ -184,7 +180,7 @@ impl Config {
             DEFAULT_COMPUTE_BURST_MS
         };
         let max = l.compute_max.map_or(100, u32::from);
-        Some(crate::gpu::TenantSpec {
+        Some(TenantSpec {
             share: l.compute.map_or(max, u32::from),
             max,
             burst_ns: u64::from(self.compute_burst_ms.unwrap_or(default_burst)) * 1_000_000,
@@ -274,3 +270,16 @@ impl fmt::Display for ConfigError {
 }
 
 impl std::error::Error for ConfigError {}
+
+/// What a tenant registers with in a per-GPU segment: its configured
+/// share, ceiling, burst and class on that GPU (`Config::tenant_spec`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TenantSpec {
+    /// Guaranteed share, percent (clamped to 1..=100).
+    pub share: u32,
+    /// Ceiling, percent (clamped to share..=100; 100: none).
+    pub max: u32,
+    /// Ceiling bucket's burst, ns (0: one slice).
+    pub burst_ns: u64,
+    pub latency: bool,
+}

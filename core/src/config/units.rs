@@ -1,7 +1,10 @@
 //! Values as they are written: sizes, percentages, milliseconds, switches
 //! and GPU UUIDs; and how a user's value is shown in a message.
 
-use super::types::{MAX_COMPUTE_BURST_MS, MAX_COMPUTE_SLICE_MS};
+/// Upper bound for `compute_slice_ms`.
+pub const MAX_COMPUTE_SLICE_MS: u32 = 1_000;
+/// Upper bound for `compute_burst_ms`.
+pub const MAX_COMPUTE_BURST_MS: u32 = 10_000;
 
 pub(super) const SIZE_EXPECTED: &str = "a size like 4GiB, 4096MiB, 4g, 512m or a number of bytes";
 pub(super) const PERCENT_EXPECTED: &str = "a percentage from 1 to 100 like 30 or \"30%\"";

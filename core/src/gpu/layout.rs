@@ -201,18 +201,9 @@ fn layout() -> Layout {
     }
 }
 
-/// What a tenant registers with: its configured share, ceiling, burst and
-/// class on this GPU.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TenantSpec {
-    /// Guaranteed share, percent (clamped to 1..=100).
-    pub share: u32,
-    /// Ceiling, percent (clamped to share..=100; 100: none).
-    pub max: u32,
-    /// Ceiling bucket's burst, ns (0: one slice).
-    pub burst_ns: u64,
-    pub latency: bool,
-}
+/// What a tenant registers with (`Config::tenant_spec`: the quota file
+/// decides it; the segment stores it).
+pub use crate::config::TenantSpec;
 
 /// What a tenant looks like from outside (status, tests).
 #[derive(Debug, Clone, PartialEq, Eq)]
