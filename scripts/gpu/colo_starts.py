@@ -216,6 +216,10 @@ def verdicts(cell, by_mode, solo_p99, starts):
             verdict = "reference"
         elif mode == "trainer-only":
             verdict = "diagnostic"
+        elif not ref:
+            # No native pair in these starts (an A/B of two builds): judged
+            # against the other build (the A/B rows below), not the targets.
+            verdict = "A/B only"
         else:
             ok_tail = worst <= (1.1 if cell == "decode" else 1.2) * ref["p99"]
             kernel = [r["TRAINER_KERNEL_MS"] for r, _ in res if "TRAINER_KERNEL_MS" in r]
@@ -233,14 +237,26 @@ def verdicts(cell, by_mode, solo_p99, starts):
         offs = starts.get(mode, []) if isinstance(starts, dict) else starts
         row(cell, f"{mode}: {len(res)} starts, offsets {offs} s",
             f"p99 median {med:.2f} / worst {worst:.2f} ms"
-            + (f" ({med / ref['p99']:.2f}x / {worst / ref['p99']:.2f}x native pair)" if mode != "native" else ""),
+            + (f" ({med / ref['p99']:.2f}x / {worst / ref['p99']:.2f}x native pair)" if mode != "native" and ref else ""),
             f"served worst {100 * min(served):.0f} %",
             f"trainer median {tf_med:.0f} / worst {tf_worst:.0f} TFLOP/s"
             + (f" ({100 * tf_med / ref['tf']:.0f} % / {100 * tf_worst / ref['tf']:.0f} % of native pair)"
-               if mode != "native" else ""),
+               if mode != "native" and ref else ""),
             "per p99: " + ", ".join(f"{x:.1f}" for x in p99)
             + (f"; bound: solo p99 {solo_p99:.2f} + trainer kernel {kernel_ms:.2f} ms"
-               if mode.startswith("latency") and cell == "small" else ""), verdict)
+               if mode.startswith("latency") and cell == "small" and ref else ""), verdict)
+    # Two builds side by side (`--lib-b`): each mode against its "-b" twin,
+    # over the same starts.
+    for mode in by_mode:
+        twin = by_mode.get(mode + "-b")
+        if mode.endswith("-b") or not twin:
+            continue
+        (a_p99, _, a_tf), (b_p99, _, b_tf) = summary(by_mode[mode]), summary(twin)
+        row(cell, f"{mode} against {mode}-b ({len(a_p99)} / {len(b_p99)} starts)",
+            f"p99 median {statistics.median(a_p99) / statistics.median(b_p99):.2f}x / worst "
+            f"{max(a_p99) / max(b_p99):.2f}x",
+            "", (f"trainer median {statistics.median(a_tf) / statistics.median(b_tf):.3f}x" if a_tf and b_tf else ""),
+            "", "A/B")
 
 
 def solo_rows(cell, solo, alone):
