@@ -1040,6 +1040,11 @@ impl GpuSegment {
     /// share among the tenants competing now.
     pub fn note_busy(&self, tenant: usize, ns: u64, gpu_ns: Option<u64>, now: u64) {
         let Some(t) = self.tenant(tenant) else { return };
+        // (`heavy_after` ignores these; counting the competitors, a pass
+        // over every tenant entry, is left to stretches it judges.)
+        if ns < HEAVY_BUSY_NS || is_latency(t) {
+            return;
+        }
         let gpu = gpu_ns.map(|gpu| (gpu, self.competitors(tenant, now)));
         self.judge_heavy(t, Demand::Busy { ns, gpu });
     }
