@@ -8,3 +8,5 @@ echo "rc=$?"; grep "^start" $OUT/decode-4.err; date
 # call 7
 mkdir -p /tmp/gtc
 timeout 280 python3 scripts/gpu/gpu_time_check.py --lib .carry/libcuslice.so --cli .carry/cuslice --seconds 8 --logs /tmp/gtc > $OUT/gpu-time.md 2>$OUT/gpu-time.err
+# call 8 (another machine): the decode cell's standard class, starts 8-11
+timeout 420 python3 scripts/gpu/colo_starts.py --lib $L --lib-b $B --pin --window 5 --starts 4 --first-start 8 --decode-period-ms 420 --cells decode --modes standard-b,standard --dump $OUT/decode-8.json > $OUT/decode-8.md 2>$OUT/decode-8.err
