@@ -122,13 +122,7 @@ impl Gpu {
                 // SAFETY: real driver call; drains this context's work.
                 unsafe { real::cuCtxSynchronize() };
                 let t = now_ns();
-                self.measure(t, launches);
-                let ppm = if ppm == WHOLE_PPM {
-                    ppm
-                } else {
-                    self.hold_ppm(t)
-                };
-                self.count_held(t);
+                let ppm = self.settle_slice(t, launches, ppm);
                 // Whatever waits next (its ceiling, others) is no time to
                 // measure it in.
                 gputime::cancel_probe();
@@ -150,13 +144,7 @@ impl Gpu {
                 self.queue.state.store(fed, Ordering::Relaxed);
             }
             let t = now_ns();
-            self.measure(t, launches);
-            let ppm = if ppm == WHOLE_PPM {
-                ppm
-            } else {
-                self.hold_ppm(t)
-            };
-            self.count_held(t);
+            let ppm = self.settle_slice(t, launches, ppm);
             match self
                 .seg
                 .renew_measured(self.slot, self.tenant, t, self.slice_ns, ppm)
@@ -168,6 +156,21 @@ impl Gpu {
         }
         let _ = self.bound_queue(stream, shallow);
         self.measure(now_ns(), launches);
+    }
+
+    /// A slice ends at `t` (its work drained or its queue bounded): the GPU
+    /// time per launch is learned, the hold counted into the probe, and
+    /// the share of the hold charged (`hold_ppm`, taken again at `t` unless
+    /// the hold was charged whole at the slice's end).
+    fn settle_slice(&self, t: u64, launches: u64, ppm: u64) -> u64 {
+        self.measure(t, launches);
+        let ppm = if ppm == WHOLE_PPM {
+            ppm
+        } else {
+            self.hold_ppm(t)
+        };
+        self.count_held(t);
+        ppm
     }
 
     /// The pass's credits left, and the launches it made (counted for the
