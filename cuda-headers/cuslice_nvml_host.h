@@ -75,4 +75,25 @@ nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
                                              unsigned int *processSamplesCount,
                                              unsigned long long lastSeenTimeStamp);
 
+/* The driver's own per-cgroup memory limit (R615 on; cgroup v2): the OCI
+ * hook sets a container's cgroup's hard limit to its quota, `status` reads
+ * it. `nameSpace` is the cgroup's directory under /sys/fs/cgroup. Looked up
+ * at run time: older drivers have neither. */
+typedef struct {
+    const char *nameSpace;
+    unsigned long long softLimit;
+    unsigned long long hardLimit;
+} nvmlSetMemoryLimits_v1_t;
+
+typedef struct {
+    const char *nameSpace;
+    unsigned long long softLimit;
+    unsigned long long hardLimit;
+    unsigned long long currentUsed;
+} nvmlGetMemoryLimits_v1_t;
+
+nvmlReturn_t nvmlDeviceSetMemoryLimits_v1(nvmlDevice_t device, nvmlSetMemoryLimits_v1_t *limits);
+
+nvmlReturn_t nvmlDeviceGetMemoryLimits_v1(nvmlDevice_t device, nvmlGetMemoryLimits_v1_t *limits);
+
 #endif /* CUSLICE_NVML_HOST_H */

@@ -27,7 +27,10 @@ use std::ffi::{CStr, CString, c_char, c_uint, c_void};
     non_snake_case,
     non_upper_case_globals,
     dead_code,
-    clippy::all
+    clippy::all,
+    // bindgen's layout tests of the structs with pointers (the memory
+    // limits') read fields through raw pointers, uncommented
+    clippy::undocumented_unsafe_blocks
 )]
 mod sys {
     include!(concat!(env!("OUT_DIR"), "/nvml_sys.rs"));
@@ -167,6 +170,18 @@ pub struct Nvml {
     procs: Option<Procs>,
     process_utilization: Option<sys::nvmlDeviceGetProcessUtilization>,
     error_string: Option<sys::nvmlErrorString>,
+    /// The driver's per-cgroup memory limit (R615 on), where it has one.
+    set_limits: Option<sys::nvmlDeviceSetMemoryLimits_v1>,
+}
+
+/// What became of setting a cgroup's memory limit on a GPU.
+#[derive(Debug, PartialEq, Eq)]
+pub enum DriverLimit {
+    /// Set.
+    Set,
+    /// This driver has no per-cgroup memory limit (no symbol, or the
+    /// device says NOT_SUPPORTED): the shim enforces alone.
+    Unsupported(String),
 }
 
 fn dlerror() -> String {
@@ -244,6 +259,7 @@ impl Nvml {
                     .or_else(|| sym!(lib, nvmlDeviceGetComputeRunningProcesses).map(Procs::V1)),
                 process_utilization: sym!(lib, nvmlDeviceGetProcessUtilization),
                 error_string: sym!(lib, nvmlErrorString),
+                set_limits: sym!(lib, nvmlDeviceSetMemoryLimits_v1),
             }
         };
         // SAFETY: resolved from the same library, with its prototype.
@@ -487,6 +503,47 @@ impl Nvml {
         let mut m = Memory::default();
         // SAFETY: a handle NVML gave us and a valid nvmlMemory_t.
         (unsafe { (self.memory)(d.raw, &mut m) } == NVML_SUCCESS).then_some(m.used)
+    }
+
+    /// Sets the driver's memory limit of the cgroup `cgroup_dir` (its
+    /// directory under /sys/fs/cgroup) on `d`: a hard limit of `hard`
+    /// bytes, and the same soft limit (the quota is what the tenant is
+    /// guaranteed). Err: the driver has the limit and refused (one line).
+    pub fn set_memory_limit(
+        &self,
+        d: &DeviceHandle,
+        cgroup_dir: &str,
+        hard: u64,
+    ) -> Result<DriverLimit, String> {
+        let Some(f) = self.set_limits else {
+            return Ok(DriverLimit::Unsupported(
+                "no nvmlDeviceSetMemoryLimits_v1 in this NVML (the driver's per-cgroup memory limit came with R615)".into(),
+            ));
+        };
+        let ns = CString::new(cgroup_dir).map_err(|_| format!("{cgroup_dir:?}: contains NUL"))?;
+        let mut l = sys::nvmlSetMemoryLimits_v1_t {
+            nameSpace: ns.as_ptr(),
+            softLimit: hard,
+            hardLimit: hard,
+        };
+        // SAFETY: a handle NVML gave us, and a limits struct whose string
+        // lives across the call.
+        let r = unsafe { f(d.raw, &mut l) };
+        match r {
+            NVML_SUCCESS => Ok(DriverLimit::Set),
+            Ret::NVML_ERROR_NOT_SUPPORTED => Ok(DriverLimit::Unsupported(format!(
+                "GPU {} ({}): {}",
+                d.index,
+                d.uuid,
+                self.error(r)
+            ))),
+            _ => Err(format!(
+                "nvmlDeviceSetMemoryLimits_v1(GPU {} {}, {cgroup_dir}, {hard} bytes): {}",
+                d.index,
+                d.uuid,
+                self.error(r)
+            )),
+        }
     }
 
     /// The GPU's utilization (percent of the last sample period a kernel

@@ -199,6 +199,7 @@ fn container_meta(id: &str, ann: &BTreeMap<String, String>, args: &[String]) -> 
         init_pid: None,
         init_start: None,
         claim: None,
+        driver_memory_limit: None,
     }
 }
 
@@ -544,6 +545,11 @@ pub fn create(a: &HookArgs) -> Result<(), String> {
             a.lib.display()
         ));
     }
+    let cgroup_text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+    let meta = ContainerMeta {
+        driver_memory_limit: driver_memory_limits(&cfg, &cgroup_text),
+        ..meta
+    };
     let layout = Layout::new(&a.root);
     let result = (|| {
         // The segments first, outside the lock: opening one waits for its
@@ -577,6 +583,99 @@ pub fn create(a: &HookArgs) -> Result<(), String> {
         let _ = remove_container(&layout, &st.id);
     }
     result
+}
+
+/// The directory of a process's cgroup in the cgroup v2 hierarchy: its
+/// `0::` line of `/proc/<pid>/cgroup` (`cgroup_text`) under where this
+/// process sees the v2 hierarchy mounted (`mountinfo`: /sys/fs/cgroup on a
+/// v2 host, /sys/fs/cgroup/unified on a hybrid one). Err (why not): no v2
+/// hierarchy, or a process in its root cgroup (a limit there would hold
+/// every process on the host), or a path that is not plain.
+fn cgroup_v2_dir(cgroup_text: &str, mountinfo: &str) -> Result<String, String> {
+    let mount = mountinfo
+        .lines()
+        .find_map(|l| {
+            let (left, right) = l.split_once(" - ")?;
+            let f: Vec<&str> = left.split(' ').collect();
+            (right.split(' ').next() == Some("cgroup2") && f.get(3) == Some(&"/"))
+                .then(|| f.get(4).map(|m| m.to_string()))
+                .flatten()
+        })
+        .filter(|m| m.starts_with('/') && !m.contains('\\'))
+        .ok_or("no cgroup v2 hierarchy is mounted")?;
+    let path = cgroup_text
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .ok_or("the container has no cgroup v2")?
+        .trim_end_matches('/');
+    if path.is_empty() {
+        return Err("the container is in the root cgroup of the v2 hierarchy".into());
+    }
+    if !path.starts_with('/') || path.split('/').any(|c| c == ".." || c == ".") {
+        return Err(format!(
+            "the container's cgroup {path:?} is not a plain path"
+        ));
+    }
+    Ok(format!("{}{path}", mount.trim_end_matches('/')))
+}
+
+/// Where the driver has a per-cgroup memory limit (NVML's
+/// `nvmlDeviceSetMemoryLimits_v1`, R615 on, cgroup v2), the container's
+/// cgroup gets its quota as hard (and soft) limit on every GPU it has a
+/// quota on, so that a process that escapes the shim is still held by the
+/// driver. Never fails the container: a driver without the limit is said
+/// in the record, a driver that refuses is one warning and the record;
+/// the shim enforces either way. None where the container has no memory
+/// quota.
+fn driver_memory_limits(cfg: &config::Config, cgroup_text: &str) -> Option<String> {
+    if !cfg.has_memory() {
+        return None;
+    }
+    let outcome = (|| -> Result<String, String> {
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        let dir = match cgroup_v2_dir(cgroup_text, &mountinfo) {
+            Ok(d) => d,
+            Err(why) => return Ok(format!("unsupported: {why}")),
+        };
+        // No NVML, no driver limit (a host without the NVIDIA driver: the
+        // shim has no GPU to hold either).
+        let nvml = match crate::nvml::Nvml::open() {
+            Ok(n) => n,
+            Err(e) => return Ok(format!("unsupported: NVML: {e}")),
+        };
+        let mut set = Vec::new();
+        for d in nvml.devices()? {
+            let Ok(uuid) = config::parse_uuid(&d.uuid) else {
+                continue;
+            };
+            // Quota files the hook takes name GPUs by UUID or apply to all
+            // (annotations' indices are mapped to UUIDs, claims name UUIDs).
+            let Some(bytes) = cfg.limits_for(u32::MAX, &uuid).memory else {
+                continue;
+            };
+            match nvml.set_memory_limit(&d, &dir, bytes)? {
+                crate::nvml::DriverLimit::Set => {
+                    set.push(format!("GPU {} {} bytes", d.index, bytes));
+                }
+                crate::nvml::DriverLimit::Unsupported(why) => {
+                    return Ok(format!("unsupported: {why}"));
+                }
+            }
+        }
+        if set.is_empty() {
+            return Ok("unsupported: NVML lists no GPU the quota applies to".to_string());
+        }
+        Ok(format!("set: {} on {dir}", set.join(", ")))
+    })();
+    Some(match outcome {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!(
+                "cuslice oci-hook: warning: the driver's memory limit was not set ({e}); the shim enforces the quota"
+            );
+            format!("failed: {e}")
+        }
+    })
 }
 
 /// The annotation naming a container's tenant.
@@ -1096,6 +1195,43 @@ pub fn poststop(a: &HookArgs) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_containers_cgroup_v2_directory_is_found_under_the_v2_mount() {
+        let v2 = "30 23 0:26 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n";
+        let hybrid = "25 24 0:22 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n\
+                      57 47 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n";
+        let cg = "4:memory:/x\n0::/system.slice/runc-abc.scope\n";
+        assert_eq!(
+            cgroup_v2_dir(cg, v2).as_deref(),
+            Ok("/sys/fs/cgroup/system.slice/runc-abc.scope")
+        );
+        assert_eq!(
+            cgroup_v2_dir(cg, hybrid).as_deref(),
+            Ok("/sys/fs/cgroup/unified/system.slice/runc-abc.scope")
+        );
+        // No v2 mount; no v2 line; the root cgroup; a path not plain; a
+        // v2 mount of a subtree (root not "/") is not the hierarchy's root.
+        let v1 = "25 24 0:22 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n";
+        assert!(cgroup_v2_dir(cg, v1).unwrap_err().contains("no cgroup v2"));
+        assert!(
+            cgroup_v2_dir("4:memory:/x\n", v2)
+                .unwrap_err()
+                .contains("no cgroup v2")
+        );
+        assert!(
+            cgroup_v2_dir("0::/\n", v2)
+                .unwrap_err()
+                .contains("root cgroup")
+        );
+        assert!(
+            cgroup_v2_dir("0::/a/../b\n", v2)
+                .unwrap_err()
+                .contains("not a plain")
+        );
+        let sub = "30 23 0:26 /x /mnt/cg rw - cgroup2 cgroup2 rw\n";
+        assert!(cgroup_v2_dir(cg, sub).unwrap_err().contains("no cgroup v2"));
+    }
     use super::*;
 
     fn ann(kv: &[(&str, &str)]) -> BTreeMap<String, String> {

@@ -1174,3 +1174,123 @@ fn the_hook_refuses_to_run_for_a_rootless_runtime() {
     );
     assert!(!root_made, "the hook wrote before refusing");
 }
+
+/// Where this host mounts the cgroup v2 hierarchy (its root), if it does.
+fn cgroup_v2_mount() -> Option<String> {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .ok()?
+        .lines()
+        .find_map(|l| {
+            let (left, right) = l.split_once(" - ")?;
+            let f: Vec<&str> = left.split(' ').collect();
+            (right.starts_with("cgroup2 ") && f.get(3) == Some(&"/")).then(|| f[4].to_string())
+        })
+}
+
+#[test]
+fn the_drivers_memory_limit_is_set_on_the_containers_cgroup_where_the_driver_has_it() {
+    // The fake NVML has the driver's per-cgroup limit where
+    // FAKE_NVML_LIMITS_LOG is set, and records each set there: the hook
+    // sets the quota as the container's cgroup's hard and soft limit on
+    // every GPU, the cgroup being the container's own in the v2 hierarchy
+    // (runc makes it from cgroupsPath). A host without a v2 hierarchy has
+    // no such limit to set: nothing is set, and the container runs.
+    let b = bundle(
+        "drvlimit",
+        serde_json::json!({"cuslice.io/memory": "1GiB"}),
+        "memtest alloc 209715200",
+    );
+    let log = b.dir.join("limits.log");
+    let cgroup = format!("/cuslice-test-drvlimit-{}", std::process::id());
+    let stderr_file = b.capture_hook_stderr();
+    b.edit_spec(|spec| {
+        spec["linux"]["cgroupsPath"] = cgroup.clone().into();
+        spec["hooks"]["createRuntime"][0]["env"]
+            .as_array_mut()
+            .expect("hook env")
+            .extend([
+                format!("FAKE_NVML_LIMITS_LOG={}", log.display()).into(),
+                format!(
+                    "CUSLICE_REAL_NVML={}",
+                    common::env().fake.join("libnvidia-ml.so.1").display()
+                )
+                .into(),
+            ]);
+    });
+    let id = format!("cuslice-test-drvlimit-{}", std::process::id());
+    let out = runc_run(&b, &id);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "runc run failed:\n{stdout}\n{stderr}");
+    assert!(stdout.contains("R alloc=0"), "{stdout}\n{stderr}");
+    let hook_said = std::fs::read_to_string(&stderr_file).unwrap_or_default();
+    assert!(!hook_said.contains("warning"), "{hook_said}");
+    let set = std::fs::read_to_string(&log).unwrap_or_default();
+    match cgroup_v2_mount() {
+        Some(mount) => {
+            let dir = format!("{}{cgroup}", mount.trim_end_matches('/'));
+            assert_eq!(
+                set,
+                format!("SET 0 {dir} 1073741824 1073741824\n"),
+                "the quota on the container's own cgroup, on the fake's one GPU ({hook_said})"
+            );
+        }
+        None => assert_eq!(set, "", "no v2 hierarchy: nothing to set"),
+    }
+}
+
+#[test]
+fn a_driver_that_refuses_its_memory_limit_is_one_warning_and_the_container_runs() {
+    // The fake NVML answers "operating system error" where it cannot write
+    // its log (a directory): the hook says so in one line and the
+    // container runs under the shim's quota. Only where the host has a v2
+    // hierarchy is there a cgroup to set a limit on.
+    let Some(_) = cgroup_v2_mount() else {
+        return;
+    };
+    let b = bundle(
+        "drvrefuse",
+        serde_json::json!({"cuslice.io/memory": "1GiB"}),
+        "memtest alloc 419430400; memtest alloc 209715200",
+    );
+    let not_a_file = b.dir.join("a-directory");
+    std::fs::create_dir_all(&not_a_file).expect("mkdir");
+    let stderr_file = b.capture_hook_stderr();
+    b.edit_spec(|spec| {
+        spec["linux"]["cgroupsPath"] =
+            format!("/cuslice-test-drvrefuse-{}", std::process::id()).into();
+        spec["hooks"]["createRuntime"][0]["env"]
+            .as_array_mut()
+            .expect("hook env")
+            .extend([
+                format!("FAKE_NVML_LIMITS_LOG={}", not_a_file.display()).into(),
+                format!(
+                    "CUSLICE_REAL_NVML={}",
+                    common::env().fake.join("libnvidia-ml.so.1").display()
+                )
+                .into(),
+            ]);
+    });
+    let id = format!("cuslice-test-drvrefuse-{}", std::process::id());
+    let out = runc_run(&b, &id);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "runc run failed:\n{stdout}\n{stderr}");
+    // The shim's quota holds (1 GiB less the context's 640 MiB).
+    assert!(
+        stdout.contains("R alloc=2\nR alloc=0"),
+        "{stdout}\n{stderr}"
+    );
+    let hook_said = std::fs::read_to_string(&stderr_file).unwrap_or_default();
+    let warnings: Vec<&str> = hook_said
+        .lines()
+        .filter(|l| l.contains("warning"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{hook_said}");
+    assert!(
+        warnings[0].contains("the driver's memory limit was not set")
+            && warnings[0].contains("nvmlDeviceSetMemoryLimits_v1")
+            && warnings[0].ends_with("the shim enforces the quota"),
+        "{hook_said}"
+    );
+}

@@ -69,6 +69,12 @@ pub struct ContainerMeta {
     /// quota came from its annotations.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub claim: Option<String>,
+    /// The driver's own memory limit on the container's cgroup, as the
+    /// hook left it: "set: ..." (per GPU), "unsupported: why" (a driver
+    /// before R615, cgroup v1) or "failed: why"; absent where the
+    /// container has no memory quota.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver_memory_limit: Option<String>,
 }
 
 impl ContainerMeta {
@@ -97,6 +103,7 @@ impl ContainerMeta {
             init_pid: self.init_pid,
             init_start: self.init_start,
             claim: opt(&self.claim),
+            driver_memory_limit: opt(&self.driver_memory_limit),
         }
     }
 }

@@ -240,4 +240,26 @@ nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsign
 nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t *utilization,
                                              unsigned int *processSamplesCount, unsigned long long lastSeenTimeStamp);
 
+/* As in nvml.h (R615 on): the driver's memory limit of a cgroup v2, by the
+ * cgroup's directory. The fake records each set in FAKE_NVML_LIMITS_LOG and
+ * answers NOT_SUPPORTED without it (a driver without the feature). */
+typedef struct {
+    const char *nameSpace;
+    unsigned long long softLimit;
+    unsigned long long hardLimit;
+} nvmlSetMemoryLimits_v1_t;
+
+typedef struct {
+    const char *nameSpace;
+    unsigned long long softLimit;
+    unsigned long long hardLimit;
+    unsigned long long currentUsed;
+} nvmlGetMemoryLimits_v1_t;
+
+/* As in nvml.h (cuslice_nvml.h does not declare it). */
+#define NVML_ERROR_OPERATING_SYSTEM ((nvmlReturn_t)17)
+
+nvmlReturn_t nvmlDeviceSetMemoryLimits_v1(nvmlDevice_t device, nvmlSetMemoryLimits_v1_t *limits);
+nvmlReturn_t nvmlDeviceGetMemoryLimits_v1(nvmlDevice_t device, nvmlGetMemoryLimits_v1_t *limits);
+
 #endif /* FAKE_EXTRA_H */

@@ -394,6 +394,73 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
     return r;
 }
 
+/* ---- the driver's per-cgroup memory limit ------------------------------- */
+
+/* FAKE_NVML_LIMITS_LOG=FILE: the fake has the limit; each set is appended
+ * to FILE as "SET <index> <nameSpace> <soft> <hard>" and a get answers the
+ * last set for that device and cgroup. Unset: NOT_SUPPORTED (a driver
+ * before R615). As the real call: a soft limit above the hard one, or a
+ * limit above the device's memory (other than "no limit"), is
+ * INVALID_ARGUMENT. */
+#define FAKE_NO_MEMORY_LIMIT 0xFFFFFFFFFFFFFFFFull
+
+nvmlReturn_t nvmlDeviceSetMemoryLimits_v1(nvmlDevice_t device, nvmlSetMemoryLimits_v1_t *limits)
+{
+    setup();
+    unsigned idx = 0;
+    nvmlReturn_t r = device_index(device, &idx);
+    const char *log = getenv("FAKE_NVML_LIMITS_LOG");
+    if (r == NVML_SUCCESS && (log == NULL || *log == 0))
+        r = NVML_ERROR_NOT_SUPPORTED;
+    if (r == NVML_SUCCESS && (limits == NULL || limits->nameSpace == NULL ||
+                              limits->softLimit > limits->hardLimit ||
+                              (limits->hardLimit != FAKE_NO_MEMORY_LIMIT && limits->hardLimit > g_cfg.mem_total)))
+        r = NVML_ERROR_INVALID_ARGUMENT;
+    if (r == NVML_SUCCESS) {
+        FILE *f = fopen(log, "a");
+        if (f == NULL) {
+            r = NVML_ERROR_OPERATING_SYSTEM;
+        } else {
+            fprintf(f, "SET %u %s %llu %llu\n", idx, limits->nameSpace, limits->softLimit, limits->hardLimit);
+            fclose(f);
+        }
+    }
+    LOGR(r, "device=%u", idx);
+    return r;
+}
+
+nvmlReturn_t nvmlDeviceGetMemoryLimits_v1(nvmlDevice_t device, nvmlGetMemoryLimits_v1_t *limits)
+{
+    setup();
+    unsigned idx = 0;
+    nvmlReturn_t r = device_index(device, &idx);
+    const char *log = getenv("FAKE_NVML_LIMITS_LOG");
+    if (r == NVML_SUCCESS && (log == NULL || *log == 0))
+        r = NVML_ERROR_NOT_SUPPORTED;
+    if (r == NVML_SUCCESS && (limits == NULL || limits->nameSpace == NULL))
+        r = NVML_ERROR_INVALID_ARGUMENT;
+    if (r == NVML_SUCCESS) {
+        r = NVML_ERROR_NOT_FOUND;
+        FILE *f = fopen(log, "r");
+        char line[4096], ns[4096];
+        unsigned i;
+        unsigned long long soft, hard;
+        while (f != NULL && fgets(line, sizeof line, f) != NULL) {
+            if (sscanf(line, "SET %u %4095s %llu %llu", &i, ns, &soft, &hard) == 4 && i == idx &&
+                strcmp(ns, limits->nameSpace) == 0) {
+                limits->softLimit = soft;
+                limits->hardLimit = hard;
+                limits->currentUsed = 0;
+                r = NVML_SUCCESS;
+            }
+        }
+        if (f != NULL)
+            fclose(f);
+    }
+    LOGR(r, "device=%u", idx);
+    return r;
+}
+
 nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
 {
     setup();
