@@ -670,8 +670,10 @@ fn driver_memory_limits(cfg: &config::Config, cgroup_text: &str) -> Option<Strin
     Some(match outcome {
         Ok(s) => s,
         Err(e) => {
+            // (The cgroup path and NVML's words, shown, not sent: one line.)
             eprintln!(
-                "cuslice oci-hook: warning: the driver's memory limit was not set ({e}); the shim enforces the quota"
+                "cuslice oci-hook: warning: the driver's memory limit was not set ({}); the shim enforces the quota",
+                crate::host::text::clean(&e)
             );
             format!("failed: {e}")
         }

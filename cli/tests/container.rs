@@ -181,6 +181,31 @@ impl Bundle {
     }
 }
 
+impl Bundle {
+    /// The container in its own cgroup `cgroup` (cgroupsPath), its create
+    /// hook given the fake NVML with the driver's memory limit, which
+    /// records each set in `log`; returns the file that keeps what the hook
+    /// writes on stderr (`capture_hook_stderr`).
+    fn with_driver_limits(&self, cgroup: &str, log: &Path) -> PathBuf {
+        let stderr_file = self.capture_hook_stderr();
+        self.edit_spec(|spec| {
+            spec["linux"]["cgroupsPath"] = cgroup.into();
+            spec["hooks"]["createRuntime"][0]["env"]
+                .as_array_mut()
+                .expect("hook env")
+                .extend([
+                    format!("FAKE_NVML_LIMITS_LOG={}", log.display()).into(),
+                    format!(
+                        "CUSLICE_REAL_NVML={}",
+                        common::env().fake.join("libnvidia-ml.so.1").display()
+                    )
+                    .into(),
+                ]);
+        });
+        stderr_file
+    }
+}
+
 fn runc_run(b: &Bundle, id: &str) -> std::process::Output {
     Command::new("runc")
         .args(["run", "--bundle"])
@@ -1202,21 +1227,7 @@ fn the_drivers_memory_limit_is_set_on_the_containers_cgroup_where_the_driver_has
     );
     let log = b.dir.join("limits.log");
     let cgroup = format!("/cuslice-test-drvlimit-{}", std::process::id());
-    let stderr_file = b.capture_hook_stderr();
-    b.edit_spec(|spec| {
-        spec["linux"]["cgroupsPath"] = cgroup.clone().into();
-        spec["hooks"]["createRuntime"][0]["env"]
-            .as_array_mut()
-            .expect("hook env")
-            .extend([
-                format!("FAKE_NVML_LIMITS_LOG={}", log.display()).into(),
-                format!(
-                    "CUSLICE_REAL_NVML={}",
-                    common::env().fake.join("libnvidia-ml.so.1").display()
-                )
-                .into(),
-            ]);
-    });
+    let stderr_file = b.with_driver_limits(&cgroup, &log);
     let id = format!("cuslice-test-drvlimit-{}", std::process::id());
     let out = runc_run(&b, &id);
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -1255,22 +1266,8 @@ fn a_driver_that_refuses_its_memory_limit_is_one_warning_and_the_container_runs(
     );
     let not_a_file = b.dir.join("a-directory");
     std::fs::create_dir_all(&not_a_file).expect("mkdir");
-    let stderr_file = b.capture_hook_stderr();
-    b.edit_spec(|spec| {
-        spec["linux"]["cgroupsPath"] =
-            format!("/cuslice-test-drvrefuse-{}", std::process::id()).into();
-        spec["hooks"]["createRuntime"][0]["env"]
-            .as_array_mut()
-            .expect("hook env")
-            .extend([
-                format!("FAKE_NVML_LIMITS_LOG={}", not_a_file.display()).into(),
-                format!(
-                    "CUSLICE_REAL_NVML={}",
-                    common::env().fake.join("libnvidia-ml.so.1").display()
-                )
-                .into(),
-            ]);
-    });
+    let cgroup = format!("/cuslice-test-drvrefuse-{}", std::process::id());
+    let stderr_file = b.with_driver_limits(&cgroup, &not_a_file);
     let id = format!("cuslice-test-drvrefuse-{}", std::process::id());
     let out = runc_run(&b, &id);
     let stdout = String::from_utf8_lossy(&out.stdout);

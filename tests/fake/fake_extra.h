@@ -1,7 +1,8 @@
 /*
  * cuslice fake driver: declarations of the functions, types and constants the
  * fake libcuda.so.1 / libnvidia-ml.so.1 export or use that
- * cuda-headers/cuslice_cuda.h and cuslice_nvml.h do not declare.
+ * cuda-headers/cuslice_cuda.h, cuslice_nvml.h and cuslice_nvml_host.h (the
+ * host command's NVML, which it includes) do not declare.
  *
  * Written for cuslice's tests from the public CUDA 13 / NVML documentation;
  * every prototype matches the real ABI. Include it after (or instead of
@@ -19,7 +20,7 @@
 #define FAKE_EXTRA_H
 
 #include "cuslice_cuda.h"
-#include "cuslice_nvml.h"
+#include "cuslice_nvml_host.h"
 
 /* ==== CUDA: types ====================================================== */
 
@@ -178,43 +179,6 @@ CUresult cuEventDestroy(CUevent hEvent);
 #define NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE 80
 #endif
 
-/* As in nvml.h. */
-typedef struct nvmlUtilization_st {
-    unsigned int gpu;    /* percent of the last sample period a kernel ran */
-    unsigned int memory; /* percent of it device memory was read or written */
-} nvmlUtilization_t;
-
-/* Running compute processes, as in nvml.h: v1 (the unversioned function),
- * v2 (the _v2 function) and nvmlProcessInfo_t (the _v3 function, same layout
- * as v2). gpuInstanceId / computeInstanceId are 0xFFFFFFFF without MIG. */
-typedef struct nvmlProcessInfo_v1_st {
-    unsigned int pid;                 /* as the caller's PID namespace sees it */
-    unsigned long long usedGpuMemory; /* bytes */
-} nvmlProcessInfo_v1_t;
-
-typedef struct nvmlProcessInfo_v2_st {
-    unsigned int pid;
-    unsigned long long usedGpuMemory;
-    unsigned int gpuInstanceId;
-    unsigned int computeInstanceId;
-} nvmlProcessInfo_v2_t;
-
-typedef struct nvmlProcessInfo_st {
-    unsigned int pid;
-    unsigned long long usedGpuMemory;
-    unsigned int gpuInstanceId;
-    unsigned int computeInstanceId;
-} nvmlProcessInfo_t;
-
-/* As in nvml.h: one process's utilization over a sample period. */
-typedef struct nvmlProcessUtilizationSample_st {
-    unsigned int pid;
-    unsigned long long timeStamp; /* CPU time stamp in microseconds (CLOCK_REALTIME) */
-    unsigned int smUtil;          /* percent */
-    unsigned int memUtil;
-    unsigned int encUtil;
-    unsigned int decUtil;
-} nvmlProcessUtilizationSample_t;
 
 nvmlReturn_t nvmlInit(void);
 nvmlReturn_t nvmlInitWithFlags(unsigned int flags);
@@ -222,44 +186,12 @@ nvmlReturn_t nvmlDeviceGetCount(unsigned int *deviceCount);
 nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t *device);
 nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device);
 nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index);
-nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length);
-/* Called by the DRA plugin (dra/src/gpus.rs), which loads NVML itself. */
-nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int *major, int *minor);
-nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *minorNumber);
-nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization);
-const char *nvmlErrorString(nvmlReturn_t result);
 nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length);
 nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *cudaDriverVersion);
 nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *cudaDriverVersion);
-nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned int *infoCount,
-                                                  nvmlProcessInfo_v1_t *infos);
-nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount,
-                                                     nvmlProcessInfo_v2_t *infos);
-nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
-                                                     nvmlProcessInfo_t *infos);
-nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t *utilization,
-                                             unsigned int *processSamplesCount, unsigned long long lastSeenTimeStamp);
 
-/* As in nvml.h (R615 on): the driver's memory limit of a cgroup v2, by the
- * cgroup's directory. The fake records each set in FAKE_NVML_LIMITS_LOG and
- * answers NOT_SUPPORTED without it (a driver without the feature). */
-typedef struct {
-    const char *nameSpace;
-    unsigned long long softLimit;
-    unsigned long long hardLimit;
-} nvmlSetMemoryLimits_v1_t;
-
-typedef struct {
-    const char *nameSpace;
-    unsigned long long softLimit;
-    unsigned long long hardLimit;
-    unsigned long long currentUsed;
-} nvmlGetMemoryLimits_v1_t;
-
-/* As in nvml.h (cuslice_nvml.h does not declare it). */
+/* As in nvml.h (cuslice_nvml.h does not declare it): the driver's
+ * per-cgroup memory limit's answer where the cgroup cannot be opened. */
 #define NVML_ERROR_OPERATING_SYSTEM ((nvmlReturn_t)17)
-
-nvmlReturn_t nvmlDeviceSetMemoryLimits_v1(nvmlDevice_t device, nvmlSetMemoryLimits_v1_t *limits);
-nvmlReturn_t nvmlDeviceGetMemoryLimits_v1(nvmlDevice_t device, nvmlGetMemoryLimits_v1_t *limits);
 
 #endif /* FAKE_EXTRA_H */

@@ -404,16 +404,27 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
  * INVALID_ARGUMENT. */
 #define FAKE_NO_MEMORY_LIMIT 0xFFFFFFFFFFFFFFFFull
 
-nvmlReturn_t nvmlDeviceSetMemoryLimits_v1(nvmlDevice_t device, nvmlSetMemoryLimits_v1_t *limits)
+/* What both calls check first: the device, whether the fake has the limit
+ * (its log), and a cgroup named. */
+static nvmlReturn_t limits_call(nvmlDevice_t device, const void *limits, const char *ns, unsigned *idx,
+                                const char **log)
 {
     setup();
-    unsigned idx = 0;
-    nvmlReturn_t r = device_index(device, &idx);
-    const char *log = getenv("FAKE_NVML_LIMITS_LOG");
-    if (r == NVML_SUCCESS && (log == NULL || *log == 0))
+    nvmlReturn_t r = device_index(device, idx);
+    *log = getenv("FAKE_NVML_LIMITS_LOG");
+    if (r == NVML_SUCCESS && (*log == NULL || **log == 0))
         r = NVML_ERROR_NOT_SUPPORTED;
-    if (r == NVML_SUCCESS && (limits == NULL || limits->nameSpace == NULL ||
-                              limits->softLimit > limits->hardLimit ||
+    if (r == NVML_SUCCESS && (limits == NULL || ns == NULL))
+        r = NVML_ERROR_INVALID_ARGUMENT;
+    return r;
+}
+
+nvmlReturn_t nvmlDeviceSetMemoryLimits_v1(nvmlDevice_t device, nvmlSetMemoryLimits_v1_t *limits)
+{
+    unsigned idx = 0;
+    const char *log = NULL;
+    nvmlReturn_t r = limits_call(device, limits, limits ? limits->nameSpace : NULL, &idx, &log);
+    if (r == NVML_SUCCESS && (limits->softLimit > limits->hardLimit ||
                               (limits->hardLimit != FAKE_NO_MEMORY_LIMIT && limits->hardLimit > g_cfg.mem_total)))
         r = NVML_ERROR_INVALID_ARGUMENT;
     if (r == NVML_SUCCESS) {
@@ -431,14 +442,9 @@ nvmlReturn_t nvmlDeviceSetMemoryLimits_v1(nvmlDevice_t device, nvmlSetMemoryLimi
 
 nvmlReturn_t nvmlDeviceGetMemoryLimits_v1(nvmlDevice_t device, nvmlGetMemoryLimits_v1_t *limits)
 {
-    setup();
     unsigned idx = 0;
-    nvmlReturn_t r = device_index(device, &idx);
-    const char *log = getenv("FAKE_NVML_LIMITS_LOG");
-    if (r == NVML_SUCCESS && (log == NULL || *log == 0))
-        r = NVML_ERROR_NOT_SUPPORTED;
-    if (r == NVML_SUCCESS && (limits == NULL || limits->nameSpace == NULL))
-        r = NVML_ERROR_INVALID_ARGUMENT;
+    const char *log = NULL;
+    nvmlReturn_t r = limits_call(device, limits, limits ? limits->nameSpace : NULL, &idx, &log);
     if (r == NVML_SUCCESS) {
         r = NVML_ERROR_NOT_FOUND;
         FILE *f = fopen(log, "r");
