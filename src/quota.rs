@@ -346,9 +346,17 @@ fn build(cfg: &Config, uuids: &[[u8; 16]]) -> Result<(), String> {
                 config::format_size(ctx_overhead)
             );
         }
-        let s = seg
+        let (s, resized) = seg
             .register_device(uuid, limit)
             .map_err(|e| e.to_string())?;
+        if let Some(now) = resized {
+            crate::warn!(
+                "GPU {i} ({}): the container's memory quota is {now} bytes in its segment ({}), not the {limit} bytes this process's configuration says: the segment's applies (a resize, or a quota file edited by hand that the host's watch will restore)",
+                format_uuid(uuid),
+                path.display()
+            );
+        }
+        let limit = resized.unwrap_or(limit);
         crate::info!(
             "GPU {i} ({}): memory quota {}",
             format_uuid(uuid),
@@ -642,13 +650,15 @@ impl Quota {
     }
 
     /// (limit, used by the container) of device `ordinal`, if it has a quota.
+    /// The limit is the segment's, as admission reads it: a quota resized
+    /// while this process runs (`cuslice resize`) shows at the next call.
     pub fn usage(&self, ordinal: usize) -> Option<(u64, u64)> {
         let dev = self.devs.get(ordinal)?;
         if dev.limit == UNLIMITED {
             return None;
         }
         let u = self.seg.device_usage(dev.seg)?;
-        Some((dev.limit, u.used))
+        (u.limit != UNLIMITED).then_some((u.limit, u.used))
     }
 
     /// Quota by UUID (NVML identifies devices by UUID, not CUDA ordinal).
@@ -934,7 +944,7 @@ mod tests {
         let seg = Segment::open_or_create(&dir.join("memory.seg")).expect("segment");
         let slot = seg.claim_slot(std::process::id()).expect("slot");
         let uuid = [7u8; 16];
-        let d = seg.register_device(&uuid, limit).expect("device");
+        let d = seg.register_device(&uuid, limit).expect("device").0;
         let table = |cap| Table::new(cap).expect("table");
         Quota {
             seg,

@@ -879,7 +879,7 @@ fn a_sweep_finishes_the_admission_of_a_holder_killed_in_it() {
     let h = host("sweep");
     let path = h.dir.join("memory.seg");
     let survivor = Segment::open_or_create(&path).expect("open");
-    let dev = survivor.register_device(&[9; 16], 100).expect("device");
+    let dev = survivor.register_device(&[9; 16], 100).expect("device").0;
     let me = survivor.claim_slot(2).expect("slot");
     {
         // Another open file description: the victim's own slot lock.

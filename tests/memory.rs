@@ -457,8 +457,11 @@ fn a_file_is_not_raised_by_the_environment() {
     );
 }
 
+/// A process whose configuration gives another quota than the one a
+/// running container's segment holds (a `cuslice resize` it raced, a file
+/// edited by hand) is held to the segment's, and says so.
 #[test]
-fn processes_with_different_quotas_for_one_segment_are_refused() {
+fn a_process_whose_quota_differs_from_its_segments_is_held_to_the_segments() {
     let s = Scene::new("mismatch", QUOTA);
     let holder = Opts {
         args: vec!["hold".into(), MIB.to_string()],
@@ -471,26 +474,34 @@ fn processes_with_different_quotas_for_one_segment_are_refused() {
     std::fs::write(
         s.host.dir.join("other.toml"),
         format!(
-            "segment_dir = \"{}\"\n[all]\nmemory = \"1GiB\"\n",
+            "segment_dir = \"{}\"\ncontext_overhead = \"1MiB\"\n[all]\nmemory = \"1GiB\"\n",
             s.host.dir.join("seg").display()
         ),
     )
     .expect("write");
-    let r = s.run(
-        &["alloc", "1024"],
-        &[(
-            "CUSLICE_CONFIG",
-            s.host.dir.join("other.toml").display().to_string(),
-        )],
-    );
+    let other = [(
+        "CUSLICE_CONFIG",
+        s.host.dir.join("other.toml").display().to_string(),
+    )];
+    // Within the segment's quota (QUOTA, 65 MiB): granted; past it, though
+    // within the 1 GiB this process's file says: refused.
+    let r = s.run(&["alloc", &(MIB).to_string()], &other);
+    let r2 = s.run(&["alloc", &(128 * MIB).to_string()], &other);
     child.kill().expect("kill");
     let _ = child.wait();
-    assert!(!r.out.status.success());
+    assert_eq!(r.results(), vec!["R alloc=0"], "{}", r.stderr);
     assert!(
-        r.stderr
-            .contains("already has a memory quota of 68157440 bytes"),
+        r.stderr.contains(&format!(
+            "the container's memory quota is {QUOTA_BYTES} bytes in its segment"
+        )),
         "{}",
         r.stderr
+    );
+    assert_eq!(r2.results(), vec!["R alloc=2"], "{}", r2.stderr);
+    assert!(
+        r2.stderr.contains("out of memory under the quota"),
+        "{}",
+        r2.stderr
     );
 }
 

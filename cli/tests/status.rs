@@ -61,7 +61,8 @@ fn fixture(name: &str) -> Fixture {
     let mem = Segment::open_or_create(&c1.join("segment").join("memory.seg")).expect("mem seg");
     let d = mem
         .register_device(&common::FAKE_UUID, 4 * GIB)
-        .expect("dev");
+        .expect("dev")
+        .0;
     let slot = mem.claim_slot(4242).expect("slot");
     assert_eq!(mem.admit(d, slot, GIB), Admit::Granted);
     Fixture {
@@ -210,7 +211,9 @@ fn one_tenant_name_in_two_slices_is_two_rows() {
         };
         gpu.register("same", tag, spec, now).expect("tenant");
         let mem = Segment::open_or_create(&d.join("segment").join("memory.seg")).expect("mem");
-        mem.register_device(&common::FAKE_UUID, quota).expect("dev");
+        mem.register_device(&common::FAKE_UUID, quota)
+            .expect("dev")
+            .0;
         mems.push(mem);
     }
     let f = Fixture {
@@ -299,7 +302,7 @@ fn a_fifo_beside_a_planted_segment_does_not_hang_status() {
 /// (one device, a 1 GiB quota) and a quota file naming `tenant`, in `dir`.
 fn planted_slice(dir: &std::path::Path, tenant: &str) {
     let mem = Segment::open_or_create(&dir.join("segment").join("memory.seg")).expect("seg");
-    mem.register_device(&common::FAKE_UUID, GIB).expect("dev");
+    mem.register_device(&common::FAKE_UUID, GIB).expect("dev").0;
     std::fs::write(dir.join("quota.toml"), format!("tenant = \"{tenant}\"\n")).expect("quota");
 }
 
@@ -579,7 +582,8 @@ fn a_dra_claim_is_shown_and_exported_by_its_namespace_and_name() {
     let mem = Segment::open_or_create(&claim.join("segment").join("memory.seg")).expect("mem");
     let d = mem
         .register_device(&common::FAKE_UUID, 8 * GIB)
-        .expect("dev");
+        .expect("dev")
+        .0;
     let slot = mem.claim_slot(5151).expect("slot");
     assert_eq!(mem.admit(d, slot, 2 * GIB), Admit::Granted);
     let (v, code) = status_json(&f);
@@ -814,7 +818,7 @@ fn hostile(f: &Fixture) -> Segment {
     });
     std::fs::write(c2.join("container.json"), meta.to_string()).expect("container.json");
     let mem = Segment::open_or_create(&c2.join("segment").join("memory.seg")).expect("mem seg");
-    mem.register_device(&common::FAKE_UUID, GIB).expect("dev");
+    mem.register_device(&common::FAKE_UUID, GIB).expect("dev").0;
     mem.claim_slot(4343).expect("slot");
     let now = cuslice_core::gpu::monotonic_ns();
     f._gpu

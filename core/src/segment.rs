@@ -260,31 +260,47 @@ impl Segment {
     }
 
     /// Finds the device entry for `uuid`, creating it with `limit` if absent.
-    /// A different limit already recorded for the same GPU is an error:
-    /// every process sharing a segment must agree on the quota.
-    pub fn register_device(&self, uuid: &[u8; 16], limit: u64) -> Result<usize, SegmentError> {
+    /// Returns the entry and, where the segment already holds another finite
+    /// quota for the GPU than `limit`, that quota: it is the one that
+    /// applies (`cuslice resize` changes the segment of a running
+    /// container, and the quota file the host restores it from; a process
+    /// that read the file just before a resize meets the new value here).
+    /// A quota on one side only is an error: every process sharing a
+    /// segment must agree on which GPUs have a quota.
+    pub fn register_device(
+        &self,
+        uuid: &[u8; 16],
+        limit: u64,
+    ) -> Result<(usize, Option<u64>), SegmentError> {
         // Registration is rare (once per device per process at cuInit).
         self.shm
             .with_flock(|| self.register_device_locked(uuid, limit))
     }
 
-    fn register_device_locked(&self, uuid: &[u8; 16], limit: u64) -> Result<usize, SegmentError> {
+    fn register_device_locked(
+        &self,
+        uuid: &[u8; 16],
+        limit: u64,
+    ) -> Result<(usize, Option<u64>), SegmentError> {
         let mut empty = None;
         for i in 0..MAX_DEVICES {
             let Some(d) = self.device(i) else { break };
             match d.state.load(Ordering::Acquire) {
                 DEV_READY if &device_uuid(d) == uuid => {
                     let have = d.limit.load(Ordering::Relaxed);
-                    if have != limit {
+                    if have == limit {
+                        return Ok((i, None));
+                    }
+                    if have == UNLIMITED || limit == UNLIMITED {
                         return Err(SegmentError(format!(
-                            "{}: GPU {} already has a memory quota of {} in this segment, but this process's configuration says {}; all processes sharing a segment must use the same quota",
+                            "{}: GPU {} already has a memory quota of {} in this segment, but this process's configuration says {}; all processes sharing a segment must agree on which GPUs have a quota",
                             self.path.display(),
                             crate::config::format_uuid(uuid),
                             fmt_limit(have),
                             fmt_limit(limit)
                         )));
                     }
-                    return Ok(i);
+                    return Ok((i, Some(have)));
                 }
                 DEV_EMPTY if empty.is_none() => empty = Some(i),
                 _ => {}
@@ -302,7 +318,7 @@ impl Segment {
         store_uuid(d, uuid);
         d.limit.store(limit, Ordering::Relaxed);
         d.state.store(DEV_READY, Ordering::Release);
-        Ok(i)
+        Ok((i, None))
     }
 
     /// Takes a device's admission lock on behalf of `slot`. If the holder
@@ -617,7 +633,7 @@ mod tests {
         let (_dir, p) = tmp("exact");
         let s = Segment::open_or_create(&p).expect("open");
         let slot = s.claim_slot(1).expect("slot");
-        let d = s.register_device(&[7; 16], 1000).expect("dev");
+        let d = s.register_device(&[7; 16], 1000).expect("dev").0;
         assert_eq!(s.admit(d, slot, 600), Admit::Granted);
         assert_eq!(s.admit(d, slot, 400), Admit::Granted);
         assert_eq!(
@@ -634,16 +650,26 @@ mod tests {
     }
 
     #[test]
-    fn differing_limit_for_same_gpu_is_refused() {
+    fn a_differing_quota_for_a_gpu_yields_to_the_segments_and_a_missing_one_is_refused() {
         let (_dir, p) = tmp("limits");
         let s = Segment::open_or_create(&p).expect("open");
-        s.register_device(&[1; 16], 4 << 30).expect("first");
-        let e = s.register_device(&[1; 16], 8 << 30).expect_err("second");
+        assert_eq!(s.register_device(&[1; 16], 4 << 30).ok(), Some((0, None)));
+        // Another finite value (a resize raced the process's start): the
+        // segment's stands, and is said.
+        assert_eq!(
+            s.register_device(&[1; 16], 8 << 30).ok(),
+            Some((0, Some(4 << 30)))
+        );
+        assert_eq!(s.device_usage(0).map(|u| u.limit), Some(4 << 30));
+        // A quota on one side only: refused.
+        let e = s.register_device(&[1; 16], UNLIMITED).expect_err("none");
         assert!(
             e.0.contains("already has a memory quota of 4294967296 bytes"),
             "{e}"
         );
-        assert_eq!(s.register_device(&[1; 16], 4 << 30).ok(), Some(0));
+        s.register_device(&[2; 16], UNLIMITED).expect("unlimited");
+        let e = s.register_device(&[2; 16], 1 << 30).expect_err("one");
+        assert!(e.0.contains("which GPUs have a quota"), "{e}");
     }
 
     #[test]
@@ -732,7 +758,7 @@ mod tests {
         // ran beside the sweep (the soak: usage 9.5 MiB above its slots).
         let (_dir, p) = tmp("sweeping");
         let b = Segment::open_or_create(&p).expect("open b");
-        let d = b.register_device(&[6; 16], 1000).expect("dev");
+        let d = b.register_device(&[6; 16], 1000).expect("dev").0;
         let mine = b.claim_slot(2).expect("slot");
         let dead = {
             let a = Segment::open_or_create(&p).expect("open a");
@@ -777,7 +803,7 @@ mod tests {
     fn claiming_the_slot_of_a_holder_that_died_in_the_lock() {
         let (_dir, p) = tmp("reuse");
         let b = Segment::open_or_create(&p).expect("open b");
-        let d = b.register_device(&[5; 16], 100).expect("dev");
+        let d = b.register_device(&[5; 16], 100).expect("dev").0;
         {
             let a = Segment::open_or_create(&p).expect("open a");
             let slot = a.claim_slot(1).expect("slot");
@@ -799,7 +825,7 @@ mod tests {
     fn dead_slot_usage_is_reclaimed() {
         let (_dir, p) = tmp("reclaim");
         let b = Segment::open_or_create(&p).expect("open b");
-        let d = b.register_device(&[3; 16], 100).expect("dev");
+        let d = b.register_device(&[3; 16], 100).expect("dev").0;
         {
             let a = Segment::open_or_create(&p).expect("open a");
             let slot = a.claim_slot(1).expect("slot");
@@ -817,7 +843,7 @@ mod tests {
     fn lock_of_a_dead_holder_is_taken_over_and_usage_recomputed() {
         let (_dir, p) = tmp("steal");
         let b = Segment::open_or_create(&p).expect("open b");
-        let d = b.register_device(&[4; 16], 100).expect("dev");
+        let d = b.register_device(&[4; 16], 100).expect("dev").0;
         let me = b.claim_slot(2).expect("slot");
         let dead_slot;
         {
@@ -847,7 +873,7 @@ mod tests {
         let (_dir, p) = tmp("hostile-lock");
         let s = Segment::open_or_create(&p).expect("open");
         let slot = s.claim_slot(1).expect("slot");
-        let d = s.register_device(&[9; 16], 100).expect("dev");
+        let d = s.register_device(&[9; 16], 100).expect("dev").0;
         assert_eq!(s.admit(d, slot, 40), Admit::Granted);
         for garbage in [u32::MAX, MAX_SLOTS as u32 + 1] {
             let dev = s.device(d).expect("dev");
