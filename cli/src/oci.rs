@@ -1389,6 +1389,7 @@ mod tests {
         assert_eq!((c.compute_burst_ms, c.latency), (Some(50), true));
         let l = config::Limits {
             memory: Some(2 << 30),
+            memory_max: None,
             compute: None,
             compute_max: Some(60),
         };

@@ -442,6 +442,7 @@ mod tests {
             cfg.limits_for(3, &uuid),
             config::Limits {
                 memory: Some(40 << 30),
+                memory_max: None,
                 compute: Some(50),
                 compute_max: None
             }
@@ -457,6 +458,7 @@ mod tests {
             cfg.by_uuid.get(&uuid),
             Some(&config::Limits {
                 memory: Some(16_000_000_000),
+                memory_max: None,
                 compute: Some(20),
                 compute_max: Some(60)
             })

@@ -337,6 +337,7 @@ async fn registration_prepare_restart_unprepare() {
         q.by_uuid[&u],
         cuslice_core::config::Limits {
             memory: Some(40 << 30),
+            memory_max: None,
             compute: Some(50),
             compute_max: None
         }
@@ -347,6 +348,7 @@ async fn registration_prepare_restart_unprepare() {
         q.by_uuid[&u],
         cuslice_core::config::Limits {
             memory: Some(16 << 30),
+            memory_max: None,
             compute: Some(20),
             compute_max: Some(40)
         }

@@ -3,22 +3,25 @@
 
 use super::types::{Config, ConfigError, MAX_DEVICE_INDEX, Source};
 use super::units::{
-    format_size, parse_burst, parse_percent, parse_size, parse_slice, parse_switch, shown,
+    format_size, parse_burst, parse_percent, parse_size, parse_slice, parse_switch, parse_wait,
+    shown,
 };
 use super::validate::{
-    Draft, Entry, Field, LATENCY_NEEDS_COMPUTE, SHAPE_NEEDS_COMPUTE, check_memory, check_overhead,
-    check_segment_dir, check_tenant,
+    Draft, Entry, Field, LATENCY_NEEDS_COMPUTE, SHAPE_NEEDS_COMPUTE, WAIT_NEEDS_MEMORY,
+    check_memory, check_overhead, check_segment_dir, check_tenant,
 };
 
 /// The environment variables that carry limits, by family: (CUSLICE name,
 /// HAMi equivalent if any). Each also exists with a `_<i>` suffix.
 const ENV_MEMORY: &str = "CUSLICE_MEMORY";
+const ENV_MEMORY_MAX: &str = "CUSLICE_MEMORY_MAX";
 const ENV_COMPUTE: &str = "CUSLICE_COMPUTE";
 const ENV_COMPUTE_MAX: &str = "CUSLICE_COMPUTE_MAX";
 const ENV_HAMI_MEMORY: &str = "CUDA_DEVICE_MEMORY_LIMIT";
 const ENV_HAMI_SM: &str = "CUDA_DEVICE_SM_LIMIT";
-const ENV_LIMIT_FAMILIES: [&str; 5] = [
+const ENV_LIMIT_FAMILIES: [&str; 6] = [
     ENV_MEMORY,
+    ENV_MEMORY_MAX,
     ENV_COMPUTE,
     ENV_COMPUTE_MAX,
     ENV_HAMI_MEMORY,
@@ -32,6 +35,7 @@ const ENV_GPU_SEGMENT_DIR: &str = "CUSLICE_GPU_SEGMENT_DIR";
 const ENV_COMPUTE_BURST: &str = "CUSLICE_COMPUTE_BURST_MS";
 const ENV_SLICE: &str = "CUSLICE_SLICE_MS";
 const ENV_LATENCY: &str = "CUSLICE_LATENCY";
+const ENV_MEMORY_WAIT: &str = "CUSLICE_MEMORY_WAIT";
 
 /// Every environment variable that carries a limit, a tenant or a segment
 /// directory, in a fixed order (for [`Config::ignored_env`]).
@@ -51,6 +55,7 @@ pub(super) fn env_var_names() -> Vec<String> {
     names.push(ENV_COMPUTE_BURST.to_string());
     names.push(ENV_SLICE.to_string());
     names.push(ENV_LATENCY.to_string());
+    names.push(ENV_MEMORY_WAIT.to_string());
     names
 }
 
@@ -63,7 +68,11 @@ pub(super) fn from_env(get: &dyn Fn(&str) -> Option<String>) -> Result<Config, C
         match index {
             None => draft.all = e,
             Some(i) => {
-                if e.memory.is_some() || e.compute.is_some() || e.compute_max.is_some() {
+                if e.memory.is_some()
+                    || e.memory_max.is_some()
+                    || e.compute.is_some()
+                    || e.compute_max.is_some()
+                {
                     draft.by_index.insert(i, (format!("device {i}"), e));
                 }
             }
@@ -114,6 +123,14 @@ pub(super) fn from_env(get: &dyn Fn(&str) -> Option<String>) -> Result<Config, C
             ));
         }
     }
+    if let Some(v) = get(ENV_MEMORY_WAIT) {
+        let label = format!("{ENV_MEMORY_WAIT}={}", shown(&v));
+        cfg.memory_wait_ms =
+            Some(parse_wait(&v).map_err(|e| ConfigError::new(format!("{label}: {e}")))?);
+        if !cfg.has_memory() {
+            return Err(ConfigError::new(WAIT_NEEDS_MEMORY.replace("{}", &label)));
+        }
+    }
     if let Some(v) = get(ENV_LATENCY) {
         let label = format!("{ENV_LATENCY}={}", shown(&v));
         cfg.latency = parse_switch(&v).map_err(|e| ConfigError::new(format!("{label}: {e}")))?;
@@ -147,6 +164,7 @@ fn env_entry(
         })
     };
     let cus_mem = lookup(ENV_MEMORY);
+    let cus_mem_max = lookup(ENV_MEMORY_MAX);
     let cus_compute = lookup(ENV_COMPUTE);
     let cus_max = lookup(ENV_COMPUTE_MAX);
     let hami_mem = lookup(ENV_HAMI_MEMORY);
@@ -180,6 +198,7 @@ fn env_entry(
     }
     let hm = hami_mem.as_ref().map(env_size).transpose()?;
     e.memory = agree(cm, hm, format_size)?;
+    e.memory_max = cus_mem_max.as_ref().map(env_size).transpose()?;
 
     if let Some(v) = &cus_compute {
         e.compute = Some(env_percent(v)?);

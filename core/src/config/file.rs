@@ -8,11 +8,12 @@ use super::types::{Config, ConfigError, MAX_DEVICE_INDEX, Source};
 use super::units::{
     MAX_COMPUTE_BURST_MS, MAX_COMPUTE_SLICE_MS, PERCENT_EXPECTED, SIZE_EXPECTED, UUID_EXAMPLE,
     check_burst, check_slice, parse_burst, parse_percent, parse_size, parse_slice, parse_uuid,
-    shown,
+    parse_wait, shown,
 };
 use super::validate::{
     Draft, Entry, Field, LATENCY_NEEDS_COMPUTE, SHAPE_NEEDS_COMPUTE, SLICE_EXPECTED,
-    TENANT_EXPECTED, check_memory, check_overhead, check_segment_dir, check_slice_id, check_tenant,
+    TENANT_EXPECTED, WAIT_NEEDS_MEMORY, check_memory, check_overhead, check_segment_dir,
+    check_slice_id, check_tenant,
 };
 
 /// A quota file larger than this is refused (it is a few lines; this stops
@@ -139,6 +140,10 @@ fn parse_table(text: &str) -> Result<ParsedFile, String> {
                 out.compute_slice_ms =
                     Some(slice_from_value(value).map_err(|m| format!("compute_slice_ms: {m}"))?);
             }
+            "memory_wait" => {
+                out.memory_wait_ms =
+                    Some(wait_from_value(value).map_err(|m| format!("memory_wait: {m}"))?);
+            }
             "latency" => {
                 out.latency = value.as_bool().ok_or_else(|| {
                     format!("latency: expected true or false, got {}", describe(value))
@@ -159,6 +164,7 @@ fn parse_table(text: &str) -> Result<ParsedFile, String> {
                         "compute_burst_ms",
                         "compute_slice_ms",
                         "latency",
+                        "memory_wait",
                         "all",
                         "device",
                     ],
@@ -167,6 +173,9 @@ fn parse_table(text: &str) -> Result<ParsedFile, String> {
         }
     }
     out.draft.check_shares()?;
+    if out.memory_wait_ms.is_some() && !out.draft.has_memory() {
+        return Err(WAIT_NEEDS_MEMORY.replace("{}", "memory_wait"));
+    }
     if out.latency && !out.draft.has_compute() {
         return Err(LATENCY_NEEDS_COMPUTE.replace("{}", "latency"));
     }
@@ -191,6 +200,7 @@ struct ParsedFile {
     compute_burst_ms: Option<u32>,
     compute_slice_ms: Option<u32>,
     latency: bool,
+    memory_wait_ms: Option<u64>,
     draft: Draft,
 }
 
@@ -203,6 +213,7 @@ impl ParsedFile {
         cfg.compute_burst_ms = self.compute_burst_ms;
         cfg.compute_slice_ms = self.compute_slice_ms;
         cfg.latency = self.latency;
+        cfg.memory_wait_ms = self.memory_wait_ms;
         if let Some(d) = self.gpu_segment_dir {
             cfg.gpu_segment_dir = d;
         }
@@ -282,7 +293,7 @@ fn parse_device_key(key: &str) -> Result<DeviceKey, String> {
 fn entry_from_value(name: &str, value: &toml::Value) -> Result<Entry, String> {
     let table = value.as_table().ok_or_else(|| {
         format!(
-            "{name}: expected a table of memory, compute, compute_max, got {}",
+            "{name}: expected a table of memory, memory_max, compute, compute_max, got {}",
             describe(value)
         )
     })?;
@@ -293,6 +304,13 @@ fn entry_from_value(name: &str, value: &toml::Value) -> Result<Entry, String> {
             "memory" => {
                 let bytes = size_from_value(v).map_err(|m| format!("{label}: {m}"))?;
                 e.memory = Some(Field {
+                    value: bytes,
+                    label,
+                });
+            }
+            "memory_max" => {
+                let bytes = size_from_value(v).map_err(|m| format!("{label}: {m}"))?;
+                e.memory_max = Some(Field {
                     value: bytes,
                     label,
                 });
@@ -309,12 +327,22 @@ fn entry_from_value(name: &str, value: &toml::Value) -> Result<Entry, String> {
                 return Err(unknown_key(
                     name,
                     other,
-                    &["memory", "compute", "compute_max"],
+                    &["memory", "memory_max", "compute", "compute_max"],
                 ));
             }
         }
     }
     Ok(e)
+}
+
+fn wait_from_value(v: &toml::Value) -> Result<u64, String> {
+    match v.as_str() {
+        Some(s) => parse_wait(s),
+        None => Err(format!(
+            "expected a duration string like \"30s\", \"500ms\" or \"2m\" (at most 1h), got {}",
+            describe(v)
+        )),
+    }
 }
 
 fn size_from_value(v: &toml::Value) -> Result<u64, String> {

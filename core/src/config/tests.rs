@@ -312,11 +312,11 @@ fn bad_inputs_table() {
         (File("[all]\nmemory = 1\nmemory = 2\n"), format!("{P}: line 3: TOML syntax error: ")),
         // unknown keys
         (File("tenants = \"a\"\n"),
-         format!("{P}: tenants: expected one of the keys tenant, slice, segment_dir, gpu_segment_dir, context_overhead, compute_burst_ms, compute_slice_ms, latency, all, device, got unknown key \"tenants\" (did you mean tenant?)")),
+         format!("{P}: tenants: expected one of the keys tenant, slice, segment_dir, gpu_segment_dir, context_overhead, compute_burst_ms, compute_slice_ms, latency, memory_wait, all, device, got unknown key \"tenants\" (did you mean tenant?)")),
         (File("[all]\nswap = \"1GiB\"\n"),
-         format!("{P}: all.swap: expected one of the keys memory, compute, compute_max, got unknown key \"swap\"")),
+         format!("{P}: all.swap: expected one of the keys memory, memory_max, compute, compute_max, got unknown key \"swap\"")),
         (File("[device.0]\nmemroy = \"1GiB\"\n"),
-         format!("{P}: device.0.memroy: expected one of the keys memory, compute, compute_max, got unknown key \"memroy\" (did you mean memory?)")),
+         format!("{P}: device.0.memroy: expected one of the keys memory, memory_max, compute, compute_max, got unknown key \"memroy\" (did you mean memory?)")),
         (File("[all.extra]\n"), format!("{P}: all.extra: expected one of the keys")),
         // memory
         (File("[all]\nmemory = -5\n"), format!("{P}: all.memory: {size}, got -5")),
@@ -365,8 +365,8 @@ fn bad_inputs_table() {
         (File("[device.\"GPU-8F3C2A1E-5B7D-4C2E-9A1B-0C3D4E5F6A7B\"]\n[device.\"GPU-8f3c2a1e-5b7d-4c2e-9a1b-0c3d4e5f6a7b\"]\n"),
          format!("{P}: device.GPU-8f3c2a1e-5b7d-4c2e-9a1b-0c3d4e5f6a7b: expected each GPU once, got the same UUID as device.GPU-8F3C2A1E-5B7D-4C2E-9A1B-0C3D4E5F6A7B")),
         (File("device = 3\n"), format!("{P}: device: expected tables like [device.0]")),
-        (File("[device]\n0 = 3\n"), format!("{P}: device.0: expected a table of memory, compute, compute_max, got 3")),
-        (File("all = \"4GiB\"\n"), format!("{P}: all: expected a table of memory, compute, compute_max, got \"4GiB\"")),
+        (File("[device]\n0 = 3\n"), format!("{P}: device.0: expected a table of memory, memory_max, compute, compute_max, got 3")),
+        (File("all = \"4GiB\"\n"), format!("{P}: all: expected a table of memory, memory_max, compute, compute_max, got \"4GiB\"")),
         // segment_dir, tenant
         (File("segment_dir = \"run/cuslice\"\n"),
          format!("{P}: segment_dir: expected an absolute path like /run/cuslice/abc, got \"run/cuslice\"")),
@@ -547,6 +547,7 @@ compute = 40
         c.all,
         Limits {
             memory: Some(4 * GIB),
+            memory_max: None,
             compute: Some(30),
             compute_max: Some(50)
         }
@@ -559,6 +560,7 @@ compute = 40
         c.limits_for(0, &other),
         Limits {
             memory: Some(8 * GIB),
+            memory_max: None,
             compute: Some(30),
             compute_max: Some(60)
         }
@@ -568,6 +570,7 @@ compute = 40
         c.limits_for(0, &U1_BYTES),
         Limits {
             memory: Some(2 * GIB),
+            memory_max: None,
             compute: Some(40),
             compute_max: Some(60)
         }
@@ -577,6 +580,7 @@ compute = 40
         c.limits_for(1, &other),
         Limits {
             memory: Some(4 * GIB),
+            memory_max: None,
             compute: Some(35),
             compute_max: Some(50)
         }
@@ -586,6 +590,7 @@ compute = 40
         c.limits_for(5, &U1_BYTES),
         Limits {
             memory: Some(2 * GIB),
+            memory_max: None,
             compute: Some(40),
             compute_max: Some(50)
         }
@@ -625,6 +630,7 @@ fn boundaries_accepted() {
         c.all,
         Limits {
             memory: Some(MIB),
+            memory_max: None,
             compute: Some(100),
             compute_max: Some(100)
         }
@@ -640,6 +646,7 @@ fn boundaries_accepted() {
         c.limits_for(0, &[0; 16]),
         Limits {
             memory: None,
+            memory_max: None,
             compute: Some(20),
             compute_max: Some(90)
         }
@@ -706,6 +713,7 @@ fn env_only_configs() {
         c.all,
         Limits {
             memory: Some(4 * GIB),
+            memory_max: None,
             compute: Some(30),
             compute_max: Some(50)
         }
@@ -752,6 +760,7 @@ fn hami_semantics() {
         c.all,
         Limits {
             memory: None,
+            memory_max: None,
             compute: None,
             compute_max: Some(30)
         }
@@ -814,6 +823,7 @@ fn hami_semantics() {
         c.all,
         Limits {
             memory: Some(4 * GIB),
+            memory_max: None,
             compute: None,
             compute_max: Some(30)
         }
@@ -828,6 +838,7 @@ fn hami_semantics() {
         c.all,
         Limits {
             memory: None,
+            memory_max: None,
             compute: Some(20),
             compute_max: Some(50)
         }
@@ -857,6 +868,7 @@ fn file_wins_and_env_is_listed_as_ignored() {
         c.limits_for(0, &[0; 16]),
         Limits {
             memory: Some(4 * GIB),
+            memory_max: None,
             compute: None,
             compute_max: Some(20)
         }
@@ -1140,5 +1152,89 @@ fn a_tenant_name_is_at_most_56_characters() {
         format!(
             "CUSLICE_TENANT=\"{long}\": expected 1 to 56 characters of A-Z a-z 0-9 . _ / -, got \"{long}\""
         )
+    );
+}
+
+#[test]
+fn memory_max_and_memory_wait_file_and_env() {
+    let c = file(
+        "memory_wait = \"30s\"\n[all]\nmemory = \"20GiB\"\nmemory_max = \"60GiB\"\n[device.1]\nmemory_max = \"30GiB\"\n",
+    )
+    .expect("valid");
+    assert_eq!(c.memory_wait_ms, Some(30_000));
+    let l0 = c.limits_for(0, &[0; 16]);
+    assert_eq!((l0.memory, l0.memory_max), (Some(20 * GIB), Some(60 * GIB)));
+    let l1 = c.limits_for(1, &[1; 16]);
+    assert_eq!((l1.memory, l1.memory_max), (Some(20 * GIB), Some(30 * GIB)));
+    for (text, wait) in [("500ms", 500), ("2m", 120_000), ("1h", 3_600_000), ("0", 0)] {
+        let c = file(&format!(
+            "memory_wait = \"{text}\"\n[all]\nmemory = \"1GiB\"\n"
+        ))
+        .expect(text);
+        assert_eq!(c.memory_wait_ms, Some(wait), "{text}");
+    }
+    let e = load_env(
+        &[
+            ("CUSLICE_MEMORY", "2GiB"),
+            ("CUSLICE_MEMORY_MAX", "6GiB"),
+            ("CUSLICE_MEMORY_MAX_1", "3GiB"),
+            ("CUSLICE_MEMORY_WAIT", "10s"),
+        ],
+        None,
+    )
+    .expect("env");
+    assert_eq!(e.memory_wait_ms, Some(10_000));
+    assert_eq!(e.limits_for(0, &[0; 16]).memory_max, Some(6 * GIB));
+    assert_eq!(e.limits_for(1, &[1; 16]).memory_max, Some(3 * GIB));
+    check_env_names([
+        "CUSLICE_MEMORY_MAX",
+        "CUSLICE_MEMORY_MAX_3",
+        "CUSLICE_MEMORY_WAIT",
+    ])
+    .expect("known names");
+
+    // Errors name the key, what was expected and what was found.
+    let bad = |t: &str| file(t).expect_err(t).to_string();
+    let m = bad("[all]\nmemory_max = \"4GiB\"\n");
+    assert!(
+        m.contains("all.memory_max: expected memory (the guarantee)"),
+        "{m}"
+    );
+    let m = bad("[all]\nmemory = \"4GiB\"\nmemory_max = \"2GiB\"\n");
+    assert!(
+        m.contains(
+            "all.memory_max: expected at least the guaranteed memory 4GiB (all.memory), got 2GiB"
+        ),
+        "{m}"
+    );
+    let m = bad("[all]\nmemory = \"4GiB\"\n[device.0]\nmemory_max = \"2GiB\"\n");
+    assert!(m.contains("device.0.memory_max: expected at least"), "{m}");
+    let m = bad("memory_wait = \"30\"\n[all]\nmemory = \"4GiB\"\n");
+    assert!(m.contains("memory_wait: expected a duration like"), "{m}");
+    let m = bad("memory_wait = \"2h\"\n[all]\nmemory = \"4GiB\"\n");
+    assert!(m.contains("at most 1h"), "{m}");
+    let m = bad("memory_wait = 30\n[all]\nmemory = \"4GiB\"\n");
+    assert!(m.contains("memory_wait: expected a duration string"), "{m}");
+    let m = bad("memory_wait = \"30s\"\n[all]\ncompute = 50\n");
+    assert!(
+        m.contains("memory_wait: expected a tenant with a memory quota"),
+        "{m}"
+    );
+    let m = load_env(&[("CUSLICE_MEMORY_MAX", "4GiB")], None)
+        .expect_err("max alone")
+        .to_string();
+    assert!(
+        m.contains("CUSLICE_MEMORY_MAX=\"4GiB\": expected memory (the guarantee)"),
+        "{m}"
+    );
+    let m = load_env(
+        &[("CUSLICE_COMPUTE", "50"), ("CUSLICE_MEMORY_WAIT", "1s")],
+        None,
+    )
+    .expect_err("wait alone")
+    .to_string();
+    assert!(
+        m.contains("CUSLICE_MEMORY_WAIT=\"1s\": expected a tenant with a memory quota"),
+        "{m}"
     );
 }

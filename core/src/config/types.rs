@@ -21,6 +21,8 @@ pub const MAX_DEVICE_INDEX: u32 = 63;
 pub const MIN_MEMORY: u64 = 1 << 20;
 /// Largest memory limit accepted (1 PiB).
 pub const MAX_MEMORY: u64 = 1 << 50;
+/// Longest `memory_wait` (one hour).
+pub const MAX_MEMORY_WAIT_MS: u64 = 3_600_000;
 /// Default `compute_slice_ms`: long enough that a hand-over (drain and
 /// wake-up, tens of microseconds) costs well under 1 %, short enough for
 /// fair sharing.
@@ -52,8 +54,12 @@ pub enum Source {
 /// Limits of one GPU, or of one entry of the configuration.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Limits {
-    /// Memory quota in bytes.
+    /// Memory quota in bytes: what the tenant is guaranteed.
     pub memory: Option<u64>,
+    /// What the tenant may use while memory no tenant is guaranteed is
+    /// free (bytes; at least `memory`, which must be set with it). None:
+    /// `memory` is also the most it may use.
+    pub memory_max: Option<u64>,
     /// Guaranteed share of GPU time, percent 1..=100.
     pub compute: Option<u8>,
     /// Ceiling on GPU time, percent 1..=100.
@@ -63,13 +69,17 @@ pub struct Limits {
 impl Limits {
     /// True when no field is set.
     pub fn is_empty(&self) -> bool {
-        self.memory.is_none() && self.compute.is_none() && self.compute_max.is_none()
+        self.memory.is_none()
+            && self.memory_max.is_none()
+            && self.compute.is_none()
+            && self.compute_max.is_none()
     }
 
     /// `self` with every field that `over` sets replaced by `over`'s.
     pub fn overlaid_with(self, over: Limits) -> Limits {
         Limits {
             memory: over.memory.or(self.memory),
+            memory_max: over.memory_max.or(self.memory_max),
             compute: over.compute.or(self.compute),
             compute_max: over.compute_max.or(self.compute_max),
         }
@@ -98,6 +108,9 @@ pub struct Config {
     pub compute_slice_ms: Option<u32>,
     /// Latency class (see the module documentation).
     pub latency: bool,
+    /// How long an allocation refused for want of memory waits for memory
+    /// to be freed before it fails, ms (None or 0: it fails at once).
+    pub memory_wait_ms: Option<u64>,
     pub all: Limits,
     pub by_index: BTreeMap<u32, Limits>,
     pub by_uuid: BTreeMap<[u8; 16], Limits>,
@@ -118,6 +131,7 @@ impl Config {
             compute_burst_ms: None,
             compute_slice_ms: None,
             latency: false,
+            memory_wait_ms: None,
             all: Limits::default(),
             by_index: BTreeMap::new(),
             by_uuid: BTreeMap::new(),

@@ -212,6 +212,42 @@ pub(super) fn check_slice(ms: i128, shown: &str) -> Result<u32, String> {
     }
 }
 
+/// "30s", "500ms", "2m", "0" -> milliseconds (at most one hour): how
+/// long an allocation waits for memory (`memory_wait`).
+pub fn parse_wait(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let expected = || {
+        format!(
+            "expected a duration like \"30s\", \"500ms\" or \"2m\" (whole numbers, at most 1h), got {}",
+            shown(s)
+        )
+    };
+    let (digits, scale) = if let Some(d) = t.strip_suffix("ms") {
+        (d, 1)
+    } else if let Some(d) = t.strip_suffix('s') {
+        (d, 1_000)
+    } else if let Some(d) = t.strip_suffix('m') {
+        (d, 60_000)
+    } else if let Some(d) = t.strip_suffix('h') {
+        (d, 3_600_000)
+    } else if t == "0" {
+        ("0", 1)
+    } else {
+        return Err(expected());
+    };
+    let digits = digits.trim_end();
+    if digits.is_empty() || digits.len() > 12 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(expected());
+    }
+    let ms = digits
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(scale))
+        .filter(|&ms| ms <= super::types::MAX_MEMORY_WAIT_MS)
+        .ok_or_else(expected)?;
+    Ok(ms)
+}
+
 /// A yes/no setting: 1/true/yes/on, 0/false/no/off (case-insensitive).
 pub fn parse_switch(s: &str) -> Result<bool, String> {
     match s.trim().to_ascii_lowercase().as_str() {

@@ -28,6 +28,10 @@ pub(super) const LATENCY_NEEDS_COMPUTE: &str = "{}: expected a tenant with a com
 /// it would do nothing; `{}` is where it was given.
 pub(super) const SHAPE_NEEDS_COMPUTE: &str = "{}: expected a tenant with a compute share (compute or compute_max for some GPU): it only shapes how a share is enforced, got none";
 
+/// The error for `memory_wait` without a memory quota to wait under; `{}`
+/// is where it was given.
+pub(super) const WAIT_NEEDS_MEMORY: &str = "{}: expected a tenant with a memory quota (memory for some GPU): it says how long an allocation refused under the quota waits, got none";
+
 /// A value and the label that names it in messages: a key path
 /// (`device.0.compute`) or a variable with its value (`CUSLICE_COMPUTE="40"`).
 #[derive(Debug, Clone)]
@@ -41,6 +45,7 @@ pub(super) struct Field<T> {
 #[derive(Debug, Clone, Default)]
 pub(super) struct Entry {
     pub(super) memory: Option<Field<u64>>,
+    pub(super) memory_max: Option<Field<u64>>,
     pub(super) compute: Option<Field<u8>>,
     pub(super) compute_max: Option<Field<u8>>,
 }
@@ -49,6 +54,7 @@ impl Entry {
     fn limits(&self) -> Limits {
         Limits {
             memory: self.memory.as_ref().map(|f| f.value),
+            memory_max: self.memory_max.as_ref().map(|f| f.value),
             compute: self.compute.as_ref().map(|f| f.value),
             compute_max: self.compute_max.as_ref().map(|f| f.value),
         }
@@ -72,6 +78,14 @@ impl Draft {
         c(&self.all)
             || self.by_index.values().any(|(_, e)| c(e))
             || self.by_uuid.values().any(|(_, e)| c(e))
+    }
+
+    /// Whether some entry gives a memory quota.
+    pub(super) fn has_memory(&self) -> bool {
+        let m = |e: &Entry| e.memory.is_some() || e.memory_max.is_some();
+        m(&self.all)
+            || self.by_index.values().any(|(_, e)| m(e))
+            || self.by_uuid.values().any(|(_, e)| m(e))
     }
 
     /// `compute_max >= compute` wherever the two meet on one GPU. Checks the
@@ -113,6 +127,7 @@ impl Draft {
 /// Checks one combination of entries, most specific first, the way
 /// `limits_for` would merge them.
 fn check_combo(levels: &[&Entry], note: &str) -> Result<(), String> {
+    check_memory_combo(levels, note)?;
     let c = levels
         .iter()
         .enumerate()
@@ -133,6 +148,27 @@ fn check_combo(levels: &[&Entry], note: &str) -> Result<(), String> {
                 c.label, m.value, m.label, c.value
             )
         }),
+        _ => Ok(()),
+    }
+}
+
+/// `memory_max` only beside a `memory` (the guarantee) for the same GPU,
+/// and never below it.
+fn check_memory_combo(levels: &[&Entry], note: &str) -> Result<(), String> {
+    let g = levels.iter().find_map(|e| e.memory.as_ref());
+    let m = levels.iter().find_map(|e| e.memory_max.as_ref());
+    match (g, m) {
+        (None, Some(m)) => Err(format!(
+            "{}: expected memory (the guarantee) set for the same GPU{note}: memory_max is what a tenant may use beyond its guarantee, got no memory",
+            m.label
+        )),
+        (Some(g), Some(m)) if m.value < g.value => Err(format!(
+            "{}: expected at least the guaranteed memory {} ({}){note}, got {}",
+            m.label,
+            format_size(g.value),
+            g.label,
+            format_size(m.value)
+        )),
         _ => Ok(()),
     }
 }
