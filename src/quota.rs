@@ -22,6 +22,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 use cuslice_core::config::{self, Config, format_uuid};
+use cuslice_core::pool::Pool as GpuPool;
 use cuslice_core::segment::{Admit, MAX_DEVICES, Segment, UNLIMITED};
 
 use crate::generated::real;
@@ -39,6 +40,9 @@ pub struct Dev {
     /// The device's memory page (the driver's allocation granularity): a
     /// linear allocation of at least one page takes whole pages.
     pub page: u64,
+    /// The GPU's memory pool (every tenant's guarantee and burst) and this
+    /// process's slot there; None: no quota on this GPU.
+    pub pool: Option<(&'static GpuPool, usize)>,
 }
 
 /// State of one stream-ordered memory pool this process allocated from.
@@ -71,6 +75,48 @@ pub struct Quota {
     /// before refusing an allocation).
     pub pool_sync: std::sync::Mutex<()>,
     refusal_logged: AtomicBool,
+    /// `memory_wait`, ms (0: a refused allocation fails at once).
+    wait_ms: u64,
+    wait_logged: AtomicBool,
+}
+
+/// Why an allocation was refused.
+#[derive(Debug, Clone, Copy)]
+pub enum Short {
+    /// The container's quota (its `memory_max`).
+    Quota { used: u64, limit: u64 },
+    /// Past its guarantee, and the GPU's pool has not that much that no
+    /// tenant is guaranteed.
+    Pool { short: u64, room: u64 },
+    /// The driver: the GPU is full.
+    Driver,
+}
+
+impl Short {
+    fn what(&self) -> &'static str {
+        match self {
+            Short::Quota { .. } => "under the quota",
+            Short::Pool { .. } => "for memory no tenant is guaranteed",
+            Short::Driver => "for the GPU to have room (the driver refused)",
+        }
+    }
+}
+
+std::thread_local! {
+    /// Set while a stream-ordered allocation is admitted: it never waits
+    /// (it may be captured into a graph, and waiting would stall the
+    /// capture).
+    static NO_WAIT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` with waiting for memory off on this thread.
+pub fn without_waiting<R>(f: impl FnOnce() -> R) -> R {
+    NO_WAIT.with(|w| {
+        let old = w.replace(true);
+        let r = f();
+        w.set(old);
+        r
+    })
 }
 
 const UNINIT: u32 = 0;
@@ -334,8 +380,12 @@ fn build(cfg: &Config, uuids: &[[u8; 16]]) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     let mut devs = Vec::with_capacity(uuids.len());
     let ctx_overhead = cfg.context_overhead.unwrap_or(DEFAULT_CONTEXT_OVERHEAD);
+    let name = cfg.tenant_name();
+    let tag = cfg.slice_tag();
     for (i, uuid) in uuids.iter().enumerate() {
-        let limit = cfg.limits_for(i as u32, uuid).memory.unwrap_or(UNLIMITED);
+        let l = cfg.limits_for(i as u32, uuid);
+        let limit = l.memory_limit().unwrap_or(UNLIMITED);
+        let guarantee = l.memory.unwrap_or(UNLIMITED).min(limit);
         if limit < ctx_overhead {
             // Every context this process makes there would be refused: said
             // once, at the start, rather than only as an allocation refused.
@@ -347,7 +397,7 @@ fn build(cfg: &Config, uuids: &[[u8; 16]]) -> Result<(), String> {
             );
         }
         let (s, resized) = seg
-            .register_device(uuid, limit)
+            .register_device_with(uuid, guarantee, limit)
             .map_err(|e| e.to_string())?;
         if let Some(now) = resized {
             crate::warn!(
@@ -366,12 +416,18 @@ fn build(cfg: &Config, uuids: &[[u8; 16]]) -> Result<(), String> {
                 format!("{limit} bytes")
             }
         );
+        let pool = if limit == UNLIMITED {
+            None
+        } else {
+            Some(join_pool(cfg, &seg, s, i, uuid, &name, tag)?)
+        };
         devs.push(Dev {
             seg: s,
             limit,
             uuid: *uuid,
             ctx_charged: AtomicBool::new(false),
             page: page_size(i),
+            pool,
         });
     }
     let table = |cap: usize, what: &str| {
@@ -396,6 +452,8 @@ fn build(cfg: &Config, uuids: &[[u8; 16]]) -> Result<(), String> {
         pools: no_pools(),
         pool_sync: std::sync::Mutex::new(()),
         refusal_logged: AtomicBool::new(false),
+        wait_ms: cfg.memory_wait_ms.unwrap_or(0),
+        wait_logged: AtomicBool::new(false),
         ctx_overhead,
         seg: seg.into_segment(),
         slot,
@@ -404,6 +462,63 @@ fn build(cfg: &Config, uuids: &[[u8; 16]]) -> Result<(), String> {
     STATE.store(Box::into_raw(Box::new(q)), Ordering::Release);
     BUILDING_FD.store(-1, Ordering::SeqCst);
     Ok(())
+}
+
+/// Joins the memory pool of GPU `ordinal` (`uuid`): every tenant with a
+/// quota there registers what it is guaranteed, so that a tenant that may
+/// burst past its guarantee takes only what nobody is guaranteed. Links the
+/// container's device entry `d` to it. The pool is kept for the process's
+/// life (leaked: the segment links to it).
+fn join_pool(
+    cfg: &Config,
+    seg: &Segment,
+    d: usize,
+    ordinal: usize,
+    uuid: &[u8; 16],
+    name: &str,
+    tag: u64,
+) -> Result<(&'static GpuPool, usize), String> {
+    let path = cuslice_core::pool::path(&cfg.gpu_segment_dir, uuid);
+    let pool: &'static GpuPool = Box::leak(Box::new(
+        GpuPool::open_or_create(&path).map_err(|e| e.to_string())?,
+    ));
+    let u = seg.device_usage(d).ok_or_else(|| {
+        format!(
+            "{}: GPU {ordinal}'s entry is not ready after registering it",
+            seg.path.display()
+        )
+    })?;
+    let guarantee = if u.guarantee == 0 {
+        u.limit
+    } else {
+        u.guarantee
+    };
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() } as u32;
+    let (entry, slot) = pool
+        .join(name, tag, guarantee, u.limit, gpu_memory(ordinal), pid)
+        .map_err(|e| e.to_string())?;
+    seg.link_pool(d, pool, entry);
+    if u.guarantee != 0 {
+        crate::info!(
+            "GPU {ordinal} ({}): {} guaranteed, up to {} while memory no tenant is guaranteed is free ({})",
+            format_uuid(uuid),
+            config::format_size(u.guarantee),
+            config::format_size(u.limit),
+            path.display()
+        );
+    }
+    Ok((pool, slot))
+}
+
+/// The GPU's memory as its driver gives it (the pool's capacity).
+fn gpu_memory(ordinal: usize) -> u64 {
+    let mut dev: CUdevice = 0;
+    let mut bytes: usize = 0;
+    // SAFETY: real driver calls with valid out pointers; cuInit succeeded.
+    let ok = unsafe { real::cuDeviceGet(&mut dev, ordinal as c_int) } == CUresult::CUDA_SUCCESS
+        && unsafe { real::cuDeviceTotalMem_v2(&mut bytes, dev) } == CUresult::CUDA_SUCCESS;
+    if ok { bytes as u64 } else { 0 }
 }
 
 /// The page size of current NVIDIA GPUs' device memory, for a driver that
@@ -538,6 +653,11 @@ pub fn after_fork_child() {
         // leaves the parent's OFD lock to the parent; nothing in the child
         // uses that descriptor any more.
         unsafe { libc::close(closed) };
+        for (pool, _) in q.devs.iter().filter_map(|d| d.pool) {
+            // SAFETY: as above, for the pools' descriptors (their process
+            // slot locks are the parent's).
+            unsafe { libc::close(pool.raw_fd()) };
+        }
     }
     // A fork between publishing the state and withdrawing the announcement
     // names the same descriptor twice: close it once.
@@ -566,6 +686,9 @@ fn phase_after_fork(phase: u32) -> u32 {
 pub fn at_exit() {
     if let Some(q) = get() {
         q.seg.release_slot(q.slot);
+        for (pool, slot) in q.devs.iter().filter_map(|d| d.pool) {
+            pool.leave(slot);
+        }
     }
 }
 
@@ -584,7 +707,8 @@ impl Quota {
 
     /// Admits `bytes` on device `ordinal`, or returns the status to fail the
     /// allocation with (after one retry that reclaims dead processes' usage
-    /// and re-reads pool reservations).
+    /// and re-reads pool reservations, and, with `memory_wait`, after
+    /// waiting for memory to be freed).
     pub fn admit(&self, ordinal: usize, bytes: u64) -> Result<(), CUresult> {
         let Some(dev) = self.devs.get(ordinal) else {
             return Ok(());
@@ -595,21 +719,140 @@ impl Quota {
         if let Admit::Granted = self.seg.admit(dev.seg, self.slot, bytes) {
             return Ok(());
         }
-        // Slow path: maybe others died, or pools released memory.
+        // Slow path: maybe others died, or pools released memory, or the
+        // GPU's pool has room for a burst.
         self.seg.reclaim_dead();
         self.sync_all_pools();
-        match self.seg.admit(dev.seg, self.slot, bytes) {
-            Admit::Granted => Ok(()),
-            Admit::Refused { used, limit } => {
-                if !self.refusal_logged.swap(true, Ordering::Relaxed) {
-                    crate::error!(
-                        "out of memory under the quota on GPU {ordinal} ({}): asked for {bytes} bytes with {used} of {limit} bytes in use by this container (further refusals are not logged)",
-                        format_uuid(&dev.uuid)
-                    );
-                }
-                Err(CUresult::CUDA_ERROR_OUT_OF_MEMORY)
+        let why = match self.try_admit(dev, bytes) {
+            Ok(()) => return Ok(()),
+            Err(w) => w,
+        };
+        let why = match self.wait(ordinal, bytes, why, || self.try_admit(dev, bytes)) {
+            Ok(()) => return Ok(()),
+            Err(w) => w,
+        };
+        if !self.refusal_logged.swap(true, Ordering::Relaxed) {
+            match why {
+                Short::Pool { short, room } => crate::error!(
+                    "out of memory on GPU {ordinal} ({}): asked for {bytes} bytes past this container's guarantee, {short} more than it holds of the memory no tenant is guaranteed, which has {room} bytes free (further refusals are not logged)",
+                    format_uuid(&dev.uuid)
+                ),
+                Short::Quota { used, limit } => crate::error!(
+                    "out of memory under the quota on GPU {ordinal} ({}): asked for {bytes} bytes with {used} of {limit} bytes in use by this container (further refusals are not logged)",
+                    format_uuid(&dev.uuid)
+                ),
+                Short::Driver => {}
             }
         }
+        Err(CUresult::CUDA_ERROR_OUT_OF_MEMORY)
+    }
+
+    /// Admission in the segment, reserving from the GPU's pool what a
+    /// burst past the guarantee needs.
+    fn try_admit(&self, dev: &Dev, bytes: u64) -> Result<(), Short> {
+        match self.seg.admit_or_burst(dev.seg, self.slot, bytes) {
+            (Admit::Granted, _) => Ok(()),
+            (Admit::Refused { used, limit }, _) => Err(Short::Quota { used, limit }),
+            (Admit::Burst { short }, room) => Err(Short::Pool { short, room }),
+        }
+    }
+
+    /// With `memory_wait`, retries `again` each time memory is freed on the
+    /// GPU (by this container or another tenant), until it succeeds or the
+    /// deadline passes. Never waits where nobody else could free memory
+    /// (the calling process would wait for itself), nor on a thread
+    /// admitting a stream-ordered allocation. One log line per process.
+    pub fn wait(
+        &self,
+        ordinal: usize,
+        bytes: u64,
+        why: Short,
+        mut again: impl FnMut() -> Result<(), Short>,
+    ) -> Result<(), Short> {
+        let Some(dev) = self.devs.get(ordinal) else {
+            return Err(why);
+        };
+        let Some((pool, _)) = dev.pool else {
+            return Err(why);
+        };
+        if self.wait_ms == 0 || NO_WAIT.with(|w| w.get()) || !self.others_may_free(dev, &why) {
+            return Err(why);
+        }
+        let start = std::time::Instant::now();
+        let deadline = start + std::time::Duration::from_millis(self.wait_ms);
+        let mut why = why;
+        let outcome = loop {
+            let seen = pool.generation();
+            match again() {
+                Ok(()) => break Ok(()),
+                Err(w) => why = w,
+            }
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                break Err(why);
+            }
+            // Woken by a free; at most a second between looks at processes
+            // that died without freeing (their usage is reclaimed here).
+            pool.wait_freed(
+                seen,
+                (deadline - now).min(std::time::Duration::from_secs(1)),
+            );
+            self.seg.reclaim_dead();
+        };
+        if !self.wait_logged.swap(true, Ordering::Relaxed) {
+            let ms = start.elapsed().as_secs_f64() * 1e3;
+            let what = why.what();
+            match &outcome {
+                Ok(()) => crate::info!(
+                    "GPU {ordinal}: an allocation of {bytes} bytes waited {ms:.1} ms {what} and was granted (memory_wait {} ms; further waits are not logged)",
+                    self.wait_ms
+                ),
+                Err(_) => crate::warn!(
+                    "GPU {ordinal}: an allocation of {bytes} bytes waited {ms:.1} ms {what}, the whole memory_wait, and was refused (further waits are not logged)"
+                ),
+            }
+        }
+        outcome
+    }
+
+    /// Whether someone other than this process holds memory that a free
+    /// could give to it: other processes of the container (a refusal under
+    /// the quota), or other processes on the GPU's pool.
+    fn others_may_free(&self, dev: &Dev, why: &Short) -> bool {
+        let mine = self
+            .seg
+            .slot(self.slot)
+            .map_or(0, |s| s.used[dev.seg].load(Ordering::Relaxed));
+        let container = self.seg.device_usage(dev.seg).map_or(0, |u| u.used);
+        let in_container = container > mine;
+        match why {
+            Short::Quota { .. } => in_container,
+            Short::Pool { .. } | Short::Driver => {
+                in_container || dev.pool.is_some_and(|(p, _)| p.others_live())
+            }
+        }
+    }
+
+    /// What this container can still get on device `ordinal` beyond its
+    /// use, where it has a guarantee below its limit: its guarantee, its
+    /// burst and the pool's room, less its use.
+    pub fn headroom(&self, ordinal: usize) -> Option<u64> {
+        let dev = self.devs.get(ordinal)?;
+        let u = self.seg.device_usage(dev.seg)?;
+        if u.guarantee == 0 || u.guarantee >= u.limit {
+            return None;
+        }
+        let link = self.seg.pool_link(dev.seg)?;
+        let burst = link
+            .pool
+            .entry(link.entry)
+            .map_or(0, |e| e.burst.load(Ordering::Acquire));
+        Some(
+            u.guarantee
+                .saturating_add(burst)
+                .saturating_add(link.pool.room())
+                .saturating_sub(u.used),
+        )
     }
 
     /// What the driver takes for a linear allocation (`cuMemAlloc*`,
@@ -955,6 +1198,7 @@ mod tests {
                 uuid,
                 ctx_charged: AtomicBool::new(false),
                 page: FALLBACK_PAGE,
+                pool: None,
             }],
             ctx_overhead: 0,
             ptrs: table(16),
@@ -964,6 +1208,8 @@ mod tests {
             pools: no_pools(),
             pool_sync: std::sync::Mutex::new(()),
             refusal_logged: AtomicBool::new(false),
+            wait_ms: 0,
+            wait_logged: AtomicBool::new(false),
         }
     }
 

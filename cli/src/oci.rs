@@ -650,7 +650,7 @@ fn driver_memory_limits(cfg: &config::Config, cgroup_text: &str) -> Option<Strin
             };
             // Quota files the hook takes name GPUs by UUID or apply to all
             // (annotations' indices are mapped to UUIDs, claims name UUIDs).
-            let Some(bytes) = cfg.limits_for(u32::MAX, &uuid).memory else {
+            let Some(bytes) = cfg.limits_for(u32::MAX, &uuid).memory_limit() else {
                 continue;
             };
             match nvml.set_memory_limit(&d, &dir, bytes)? {

@@ -1245,7 +1245,7 @@ mod tests {
         let make = |dir: &Path, limit: u64| {
             std::fs::create_dir_all(dir).expect("mkdir");
             let s = Segment::open_or_create(&dir.join(MEMORY_SEGMENT)).expect("segment");
-            s.register_device(&[7; 16], limit).expect("device").0;
+            s.register_device(&[7; 16], limit).expect("device");
         };
         make(&t.join("run/segment"), 1 << 30);
         make(&t.join("victim/segment"), 7_777_777_777);

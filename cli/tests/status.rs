@@ -211,9 +211,7 @@ fn one_tenant_name_in_two_slices_is_two_rows() {
         };
         gpu.register("same", tag, spec, now).expect("tenant");
         let mem = Segment::open_or_create(&d.join("segment").join("memory.seg")).expect("mem");
-        mem.register_device(&common::FAKE_UUID, quota)
-            .expect("dev")
-            .0;
+        mem.register_device(&common::FAKE_UUID, quota).expect("dev");
         mems.push(mem);
     }
     let f = Fixture {
@@ -302,7 +300,7 @@ fn a_fifo_beside_a_planted_segment_does_not_hang_status() {
 /// (one device, a 1 GiB quota) and a quota file naming `tenant`, in `dir`.
 fn planted_slice(dir: &std::path::Path, tenant: &str) {
     let mem = Segment::open_or_create(&dir.join("segment").join("memory.seg")).expect("seg");
-    mem.register_device(&common::FAKE_UUID, GIB).expect("dev").0;
+    mem.register_device(&common::FAKE_UUID, GIB).expect("dev");
     std::fs::write(dir.join("quota.toml"), format!("tenant = \"{tenant}\"\n")).expect("quota");
 }
 
@@ -818,7 +816,7 @@ fn hostile(f: &Fixture) -> Segment {
     });
     std::fs::write(c2.join("container.json"), meta.to_string()).expect("container.json");
     let mem = Segment::open_or_create(&c2.join("segment").join("memory.seg")).expect("mem seg");
-    mem.register_device(&common::FAKE_UUID, GIB).expect("dev").0;
+    mem.register_device(&common::FAKE_UUID, GIB).expect("dev");
     mem.claim_slot(4343).expect("slot");
     let now = cuslice_core::gpu::monotonic_ns();
     f._gpu

@@ -2,6 +2,7 @@
 
 pub mod config;
 pub mod gpu;
+pub mod pool;
 pub mod segment;
 pub mod shm;
 pub mod sigbus;

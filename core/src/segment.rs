@@ -52,7 +52,15 @@ pub struct Device {
     pub used: AtomicU64,
     pub peak: AtomicU64,
     pub refused: AtomicU64,
+    /// What the container is guaranteed, bytes, where it may use more
+    /// (`limit`, its `memory_max`) while memory no tenant is guaranteed is
+    /// free (the GPU's memory pool, [`crate::pool`]); 0: `limit` is all of
+    /// it (in what was padding: the layout and its version are unchanged,
+    /// and an older library reads 0).
+    pub guarantee: AtomicU64,
 }
+
+const _: () = assert!(std::mem::size_of::<Device>() == 64);
 
 /// A process slot's `state`: free (never used, or given back).
 pub const SLOT_FREE: u32 = 0;
@@ -110,12 +118,29 @@ fn layout() -> Layout {
 pub struct Segment {
     shm: Shm,
     pub path: PathBuf,
+    /// Per device entry, this process's link to the GPU's memory pool
+    /// (null: none): where the container's burst is held, and whom a free
+    /// wakes. Process-local. See [`Segment::link_pool`].
+    pools: [std::sync::atomic::AtomicPtr<PoolLink>; MAX_DEVICES],
+}
+
+/// A device entry's link to its GPU's memory pool.
+pub struct PoolLink {
+    pub pool: &'static crate::pool::Pool,
+    /// The container's entry in the pool.
+    pub entry: usize,
 }
 
 /// What an admission decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Admit {
     Granted,
+    /// Within the container's `memory_max`, but past its guarantee and
+    /// what it holds of the pool by `short` bytes: granted once the pool
+    /// gives it that much more ([`crate::pool::Pool::reserve`]).
+    Burst {
+        short: u64,
+    },
     /// Refused: usage and limit at the time of the decision.
     Refused {
         used: u64,
@@ -132,6 +157,7 @@ impl Segment {
         Ok(Segment {
             shm,
             path: path.to_path_buf(),
+            pools: Default::default(),
         })
     }
 
@@ -143,6 +169,7 @@ impl Segment {
         Ok(Segment {
             shm,
             path: path.to_path_buf(),
+            pools: Default::default(),
         })
     }
 
@@ -152,6 +179,7 @@ impl Segment {
         Ok(Segment {
             shm,
             path: path.to_path_buf(),
+            pools: Default::default(),
         })
     }
 
@@ -242,7 +270,11 @@ impl Segment {
             let n = s.used[d].swap(0, Ordering::AcqRel);
             let u = dev.used.load(Ordering::Relaxed);
             dev.used.store(u.saturating_sub(n), Ordering::Release);
+            self.settle_burst(d, dev);
             drop(g);
+            if n > 0 {
+                self.notify_freed(d);
+            }
         }
         s.state.store(SLOT_FREE, Ordering::Release);
     }
@@ -272,14 +304,27 @@ impl Segment {
         uuid: &[u8; 16],
         limit: u64,
     ) -> Result<(usize, Option<u64>), SegmentError> {
+        self.register_device_with(uuid, 0, limit)
+    }
+
+    /// [`register_device`](Self::register_device) with a guarantee below
+    /// the limit (`memory` below `memory_max`; 0: none). A new entry takes
+    /// it; an existing one keeps the segment's (as for the limit).
+    pub fn register_device_with(
+        &self,
+        uuid: &[u8; 16],
+        guarantee: u64,
+        limit: u64,
+    ) -> Result<(usize, Option<u64>), SegmentError> {
         // Registration is rare (once per device per process at cuInit).
         self.shm
-            .with_flock(|| self.register_device_locked(uuid, limit))
+            .with_flock(|| self.register_device_locked(uuid, guarantee, limit))
     }
 
     fn register_device_locked(
         &self,
         uuid: &[u8; 16],
+        guarantee: u64,
         limit: u64,
     ) -> Result<(usize, Option<u64>), SegmentError> {
         let mut empty = None;
@@ -317,6 +362,10 @@ impl Segment {
         };
         store_uuid(d, uuid);
         d.limit.store(limit, Ordering::Relaxed);
+        d.guarantee.store(
+            if guarantee < limit { guarantee } else { 0 },
+            Ordering::Relaxed,
+        );
         d.state.store(DEV_READY, Ordering::Release);
         Ok((i, None))
     }
@@ -397,6 +446,71 @@ impl Segment {
             .min(MAX_DEVICES - 1)
     }
 
+    /// Links device entry `d` to its GPU's memory pool (once, at start):
+    /// admission past the guarantee then counts on the container's burst
+    /// there, and every free gives back what the container no longer
+    /// needs of it and wakes the pool's waiters.
+    pub fn link_pool(&self, d: usize, pool: &'static crate::pool::Pool, entry: usize) {
+        if let Some(p) = self.pools.get(d) {
+            let link = Box::into_raw(Box::new(PoolLink { pool, entry }));
+            let old = p.swap(link, Ordering::AcqRel);
+            if !old.is_null() {
+                // SAFETY: links are made only here, from Box::into_raw, and
+                // the old one is no longer reachable through `pools`.
+                // Leaked rather than freed: another thread may still read it.
+                let _ = old;
+            }
+        }
+    }
+
+    /// Device entry `d`'s link to its pool, if any.
+    pub fn pool_link(&self, d: usize) -> Option<&PoolLink> {
+        let p = self.pools.get(d)?.load(Ordering::Acquire);
+        // SAFETY: non-null links come from Box::into_raw and are never freed.
+        (!p.is_null()).then(|| unsafe { &*p })
+    }
+
+    /// The burst word of device entry `d` in its pool.
+    fn burst_of(&self, d: usize) -> Option<&AtomicU64> {
+        let l = self.pool_link(d)?;
+        Some(&l.pool.entry(l.entry)?.burst)
+    }
+
+    /// What device entry `d` may hold now, its guarantee, and its limit:
+    /// the guarantee plus what it holds of the pool, never past `limit`.
+    /// Without a guarantee below the limit, the limit. Under the lock.
+    fn cap(&self, d: usize, dev: &Device) -> (u64, u64, u64) {
+        let limit = dev.limit.load(Ordering::Relaxed);
+        let g = dev.guarantee.load(Ordering::Relaxed);
+        if g == 0 || g >= limit {
+            return (limit, limit, limit);
+        }
+        let burst = self.burst_of(d).map_or(0, |b| b.load(Ordering::Acquire));
+        (g.saturating_add(burst).min(limit), g, limit)
+    }
+
+    /// Gives back to the pool what device entry `d` holds of it beyond its
+    /// use (under the lock, after usage fell), and wakes its waiters.
+    fn settle_burst(&self, d: usize, dev: &Device) {
+        let g = dev.guarantee.load(Ordering::Relaxed);
+        if let Some(b) = self.burst_of(d)
+            && g != 0
+        {
+            let need = dev.used.load(Ordering::Relaxed).saturating_sub(g);
+            let _ = b.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
+                (v > need).then_some(need)
+            });
+        }
+    }
+
+    /// A free on device entry `d`: whoever waits for memory on its GPU
+    /// looks again. (Outside the admission lock: may be a syscall.)
+    fn notify_freed(&self, d: usize) {
+        if let Some(l) = self.pool_link(d) {
+            l.pool.freed();
+        }
+    }
+
     /// Admits `bytes` on device entry `d` for `slot`, or refuses.
     pub fn admit(&self, d: usize, slot: usize, bytes: u64) -> Admit {
         let (Some(dev), Some(s)) = (self.device(d), self.slot(slot)) else {
@@ -404,7 +518,7 @@ impl Segment {
         };
         let g = self.lock_device(dev, slot);
         let used = dev.used.load(Ordering::Relaxed);
-        let limit = dev.limit.load(Ordering::Relaxed);
+        let (cap, _, limit) = self.cap(d, dev);
         let after = used.saturating_add(bytes);
         // A slot being (or already) given back admits nothing: another
         // thread of a process that is exiting.
@@ -417,6 +531,10 @@ impl Segment {
             drop(g);
             return Admit::Refused { used, limit };
         }
+        if after > cap {
+            drop(g);
+            return Admit::Burst { short: after - cap };
+        }
         s.used[d].fetch_add(bytes, Ordering::Relaxed);
         dev.used.store(after, Ordering::Release);
         if after > dev.peak.load(Ordering::Relaxed) {
@@ -424,6 +542,31 @@ impl Segment {
         }
         drop(g);
         Admit::Granted
+    }
+
+    /// [`admit`](Self::admit), taking from the GPU's pool what a burst past
+    /// the guarantee needs (the pool's lock: a syscall, only past the
+    /// guarantee). `Burst { short }` now means the pool had not `short`
+    /// bytes that no tenant is guaranteed (`room`: what it had).
+    pub fn admit_or_burst(&self, d: usize, slot: usize, bytes: u64) -> (Admit, u64) {
+        let mut last = (Admit::Burst { short: bytes }, 0);
+        // Other processes of the container may take what this one
+        // reserved before it admits: a few rounds, then a refusal.
+        for _ in 0..4 {
+            match self.admit(d, slot, bytes) {
+                Admit::Burst { short } => {
+                    let Some(link) = self.pool_link(d) else {
+                        return (Admit::Burst { short }, 0);
+                    };
+                    if let Err(room) = link.pool.reserve(link.entry, short) {
+                        return (Admit::Burst { short }, room);
+                    }
+                    last = (Admit::Burst { short }, 0);
+                }
+                other => return (other, 0),
+            }
+        }
+        last
     }
 
     /// Credits `bytes` on device entry `d` for `slot` (a free, or the roll
@@ -438,7 +581,11 @@ impl Segment {
         s.used[d].store(mine - n, Ordering::Relaxed);
         let u = dev.used.load(Ordering::Relaxed);
         dev.used.store(u.saturating_sub(n), Ordering::Release);
+        self.settle_burst(d, dev);
         drop(g);
+        if n > 0 {
+            self.notify_freed(d);
+        }
     }
 
     /// A consistent-enough snapshot of one device for display and info.
@@ -450,6 +597,7 @@ impl Segment {
         Some(DeviceUsage {
             uuid: device_uuid(dev),
             limit: dev.limit.load(Ordering::Relaxed),
+            guarantee: dev.guarantee.load(Ordering::Relaxed),
             used: dev.used.load(Ordering::Relaxed),
             peak: dev.peak.load(Ordering::Relaxed),
             refused: dev.refused.load(Ordering::Relaxed),
@@ -563,6 +711,8 @@ pub const READY_STATE: u32 = DEV_READY;
 pub struct DeviceUsage {
     pub uuid: [u8; 16],
     pub limit: u64,
+    /// The guarantee below `limit` (0: none; `limit` is all of it).
+    pub guarantee: u64,
     pub used: u64,
     pub peak: u64,
     pub refused: u64,

@@ -14,8 +14,13 @@ const OK: CUresult = CUresult::CUDA_SUCCESS;
 /// (total, free) to report for the current device, given the real free.
 fn spoof_current(real_free: u64) -> Option<(u64, u64)> {
     let q = quota::get()?;
-    let (limit, used) = q.usage(q.current()?)?;
-    Some((limit, limit.saturating_sub(used).min(real_free)))
+    let d = q.current()?;
+    let (limit, used) = q.usage(d)?;
+    // With a guarantee below the limit: what the pool can really give.
+    let free = limit
+        .saturating_sub(used)
+        .min(q.headroom(d).unwrap_or(u64::MAX));
+    Some((limit, free.min(real_free)))
 }
 
 pub unsafe fn cuMemGetInfo_v2(r: CUresult, free: *mut usize, total: *mut usize) -> CUresult {

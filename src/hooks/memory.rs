@@ -37,7 +37,7 @@ fn policed() -> Result<Option<(&'static Quota, usize)>, CUresult> {
 /// pages from one page up), run `call`, record the new pointer (read by
 /// `ptr` after success) or give the charge back.
 #[inline]
-fn alloc_ptr(size: u64, call: impl FnOnce() -> CUresult, ptr: impl FnOnce() -> u64) -> CUresult {
+fn alloc_ptr(size: u64, mut call: impl FnMut() -> CUresult, ptr: impl FnOnce() -> u64) -> CUresult {
     let (q, d) = match policed() {
         Ok(Some(x)) => x,
         Ok(None) => return call(),
@@ -47,7 +47,19 @@ fn alloc_ptr(size: u64, call: impl FnOnce() -> CUresult, ptr: impl FnOnce() -> u
         Ok(a) => a,
         Err(e) => return e,
     };
-    let r = call();
+    let mut r = call();
+    if r == CUresult::CUDA_ERROR_OUT_OF_MEMORY {
+        // The GPU is full (the quota admitted it): with memory_wait, try
+        // again as memory is freed on the GPU, until the deadline.
+        let _ = q.wait(d, a.bytes(), quota::Short::Driver, || {
+            r = call();
+            if r == CUresult::CUDA_ERROR_OUT_OF_MEMORY {
+                Err(quota::Short::Driver)
+            } else {
+                Ok(())
+            }
+        });
+    }
     if r != OK {
         return r;
     }
@@ -245,7 +257,18 @@ fn alloc_pooled(
     };
     let Some(pool) = pool_of(d).and_then(|h| q.pool(h, d)) else {
         // Unknown pool (or too many): charge the allocation itself.
-        return alloc_ptr(size, call, ptr);
+        // Stream-ordered: never waits (so `call` runs once).
+        let mut call = Some(call);
+        return quota::without_waiting(|| {
+            alloc_ptr(
+                size,
+                || {
+                    call.take()
+                        .map_or(CUresult::CUDA_ERROR_OUT_OF_MEMORY, |c| c())
+                },
+                ptr,
+            )
+        });
     };
     let idx = q.pool_index(pool);
     // Growth the pool may need beyond what is already charged to it.
@@ -262,7 +285,8 @@ fn alloc_pooled(
     };
     // The growth is charged to the pool, not to this pointer: a pooled
     // free returns the memory to the pool, which keeps it reserved.
-    let growth = match q.reserve(d, pre) {
+    // Stream-ordered: never waits for memory (it may be captured).
+    let growth = match quota::without_waiting(|| q.reserve(d, pre)) {
         Ok(a) => a,
         Err(e) => return e,
     };

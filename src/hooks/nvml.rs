@@ -13,7 +13,7 @@ use crate::sys::*;
 const OK: nvmlReturn_t = nvmlReturn_t::NVML_SUCCESS;
 
 /// (limit, used) for an NVML device, if it has a quota here.
-fn usage(device: nvmlDevice_t) -> Option<(u64, u64)> {
+fn usage(device: nvmlDevice_t) -> Option<(u64, u64, u64)> {
     let q = quota::get()?;
     let mut buf = [0 as c_char; 96];
     // SAFETY: real NVML call with a buffer of the stated length.
@@ -27,19 +27,23 @@ fn usage(device: nvmlDevice_t) -> Option<(u64, u64)> {
         .map(|&c| c as u8)
         .collect();
     let uuid = cuslice_core::config::parse_uuid(std::str::from_utf8(&bytes).ok()?).ok()?;
-    q.usage(q.ordinal_of_uuid(&uuid)?)
+    let d = q.ordinal_of_uuid(&uuid)?;
+    let (limit, used) = q.usage(d)?;
+    Some((limit, used, q.headroom(d).unwrap_or(u64::MAX)))
 }
 
 /// Total = the quota (never more than the real total), used = the
 /// container's usage, free = the rest; `reserved` (v2) is driver memory
-/// outside the quota, reported as 0. Returns whether the device has a quota.
+/// outside the quota, reported as 0. With a guarantee below the quota
+/// (`memory_max`), free is at most what the GPU's pool can really give.
+/// Returns whether the device has a quota.
 fn spoof(device: nvmlDevice_t, total: &mut u64, used: &mut u64, free: &mut u64) -> bool {
-    let Some((limit, u)) = usage(device) else {
+    let Some((limit, u, headroom)) = usage(device) else {
         return false;
     };
     *total = limit.min(*total);
     *used = u.min(*total);
-    *free = *total - *used;
+    *free = (*total - *used).min(headroom);
     true
 }
 

@@ -5,6 +5,13 @@
  *                                    usage (fake ground truth) never exceeds QUOTA
  *   memtest hold BYTES               allocate, say so, and sleep until killed
  *   memtest alloc BYTES              one allocation, print its status
+ *   memtest timed BYTES              one allocation: its status, when it was asked and
+ *                                    when it returned (CLOCK_MONOTONIC ns), then hold it
+ *                                    until stdin closes
+ *   memtest freeon BYTES             allocate, say so, free when a line arrives on
+ *                                    stdin and say when it asked (CLOCK_MONOTONIC ns), then hold
+ *                                    nothing until stdin closes
+ *   memtest meminfo                  cuMemGetInfo_v2 and cuDeviceTotalMem_v2
  *   memtest devices B0 B1            allocate B0 on device 0 and B1 on device 1
  *   memtest fill CHUNK               cuMemAlloc_v2 CHUNKs until one fails (at most 4096);
  *                                    how many, the last status, the device's usage as the
@@ -269,6 +276,44 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "alloc")) {
         CUdeviceptr p;
         printf("R alloc=%d\n", cuMemAlloc_v2(&p, strtoull(argv[2], NULL, 10)));
+        return 0;
+    }
+    if (!strcmp(cmd, "timed")) {
+        CUdeviceptr p;
+        struct timespec a, b;
+        clock_gettime(CLOCK_MONOTONIC, &a);
+        CUresult r = cuMemAlloc_v2(&p, strtoull(argv[2], NULL, 10));
+        clock_gettime(CLOCK_MONOTONIC, &b);
+        printf("R timed=%d asked=%lld done=%lld\n", r,
+               (long long)a.tv_sec * 1000000000LL + a.tv_nsec,
+               (long long)b.tv_sec * 1000000000LL + b.tv_nsec);
+        fflush(stdout);
+        char line[64];
+        while (fgets(line, sizeof line, stdin) != NULL) {}
+        return 0;
+    }
+    if (!strcmp(cmd, "freeon")) {
+        CUdeviceptr p;
+        CHECK(cuMemAlloc_v2(&p, strtoull(argv[2], NULL, 10)));
+        printf("R held\n");
+        fflush(stdout);
+        char line[64];
+        if (fgets(line, sizeof line, stdin) == NULL) return 0;
+        struct timespec a;
+        clock_gettime(CLOCK_MONOTONIC, &a); /* when the free was asked */
+        CHECK(cuMemFree_v2(p));
+        printf("R freed=%lld\n", (long long)a.tv_sec * 1000000000LL + a.tv_nsec);
+        fflush(stdout);
+        while (fgets(line, sizeof line, stdin) != NULL) {}
+        return 0;
+    }
+    if (!strcmp(cmd, "meminfo")) {
+        size_t f = 0, t = 0, dt = 0;
+        CUdevice dev;
+        CHECK(cuMemGetInfo_v2(&f, &t));
+        CHECK(cuCtxGetDevice(&dev));
+        CHECK(cuDeviceTotalMem_v2(&dt, dev));
+        printf("R free=%zu total=%zu devtotal=%zu\n", f, t, dt);
         return 0;
     }
     if (!strcmp(cmd, "hold")) {

@@ -44,7 +44,7 @@ pub fn is_registered(registered: &HashSet<u32>, r: &Registration) -> bool {
 /// need not be the CUDA index the container's processes used.
 pub fn memory_quota(cfg: &Config, index: u32, uuid: &[u8; 16]) -> (Option<u64>, bool) {
     (
-        cfg.limits_for(index, uuid).memory,
+        cfg.limits_for(index, uuid).memory_limit(),
         memory_certain(cfg, uuid),
     )
 }

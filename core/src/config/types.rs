@@ -21,8 +21,6 @@ pub const MAX_DEVICE_INDEX: u32 = 63;
 pub const MIN_MEMORY: u64 = 1 << 20;
 /// Largest memory limit accepted (1 PiB).
 pub const MAX_MEMORY: u64 = 1 << 50;
-/// Longest `memory_wait` (one hour).
-pub const MAX_MEMORY_WAIT_MS: u64 = 3_600_000;
 /// Default `compute_slice_ms`: long enough that a hand-over (drain and
 /// wake-up, tens of microseconds) costs well under 1 %, short enough for
 /// fair sharing.
@@ -73,6 +71,12 @@ impl Limits {
             && self.memory_max.is_none()
             && self.compute.is_none()
             && self.compute_max.is_none()
+    }
+
+    /// The most the tenant may hold: `memory_max`, else `memory` (what the
+    /// segment's limit, the watch and the driver's limit hold it to).
+    pub fn memory_limit(&self) -> Option<u64> {
+        self.memory_max.or(self.memory)
     }
 
     /// `self` with every field that `over` sets replaced by `over`'s.

@@ -3,6 +3,8 @@
 
 /// Upper bound for `compute_slice_ms`.
 pub const MAX_COMPUTE_SLICE_MS: u32 = 1_000;
+/// Longest `memory_wait` (one hour).
+pub const MAX_MEMORY_WAIT_MS: u64 = 3_600_000;
 /// Upper bound for `compute_burst_ms`.
 pub const MAX_COMPUTE_BURST_MS: u32 = 10_000;
 
@@ -243,7 +245,7 @@ pub fn parse_wait(s: &str) -> Result<u64, String> {
         .parse::<u64>()
         .ok()
         .and_then(|n| n.checked_mul(scale))
-        .filter(|&ms| ms <= super::types::MAX_MEMORY_WAIT_MS)
+        .filter(|&ms| ms <= MAX_MEMORY_WAIT_MS)
         .ok_or_else(expected)?;
     Ok(ms)
 }

@@ -554,7 +554,7 @@ pub(super) fn dec(a: &AtomicU32) {
 
 /// A tenant entry's key: the name in bytes 0..56 (NUL-padded, cut at 56),
 /// the tag in 56..64.
-fn encode_name(name: &str, tag: u64) -> [u64; NAME_BYTES / 8] {
+pub(crate) fn encode_name(name: &str, tag: u64) -> [u64; NAME_BYTES / 8] {
     let mut bytes = [0u8; NAME_BYTES];
     let n = name.len().min(NAME_TEXT_BYTES);
     bytes[..n].copy_from_slice(&name.as_bytes()[..n]);
@@ -574,6 +574,20 @@ fn name_words(t: &Tenant) -> [u64; NAME_BYTES / 8] {
         w[i] = a.load(Ordering::Relaxed);
     }
     w
+}
+
+/// A key's name (bytes 0..56 up to the first NUL) and tag (56..64).
+pub(crate) fn decode_key(w: &[u64; NAME_BYTES / 8]) -> (String, u64) {
+    let bytes: Vec<u8> = w.iter().flat_map(|w| w.to_le_bytes()).collect();
+    let name: Vec<u8> = bytes[..NAME_TEXT_BYTES]
+        .iter()
+        .copied()
+        .take_while(|&b| b != 0)
+        .collect();
+    (
+        String::from_utf8_lossy(&name).into_owned(),
+        w[NAME_BYTES / 8 - 1],
+    )
 }
 
 /// The name of a tenant entry: bytes 0..56 up to the first NUL.

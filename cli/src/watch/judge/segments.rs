@@ -55,7 +55,7 @@ pub fn memory_segment(snap: &Snapshot, id: &SliceId, slice: &SliceSnap) -> Vec<V
             // index.
             None => (
                 None,
-                cfg.limits_for(u32::MAX, &r.uuid).memory,
+                cfg.limits_for(u32::MAX, &r.uuid).memory_limit(),
                 memory_certain(cfg, &r.uuid),
             ),
         };

@@ -1,0 +1,229 @@
+//! Memory that bends, against the fake driver: a tenant bursts past its
+//! guarantee (`memory`) up to `memory_max` only into memory no tenant is
+//! guaranteed; with `memory_wait`, an allocation refused for want of memory
+//! waits for a free instead of failing, until its deadline, and never
+//! waits for its own memory.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{Host, Opts};
+
+const MIB: u64 = 1 << 20;
+
+/// A test program under the shim on `host` with `quota`, its stdin piped.
+fn start(host: &Host, quota: &std::path::Path, args: &[String]) -> Child {
+    let mut env = host.env(Some(quota));
+    common::set_env(&mut env, "FAKE_CUDA_MEM", "1GiB");
+    common::set_env(&mut env, "CUSLICE_LOG", "info");
+    let opts = Opts {
+        args: args.to_vec(),
+        env,
+        ..Opts::default()
+    };
+    let mut cmd = common::command("memtest", &opts);
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd.spawn().expect("spawn memtest")
+}
+
+/// The next "R " line of `child`'s stdout.
+fn result(lines: &mut impl Iterator<Item = std::io::Result<String>>) -> String {
+    for l in lines.by_ref() {
+        let l = l.expect("read");
+        if let Some(r) = l.strip_prefix("R ") {
+            return r.to_string();
+        }
+    }
+    panic!("the program ended without a result line");
+}
+
+/// `key=value` of a result line, as a number.
+fn field(line: &str, key: &str) -> i64 {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(&format!("{key}=")))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {key} in {line:?}"))
+}
+
+/// One allocation of `bytes` by a process of `quota`'s tenant: its status.
+fn alloc(host: &Host, quota: &std::path::Path, bytes: u64) -> (i64, String) {
+    let mut c = start(host, quota, &["timed".into(), bytes.to_string()]);
+    let mut lines = BufReader::new(c.stdout.take().expect("stdout")).lines();
+    let r = result(&mut lines);
+    drop(c.stdin.take());
+    let out = c.wait_with_output().expect("wait");
+    (
+        field(&r, "timed"),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A process holding `bytes` until told to free them (a line on stdin).
+struct Holder {
+    child: Child,
+    stdin: ChildStdin,
+    lines: std::io::Lines<BufReader<std::process::ChildStdout>>,
+}
+
+impl Holder {
+    fn new(host: &Host, quota: &std::path::Path, bytes: u64) -> Holder {
+        let mut child = start(host, quota, &["freeon".into(), bytes.to_string()]);
+        let stdin = child.stdin.take().expect("stdin");
+        let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+        assert_eq!(result(&mut lines), "held");
+        Holder {
+            child,
+            stdin,
+            lines,
+        }
+    }
+
+    /// Frees; when it did (CLOCK_MONOTONIC ns).
+    fn free(&mut self) -> i64 {
+        writeln!(self.stdin, "free").expect("tell");
+        self.stdin.flush().expect("flush");
+        field(&result(&mut self.lines), "freed")
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn a_tenant_bursts_past_its_guarantee_only_into_memory_nobody_is_guaranteed() {
+    let host = Host::new("bend", "burst").context_overhead("1MiB");
+    let a = host.quota("a", "", "memory = \"256MiB\"\nmemory_max = \"1GiB\"");
+    let b = host.quota("b", "", "memory = \"512MiB\"");
+    // Alone on the 1 GiB GPU, A bursts to 601 MiB.
+    let (r, err) = alloc(&host, &a, 600 * MIB);
+    assert_eq!(r, 0, "{err}");
+    // With B live (512 MiB guaranteed), A may take only what is left:
+    // 256 MiB guaranteed + 256 MiB nobody is.
+    let _holder = Holder::new(&host, &b, 2 * MIB);
+    let (r, err) = alloc(&host, &a, 600 * MIB);
+    assert_eq!(r, 2, "A took memory B is guaranteed: {err}");
+    assert!(
+        err.contains("past this container's guarantee") && err.contains("no tenant is guaranteed"),
+        "{err}"
+    );
+    let (r, err) = alloc(&host, &a, 500 * MIB);
+    assert_eq!(r, 0, "{err}");
+    // While A holds its burst, B still reaches its guarantee.
+    let mut a_holder = Holder::new(&host, &a, 500 * MIB);
+    let (r, err) = alloc(&host, &b, 500 * MIB);
+    assert_eq!(
+        r, 0,
+        "B could not reach its guarantee beside A's burst: {err}"
+    );
+    // A sees its memory_max as the total and what it can really get as free.
+    let mut c = start(&host, &a, &["meminfo".into()]);
+    let mut lines = BufReader::new(c.stdout.take().expect("stdout")).lines();
+    let info = result(&mut lines);
+    let _ = c.wait();
+    assert_eq!(field(&info, "total") as u64, 1 << 30, "{info}");
+    assert_eq!(field(&info, "devtotal") as u64, 1 << 30, "{info}");
+    let free = field(&info, "free") as u64;
+    // 512 MiB for A, less its 500 held and two contexts (1 MiB each).
+    assert_eq!(free, 10 * MIB, "{info}");
+    a_holder.free();
+}
+
+#[test]
+fn an_allocation_waits_for_a_free_and_goes_on() {
+    let host = Host::new("bend", "wait").context_overhead("1MiB");
+    let q = host.quota("w", "memory_wait = \"5s\"", "memory = \"64MiB\"");
+    let mut holder = Holder::new(&host, &q, 48 * MIB);
+    let mut waiter = start(&host, &q, &["timed".into(), (48 * MIB).to_string()]);
+    std::thread::sleep(Duration::from_millis(300));
+    let freed = holder.free();
+    let mut lines = BufReader::new(waiter.stdout.take().expect("stdout")).lines();
+    let r = result(&mut lines);
+    drop(waiter.stdin.take());
+    let out = waiter.wait_with_output().expect("wait");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(field(&r, "timed"), 0, "{err}");
+    let (asked, done) = (field(&r, "asked"), field(&r, "done"));
+    assert!(done - asked >= 250_000_000, "it did not wait: {r}");
+    let woke_ms = (done - freed) as f64 / 1e6;
+    println!("woken {woke_ms:.2} ms after the free");
+    assert!(
+        (0.0..200.0).contains(&woke_ms),
+        "granted {woke_ms} ms after the free"
+    );
+    assert!(
+        err.contains("waited") && err.contains("under the quota and was granted"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_wait_ends_at_its_deadline_and_never_waits_for_its_own_memory() {
+    let host = Host::new("bend", "deadline").context_overhead("1MiB");
+    let q = host.quota("d", "memory_wait = \"300ms\"", "memory = \"64MiB\"");
+    let _holder = Holder::new(&host, &q, 48 * MIB);
+    let mut c = start(&host, &q, &["timed".into(), (48 * MIB).to_string()]);
+    let mut lines = BufReader::new(c.stdout.take().expect("stdout")).lines();
+    let r = result(&mut lines);
+    drop(c.stdin.take());
+    let out = c.wait_with_output().expect("wait");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(field(&r, "timed"), 2, "{err}");
+    let waited = (field(&r, "done") - field(&r, "asked")) as f64 / 1e6;
+    assert!(
+        (300.0..1000.0).contains(&waited),
+        "waited {waited} ms: {err}"
+    );
+    assert!(
+        err.contains("the whole memory_wait, and was refused"),
+        "{err}"
+    );
+    // Alone, a process over its quota has nobody to wait for.
+    let q = host.quota("alone", "memory_wait = \"5s\"", "memory = \"64MiB\"");
+    let t = Instant::now();
+    let (r, err) = alloc(&host, &q, 100 * MIB);
+    assert_eq!(r, 2, "{err}");
+    assert!(
+        t.elapsed() < Duration::from_secs(3),
+        "waited for its own memory: {:?}",
+        t.elapsed()
+    );
+    assert!(!err.contains("waited"), "{err}");
+}
+
+#[test]
+fn a_burst_refused_by_the_pool_waits_for_another_tenant_to_free() {
+    let host = Host::new("bend", "poolwait").context_overhead("1MiB");
+    let a = host.quota(
+        "a",
+        "memory_wait = \"5s\"",
+        "memory = \"256MiB\"\nmemory_max = \"1GiB\"",
+    );
+    let b = host.quota("b", "", "memory = \"256MiB\"\nmemory_max = \"1GiB\"");
+    // B bursts to 700 MiB: 444 past its guarantee; A's 400 MiB would need
+    // 145 MiB of burst and only 67 are nobody's.
+    let mut hb = Holder::new(&host, &b, 700 * MIB);
+    let mut waiter = start(&host, &a, &["timed".into(), (400 * MIB).to_string()]);
+    std::thread::sleep(Duration::from_millis(300));
+    let freed = hb.free();
+    let mut lines = BufReader::new(waiter.stdout.take().expect("stdout")).lines();
+    let r = result(&mut lines);
+    drop(waiter.stdin.take());
+    let out = waiter.wait_with_output().expect("wait");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(field(&r, "timed"), 0, "{err}");
+    assert!(field(&r, "done") - field(&r, "asked") >= 250_000_000, "{r}");
+    assert!(field(&r, "done") >= freed, "{r} before the free at {freed}");
+    assert!(
+        err.contains("for memory no tenant is guaranteed and was granted"),
+        "{err}"
+    );
+}
