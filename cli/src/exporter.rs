@@ -418,6 +418,7 @@ mod tests {
             processes: 1,
             memory_used_bytes: Some(1 << 30),
             memory_limit_bytes: None,
+            memory_guarantee_bytes: None,
             memory_peak_bytes: None,
             memory_refused: None,
             share_percent: None,

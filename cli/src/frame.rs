@@ -79,12 +79,15 @@ fn gpu_pct(t: &TenantView) -> String {
     if unverified(t) { format!("<{p}") } else { p }
 }
 
+/// Used/quota; with a guarantee below the quota, used/guarantee-max.
 fn memory(t: &TenantView) -> String {
     match (t.memory_used_bytes, t.memory_limit_bytes) {
         (None, None) => "-".into(),
         (u, l) => format!(
-            "{}/{}",
+            "{}/{}{}",
             u.map_or("-".into(), short_size),
+            t.memory_guarantee_bytes
+                .map_or(String::new(), |g| format!("{}-", short_size(g))),
             l.map_or("-".into(), short_size)
         ),
     }
@@ -357,6 +360,7 @@ mod tests {
             processes: u32::from(live),
             memory_used_bytes: Some(3 << 30),
             memory_limit_bytes: Some(4 << 30),
+            memory_guarantee_bytes: None,
             memory_peak_bytes: None,
             memory_refused: None,
             share_percent: Some(30),
@@ -407,6 +411,27 @@ mod tests {
             errors: vec![],
             watch: None,
         }
+    }
+
+    #[test]
+    fn the_memory_cell_shows_a_guarantee_below_the_quota() {
+        let mut t = tenant("a", "x", true);
+        t.memory_used_bytes = Some(3 << 30);
+        t.memory_limit_bytes = Some(8 << 30);
+        assert_eq!(
+            memory(&t),
+            format!("{}/{}", short_size(3 << 30), short_size(8 << 30))
+        );
+        t.memory_guarantee_bytes = Some(2 << 30);
+        assert_eq!(
+            memory(&t),
+            format!(
+                "{}/{}-{}",
+                short_size(3 << 30),
+                short_size(2 << 30),
+                short_size(8 << 30)
+            )
+        );
     }
 
     #[test]

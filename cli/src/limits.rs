@@ -11,6 +11,15 @@ pub struct Limits {
     /// Memory quota per GPU: 4GiB, 4096MiB, 4g, 512m or bytes.
     #[arg(long)]
     pub memory: Option<String>,
+    /// With --memory (then the guarantee): the most the program may use
+    /// while memory no tenant is guaranteed is free (see
+    /// docs/memory-quota.md).
+    #[arg(long)]
+    pub memory_max: Option<String>,
+    /// With --memory: how long an allocation refused for want of memory
+    /// waits for memory to be freed before it fails (30s, 500ms, 2m).
+    #[arg(long)]
+    pub memory_wait: Option<String>,
     /// Guaranteed share of GPU time, percent (30 or 30%); time other
     /// tenants leave idle is lent to it.
     #[arg(long)]
@@ -75,6 +84,23 @@ pub fn to_toml(l: &Limits, n: &Names) -> Result<(Table, Table), String> {
         }
         table.insert("memory".into(), integer(bytes));
     }
+    if let Some(x) = &l.memory_max {
+        let label = n.label("memory-max", x);
+        let bytes = config::parse_size(x).map_err(|e| format!("{label}: {e}"))?;
+        let Some(g) = table.get("memory").and_then(Value::as_integer) else {
+            return Err(format!(
+                "{label}: only applies with {} (the guarantee it may burst past)",
+                n.name("memory")
+            ));
+        };
+        if bytes < g as u64 || bytes > config::MAX_MEMORY {
+            return Err(format!(
+                "{label}: expected from {} (the guarantee) to 1PiB",
+                n.name("memory")
+            ));
+        }
+        table.insert("memory_max".into(), integer(bytes));
+    }
     let pct = |field: &str, v: &Option<String>| -> Result<Option<u8>, String> {
         v.as_deref()
             .map(|s| config::parse_percent(s).map_err(|e| format!("{}: {e}", n.label(field, s))))
@@ -100,6 +126,17 @@ pub fn to_toml(l: &Limits, n: &Names) -> Result<(Table, Table), String> {
         table.insert("compute_max".into(), integer(m.into()));
     }
     let mut top = Table::new();
+    if let Some(w) = &l.memory_wait {
+        let label = n.label("memory-wait", w);
+        let ms = config::parse_wait(w).map_err(|e| format!("{label}: {e}"))?;
+        if l.memory.is_none() {
+            return Err(format!(
+                "{label}: only applies with {} (it says how long an allocation refused under the quota waits)",
+                n.name("memory")
+            ));
+        }
+        top.insert("memory_wait".into(), Value::String(format!("{ms}ms")));
+    }
     if let Some(b) = &l.compute_burst_ms {
         let ms = config::parse_burst(b)
             .map_err(|e| format!("{}: {e}", n.label("compute-burst-ms", b)))?;

@@ -653,6 +653,59 @@ mod tests {
     }
 
     #[test]
+    fn memory_max_and_memory_wait_flags_reach_the_run_quota_file_or_are_refused_in_one_line() {
+        let l = limits::Limits {
+            memory: Some("2GiB".into()),
+            memory_max: Some("6GiB".into()),
+            memory_wait: Some("30s".into()),
+            ..limits::Limits::default()
+        };
+        let (top, all) = limits::to_toml(&l, &limits::FLAGS).expect("valid");
+        let q = Path::new("/run/q.toml");
+        let seg = Path::new("/tmp/seg");
+        let text = run_quota(9, RUN_DIR, seg, None, top, all, q).expect("written");
+        let c = config::parse_file(q, &text).expect("parses");
+        assert_eq!(
+            (c.all.memory, c.all.memory_max),
+            (Some(2 << 30), Some(6 << 30))
+        );
+        assert_eq!(c.memory_wait_ms, Some(30_000));
+        let bad = |l: limits::Limits| limits::to_toml(&l, &limits::FLAGS).expect_err("refused");
+        let e = bad(limits::Limits {
+            memory_max: Some("6GiB".into()),
+            ..limits::Limits::default()
+        });
+        assert_eq!(
+            e,
+            "--memory-max \"6GiB\": only applies with --memory (the guarantee it may burst past)"
+        );
+        let e = bad(limits::Limits {
+            memory: Some("8GiB".into()),
+            memory_max: Some("6GiB".into()),
+            ..limits::Limits::default()
+        });
+        assert!(
+            e.starts_with("--memory-max \"6GiB\": expected from --memory"),
+            "{e}"
+        );
+        let e = bad(limits::Limits {
+            memory: Some("8GiB".into()),
+            memory_wait: Some("soon".into()),
+            ..limits::Limits::default()
+        });
+        assert!(
+            e.starts_with("--memory-wait \"soon\": expected a duration"),
+            "{e}"
+        );
+        let e = bad(limits::Limits {
+            compute: Some("50".into()),
+            memory_wait: Some("5s".into()),
+            ..limits::Limits::default()
+        });
+        assert!(e.contains("only applies with --memory"), "{e}");
+    }
+
+    #[test]
     fn a_run_quota_file_the_shim_would_refuse_is_not_written() {
         let (top, all) = limits();
         let q = Path::new("/run/q.toml");

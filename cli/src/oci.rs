@@ -340,6 +340,8 @@ pub fn quota_from_annotations_with(
     };
     let given = crate::limits::Limits {
         memory: get("cuslice.io/memory"),
+        memory_max: get("cuslice.io/memory-max"),
+        memory_wait: get("cuslice.io/memory-wait"),
         compute: get("cuslice.io/compute"),
         compute_max: get("cuslice.io/compute-max"),
         compute_burst_ms: get("cuslice.io/compute-burst-ms"),

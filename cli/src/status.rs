@@ -309,8 +309,12 @@ pub struct TenantView {
     /// Device memory its processes hold on this GPU (None: no memory
     /// segment of it was found).
     pub memory_used_bytes: Option<u64>,
-    /// Its quota on this GPU (None: none).
+    /// Its quota on this GPU (None: none): with a guarantee below it, its
+    /// `memory_max`.
     pub memory_limit_bytes: Option<u64>,
+    /// What it is guaranteed on this GPU, where that is below its quota
+    /// (`memory` under a `memory_max`; None: the quota is all of it).
+    pub memory_guarantee_bytes: Option<u64>,
     pub memory_peak_bytes: Option<u64>,
     pub memory_refused: Option<u64>,
     /// Guaranteed share of GPU time (None: no compute share on this GPU).
@@ -382,6 +386,8 @@ pub struct DeviceView {
     pub uuid: String,
     /// None: no quota (usage is still counted).
     pub limit_bytes: Option<u64>,
+    /// The guarantee below the quota (None: none).
+    pub guarantee_bytes: Option<u64>,
     pub used_bytes: u64,
     pub peak_bytes: u64,
     pub refused: u64,
@@ -653,6 +659,7 @@ fn read_mem(mem: &MemFile) -> Result<MemRead, String> {
             devices.push(DeviceView {
                 uuid,
                 limit_bytes: (u.limit != UNLIMITED).then_some(u.limit),
+                guarantee_bytes: (u.guarantee != 0 && u.guarantee < u.limit).then_some(u.guarantee),
                 used_bytes: u.used,
                 peak_bytes: u.peak,
                 refused: u.refused,
@@ -1037,6 +1044,7 @@ impl Observer {
                         processes: 0,
                         memory_used_bytes: None,
                         memory_limit_bytes: None,
+                        memory_guarantee_bytes: None,
                         memory_peak_bytes: None,
                         memory_refused: None,
                         share_percent: Some(t.share),
@@ -1080,6 +1088,7 @@ impl Observer {
                             processes: 0,
                             memory_used_bytes: None,
                             memory_limit_bytes: None,
+                            memory_guarantee_bytes: None,
                             memory_peak_bytes: None,
                             memory_refused: None,
                             share_percent: None,
@@ -1112,6 +1121,9 @@ impl Observer {
                 row.memory_refused = add(row.memory_refused, d.refused);
                 if let Some(l) = d.limit_bytes {
                     row.memory_limit_bytes = add(row.memory_limit_bytes, l);
+                }
+                if let Some(g) = d.guarantee_bytes {
+                    row.memory_guarantee_bytes = add(row.memory_guarantee_bytes, g);
                 }
                 for p in m.view.processes.iter().filter(|p| p.alive) {
                     if !row.pids.contains(&p.pid) {

@@ -8,7 +8,7 @@ for cuLaunchKernel and for a 1 MiB cuMemAlloc + cuMemFree (median and worst
 of the trials), and build A's cost minus build B's (each trial's A against
 the B next to it).
 
-Usage: overhead_ab.py --lib A.so --lib-b B.so [--trials 5]
+Usage: overhead_ab.py --lib A.so --lib-b B.so [--trials 5] [--all 'memory = "8GiB"']
 """
 import argparse
 import os
@@ -24,6 +24,7 @@ p = argparse.ArgumentParser()
 p.add_argument("--lib", required=True, help="build A (the change)")
 p.add_argument("--lib-b", required=True, help="build B (the build before it)")
 p.add_argument("--trials", type=int, default=5)
+p.add_argument("--all", default="", help='more lines for the quota files\' [all] table, e.g. \'memory = "8GiB"\'')
 args = p.parse_args()
 LIBS = {"A": os.path.abspath(args.lib), "B": os.path.abspath(args.lib_b)}
 WORK = tempfile.mkdtemp(prefix="cuslice-ovab-")
@@ -48,7 +49,7 @@ def run(which):
     quota = os.path.join(WORK, f"{name}.toml")
     with open(quota, "w") as f:
         f.write(f'tenant = "{name}"\nsegment_dir = "{WORK}/mem-{name}"\ngpu_segment_dir = "{WORK}/gpu-{name}"\n'
-                "[all]\ncompute = 100\n")
+                "[all]\ncompute = 100\n" + (args.all.replace("\\n", "\n") + "\n" if args.all else ""))
     env = dict(os.environ, LD_PRELOAD=LIBS[which], CUSLICE_CONFIG=quota)
     out = subprocess.run([os.path.join(WORK, "bench_ab"), "kernels.ptx", off["cuLaunchKernel"], off["cuMemAlloc_v2"],
                           off["cuMemFree_v2"]], capture_output=True, text=True, env=env, cwd=WORK, timeout=300)

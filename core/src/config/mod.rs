@@ -54,6 +54,7 @@
 //! | `compute_burst_ms` | how long a tenant held back by its ceiling (`compute_max`) then runs at a stretch: whole milliseconds `1`..=`10000` (an integer, or a string `"200"` / `"200ms"`); default 200 ([`DEFAULT_COMPUTE_BURST_MS`]). Longer: throughput closer to the ceiling for power-hungry kernels; shorter: shorter pauses. Needs a `compute` or `compute_max` somewhere in the file (alone it would shape nothing: an error) |
 //! | `compute_slice_ms` | length of one slice of the GPU lease, in whole milliseconds `1`..=`1000` (an integer, or `"20"` / `"20ms"`); default 20. For experiments: shorter slices hand the GPU over more often, at a higher cost per hand-over. Needs a `compute` or `compute_max` somewhere in the file, as `compute_burst_ms` |
 //! | `latency`     | `true` or `false` (default): the tenant is latency-sensitive (an inference service). While it has work in flight, other tenants on the GPU hold back, and it never waits for the lease while under its share; its GPU time still counts against its share and ceiling (docs/compute-share.md). Needs a `compute` or `compute_max` somewhere in the file |
+//! | `memory_wait` | how long an allocation refused for want of memory (the quota, the GPU's memory pool, or the driver's out of memory for `cuMemAlloc*`) waits for memory to be freed before it fails: a string `"30s"`, `"500ms"`, `"2m"`, `"1h"` (whole numbers, at most one hour) or `"0"` (the default: it fails at once). Needs a `memory` somewhere in the file |
 //! | `[all]`       | a limits table that applies to every GPU |
 //! | `[device.<k>]`| a limits table for one GPU; `<k>` is an index `0`..=`63` written in plain decimal (`0`, `7`, not `07`), or a GPU UUID |
 //!
@@ -61,7 +62,8 @@
 //!
 //! | key           | value |
 //! |---------------|-------|
-//! | `memory`      | a size string (see below) or a non-negative integer number of bytes; from 1 MiB to 1 PiB |
+//! | `memory`      | a size string (see below) or a non-negative integer number of bytes; from 1 MiB to 1 PiB: what the tenant is guaranteed on the GPU |
+//! | `memory_max`  | a size as `memory`, not below the `memory` that applies to the same GPU (which must be set): the most the tenant may use while memory no tenant is guaranteed is free (docs/memory-quota.md, "Guaranteed memory and burst") |
 //! | `compute`     | guaranteed share of GPU time: an integer `1`..=`100`, or a string `"30"` / `"30%"` |
 //! | `compute_max` | ceiling on GPU time, same forms, `1`..=`100`, and not below the guaranteed share that applies to the same GPU. Given alone (no `compute` for that GPU), it is the guaranteed share too: a tenant with `compute_max = 30` is given 30 % and held to 30 % |
 //!
@@ -127,6 +129,8 @@
 //! |----------|---------|
 //! | `CUSLICE_CONFIG`              | path of the quota file |
 //! | `CUSLICE_MEMORY`, `CUSLICE_MEMORY_<i>` | memory, all GPUs / GPU `i`; a size, plain numbers are bytes |
+//! | `CUSLICE_MEMORY_MAX`, `CUSLICE_MEMORY_MAX_<i>` | `memory_max`, all GPUs / GPU `i` |
+//! | `CUSLICE_MEMORY_WAIT`         | as `memory_wait` |
 //! | `CUSLICE_COMPUTE`, `CUSLICE_COMPUTE_<i>` | guaranteed share (percent) |
 //! | `CUSLICE_COMPUTE_MAX`, `CUSLICE_COMPUTE_MAX_<i>` | ceiling (percent) |
 //! | `CUSLICE_TENANT`              | as `tenant` |
@@ -196,7 +200,7 @@ pub use file::{MAX_FILE_BYTES, parse_file, toml_syntax_error};
 pub use types::*;
 pub use units::{
     MAX_COMPUTE_BURST_MS, MAX_COMPUTE_SLICE_MS, format_size, format_uuid, parse_burst,
-    parse_percent, parse_size, parse_slice, parse_switch, parse_uuid,
+    parse_percent, parse_size, parse_slice, parse_switch, parse_uuid, parse_wait,
 };
 
 use env::{ENV_CONFIG, env_var_names, from_env};
