@@ -534,6 +534,63 @@ fn a_run_session_over_its_quota_is_killed_newest_first_and_the_tenant_beside_it_
     );
 }
 
+/// A tenant that may burst (`--memory-max`) is held to what it publishes
+/// in the GPU's memory pool: one whose burst there reads less than its
+/// processes hold (a tenant writing false figures) is found like any
+/// tenant over its quota, though it is within its `memory_max`.
+#[test]
+fn a_tenant_under_reporting_its_burst_in_the_gpus_memory_pool_is_found() {
+    let h = Host::new("poollie");
+    let s = session(
+        &h,
+        &["--memory", "256MiB", "--memory-max", "2GiB"],
+        "$M hold 629145600 & echo P $!; wait",
+    );
+    s.pid("P");
+    s.line("R held");
+    let run = s.child.id();
+    let watch = h.watch("policy = \"report\"");
+    // Honest: 600 MiB held, 256 MiB guaranteed, the rest its burst.
+    std::thread::sleep(TWO_INTERVALS);
+    let clean = h.state().expect("state");
+    assert!(
+        !clean["findings"]
+            .as_array()
+            .is_some_and(|f| f.iter().any(|f| f["kind"] == "memory")),
+        "{clean}"
+    );
+    // The tenant rewrites its burst to nothing.
+    let pools: Vec<PathBuf> = std::fs::read_dir(h.gpu_dir())
+        .expect("gpu dir")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "memory"))
+        .collect();
+    assert_eq!(pools.len(), 1, "{pools:?}");
+    let pool = cuslice_core::pool::Pool::open_or_create(&pools[0]).expect("pool");
+    let e = pool
+        .entries()
+        .into_iter()
+        .find(|e| e.name == format!("run-{run}"))
+        .expect("the session's entry");
+    assert!(e.burst >= 344 << 20, "{e:?}");
+    pool.entry(e.index)
+        .expect("entry")
+        .burst
+        .store(0, std::sync::atomic::Ordering::Release);
+    let f = h.finding(
+        "memory",
+        &format!("cuslice run {run} "),
+        TWO_INTERVALS,
+        &watch,
+    );
+    assert!(
+        f["what"].as_str().is_some_and(|w| w
+            .contains("> its guarantee and the burst it holds in the GPU's memory pool 256 MiB")),
+        "{f}"
+    );
+}
+
 #[test]
 fn a_process_of_a_run_session_that_bypasses_the_shim_is_reported_and_killed() {
     let h = Host::new("noshim");

@@ -407,6 +407,12 @@ impl Pool {
             .collect()
     }
 
+    /// True once the file was truncated under this mapping (see
+    /// [`crate::sigbus`]): what was read from it since is void.
+    pub fn truncated(&self) -> bool {
+        self.shm.truncated()
+    }
+
     /// The fd, for a fork child that must not keep its parent's lock alive.
     pub fn raw_fd(&self) -> i32 {
         self.shm.raw_fd()

@@ -18,6 +18,7 @@ use std::sync::atomic::Ordering;
 
 use cuslice_core::config::parse_uuid;
 use cuslice_core::gpu::{GpuSegment, MAX_PROCS, PROC_FREE, monotonic_ns};
+use cuslice_core::pool::Pool;
 use cuslice_core::segment::Segment;
 
 use super::gpuseg;
@@ -64,6 +65,12 @@ impl Voidable for GpuSegment {
     }
 }
 
+impl Voidable for Pool {
+    fn truncated(&self) -> bool {
+        Pool::truncated(self)
+    }
+}
+
 /// Opens `path` with `open`, or reuses the mapping of the same file
 /// (never one whose file was truncated under it: that one reads zeros).
 fn mapped<'a, T: Voidable>(
@@ -103,6 +110,10 @@ fn open_mem(p: &Path) -> Result<Segment, String> {
     Segment::open_read_only(p).map_err(|e| e.to_string())
 }
 
+fn open_pool(p: &Path) -> Result<Pool, String> {
+    Pool::open_read_only(p).map_err(|e| e.to_string())
+}
+
 fn open_gpu(p: &Path) -> Result<GpuSegment, String> {
     GpuSegment::open_read_only(p).map_err(|e| e.to_string())
 }
@@ -140,6 +151,7 @@ pub struct Observer {
     pub slices: Slices,
     mem_segs: HashMap<PathBuf, Mapped<Segment>>,
     gpu_segs: HashMap<PathBuf, Mapped<GpuSegment>>,
+    pools: HashMap<PathBuf, Mapped<Pool>>,
     /// Per GPU index: the last utilization time stamp NVML gave (us).
     last_sample: HashMap<u32, u64>,
     /// Per GPU index: NVML's sampling period as seen so far (µs).
@@ -163,6 +175,7 @@ impl Observer {
             slices: Slices::new(root, procfs::ns_inode("/proc/self/ns/pid")),
             mem_segs: HashMap::new(),
             gpu_segs: HashMap::new(),
+            pools: HashMap::new(),
             last_sample: HashMap::new(),
             sample_period: HashMap::new(),
             caps: HashMap::new(),
@@ -211,6 +224,7 @@ impl Observer {
         self.audit_gpu_segments(&mut snap);
         self.mem_segs.retain(|_, m| m.used + 8 > pass);
         self.gpu_segs.retain(|_, m| m.used + 8 > pass);
+        self.pools.retain(|_, m| m.used + 8 > pass);
         snap
     }
 
@@ -371,6 +385,22 @@ impl Observer {
                             pid: p.pid,
                             alive: p.alive,
                         }));
+                }
+                for (index, uuid) in gpus {
+                    // What it publishes in the GPU's memory pool: its
+                    // guarantee and burst (absent: no entry there).
+                    let Ok(u) = parse_uuid(uuid) else {
+                        continue;
+                    };
+                    let path = cuslice_core::pool::path(&s.gpu_dir, &u);
+                    if let Some(Ok(p)) = mapped(&mut self.pools, &path, pass, open_pool)
+                        && let Some(e) = p
+                            .entries()
+                            .into_iter()
+                            .find(|e| e.name == s.tenant && e.tag == s.tag)
+                    {
+                        out.pool.insert(*index, e.guarantee.saturating_add(e.burst));
+                    }
                 }
                 for d in &self.devices {
                     let path = s.gpu_dir.join(format!("{}.seg", d.uuid));

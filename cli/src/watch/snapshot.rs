@@ -116,6 +116,9 @@ pub struct SliceSnap {
     /// Per GPU index it has processes on: its tenant's entry in that GPU's
     /// segment (absent: no such entry or segment).
     pub gpu_tenant: BTreeMap<u32, TenantReading>,
+    /// Per GPU index it has processes on: what it publishes in that GPU's
+    /// memory pool, its guarantee plus its burst (absent: no entry).
+    pub pool: BTreeMap<u32, u64>,
 }
 
 /// A process slot or entry in use.

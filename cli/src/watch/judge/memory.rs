@@ -25,6 +25,15 @@ pub fn memory(
     let (Some(quota), certain) = memory_quota(q, gpu.index, uuid) else {
         return None;
     };
+    // A tenant that may burst past its guarantee is held to what it
+    // publishes in the GPU's memory pool: its guarantee plus its burst
+    // (less, if it under-reports, than what its processes hold).
+    let l = q.limits_for(gpu.index, uuid);
+    let held = l
+        .memory
+        .filter(|g| *g < quota)
+        .map(|g| slice.pool.get(&gpu.index).copied().unwrap_or(g).min(quota));
+    let quota = held.unwrap_or(quota);
     let seen: Vec<Seen> = procs
         .iter()
         .map(|p| Seen {
@@ -36,12 +45,17 @@ pub fn memory(
     let over = memory_over(&seen, quota, cfg.memory_tolerance, cfg.process_allowance)?;
     let pids: Vec<String> = procs.iter().map(|p| p.pid.to_string()).collect();
     let what = format!(
-        "{} pid{} {}: GPU {} memory {} > quota {} (+{} tolerance, +{} per process)",
+        "{} pid{} {}: GPU {} memory {} > {} {} (+{} tolerance, +{} per process)",
         slice.label,
         if pids.len() == 1 { "" } else { "s" },
         pids.join(","),
         gpu.index,
         size(over.used),
+        if held.is_some() {
+            "its guarantee and the burst it holds in the GPU's memory pool"
+        } else {
+            "quota"
+        },
         size(quota),
         size(cfg.memory_tolerance),
         size(cfg.process_allowance)
