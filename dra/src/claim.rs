@@ -9,12 +9,17 @@
 //!
 //! ```json
 //! {"apiVersion": "gpu.cuslice.io/v1alpha1", "kind": "SliceConfig",
-//!  "computeMax": 60, "latency": true, "burstMs": 200}
+//!  "computeMax": 60, "latency": true, "burstMs": 200,
+//!  "memoryMax": "60Gi", "memoryWait": "30s"}
 //! ```
 //!
 //! all optional (`computeMax`: ceiling 1-100, not below `compute`;
 //! `latency`: the latency class; `burstMs`: 1-10000, only with
-//! `computeMax`; see docs/compute-share.md), any other key an error.
+//! `computeMax`; see docs/compute-share.md; `memoryMax`: a quantity, not
+//! below the claim's `memory`, which stays its guarantee: what it may use
+//! while memory no tenant is guaranteed is free; `memoryWait`: how long a
+//! refused allocation waits, as the quota file's `memory_wait`; see
+//! docs/memory-quota.md), any other key an error.
 //! Configurations from the class come first, the claim's override them
 //! key by key. The quota file is built as TOML values and checked with
 //! `cuslice_core::config::parse_file`, the shim's own reader: a claim the
@@ -97,6 +102,8 @@ struct Params {
     compute_max: Option<i64>,
     latency: Option<bool>,
     burst_ms: Option<i64>,
+    memory_max: Option<String>,
+    memory_wait: Option<String>,
 }
 
 /// The settings that apply to one device, all configurations merged.
@@ -105,6 +112,8 @@ pub struct Settings {
     pub compute_max: Option<u8>,
     pub latency: bool,
     pub burst_ms: Option<u32>,
+    pub memory_max: Option<u64>,
+    pub memory_wait_ms: Option<u64>,
 }
 
 /// A claim, checked: its GPU and the quota file for it.
@@ -169,6 +178,20 @@ pub fn settings(config: &[OpaqueConfig], driver: &str, request: &str) -> Result<
         }
         if let Some(l) = p.latency {
             s.latency = l;
+        }
+        if let Some(m) = &p.memory_max {
+            let bytes = crate::quantity::parse_whole(m)
+                .ok()
+                .and_then(|b| u64::try_from(b).ok())
+                .filter(|b| (config::MIN_MEMORY..=config::MAX_MEMORY).contains(b))
+                .ok_or_else(|| {
+                    format!("{what}: memoryMax: expected a quantity from 1Mi to 1Pi, got {m:?}")
+                })?;
+            s.memory_max = Some(bytes);
+        }
+        if let Some(w) = &p.memory_wait {
+            s.memory_wait_ms =
+                Some(config::parse_wait(w).map_err(|e| format!("{what}: memoryWait: {e}"))?);
         }
         if let Some(b) = p.burst_ms {
             s.burst_ms = Some(
@@ -306,6 +329,20 @@ pub fn slice(c: &ClaimRef, alloc: &Allocation, d: &Driver, gpus: &[Gpu]) -> Resu
         "memory".into(),
         Value::Integer(i64::try_from(memory).unwrap_or(i64::MAX)),
     );
+    if let Some(m) = s.memory_max {
+        if u128::from(m) < memory {
+            return Err(format!(
+                "opaque config of driver {}: memoryMax {} is below the claim's memory {}",
+                d.name,
+                config::format_size(m),
+                config::format_size(u64::try_from(memory).unwrap_or(u64::MAX))
+            ));
+        }
+        limits.insert(
+            "memory_max".into(),
+            Value::Integer(i64::try_from(m).unwrap_or(i64::MAX)),
+        );
+    }
     limits.insert("compute".into(), Value::Integer(compute.into()));
     if let Some(m) = s.compute_max {
         limits.insert("compute_max".into(), Value::Integer(m.into()));
@@ -331,6 +368,9 @@ pub fn slice(c: &ClaimRef, alloc: &Allocation, d: &Driver, gpus: &[Gpu]) -> Resu
     }
     if let Some(b) = s.burst_ms {
         file.insert("compute_burst_ms".into(), Value::Integer(b.into()));
+    }
+    if let Some(w) = s.memory_wait_ms {
+        file.insert("memory_wait".into(), Value::String(format!("{w}ms")));
     }
     file.insert("device".into(), Value::Table(devices));
     let body = toml::to_string(&file).map_err(|e| format!("cannot write the quota file: {e}"))?;
@@ -518,7 +558,9 @@ mod tests {
             Ok(Settings {
                 compute_max: Some(70),
                 latency: true,
-                burst_ms: None
+                burst_ms: None,
+                memory_max: None,
+                memory_wait_ms: None,
             })
         );
         // A subrequest takes its main request's configuration.
@@ -526,6 +568,43 @@ mod tests {
             settings(&list, "gpu.cuslice.io", "other/big").map(|s| s.compute_max),
             Ok(Some(90))
         );
+    }
+
+    #[test]
+    fn memory_max_and_memory_wait_reach_the_quota_file() {
+        let p = serde_json::json!({"memoryMax": "60Gi", "memoryWait": "30s"});
+        let s = slice(
+            &claim(),
+            &alloc("20Gi", "50", Some(p)),
+            &driver(),
+            &[h200()],
+        )
+        .expect("ok");
+        let cfg = config::parse_file(Path::new("q"), &s.quota).expect("the shim reads it");
+        let uuid = config::parse_uuid(&h200().uuid).expect("uuid");
+        let l = cfg.limits_for(0, &uuid);
+        assert_eq!((l.memory, l.memory_max), (Some(20 << 30), Some(60 << 30)));
+        assert_eq!(cfg.memory_wait_ms, Some(30_000));
+        let e = |p| {
+            slice(
+                &claim(),
+                &alloc("20Gi", "50", Some(p)),
+                &driver(),
+                &[h200()],
+            )
+            .expect_err("refused")
+        };
+        assert_eq!(
+            e(serde_json::json!({"memoryMax": "10Gi"})),
+            "opaque config of driver gpu.cuslice.io: memoryMax 10GiB is below the claim's memory 20GiB"
+        );
+        assert_eq!(
+            e(serde_json::json!({"memoryMax": "lots"})),
+            "opaque config of driver gpu.cuslice.io (FromClaim): memoryMax: expected a quantity from 1Mi to 1Pi, got \"lots\""
+        );
+        assert!(e(serde_json::json!({"memoryWait": "forever"})).starts_with(
+            "opaque config of driver gpu.cuslice.io (FromClaim): memoryWait: expected a duration"
+        ));
     }
 
     #[test]
@@ -556,7 +635,7 @@ mod tests {
                     "50",
                     Some(serde_json::json!({"computeMax": 60, "turbo": true})),
                 ),
-                "opaque config of driver gpu.cuslice.io (FromClaim): unknown field `turbo`, expected one of `apiVersion`, `kind`, `computeMax`, `latency`, `burstMs`",
+                "opaque config of driver gpu.cuslice.io (FromClaim): unknown field `turbo`, expected one of `apiVersion`, `kind`, `computeMax`, `latency`, `burstMs`, `memoryMax`, `memoryWait`",
             ),
             (
                 alloc("4Gi", "50", Some(serde_json::json!({"computeMax": 40}))),
