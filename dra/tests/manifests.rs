@@ -770,7 +770,7 @@ fn the_example_claims_fit_one_gpu_and_the_plugin_takes_them() {
         Ok(claim::Settings {
             compute_max: None,
             latency: true,
-            burst_ms: None
+            ..claim::Settings::default()
         })
     );
     assert!(opaque_configs(by_name["trainer-slice"]).is_empty());
