@@ -482,29 +482,26 @@ fn join_pool(
     let pool: &'static GpuPool = Box::leak(Box::new(
         GpuPool::open_or_create(&path).map_err(|e| e.to_string())?,
     ));
-    let u = seg.device_usage(d).ok_or_else(|| {
-        format!(
-            "{}: GPU {ordinal}'s entry is not ready after registering it",
-            seg.path.display()
-        )
-    })?;
-    let guarantee = if u.guarantee == 0 {
-        u.limit
-    } else {
-        u.guarantee
-    };
+    // The entry as it is (whatever its state word says: a process of the
+    // container may have scribbled on it; the host's watch restores it).
+    let dev = seg
+        .device(d)
+        .ok_or_else(|| format!("{}: no device entry {d}", seg.path.display()))?;
+    let limit = dev.limit.load(Ordering::Acquire);
+    let g = dev.guarantee.load(Ordering::Acquire);
+    let guarantee = if g == 0 || g > limit { limit } else { g };
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { libc::getpid() } as u32;
     let (entry, slot) = pool
-        .join(name, tag, guarantee, u.limit, gpu_memory(ordinal), pid)
+        .join(name, tag, guarantee, limit, gpu_memory(ordinal), pid)
         .map_err(|e| e.to_string())?;
     seg.link_pool(d, pool, entry);
-    if u.guarantee != 0 {
+    if guarantee < limit {
         crate::info!(
             "GPU {ordinal} ({}): {} guaranteed, up to {} while memory no tenant is guaranteed is free ({})",
             format_uuid(uuid),
-            config::format_size(u.guarantee),
-            config::format_size(u.limit),
+            config::format_size(guarantee),
+            config::format_size(limit),
             path.display()
         );
     }

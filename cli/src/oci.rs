@@ -792,7 +792,7 @@ fn tenant_holder(
 /// as another user cannot (the GPU directory is root's), so without NVML
 /// such a container is refused here, not at its first CUDA call.
 fn gpu_segments_to_make(cfg: &config::Config, user: &inroot::User) -> Result<Vec<String>, String> {
-    if !cfg.has_compute() {
+    if !cfg.has_compute() && !cfg.has_memory() {
         return Ok(vec![]);
     }
     let listed = crate::nvml::Nvml::open().and_then(|n| n.gpus());
@@ -820,7 +820,8 @@ fn gpu_segments_to_make(cfg: &config::Config, user: &inroot::User) -> Result<Vec
 /// |---|---|---|
 /// | `.` | 0700 | only root on the host reaches what is below |
 /// | `gpu/` | 0755 | nobody but root makes a segment there |
-/// | `gpu/<uuid>.seg` | 0666 | root's, made here: usable by a container of any user |
+/// | `gpu/<uuid>.seg` | 0666 | root's, made here (with a compute share): usable by a container of any user |
+/// | `gpu/<uuid>.memory` | 0666 | the GPU's memory pool (`cuslice_core::pool`), likewise (with a memory quota) |
 /// | `containers/`, `containers/<id>/` | 0700 | |
 /// | `containers/<id>/segment/` | 0755 | |
 /// | `containers/<id>/segment/memory.seg` | 0666 | root's, made here |
@@ -844,9 +845,17 @@ fn make_segments(
     let root = Dir::keep_root(&a.root, 0o700)?;
     let gpu = root.keep_dir(GPU_DIR, 0o755)?;
     for uuid in gpus {
-        let p = gpu.join(format!("{uuid}.seg"));
-        let seg = cuslice_core::gpu::GpuSegment::open_or_create(&p).map_err(|e| e.to_string())?;
-        set_file_mode(fd_of(seg.raw_fd()), &p, 0o666)?;
+        if cfg.has_compute() {
+            let p = gpu.join(format!("{uuid}.seg"));
+            let seg =
+                cuslice_core::gpu::GpuSegment::open_or_create(&p).map_err(|e| e.to_string())?;
+            set_file_mode(fd_of(seg.raw_fd()), &p, 0o666)?;
+        }
+        if cfg.has_memory() {
+            let p = gpu.join(format!("{uuid}.memory"));
+            let pool = cuslice_core::pool::Pool::open_or_create(&p).map_err(|e| e.to_string())?;
+            set_file_mode(fd_of(pool.raw_fd()), &p, 0o666)?;
+        }
     }
     let dir = root.keep_dir(CONTAINERS_DIR, 0o700)?.keep_dir(id, 0o700)?;
     let seg = match &a.claim {

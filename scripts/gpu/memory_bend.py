@@ -19,6 +19,7 @@ Usage: memory_bend.py --cli cuslice --lib libcuslice.so --out DIR
 """
 import argparse
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -79,7 +80,9 @@ env = dict(os.environ, PYTHONUNBUFFERED="1", CUSLICE_LOG="info")
 
 
 def run(cmd, log):
-    return subprocess.Popen(cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT, env=env)
+    # A session of its own: the cell ends every process it started.
+    return subprocess.Popen(cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT, env=env,
+                            start_new_session=True)
 
 
 def cell(name, b_wait):
@@ -111,7 +114,7 @@ def cell(name, b_wait):
     open(sig, "w").close()
     ra = a.wait(timeout=150)
     for q in procs:
-        q.kill()
+        os.killpg(q.pid, 9)
         q.wait()
     la = open(os.path.join(d, "A.log")).read()
     lb = open(os.path.join(d, "B.log")).read()
