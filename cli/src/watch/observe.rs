@@ -18,15 +18,15 @@ use std::sync::atomic::Ordering;
 
 use cuslice_core::config::parse_uuid;
 use cuslice_core::gpu::{GpuSegment, MAX_PROCS, PROC_FREE, monotonic_ns};
-use cuslice_core::pool::Pool;
+use cuslice_core::pool::{EntryView, Pool};
 use cuslice_core::segment::Segment;
 
 use super::gpuseg;
 use super::procfs::{self, ProcSource, Procfs};
 use super::slices::{Owner, SliceId, Slices};
 use super::snapshot::{
-    Device, GpuSegReading, GpuSnap, ProcSnap, Registration, SliceSnap, SlotReading, Snapshot,
-    TenantReading,
+    Device, GpuSegReading, GpuSnap, PoolReading, ProcSnap, Registration, SliceSnap, SlotReading,
+    Snapshot, TenantReading,
 };
 use super::tenant;
 use crate::host::layout::Layout;
@@ -393,13 +393,25 @@ impl Observer {
                         continue;
                     };
                     let path = cuslice_core::pool::path(&s.gpu_dir, &u);
-                    if let Some(Ok(p)) = mapped(&mut self.pools, &path, pass, open_pool)
-                        && let Some(e) = p
-                            .entries()
-                            .into_iter()
-                            .find(|e| e.name == s.tenant && e.tag == s.tag)
-                    {
-                        out.pool.insert(*index, e.guarantee.saturating_add(e.burst));
+                    if let Some(Ok(p)) = mapped(&mut self.pools, &path, pass, open_pool) {
+                        let entries = p.entries();
+                        let held = |e: &EntryView| e.guarantee.saturating_add(e.burst);
+                        let mine = |e: &EntryView| e.name == s.tenant && e.tag == s.tag;
+                        if let Some(e) = entries.iter().find(|e| mine(e)) {
+                            let others = entries
+                                .iter()
+                                .filter(|e| !mine(e))
+                                .map(held)
+                                .fold(0u64, u64::saturating_add);
+                            let capacity = p.head().capacity.load(Ordering::Acquire);
+                            out.pool.insert(
+                                *index,
+                                PoolReading {
+                                    published: held(e),
+                                    room: capacity.saturating_sub(others),
+                                },
+                            );
+                        }
                     }
                 }
                 for d in &self.devices {

@@ -116,9 +116,19 @@ pub struct SliceSnap {
     /// Per GPU index it has processes on: its tenant's entry in that GPU's
     /// segment (absent: no such entry or segment).
     pub gpu_tenant: BTreeMap<u32, TenantReading>,
-    /// Per GPU index it has processes on: what it publishes in that GPU's
-    /// memory pool, its guarantee plus its burst (absent: no entry).
-    pub pool: BTreeMap<u32, u64>,
+    /// Per GPU index it has processes on: its entry in that GPU's memory
+    /// pool (absent: no entry).
+    pub pool: BTreeMap<u32, PoolReading>,
+}
+
+/// A tenant's entry in a GPU's memory pool, and what the others hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PoolReading {
+    /// What it publishes: its guarantee plus its burst.
+    pub published: u64,
+    /// The GPU's memory less every other tenant's guarantee and burst:
+    /// the most it can hold without taking another's guarantee.
+    pub room: u64,
 }
 
 /// A process slot or entry in use.

@@ -7,7 +7,7 @@ use super::verdict::{Case, Verdict, size, slice_key, view};
 use crate::host::watch_state::Kind;
 use crate::watch::config::WatchConfig;
 use crate::watch::slices::SliceId;
-use crate::watch::snapshot::{GpuSnap, ProcSnap, SliceSnap};
+use crate::watch::snapshot::{GpuSnap, PoolReading, ProcSnap, SliceSnap};
 use crate::watch::tenant::memory_quota;
 
 /// `memory`: the slice's processes on this GPU over its quota there
@@ -26,13 +26,19 @@ pub fn memory(
         return None;
     };
     // A tenant that may burst past its guarantee is held to what it
-    // publishes in the GPU's memory pool: its guarantee plus its burst
-    // (less, if it under-reports, than what its processes hold).
+    // publishes in the GPU's memory pool, its guarantee plus its burst
+    // (less, if it under-reports, than what its processes hold), and never
+    // to more than the GPU's memory less every other tenant's guarantee
+    // and burst (a burst it wrote there itself, past the room the pool had,
+    // takes nothing from anyone): always to at least its guarantee.
     let l = q.limits_for(gpu.index, uuid);
-    let held = l
-        .memory
-        .filter(|g| *g < quota)
-        .map(|g| slice.pool.get(&gpu.index).copied().unwrap_or(g).min(quota));
+    let held = l.memory.filter(|g| *g < quota).map(|g| {
+        let p = slice.pool.get(&gpu.index).copied().unwrap_or(PoolReading {
+            published: g,
+            room: u64::MAX,
+        });
+        p.published.min(p.room).max(g).min(quota)
+    });
     let quota = held.unwrap_or(quota);
     let seen: Vec<Seen> = procs
         .iter()
@@ -154,6 +160,47 @@ mod tests {
     use cuslice_core::config::format_uuid;
 
     const M: u64 = 1 << 20;
+
+    /// A tenant that may burst is held to its published guarantee and
+    /// burst, and never past the GPU's memory less the others' (a burst it
+    /// forged in the pool); always allowed its guarantee.
+    #[test]
+    fn a_bursting_tenant_is_held_to_its_published_burst_and_to_the_room_the_others_leave() {
+        let cfg = policy(Policy::Report);
+        let q = "[all]\nmemory = \"1GiB\"\nmemory_max = \"4GiB\"\n";
+        let judge_at = |used: u64, published: u64, room: u64| {
+            let mut sl = slice("a", q);
+            if published > 0 {
+                sl.pool.insert(0, PoolReading { published, room });
+            }
+            let g = gpu(
+                0,
+                GPU0,
+                vec![process(
+                    7,
+                    70,
+                    used,
+                    crate::watch::slices::Owner::Slice(a()),
+                )],
+            );
+            let procs: Vec<&ProcSnap> = g.procs.iter().collect();
+            memory(&g, &a(), &sl, &procs, &cfg)
+                .into_iter()
+                .collect::<Vec<_>>()
+        };
+        // Honest: 2.5 GiB held, 3 GiB published, room for 3.5.
+        assert!(judge_at(5 * G / 2, 3 * G, 7 * G / 2).is_empty());
+        // Under-reported: 2.5 GiB held, 1.5 published.
+        let v = judge_at(5 * G / 2, 3 * G / 2, 7 * G / 2);
+        assert_eq!(v.len(), 1, "{v:?}");
+        // Forged: 3 GiB published, but the others leave room for 2.
+        let v = judge_at(5 * G / 2, 3 * G, 2 * G);
+        assert_eq!(v.len(), 1, "{v:?}");
+        // Guaranteed memory is always allowed, whatever the pool says.
+        assert!(judge_at(G, G / 2, G / 2).is_empty());
+        // No entry in the pool: held to its guarantee.
+        assert_eq!(judge_at(2 * G, 0, 0).len(), 1);
+    }
 
     fn seen(pid: u32, start: u64, used: u64) -> Seen {
         Seen {
