@@ -550,9 +550,10 @@ impl Segment {
     /// bytes that no tenant is guaranteed (`room`: what it had).
     pub fn admit_or_burst(&self, d: usize, slot: usize, bytes: u64) -> (Admit, u64) {
         let mut last = (Admit::Burst { short: bytes }, 0);
-        // Other processes of the container may take what this one
-        // reserved before it admits: a few rounds, then a refusal.
-        for _ in 0..4 {
+        // A free in another process of the container may give back what
+        // this one reserved before it admits (its use has not grown yet):
+        // some rounds, then a refusal.
+        for _ in 0..16 {
             match self.admit(d, slot, bytes) {
                 Admit::Burst { short } => {
                     let Some(link) = self.pool_link(d) else {
