@@ -18,11 +18,11 @@
 //!
 //! What is read in one follows one rule per kind, whoever reads:
 //!
-//! | kind | quota file | record |
-//! |---|---|---|
-//! | container | ours (the effective uid: root's in production), [`Dir::read_file`] | `container.json`, ours |
-//! | claim | ours, [`Dir::read_file`] | `claim.json`, ours |
-//! | session | its directory's owner's (the session user's) | none: a `container.json` there is not read |
+//! | kind | quota file | record | resize record |
+//! |---|---|---|---|
+//! | container | ours (the effective uid: root's in production), [`Dir::read_file`] | `container.json`, ours | `resize.json`, ours |
+//! | claim | ours, [`Dir::read_file`] | `claim.json`, ours | `resize.json`, ours |
+//! | session | its directory's owner's (the session user's) | none: a `container.json` there is not read | `resize.json`, the session user's |
 //!
 //! Every file is opened from the directory's descriptor without following
 //! a link or blocking on a FIFO, and read bounded. The memory segment is
@@ -41,8 +41,9 @@ use crate::container::{self, ClaimRecord, ContainerMeta, RECORD_MAX};
 use crate::fs::{self, Dir, Kind};
 use crate::layout::{
     self, CLAIMS_DIR, CONTAINER_RECORD, CONTAINERS_DIR, Layout, MEMORY_SEGMENT, QUOTA_FILE,
-    SEGMENT_DIR, SliceDir, SliceKind,
+    RESIZE_RECORD, SEGMENT_DIR, SliceDir, SliceKind,
 };
+use crate::resize::{self, ResizeRecord};
 
 /// Whose uid an owner check of a session's files names.
 pub const SESSION: &str = "the session's";
@@ -293,6 +294,40 @@ impl Found {
                 container::read_quota(d.as_fd(), &shown, Some((uid, SESSION)))
             }
         }
+    }
+
+    /// Who must own the files in its directory: ours for a container or a
+    /// claim (root's in production), the directory's owner's (the session
+    /// user's) for a session.
+    fn files_owner(&self) -> Result<(u32, &'static str), String> {
+        match self.kind {
+            SliceKind::Container | SliceKind::Claim => Ok(ours()),
+            SliceKind::Run => self
+                .owner()
+                .map(|uid| (uid, SESSION))
+                .ok_or_else(|| named(self.paths.path(), "cannot stat it")),
+        }
+    }
+
+    /// Its quota file's text, read as [`Found::quota`] reads it (what
+    /// `cuslice resize` rewrites).
+    pub fn quota_text(&self) -> Result<String, String> {
+        let d = self.dir()?;
+        let owner = self.files_owner()?;
+        d.read_checked(QUOTA_FILE, Some(owner), config::MAX_FILE_BYTES)
+    }
+
+    /// The record of its last resize (`resize.json`), read as its quota
+    /// file is (whose, never followed, never blocking, bounded): Ok(None)
+    /// where there is none, Err where what is there is not one.
+    pub fn resize(&self) -> Result<Option<ResizeRecord>, String> {
+        let d = self.dir()?;
+        if d.stat(RESIZE_RECORD).is_err_and(|e| e.not_found()) {
+            return Ok(None);
+        }
+        let owner = self.files_owner()?;
+        let text = d.read_checked(RESIZE_RECORD, Some(owner), resize::RECORD_MAX)?;
+        ResizeRecord::parse(&self.paths.resize_record(), &text).map(Some)
     }
 
     /// A container's record (`container.json`), ours: Err where it cannot

@@ -8,15 +8,17 @@
 //!   containers/<id>/          one per container the hook gave a slice
 //!     quota.toml              its quota file (mounted at /etc/cuslice/quota.toml)
 //!     container.json          its record (ContainerMeta)
+//!     resize.json             the last `cuslice resize` of it (ResizeRecord)
 //!     segment/memory.seg      its memory segment (the directory is mounted)
 //!   claims/<uid>/             one per DRA ResourceClaim the plugin prepared
-//!     quota.toml  claim.json  segment/memory.seg
+//!     quota.toml  claim.json  segment/memory.seg  resize.json
 //!   ld.so.preload             what the hook mounts at /etc/ld.so.preload
 //!   hook.lock                 the hook's tenant check runs under its lock
 //!   watch/lock  watch/state.json
 //!
 //! <base>/cuslice-run-<pid>-<16 hex digits>/    a `cuslice run` session's
 //!   quota.toml  segment/memory.seg             (base: $XDG_RUNTIME_DIR, else $TMPDIR, else /tmp)
+//!   resize.json
 //! ```
 //!
 //! [`Layout`] gives the paths under a root (for messages, and for the
@@ -51,6 +53,9 @@ pub const CONTAINER_RECORD: &str = "container.json";
 /// namespace, name, UID and the pods it is reserved for (what `cuslice
 /// status` and `cuslice watch` name it by).
 pub const CLAIM_RECORD: &str = "claim.json";
+/// The record of the last `cuslice resize` of a slice, beside its quota
+/// file (`resize::ResizeRecord`).
+pub const RESIZE_RECORD: &str = "resize.json";
 /// A slice's memory segment directory, in its directory.
 pub const SEGMENT_DIR: &str = "segment";
 /// The memory segment file, in a segment directory.
@@ -245,6 +250,11 @@ impl SliceDir {
     /// directory.
     pub fn record(&self) -> Option<PathBuf> {
         self.kind.record().map(|r| self.path.join(r))
+    }
+
+    /// `<dir>/resize.json`.
+    pub fn resize_record(&self) -> PathBuf {
+        self.path.join(RESIZE_RECORD)
     }
 
     /// `<dir>/segment`.

@@ -28,6 +28,10 @@
 //!   `cuslice run` sessions) found and their directories read, one rule
 //!   per kind of slice for whose files are read: what `cuslice status` and
 //!   `cuslice watch` both see.
+//! - [`resize`]: the record of a live resize (`resize.json` beside a
+//!   slice's quota file), which `cuslice resize` writes and `cuslice
+//!   watch` and `cuslice status` read: what changed, when, and the grace a
+//!   tenant over a lowered memory quota is given.
 //! - [`cdi`]: the CDI specs root writes for the container runtimes (the
 //!   command's `cuslice.io/gpu=all`, the DRA plugin's per-claim ones):
 //!   typed, their names checked as CDI checks them, the version the
@@ -43,7 +47,9 @@
 //! No two modules import each other: `sys`, `text`, `proc` and `cdi` stand
 //! alone; `fs` is on `sys`; `inroot` on `sys` and `text`; `layout` on
 //! `fs`; `run_dir` on `fs` and `layout`; `container` on `fs`, `layout`,
-//! `proc` and `text`; `discover` on `container`, `fs`, `layout` and `sys`; `watch_state` on `fs`, `layout` and `text`.
+//! `proc` and `text`; `resize` on `fs` and `layout`; `discover` on
+//! `container`, `fs`, `layout`, `resize` and `sys`; `watch_state` on `fs`,
+//! `layout` and `text`.
 
 pub mod cdi;
 pub mod container;
@@ -52,6 +58,7 @@ pub mod fs;
 pub mod inroot;
 pub mod layout;
 pub mod proc;
+pub mod resize;
 pub mod run_dir;
 pub mod sys;
 pub mod text;

@@ -1,6 +1,9 @@
 //! What the host side reads of a process in `/proc` that every host
 //! command shares: the OCI hook records a container's init and namespace
-//! with these, the watch maps processes to slices with them.
+//! with these, the watch maps processes to slices with them, `cuslice
+//! resize` finds a `cuslice run` session's directory with them.
+
+use std::path::PathBuf;
 
 /// How many of a process's descriptors (`/proc/<pid>/fd`) a host command
 /// looks at: the shim opens its segments early and `cuslice run` holds a
@@ -68,4 +71,71 @@ pub fn inner_pid(pid: u32) -> Option<u32> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let l = s.lines().find(|l| l.starts_with("NSpid:"))?;
     l.split_whitespace().last()?.parse().ok()
+}
+
+/// Its command line, each argument (lossily) as a string.
+pub fn cmdline(pid: u32) -> Vec<String> {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .unwrap_or_default()
+        .split(|b| *b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect()
+}
+
+/// The file name of its executable (a binary replaced since it started
+/// reads as its name, without the kernel's " (deleted)").
+pub fn exe_name(pid: u32) -> Option<String> {
+    let p = std::fs::read_link(format!("/proc/{pid}/exe")).ok()?;
+    let name = p.file_name()?.to_string_lossy().into_owned();
+    Some(name.trim_end_matches(" (deleted)").to_string())
+}
+
+/// Whether it is a `cuslice run` process: an executable named `cuslice`
+/// with `run` as its first argument.
+pub fn is_cuslice_run(pid: u32) -> bool {
+    exe_name(pid).as_deref() == Some("cuslice")
+        && cmdline(pid).get(1).map(String::as_str) == Some("run")
+}
+
+/// A variable of its initial environment.
+pub fn environ(pid: u32, key: &str) -> Option<String> {
+    let raw = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    let prefix = format!("{key}=");
+    raw.split(|b| *b == 0).find_map(|kv| {
+        kv.strip_prefix(prefix.as_bytes())
+            .map(|v| String::from_utf8_lossy(v).into_owned())
+    })
+}
+
+/// Its real user ID (`Uid:` of `/proc/<pid>/status`).
+pub fn uid(pid: u32) -> Option<u32> {
+    uid_of(&std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?)
+}
+
+/// The real user ID of a `/proc/<pid>/status` text.
+pub fn uid_of(status: &str) -> Option<u32> {
+    let l = status.lines().find(|l| l.starts_with("Uid:"))?;
+    l.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// `path` as process `pid` sees it (through its root directory), from
+/// here.
+pub fn in_root(pid: u32, path: &std::path::Path) -> PathBuf {
+    PathBuf::from(format!("/proc/{pid}/root")).join(path.strip_prefix("/").unwrap_or(path))
+}
+
+/// The paths of the files and directories it holds open (what
+/// `/proc/<pid>/fd/*` link to; sockets, pipes and the like left out), at
+/// most [`MAX_FDS`] of them.
+pub fn fd_paths(pid: u32) -> Vec<PathBuf> {
+    let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return vec![];
+    };
+    rd.flatten()
+        .take(MAX_FDS)
+        .filter_map(|e| std::fs::read_link(e.path()).ok())
+        // `socket:[123]`, `pipe:[4]`, `anon_inode:[eventfd]`: no files.
+        .filter(|p| p.is_absolute())
+        .collect()
 }

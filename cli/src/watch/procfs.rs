@@ -7,7 +7,7 @@ use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::PathBuf;
 
-pub use crate::host::proc::{MAX_FDS, Stat, cgroup_of, ns_inode};
+pub use crate::host::proc::{Stat, cgroup_of, ns_inode};
 
 pub trait ProcSource {
     fn stat(&self, pid: u32) -> Option<Stat>;
@@ -30,7 +30,7 @@ pub trait ProcSource {
     fn in_root(&self, pid: u32, path: &std::path::Path) -> PathBuf;
     /// The paths of the files and directories it holds open (what
     /// `/proc/<pid>/fd/*` link to; sockets, pipes and the like left out),
-    /// at most [`MAX_FDS`] of them: how a `cuslice run` session's
+    /// at most [`MAX_FDS`](crate::host::proc::MAX_FDS) of them: how a `cuslice run` session's
     /// directory, whose name is unpredictable, is found.
     fn fd_paths(&self, pid: u32) -> Vec<PathBuf>;
 }
@@ -89,62 +89,35 @@ impl ProcSource for Procfs {
     }
 
     fn cmdline(&self, pid: u32) -> Vec<String> {
-        std::fs::read(format!("/proc/{pid}/cmdline"))
-            .unwrap_or_default()
-            .split(|b| *b == 0)
-            .filter(|a| !a.is_empty())
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect()
+        crate::host::proc::cmdline(pid)
     }
 
     fn exe_name(&self, pid: u32) -> Option<String> {
-        let p = std::fs::read_link(format!("/proc/{pid}/exe")).ok()?;
-        let name = p.file_name()?.to_string_lossy().into_owned();
-        // A binary replaced since it started reads "name (deleted)".
-        Some(name.trim_end_matches(" (deleted)").to_string())
+        crate::host::proc::exe_name(pid)
     }
 
     fn environ(&self, pid: u32, key: &str) -> Option<String> {
-        let raw = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
-        let prefix = format!("{key}=");
-        raw.split(|b| *b == 0).find_map(|kv| {
-            kv.strip_prefix(prefix.as_bytes())
-                .map(|v| String::from_utf8_lossy(v).into_owned())
-        })
+        crate::host::proc::environ(pid, key)
     }
 
     fn uid(&self, pid: u32) -> Option<u32> {
-        let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-        uid_of(&s)
+        crate::host::proc::uid(pid)
     }
 
     fn in_root(&self, pid: u32, path: &std::path::Path) -> PathBuf {
-        PathBuf::from(format!("/proc/{pid}/root")).join(path.strip_prefix("/").unwrap_or(path))
+        crate::host::proc::in_root(pid, path)
     }
 
     fn fd_paths(&self, pid: u32) -> Vec<PathBuf> {
-        let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
-            return vec![];
-        };
-        rd.flatten()
-            .take(MAX_FDS)
-            .filter_map(|e| std::fs::read_link(e.path()).ok())
-            // `socket:[123]`, `pipe:[4]`, `anon_inode:[eventfd]`: no files.
-            .filter(|p| p.is_absolute())
-            .collect()
+        crate::host::proc::fd_paths(pid)
     }
 }
 
-/// The real user ID of a `/proc/<pid>/status` text.
-pub fn uid_of(status: &str) -> Option<u32> {
-    let l = status.lines().find(|l| l.starts_with("Uid:"))?;
-    l.split_whitespace().nth(1)?.parse().ok()
-}
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::host::proc::parse_stat;
+    use crate::host::proc::{parse_stat, uid_of};
 
     #[test]
     fn stat_fields_are_counted_after_the_name() {
