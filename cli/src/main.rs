@@ -15,6 +15,7 @@ mod host;
 mod limits;
 mod nvml;
 mod oci;
+mod resize;
 mod status;
 mod top;
 mod watch;
@@ -49,6 +50,13 @@ enum Cmd {
     },
     /// Print the path of the libcuslice.so that `run` would preload.
     Lib,
+    /// Change the limits of a running container, DRA claim or `cuslice
+    /// run` session: its quota file, its segments and the driver's limit
+    /// (see docs/memory-quota.md, "Resize").
+    Resize {
+        #[command(flatten)]
+        args: resize::ResizeArgs,
+    },
     /// Per GPU (from NVML), tenant and process: what it runs, memory used /
     /// quota, share, ceiling, class and mode, GPU time and time throttled
     /// (reads the segments; no GPU needed).
@@ -559,6 +567,12 @@ fn main() -> ExitCode {
             .and_then(|s| exporter::serve(&listen, status::Observer::new(s, linger)))
             .map(|()| ExitCode::SUCCESS),
         Cmd::Watch { args } => watch::run(args).map(|()| ExitCode::SUCCESS),
+        Cmd::Resize { args } => resize::resize(&args).map(|lines| {
+            for l in lines {
+                println!("{}", host::text::clean_to(&l, host::text::LINE_MAX));
+            }
+            ExitCode::SUCCESS
+        }),
         Cmd::OciHook {
             stage,
             root,

@@ -171,9 +171,7 @@ impl ResizeRecord {
     pub fn parse(shown: &std::path::Path, text: &str) -> Result<ResizeRecord, String> {
         let r: ResizeRecord = serde_json::from_str(text)
             .map_err(|e| format!("{}: not a resize record: {e}", shown.display()))?;
-        if !r.at_unix.is_finite()
-            || !(0.0..=MAX_GRACE_SECONDS).contains(&r.grace_seconds)
-        {
+        if !r.at_unix.is_finite() || !(0.0..=MAX_GRACE_SECONDS).contains(&r.grace_seconds) {
             return Err(format!(
                 "{}: not a resize record: its time or grace is out of range",
                 shown.display()
@@ -268,10 +266,7 @@ mod tests {
         ));
         assert_eq!(r.grace_on(&c, &GPU0), Some(1030.0));
         assert_eq!(r.grace_on(&c, &GPU1), None);
-        assert_eq!(
-            r.describe(),
-            format!("memory 8GiB -> 2GiB ([{e}])"),
-        );
+        assert_eq!(r.describe(), format!("memory 8GiB -> 2GiB ([{e}])"),);
     }
 
     #[test]
@@ -280,7 +275,10 @@ mod tests {
         let p = Path::new("/r/resize.json");
         assert_eq!(ResizeRecord::parse(p, &r.to_json()), Ok(r));
         let e = ResizeRecord::parse(p, "{\"at_unix\": 1}").expect_err("junk");
-        assert!(e.starts_with("/r/resize.json: not a resize record: "), "{e}");
+        assert!(
+            e.starts_with("/r/resize.json: not a resize record: "),
+            "{e}"
+        );
         assert!(!e.contains('\n'), "{e}");
         let e = ResizeRecord::parse(
             p,

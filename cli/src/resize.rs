@@ -1,0 +1,1063 @@
+//! `cuslice resize TARGET [--memory SIZE] [--compute PCT] [--compute-max
+//! PCT] [--device all|UUID] [--grace DURATION]`: changes the limits of a
+//! running slice (a container, a DRA claim, a `cuslice run` session).
+//!
+//! In this order, each through the host file layer (whole files renamed
+//! into place, no link followed, modes kept):
+//!
+//! 1. the record of the resize, `resize.json` beside the quota file
+//!    (`host::resize`): what changed, when, the grace; first, so that a
+//!    watch that sees the new quota file finds its record beside it;
+//! 2. the quota file the watch restores from, only the fields given
+//!    changed, checked by the grammar the shim loads it with;
+//! 3. the memory segment's entries the new memory quota applies to (by
+//!    UUID): admission and `cuMemGetInfo` read the entry, so running
+//!    processes see the new quota at their next allocation or query;
+//! 4. the slice's tenant entries in the GPU segments (share, ceiling),
+//!    which every process's scheduler reads;
+//! 5. where the OCI hook set the driver's own memory limit on a
+//!    container's cgroup (`driver_memory_limit` "set: ..."), the new one,
+//!    and the container's record.
+//!
+//! Who may: root for a container or a claim (their files are root's,
+//! under the hook's root); root or the session's own user for a session
+//! (its files are the user's: root resizes one as that user, so every file
+//! written stays the user's and nothing the user could not write is
+//! written).
+//!
+//! What may change: `--memory` sets `[all].memory`, `--device UUID` that
+//! GPU's entry (made where missing); without `--device`, a field also
+//! given per GPU is refused (say which entry with `--device`, `all` for
+//! `[all]`). Refused too: a field given by index anywhere in the file (which
+//! GPU an index is depends on each process's `CUDA_VISIBLE_DEVICES`; the
+//! segments know GPUs by UUID), and a limit the slice's processes never
+//! registered (a memory quota where it has none, a share where it has
+//! none: they cannot take one on while they run).
+
+use std::ffi::OsString;
+use std::os::fd::{AsFd, AsRawFd};
+use std::path::{Path, PathBuf};
+
+use cuslice_core::config::{self, Config, Limits};
+use cuslice_core::gpu::GpuSegment;
+use cuslice_core::segment::{READY_STATE, Segment, UNLIMITED};
+
+use crate::host::container::short_id;
+use crate::host::discover::{self, Found, Places, SESSION};
+use crate::host::fs::Dir;
+use crate::host::layout::{self, CONTAINER_RECORD, Layout, QUOTA_FILE, SliceKind};
+use crate::host::resize::{self as record, Change, ResizeRecord};
+use crate::host::{proc, text};
+use crate::limits;
+
+#[derive(clap::Args)]
+pub struct ResizeArgs {
+    /// What to resize: a container (its id, or a unique prefix of it as
+    /// `cuslice status` shows it, or `container:ID`), a Kubernetes DRA claim
+    /// (`claim:UID`, or `claim:NAMESPACE/NAME`; an operator's override: the
+    /// claim itself is immutable), or a `cuslice run` session (`run:PID`, or
+    /// PID: its `cuslice run` process or any process of it).
+    pub target: String,
+    /// New memory quota per GPU: 4GiB, 4096MiB, 4g, 512m or bytes.
+    #[arg(long)]
+    pub memory: Option<String>,
+    /// New guaranteed share of GPU time, percent (30 or 30%).
+    #[arg(long)]
+    pub compute: Option<String>,
+    /// New ceiling on GPU time, percent.
+    #[arg(long)]
+    pub compute_max: Option<String>,
+    /// Which entry of the quota file to change: `all` ([all], every GPU
+    /// without an entry of its own) or a GPU's UUID (its own entry).
+    /// Default: [all], refused where a GPU has the field in an entry of its
+    /// own.
+    #[arg(long)]
+    pub device: Option<String>,
+    /// With --memory: how long `cuslice watch` leaves a tenant over its
+    /// lowered quota to its shim (which refuses every new allocation above
+    /// it at once) before its policy applies: 30s (default), 500ms, 2m, or
+    /// seconds; 0 to 1 day.
+    #[arg(long)]
+    pub grace: Option<String>,
+    /// The hook's host directory, where containers and claims are.
+    #[arg(long, default_value = layout::DEFAULT_ROOT)]
+    pub root: PathBuf,
+}
+
+/// A duration: a number with `ms`, `s` (the default), `m` or `h`, from 0
+/// to [`record::MAX_GRACE_SECONDS`].
+pub fn parse_grace(s: &str) -> Result<f64, String> {
+    let bad = || {
+        format!(
+            "--grace {s:?}: expected a duration like 30s, 500ms, 2m or a number of seconds, from 0 to 1 day"
+        )
+    };
+    let t = s.trim();
+    let end = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(end);
+    let scale = match unit.trim() {
+        "ms" => 0.001,
+        "" | "s" => 1.0,
+        "m" | "min" => 60.0,
+        "h" => 3600.0,
+        _ => return Err(bad()),
+    };
+    let valid_number = !num.is_empty() && !num.starts_with('.') && num.matches('.').count() <= 1;
+    let v: f64 = num.parse().ok().filter(|_| valid_number).ok_or_else(bad)?;
+    let secs = v * scale;
+    if !(0.0..=record::MAX_GRACE_SECONDS).contains(&secs) {
+        return Err(bad());
+    }
+    Ok(secs)
+}
+
+/// The entry a resize changes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Entry {
+    /// `[all]`, named with `--device all` (a GPU's own entry then keeps
+    /// its value) or by default (refused where one has it).
+    All { named: bool },
+    /// `[device."GPU-..."]`.
+    Gpu([u8; 16]),
+}
+
+impl Entry {
+    fn parse(device: Option<&str>) -> Result<Entry, String> {
+        let Some(d) = device.map(str::trim) else {
+            return Ok(Entry::All { named: false });
+        };
+        if d == "all" {
+            return Ok(Entry::All { named: true });
+        }
+        if !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(format!(
+                "--device {d}: a GPU by index cannot be resized live (CUDA numbers each process's GPUs after its CUDA_VISIBLE_DEVICES; the segments know GPUs by UUID): give its UUID (nvidia-smi -L), or all"
+            ));
+        }
+        config::parse_uuid(d)
+            .map(Entry::Gpu)
+            .map_err(|e| format!("--device {d:?}: expected all or a GPU's UUID: {e}"))
+    }
+
+    /// Its name in the record.
+    fn record_name(&self) -> String {
+        match self {
+            Entry::All { .. } => record::ALL.to_string(),
+            Entry::Gpu(u) => record::device_entry(u),
+        }
+    }
+}
+
+/// A limit field: its key in the quota file and its flag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Field {
+    Memory,
+    Compute,
+    ComputeMax,
+}
+
+impl Field {
+    fn key(self) -> &'static str {
+        match self {
+            Field::Memory => "memory",
+            Field::Compute => "compute",
+            Field::ComputeMax => "compute_max",
+        }
+    }
+
+    fn flag(self) -> &'static str {
+        match self {
+            Field::Memory => "--memory",
+            Field::Compute => "--compute",
+            Field::ComputeMax => "--compute-max",
+        }
+    }
+
+    fn of(self, l: &Limits) -> Option<u64> {
+        match self {
+            Field::Memory => l.memory,
+            Field::Compute => l.compute.map(u64::from),
+            Field::ComputeMax => l.compute_max.map(u64::from),
+        }
+    }
+
+    /// What applies to the GPUs of an entry whose limits are `l`: a share
+    /// given by its ceiling alone is the ceiling.
+    fn effective(self, l: &Limits) -> Option<u64> {
+        match self {
+            Field::Compute => l.compute.or(l.compute_max).map(u64::from),
+            _ => self.of(l),
+        }
+    }
+
+    /// Whether the slice's processes registered this kind of limit where
+    /// `l` applies: a memory quota, or a share or ceiling.
+    fn registered(self, l: &Limits) -> bool {
+        match self {
+            Field::Memory => l.memory.is_some(),
+            Field::Compute | Field::ComputeMax => l.compute.is_some() || l.compute_max.is_some(),
+        }
+    }
+}
+
+/// The fields given, validated as `run`'s flags are: (field, value).
+fn given(a: &ResizeArgs) -> Result<Vec<(Field, u64)>, String> {
+    let l = limits::Limits {
+        memory: a.memory.clone(),
+        compute: a.compute.clone(),
+        compute_max: a.compute_max.clone(),
+        ..limits::Limits::default()
+    };
+    let (_, table) = limits::to_toml(&l, &limits::FLAGS)?;
+    let mut out = vec![];
+    for f in [Field::Memory, Field::Compute, Field::ComputeMax] {
+        if let Some(v) = table.get(f.key()).and_then(toml::Value::as_integer) {
+            out.push((f, u64::try_from(v).unwrap_or(0)));
+        }
+    }
+    if out.is_empty() {
+        return Err("nothing to resize: give --memory, --compute or --compute-max".into());
+    }
+    if a.grace.is_some() && a.memory.is_none() {
+        return Err(
+            "--grace: only applies with --memory (the time a tenant over a lowered memory quota is given)"
+                .into(),
+        );
+    }
+    Ok(out)
+}
+
+/// A slice found, and what is needed to write it.
+struct Target {
+    found: Found,
+    /// For messages: `container 3f2a9c8b7d6e (web-1)`, `DRA claim
+    /// team-a/trainer (0b1c2d3e-000)`, `cuslice run 4242`.
+    label: String,
+    /// A session's user (uid, gid): the files are theirs.
+    user: Option<(u32, u32)>,
+}
+
+/// What a bare or prefixed target matched: (what, label) pairs.
+type Matched = Vec<Target>;
+
+/// The containers under `places` whose id is `want` or starts with it
+/// (an exact id alone where there is one).
+fn containers(places: &Places, want: &str) -> Matched {
+    let all = places.containers();
+    let exact = all.iter().any(|f| f.name == want);
+    all.into_iter()
+        .filter(|f| {
+            if exact {
+                f.name == want
+            } else {
+                f.name.starts_with(want)
+            }
+        })
+        .map(|f| {
+            let rec = f.record().ok().flatten();
+            let label = match rec
+                .as_ref()
+                .filter(|m| m.name.is_some() || m.image.is_some())
+            {
+                Some(m) => format!(
+                    "container {} ({})",
+                    text::clean(&short_id(&f.name)),
+                    crate::host::container::describe(m)
+                ),
+                None => format!("container {}", text::clean(&short_id(&f.name))),
+            };
+            Target {
+                found: f,
+                label,
+                user: None,
+            }
+        })
+        .collect()
+}
+
+/// The DRA claims whose UID is `want` or starts with it, or (with a `/`)
+/// whose namespace/name is `want`.
+fn claims(places: &Places, want: &str) -> Matched {
+    let all = places.claims();
+    let exact = all.iter().any(|f| f.name == want);
+    all.into_iter()
+        .filter(|f| {
+            if want.contains('/') {
+                f.claim_record()
+                    .and_then(|r| r.namespaced_name())
+                    .is_some_and(|n| n == want)
+            } else if exact {
+                f.name == want
+            } else {
+                f.name.starts_with(want)
+            }
+        })
+        .map(|f| {
+            let shown = text::clean(&short_id(&f.name));
+            let label = match f.claim_record().and_then(|r| r.namespaced_name()) {
+                Some(n) => format!("DRA claim {} ({shown})", text::clean(&n)),
+                None => format!("DRA claim {shown}"),
+            };
+            Target {
+                found: f,
+                label,
+                user: None,
+            }
+        })
+        .collect()
+}
+
+/// The `cuslice run` process `pid` is or runs under (its parent chain:
+/// `run` is a child subreaper, so every process of the session is its
+/// descendant); None: no such process, or none of its ancestors is one.
+fn run_process_of(pid: u32) -> Option<u32> {
+    let mut cur = pid;
+    for _ in 0..4096 {
+        proc::stat(cur)?;
+        if proc::is_cuslice_run(cur) {
+            return Some(cur);
+        }
+        let st = proc::stat(cur)?;
+        if st.ppid <= 1 {
+            return None;
+        }
+        cur = st.ppid;
+    }
+    None
+}
+
+/// The session of the `cuslice run` process `run`: its directory found
+/// as the watch finds it (the one it holds open, named for its PID as it
+/// sees itself, in its `$XDG_RUNTIME_DIR`, else `$TMPDIR`, else /tmp),
+/// opened from its base without following a link and checked to be the
+/// run process's user's.
+fn session(run: u32) -> Result<Target, String> {
+    let label = format!("cuslice run {run}");
+    let inner = proc::inner_pid(run).unwrap_or(run);
+    let env = |k: &str| proc::environ(run, k).filter(|v| !v.is_empty());
+    let base = layout::run_base(|k| env(k).map(OsString::from));
+    if !base.is_absolute() {
+        return Err(format!(
+            "{label}: its runtime directory {} is not an absolute path",
+            base.display()
+        ));
+    }
+    let uid = proc::uid(run).ok_or_else(|| format!("{label}: cannot read its user"))?;
+    let in_root = proc::in_root(run, &base);
+    let same = |p: &Path| {
+        use std::os::unix::fs::MetadataExt;
+        let id = |q: &Path| std::fs::metadata(q).ok().map(|m| (m.dev(), m.ino()));
+        p == base || id(&proc::in_root(run, p)).is_some_and(|i| id(&in_root) == Some(i))
+    };
+    let names: Vec<OsString> = proc::fd_paths(run)
+        .into_iter()
+        .filter(|d| {
+            d.file_name()
+                .is_some_and(|n| layout::is_run_dir_of(n, inner))
+                && d.parent().is_some_and(same)
+        })
+        .filter_map(|d| d.file_name().map(OsString::from))
+        .collect();
+    let [name] = names.as_slice() else {
+        return Err(format!(
+            "{label}: no run directory {}* among its open files (a session started without limits has no quota to resize)",
+            base.join(layout::run_name_prefix(inner)).display()
+        ));
+    };
+    let found = discover::run(&in_root, name, &base.join(name), Some(uid))?;
+    let gid = found
+        .dir
+        .as_ref()
+        .ok()
+        .and_then(|d| crate::host::sys::fstat(std::os::fd::AsFd::as_fd(d)).ok())
+        .map(|st| st.st_gid)
+        .ok_or_else(|| format!("{label}: cannot stat its directory"))?;
+    Ok(Target {
+        found,
+        label,
+        user: Some((uid, gid)),
+    })
+}
+
+/// The slice `target` names (see [`ResizeArgs::target`]); one line naming
+/// what matched where it is none or several.
+fn resolve(places: &Places, target: &str) -> Result<Target, String> {
+    let t = target.trim();
+    let pid_session = |s: &str| -> Result<Option<Target>, String> {
+        let Ok(pid) = s.parse::<u32>() else {
+            return Err(format!("{target:?}: expected run:PID"));
+        };
+        match run_process_of(pid) {
+            Some(run) => session(run).map(Some),
+            None => Ok(None),
+        }
+    };
+    let mut matched: Matched = if let Some(id) = t.strip_prefix("container:") {
+        containers(places, id)
+    } else if let Some(c) = t.strip_prefix("claim:") {
+        claims(places, c)
+    } else if let Some(p) = t.strip_prefix("run:") {
+        pid_session(p)?.into_iter().collect()
+    } else if t.is_empty() {
+        vec![]
+    } else {
+        let mut m = containers(places, t);
+        m.extend(claims(places, t));
+        if t.bytes().all(|b| b.is_ascii_digit()) {
+            m.extend(pid_session(t)?);
+        }
+        m
+    };
+    match matched.len() {
+        1 => Ok(matched.remove(0)),
+        0 => Err(format!(
+            "{target:?}: matches no container in {}, no DRA claim in {} and no cuslice run process (targets: a container id or its prefix, claim:UID, claim:NAMESPACE/NAME, run:PID)",
+            places.containers_dir().display(),
+            places.layout().claims_dir().display()
+        )),
+        _ => Err(format!(
+            "{target:?}: matches {}: say which",
+            matched
+                .iter()
+                .map(|m| m.label.clone())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+    }
+}
+
+/// Makes this process the session's user for good: every file it writes
+/// from now on is theirs, and it can write nothing they could not.
+fn become_user(uid: u32, gid: u32) -> Result<(), String> {
+    // SAFETY: setgroups with no groups, setresgid/setresuid with plain
+    // ids: no pointers but a null list of length 0.
+    let ok = unsafe {
+        libc::setgroups(0, std::ptr::null()) == 0
+            && libc::setresgid(gid, gid, gid) == 0
+            && libc::setresuid(uid, uid, uid) == 0
+    };
+    if !ok {
+        return Err(format!(
+            "cannot become uid {uid} (gid {gid}), the session's user: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    // A change of user makes the process undumpable, and its own
+    // /proc/self/fd root's: the pinned directories are reached there.
+    // SAFETY: prctl(PR_SET_DUMPABLE, 1) takes no pointers.
+    unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0) };
+    Ok(())
+}
+
+/// The quota file's device key for `uuid` (the one it already has, in
+/// whatever case or form, else `GPU-...`).
+fn device_key(devices: &toml::Table, uuid: &[u8; 16]) -> String {
+    devices
+        .keys()
+        .find(|k| config::parse_uuid(k).ok().as_ref() == Some(uuid))
+        .cloned()
+        .unwrap_or_else(|| config::format_uuid(uuid))
+}
+
+/// The changes `fields` make to the quota file `old` (its text `table`,
+/// path `shown`) at `entry`: the table changed in place, and what changed
+/// (a field already at its value is left out).
+fn plan(
+    old: &Config,
+    table: &mut toml::Table,
+    entry: &Entry,
+    fields: &[(Field, u64)],
+    shown: &Path,
+    label: &str,
+) -> Result<Vec<Change>, String> {
+    let mut changes = vec![];
+    for &(f, to) in fields {
+        let by_index: Vec<String> = old
+            .by_index
+            .iter()
+            .filter(|(_, l)| f.of(l).is_some())
+            .map(|(i, _)| format!("[device.{i}]"))
+            .collect();
+        if !by_index.is_empty() {
+            return Err(format!(
+                "{}: {} is given by index in {}: cuslice resize cannot tell which GPU that is to the slice's processes (CUDA numbers each process's GPUs after its CUDA_VISIBLE_DEVICES; the segments know GPUs by UUID)",
+                shown.display(),
+                f.key(),
+                by_index.join(", ")
+            ));
+        }
+        let (limits, from) = match entry {
+            Entry::All { named } => {
+                let own: Vec<String> = old
+                    .by_uuid
+                    .iter()
+                    .filter(|(_, l)| f.of(l).is_some())
+                    .map(|(u, _)| format!("[device.\"{}\"]", config::format_uuid(u)))
+                    .collect();
+                if !named && !own.is_empty() {
+                    return Err(format!(
+                        "{}: {} is also given per GPU in {}: say which entry with --device (all, or a GPU's UUID)",
+                        shown.display(),
+                        f.key(),
+                        own.join(", ")
+                    ));
+                }
+                (old.all, f.effective(&old.all))
+            }
+            Entry::Gpu(u) => {
+                let l = old.limits_for(u32::MAX, u);
+                (l, f.effective(&l))
+            }
+        };
+        if !f.registered(&limits) {
+            let what = match f {
+                Field::Memory => "no memory quota",
+                _ => "no compute share or ceiling",
+            };
+            let on = match entry {
+                Entry::All { .. } => "for every GPU ([all])".to_string(),
+                Entry::Gpu(u) => format!("on GPU {}", config::format_uuid(u)),
+            };
+            return Err(format!(
+                "{label} has {what} {on}: its processes registered none, and cannot take one on while they run ({} {})",
+                f.flag(),
+                shown.display()
+            ));
+        }
+        if from == Some(to) {
+            continue;
+        }
+        let limits_table = match entry {
+            Entry::All { .. } => table
+                .entry("all")
+                .or_insert_with(|| toml::Value::Table(toml::Table::new())),
+            Entry::Gpu(u) => {
+                let devices = table
+                    .entry("device")
+                    .or_insert_with(|| toml::Value::Table(toml::Table::new()))
+                    .as_table_mut()
+                    .ok_or_else(|| format!("{}: device: not a table", shown.display()))?;
+                let key = device_key(devices, u);
+                devices
+                    .entry(key)
+                    .or_insert_with(|| toml::Value::Table(toml::Table::new()))
+            }
+        }
+        .as_table_mut()
+        .ok_or_else(|| format!("{}: {}: not a table", shown.display(), entry.record_name()))?;
+        limits_table.insert(
+            f.key().into(),
+            toml::Value::Integer(i64::try_from(to).unwrap_or(i64::MAX)),
+        );
+        changes.push(Change {
+            entry: entry.record_name(),
+            field: f.key().to_string(),
+            from,
+            to,
+        });
+    }
+    Ok(changes)
+}
+
+/// The first comment line of a quota file (who wrote it), without `# `.
+fn first_comment(text: &str) -> Option<&str> {
+    text.lines()
+        .next()
+        .and_then(|l| l.strip_prefix('#'))
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+}
+
+/// Writes the new memory quota into the segment's entries it applies to
+/// (by UUID; entries without a quota, or not registered, left alone).
+/// Returns a line per entry written, and per GPU now over its quota.
+fn write_segment(t: &Target, new: &Config) -> Result<Vec<String>, String> {
+    if !t.found.has_segment() {
+        return Ok(vec![
+            "memory segment: none yet (no process of it has used CUDA): its processes register the new quota".into(),
+        ]);
+    }
+    let owner = t.user.map(|(uid, _)| (uid, SESSION));
+    let pinned = t.found.segment(owner)?;
+    let shown = t.found.paths.memory_segment();
+    let seg = Segment::open_existing(pinned.path()).map_err(|e| {
+        e.to_string()
+            .replace(&*pinned.path().to_string_lossy(), &shown.to_string_lossy())
+    })?;
+    let mut out = vec![];
+    for r in seg.raw_devices() {
+        if r.state != READY_STATE || r.limit == UNLIMITED {
+            continue;
+        }
+        let Some(want) = new.limits_for(u32::MAX, &r.uuid).memory else {
+            continue;
+        };
+        let uuid = config::format_uuid(&r.uuid);
+        if want != r.limit {
+            seg.restore_device(r.index, None, want);
+            out.push(format!(
+                "memory segment: GPU {uuid} quota {} (was {})",
+                config::format_size(want),
+                config::format_size(r.limit)
+            ));
+        }
+        let used = seg.device_usage(r.index).map_or(r.used, |u| u.used);
+        if used > want {
+            out.push(format!(
+                "GPU {uuid}: {} in use, over the new quota: every new allocation above it is refused from now on",
+                config::format_size(used)
+            ));
+        }
+    }
+    if seg.truncated() {
+        return Err(format!(
+            "{}: the file was truncated while it was written",
+            shown.display()
+        ));
+    }
+    Ok(out)
+}
+
+/// Writes the new share and ceiling into the slice's tenant entries in
+/// the GPU segments of `gpu_dir` (those of the GPUs the changed entry
+/// applies to). A GPU whose segment holds no entry of the tenant is left
+/// alone: none of its processes uses it.
+fn write_gpu_segments(gpu_dir: &Path, new: &Config, entry: &Entry) -> Result<Vec<String>, String> {
+    let Ok(d) = Dir::open(gpu_dir) else {
+        return Ok(vec![format!(
+            "GPU segments: none in {} yet: its processes register the new share",
+            gpu_dir.display()
+        )]);
+    };
+    let (name, tag) = (new.tenant_name(), new.slice_tag());
+    let mut out = vec![];
+    for file in d.list().map_err(String::from)? {
+        let Some(stem) = Path::new(&file)
+            .file_stem()
+            .filter(|_| Path::new(&file).extension().is_some_and(|x| x == "seg"))
+        else {
+            continue;
+        };
+        let Ok(uuid) = config::parse_uuid(&stem.to_string_lossy()) else {
+            continue;
+        };
+        if matches!(entry, Entry::Gpu(u) if *u != uuid) {
+            continue;
+        }
+        let Some(spec) = new.tenant_spec(u32::MAX, &uuid) else {
+            continue;
+        };
+        // Through the directory held open: its last component is opened
+        // by core without following a link.
+        let via = PathBuf::from(format!("/proc/self/fd/{}", d.as_fd().as_raw_fd())).join(&file);
+        let shown = gpu_dir.join(&file);
+        let g = GpuSegment::open_existing(&via).map_err(|e| {
+            e.to_string()
+                .replace(&*via.to_string_lossy(), &shown.to_string_lossy())
+        })?;
+        if !g.tenants().iter().any(|t| t.name == name && t.tag == tag) {
+            continue;
+        }
+        let (_, before) = g
+            .register(&name, tag, spec, cuslice_core::gpu::monotonic_ns())
+            .map_err(|e| e.to_string())?;
+        if g.truncated() {
+            return Err(format!(
+                "{}: the file was truncated while it was written",
+                shown.display()
+            ));
+        }
+        if let Some((share, max)) = before {
+            out.push(format!(
+                "GPU segment {}: share {}% ceiling {} (was {share}% {})",
+                shown.display(),
+                spec.share,
+                ceiling(spec.max),
+                ceiling(max)
+            ));
+        }
+    }
+    Ok(out)
+}
+
+fn ceiling(max: u32) -> String {
+    if max >= 100 {
+        "none".into()
+    } else {
+        format!("{max}%")
+    }
+}
+
+/// The containers whose records name claim `uid`.
+fn claim_containers(places: &Places, uid: &str) -> Vec<Found> {
+    places
+        .containers()
+        .into_iter()
+        .filter(|f| {
+            f.record()
+                .ok()
+                .flatten()
+                .is_some_and(|m| m.claim.as_deref() == Some(uid))
+        })
+        .collect()
+}
+
+/// Where the OCI hook set the driver's own memory limit on a container's
+/// cgroup (its record says `set: ... on <cgroup>`), sets the new quota
+/// there on every GPU it applies to (as the hook does) and writes what
+/// became of it into the record. A line saying what was done; Err only
+/// where the record cannot be read or written (a driver that refuses is
+/// said in the line and the record, as by the hook: the shim enforces the
+/// quota either way).
+fn driver_limit(ctr: &Found, new: &Config) -> Result<Option<String>, String> {
+    let Ok(d) = ctr.dir.as_ref() else {
+        return Ok(None);
+    };
+    let text = d.read_checked(
+        CONTAINER_RECORD,
+        Some((crate::host::sys::euid(), "our")),
+        crate::host::container::RECORD_MAX,
+    )?;
+    let shown = ctr.paths.record().unwrap_or_default();
+    // As JSON values: a field this version does not know is kept.
+    let mut rec: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| format!("{}: not a container record: {e}", shown.display()))?;
+    let Some(cgroup) = rec
+        .get("driver_memory_limit")
+        .and_then(|v| v.as_str())
+        .and_then(|s| s.strip_prefix("set: "))
+        .and_then(|s| s.split_once(" on "))
+        .map(|(_, dir)| dir.to_string())
+    else {
+        return Ok(None);
+    };
+    let outcome = (|| -> Result<String, String> {
+        let nvml = crate::nvml::Nvml::open()?;
+        let mut set = vec![];
+        for dev in nvml.devices()? {
+            let Ok(uuid) = config::parse_uuid(&dev.uuid) else {
+                continue;
+            };
+            let Some(bytes) = new.limits_for(u32::MAX, &uuid).memory else {
+                continue;
+            };
+            match nvml.set_memory_limit(&dev, &cgroup, bytes)? {
+                crate::nvml::DriverLimit::Set => {
+                    set.push(format!("GPU {} {bytes} bytes", dev.index))
+                }
+                crate::nvml::DriverLimit::Unsupported(why) => {
+                    return Ok(format!("unsupported: {why}"));
+                }
+            }
+        }
+        if set.is_empty() {
+            return Ok("unsupported: NVML lists no GPU the quota applies to".into());
+        }
+        Ok(format!("set: {} on {cgroup}", set.join(", ")))
+    })()
+    .unwrap_or_else(|e| format!("failed: {e}"));
+    rec["driver_memory_limit"] = serde_json::Value::String(outcome.clone());
+    let json = serde_json::to_string(&rec).map_err(|e| e.to_string())?;
+    d.replace_file(CONTAINER_RECORD, (json + "\n").as_bytes(), 0o644)?;
+    Ok(Some(format!(
+        "driver memory limit of {}: {}",
+        text::clean(&short_id(&ctr.name)),
+        text::clean(&outcome)
+    )))
+}
+
+/// `cuslice resize`: what was done, a line each.
+pub fn resize(a: &ResizeArgs) -> Result<Vec<String>, String> {
+    let fields = given(a)?;
+    let grace = match &a.grace {
+        Some(g) => parse_grace(g)?,
+        None => record::DEFAULT_GRACE_SECONDS,
+    };
+    let entry = Entry::parse(a.device.as_deref())?;
+    let me = crate::host::sys::euid();
+    let places = Places::new(Layout::new(&a.root));
+    let t = resolve(&places, &a.target).map_err(|e| {
+        if me != 0 && !a.target.starts_with("run:") {
+            format!("{e} (resizing a container or a claim needs root: its files are root's)")
+        } else {
+            e
+        }
+    })?;
+    let label = t.label.clone();
+    if t.found.kind == SliceKind::Container
+        && let Some(uid) = t.found.record().ok().flatten().and_then(|m| m.claim)
+    {
+        return Err(format!(
+            "{label} is a container of DRA claim {}: resize the claim (claim:{}), whose quota all its containers share",
+            text::clean(&short_id(&uid)),
+            text::clean(&uid)
+        ));
+    }
+    if let Some((uid, gid)) = t.user {
+        if me != 0 && me != uid {
+            return Err(format!(
+                "{label}: the session is uid {uid}'s: only that user or root may resize it"
+            ));
+        }
+        if me == 0 && uid != 0 {
+            become_user(uid, gid)?;
+        }
+    }
+    let dir = t.found.dir.as_ref().map_err(Clone::clone)?;
+    let shown = t.found.paths.quota();
+    let text_before = t.found.quota_text()?;
+    let old = config::parse_file(&shown, &text_before).map_err(|e| e.to_string())?;
+    let mut table: toml::Table =
+        toml::from_str(&text_before).map_err(|e| format!("{}: {e}", shown.display()))?;
+    let changes = plan(&old, &mut table, &entry, &fields, &shown, &label)?;
+    if changes.is_empty() {
+        return Ok(vec![format!(
+            "{label}: nothing to change: {} already as given",
+            shown.display()
+        )]);
+    }
+    let comment = match first_comment(&text_before) {
+        Some(c) => format!("{c}; resized by `cuslice resize`"),
+        None => "resized by `cuslice resize`".to_string(),
+    };
+    let text_after = limits::render(&comment, &table, &shown)
+        .map_err(|e| format!("the resized quota file would not load: {e}"))?;
+    let new = config::parse_file(&shown, &text_after).map_err(|e| e.to_string())?;
+    let rec = ResizeRecord {
+        at_unix: record::now_unix(),
+        grace_seconds: grace,
+        by_uid: me,
+        changes,
+    };
+    let mut out = vec![format!("{label}: {}", rec.describe())];
+    // 1. The record, then 2. the quota file (its mode kept).
+    rec.write(dir)?;
+    let mode = dir
+        .stat(QUOTA_FILE)
+        .map(|st| st.st_mode & 0o7777)
+        .map_err(String::from)?;
+    dir.replace_file(QUOTA_FILE, text_after.as_bytes(), mode)?;
+    out.push(format!("{}: written", shown.display()));
+    let memory = rec.changes.iter().any(|c| c.field == "memory");
+    let compute = rec.changes.iter().any(|c| c.field != "memory");
+    // 3. The memory segment.
+    if memory {
+        out.extend(write_segment(&t, &new)?);
+    }
+    // 4. The GPU segments: the hook's for a container or a claim, the
+    //    session's own (as its file names it) for a session.
+    if compute {
+        let gpu_dir = match t.found.kind {
+            SliceKind::Run => new.gpu_segment_dir.clone(),
+            _ => places.layout().gpu_dir(),
+        };
+        out.extend(write_gpu_segments(&gpu_dir, &new, &entry)?);
+    }
+    // 5. The driver's own limit on the containers' cgroups.
+    if memory {
+        let members = match t.found.kind {
+            SliceKind::Container => vec![t.found],
+            SliceKind::Claim => claim_containers(&places, &t.found.name),
+            SliceKind::Run => vec![],
+        };
+        for m in &members {
+            out.extend(driver_limit(m, &new)?);
+        }
+    }
+    if memory
+        && rec
+            .changes
+            .iter()
+            .any(|c| c.field == "memory" && c.from.is_some_and(|f| c.to < f))
+    {
+        out.push(format!(
+            "a tenant still over its lowered quota after {}s is held to it by `cuslice watch`'s policy (until {})",
+            rec.grace_seconds,
+            record::utc_time_of_day(rec.grace_until())
+        ));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_grace_is_a_duration_from_zero_to_a_day() {
+        assert_eq!(parse_grace("30s"), Ok(30.0));
+        assert_eq!(parse_grace("30"), Ok(30.0));
+        assert_eq!(parse_grace("500ms"), Ok(0.5));
+        assert_eq!(parse_grace("2m"), Ok(120.0));
+        assert_eq!(parse_grace("1.5s"), Ok(1.5));
+        assert_eq!(parse_grace("0"), Ok(0.0));
+        assert_eq!(parse_grace("24h"), Ok(86_400.0));
+        for bad in [
+            "",
+            "-1s",
+            "25h",
+            "1.2.3s",
+            ".5s",
+            "1d",
+            "30 potatoes",
+            "nan",
+            "inf",
+        ] {
+            let e = parse_grace(bad).expect_err(bad);
+            assert!(e.starts_with("--grace "), "{e}");
+        }
+    }
+
+    fn cfg(text: &str) -> (Config, toml::Table) {
+        let p = Path::new("/r/quota.toml");
+        (
+            config::parse_file(p, text).expect("quota"),
+            toml::from_str(text).expect("toml"),
+        )
+    }
+
+    const UUID: &str = "GPU-8f3c2a1e-5b7d-4c2e-9a1b-0c3d4e5f6a7b";
+    const G: u64 = 1 << 30;
+
+    fn planned(
+        text: &str,
+        entry: &Entry,
+        fields: &[(Field, u64)],
+    ) -> Result<(Vec<Change>, Config), String> {
+        let (old, mut t) = cfg(text);
+        let p = Path::new("/r/quota.toml");
+        let c = plan(&old, &mut t, entry, fields, p, "container x")?;
+        let new = limits::render("c", &t, p)?;
+        Ok((
+            c,
+            config::parse_file(p, &new).expect("renders a valid file"),
+        ))
+    }
+
+    #[test]
+    fn memory_for_all_gpus_changes_all_and_only_the_fields_given() {
+        let all = Entry::All { named: false };
+        let (c, new) = planned(
+            "tenant = \"t\"\nslice = \"ctr-x\"\n[all]\nmemory = \"8GiB\"\ncompute = 30\n",
+            &all,
+            &[(Field::Memory, 4 * G)],
+        )
+        .expect("planned");
+        assert_eq!(
+            c,
+            [Change {
+                entry: "all".into(),
+                field: "memory".into(),
+                from: Some(8 * G),
+                to: 4 * G
+            }]
+        );
+        assert_eq!(new.all.memory, Some(4 * G));
+        assert_eq!(new.all.compute, Some(30));
+        assert_eq!(new.tenant.as_deref(), Some("t"));
+        assert_eq!(new.slice.as_deref(), Some("ctr-x"));
+        // Already so: nothing.
+        let (c, _) = planned(
+            "[all]\nmemory = \"8GiB\"\n",
+            &all,
+            &[(Field::Memory, 8 * G)],
+        )
+        .expect("planned");
+        assert!(c.is_empty());
+        // A share given by its ceiling alone: that is what it was.
+        let (c, new) =
+            planned("[all]\ncompute_max = 50\n", &all, &[(Field::Compute, 20)]).expect("planned");
+        assert_eq!(c[0].from, Some(50));
+        assert_eq!((new.all.compute, new.all.compute_max), (Some(20), Some(50)));
+    }
+
+    #[test]
+    fn what_a_resize_cannot_do_live_is_one_line_naming_why() {
+        let all = Entry::All { named: false };
+        // No memory quota: the processes registered none.
+        let e = planned("[all]\ncompute = 30\n", &all, &[(Field::Memory, G)]).expect_err("none");
+        assert_eq!(
+            e,
+            "container x has no memory quota for every GPU ([all]): its processes registered none, and cannot take one on while they run (--memory /r/quota.toml)"
+        );
+        let e =
+            planned("[all]\nmemory = \"1GiB\"\n", &all, &[(Field::Compute, 30)]).expect_err("none");
+        assert!(
+            e.contains("has no compute share or ceiling for every GPU"),
+            "{e}"
+        );
+        // Given by index.
+        let e = planned(
+            "[all]\nmemory = \"1GiB\"\n[device.0]\nmemory = \"2GiB\"\n",
+            &Entry::Gpu(config::parse_uuid(UUID).expect("uuid")),
+            &[(Field::Memory, G)],
+        )
+        .expect_err("index");
+        assert!(
+            e.starts_with("/r/quota.toml: memory is given by index in [device.0]: "),
+            "{e}"
+        );
+        // Per GPU too, and no entry named.
+        let text = format!("[all]\nmemory = \"1GiB\"\n[device.\"{UUID}\"]\nmemory = \"2GiB\"\n");
+        let e = planned(&text, &all, &[(Field::Memory, G)]).expect_err("per GPU");
+        assert_eq!(
+            e,
+            format!(
+                "/r/quota.toml: memory is also given per GPU in [device.\"{UUID}\"]: say which entry with --device (all, or a GPU's UUID)"
+            )
+        );
+        // Named: [all] changes, the GPU's own entry keeps its value.
+        let (_, new) = planned(
+            &text,
+            &Entry::All { named: true },
+            &[(Field::Memory, 3 * G)],
+        )
+        .expect("named");
+        let u = config::parse_uuid(UUID).expect("uuid");
+        assert_eq!(new.all.memory, Some(3 * G));
+        assert_eq!(new.limits_for(0, &u).memory, Some(2 * G));
+        // A ceiling below the share: the grammar's line.
+        let e =
+            planned("[all]\ncompute = 40\n", &all, &[(Field::ComputeMax, 30)]).expect_err("below");
+        assert!(e.contains("/r/quota.toml: all"), "{e}");
+        // An index given as the entry.
+        let e = Entry::parse(Some("0")).expect_err("index");
+        assert!(
+            e.starts_with("--device 0: a GPU by index cannot be resized live"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_gpus_own_entry_is_changed_in_its_own_spelling_or_made() {
+        let u = config::parse_uuid(UUID).expect("uuid");
+        let lower = UUID.to_lowercase();
+        let text = format!("[all]\nmemory = \"1GiB\"\n[device.\"{lower}\"]\nmemory = \"2GiB\"\n");
+        let (old, mut t) = cfg(&text);
+        let p = Path::new("/r/quota.toml");
+        let c = plan(
+            &old,
+            &mut t,
+            &Entry::Gpu(u),
+            &[(Field::Memory, 3 * G)],
+            p,
+            "x",
+        )
+        .expect("planned");
+        assert_eq!(c[0].entry, format!("device.{UUID}"));
+        assert_eq!(c[0].from, Some(2 * G));
+        let devices = t["device"].as_table().expect("devices");
+        assert_eq!(devices.keys().collect::<Vec<_>>(), [&lower]);
+        // Made from [all] where the GPU has no entry of its own.
+        let (_, new) = planned(
+            "[all]\nmemory = \"1GiB\"\n",
+            &Entry::Gpu(u),
+            &[(Field::Memory, 3 * G)],
+        )
+        .expect("made");
+        assert_eq!(new.limits_for(0, &u).memory, Some(3 * G));
+        assert_eq!(new.all.memory, Some(G));
+    }
+}
