@@ -23,6 +23,7 @@ use super::judge::{Case, History, Key, Verdict, slice_key};
 use super::log::log;
 use super::procfs::{ProcSource, Procfs};
 use super::slices::{SliceId, Slices};
+use crate::host::resize::utc_time_of_day;
 use crate::host::text::{self, LINE_MAX};
 use crate::host::watch_state::{self, FindingView, Kind};
 
@@ -69,7 +70,9 @@ pub enum Action {
 /// is under its quota; unregistered, that process, once seen in two passes
 /// in a row; compute, the slice's processes on that GPU. Freeze: compute
 /// only (stopping a process gives no memory back). Segments are repaired
-/// in every policy unless `repair = false`. Never acted on: a quota,
+/// in every policy unless `repair = false`. A memory quota lowered by a
+/// resize: not acted on within its grace; after it, as any memory finding
+/// (report: said once more, as after the grace). Never acted on: a quota,
 /// share or ceiling given by index (NVML's index need not be the GPU the
 /// tenant calls so), and a compute finding on a GPU whose segment was
 /// tampered with lately (the split may be forged, and acting could get a
@@ -114,6 +117,30 @@ pub fn decide(v: &Verdict, cfg: &WatchConfig) -> Action {
             Policy::Kill => Action::KillNewest(kill.clone()),
             Policy::Report | Policy::Freeze => Action::Report,
         },
+        Case::MemoryResized {
+            kill,
+            certain,
+            until_ms,
+            over,
+        } => {
+            let until = utc_time_of_day(*until_ms as f64 / 1000.0);
+            if !over {
+                return Action::Hold(format!(
+                    "not acted on: over its resized quota, within its grace until {until}"
+                ));
+            }
+            match cfg.policy {
+                Policy::Kill if !certain => {
+                    Action::Hold("not acted on: the quota file gives this quota by index".into())
+                }
+                Policy::Kill => Action::KillNewest(kill.clone()),
+                // Said, so that the finding does not keep the grace's
+                // words.
+                Policy::Report | Policy::Freeze => Action::Hold(format!(
+                    "reported: over its resized quota after its grace (ended {until})"
+                )),
+            }
+        }
         Case::Compute {
             slice,
             gpu,
@@ -658,6 +685,43 @@ mod tests {
         // Found again later: a new finding.
         r.found(5, key, view, None);
         assert_eq!(r.counts().map(|(_, n)| *n).collect::<Vec<_>>(), [2]);
+    }
+
+    #[test]
+    fn a_quota_lowered_by_a_resize_is_held_within_its_grace_and_acted_on_after_it() {
+        let within = found(Case::MemoryResized {
+            kill: vec![(8, 80)],
+            certain: true,
+            until_ms: 86_400_000 + 3_723_000,
+            over: false,
+        });
+        let after = found(Case::MemoryResized {
+            kill: vec![(8, 80)],
+            certain: true,
+            until_ms: 86_400_000 + 3_723_000,
+            over: true,
+        });
+        for p in [Policy::Report, Policy::Kill, Policy::Freeze] {
+            assert_eq!(
+                decide(&within, &under(p)),
+                Action::Hold(
+                    "not acted on: over its resized quota, within its grace until 01:02:03 UTC"
+                        .into()
+                )
+            );
+        }
+        assert_eq!(
+            decide(&after, &under(Policy::Kill)),
+            Action::KillNewest(vec![(8, 80)])
+        );
+        for p in [Policy::Report, Policy::Freeze] {
+            assert_eq!(
+                decide(&after, &under(p)),
+                Action::Hold(
+                    "reported: over its resized quota after its grace (ended 01:02:03 UTC)".into()
+                )
+            );
+        }
     }
 
     // ---- What the judge finds on snapshots written by hand, acted on ----

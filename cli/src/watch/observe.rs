@@ -219,6 +219,7 @@ impl Observer {
             self.mapping.retain(|(pid, _)| listed.contains(pid));
         }
         snap.now_ns = monotonic_ns();
+        snap.now_unix = crate::host::resize::now_unix();
         self.read_slices(&mut snap);
         self.read_registrations(&mut snap);
         self.audit_gpu_segments(&mut snap);
@@ -367,6 +368,7 @@ impl Observer {
                 tenant: s.tenant.clone(),
                 label: s.label.clone(),
                 quota: s.quota.clone(),
+                resize: s.resize.clone(),
                 mem_seg: s.mem_seg.clone(),
                 ..SliceSnap::default()
             };

@@ -113,7 +113,6 @@ impl ProcSource for Procfs {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

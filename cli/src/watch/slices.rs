@@ -44,8 +44,10 @@
 //!   directory `cuslice-run-<pid>-<random>` that the run process holds
 //!   open (found among its descriptors: the name is unpredictable), its GPU
 //!   segment directory `$CUSLICE_GPU_SEGMENT_DIR` (else the default). Its
-//!   quota file there is read once, when the session is first seen (the
-//!   user owns that file and could edit it later), from the directory
+//!   quota file there is read when the session is first seen, and again
+//!   whenever it is written again (`cuslice resize` of the session, by its
+//!   user or root; the user owns the file and chooses the session's
+//!   limits, as with `cuslice run`'s flags), from the directory
 //!   opened in its base without following a link (the run process's
 //!   user's), opened without following a link or blocking,
 //!   and only as a regular file of the run process's user of at most
@@ -53,6 +55,12 @@
 //!   `segment_dir` or `gpu_segment_dir` is not what `cuslice run` wrote is
 //!   reported, and the session's segments are then never written by the
 //!   watch (`repair`).
+//!
+//! A slice's quota file is read again when it changes (a container's or a
+//! session's as a claim's always was), so that a resize (`cuslice
+//! resize`) is what the watch holds the slice to and restores its
+//! segment from; the record of the last resize (`resize.json` beside
+//! the file, read by the same rule) is read with it.
 //!
 //! The answer for a PID is cached under (PID, start time), so a pass reads
 //! `/proc/<pid>/stat` once per process NVML lists, and the rest only for a
@@ -70,6 +78,7 @@ use crate::host::container::{describe, short_id};
 use crate::host::discover::{self, FileId, Found, PinnedSegment, Places, SESSION};
 use crate::host::fs::{self, Kind};
 use crate::host::layout::{self, Layout, SliceDir};
+use crate::host::resize::ResizeRecord;
 use crate::host::text;
 
 /// Whose a host process is.
@@ -121,6 +130,14 @@ pub struct Slice {
     pub label: String,
     /// Its quota file, parsed (None: unreadable; see the note).
     pub quota: Option<Config>,
+    /// The record of its last resize (`resize.json` beside the quota
+    /// file), read with it; the judge gives it weight only while it holds
+    /// for the file (`ResizeRecord::applies_to`).
+    pub resize: Option<ResizeRecord>,
+    /// A session's quota file as it was read: where (its base as reached
+    /// from here, its name, its path as shown) and its identity; a file
+    /// written again since is read again (`Slices::refresh`).
+    pub run_quota: Option<RunQuota>,
     /// Its memory segment, as a path here (None: no memory quota).
     pub mem_seg: Option<PathBuf>,
     /// Its GPU segment directory, as a path here.
@@ -154,6 +171,39 @@ impl Slice {
         match &self.claim {
             Some(uid) => SliceId::Claim(uid.clone()),
             None => self.id.clone(),
+        }
+    }
+}
+
+/// Where a session's quota file was read, and what it was.
+#[derive(Debug, Clone)]
+pub struct RunQuota {
+    base: PathBuf,
+    name: OsString,
+    shown: PathBuf,
+    uid: u32,
+    id: Option<FileId>,
+}
+
+impl RunQuota {
+    /// The identity of the quota file now (None: not reached).
+    fn now(&self) -> Option<FileId> {
+        discover::run(&self.base, &self.name, &self.shown, Some(self.uid))
+            .ok()?
+            .quota_id()
+    }
+}
+
+/// A slice's resize record (`Found::resize`): a bad one is a note, and
+/// none.
+fn resize_of(f: &Found, label: &str, notes: &mut Vec<String>) -> Option<ResizeRecord> {
+    match f.resize() {
+        Ok(r) => r,
+        Err(e) => {
+            notes.push(format!(
+                "{label}: {e}: the grace of its last resize is not given"
+            ));
+            None
         }
     }
 }
@@ -194,8 +244,9 @@ pub struct Slices {
     /// The DRA claims the loaded container records name, by UID.
     pub claims: BTreeMap<String, Slice>,
     pub runs: BTreeMap<(u32, u64), Slice>,
-    /// The `container.json` each container (loaded or stale) was read from.
-    meta_ids: HashMap<String, FileId>,
+    /// The `container.json` and `quota.toml` each container (loaded or
+    /// stale) was read from.
+    meta_ids: HashMap<String, (FileId, Option<FileId>)>,
     /// The claim's quota file and record each claim was read from.
     claim_ids: HashMap<String, ClaimFiles>,
     /// Containers whose recorded init is gone: not loaded again until their
@@ -409,10 +460,10 @@ impl Slices {
         for ctr in found {
             let id = ctr.name.clone();
             let meta = self.layout.container(&id).record().unwrap_or_default();
-            let now = ctr.record_id();
+            let now = ctr.record_id().map(|r| (r, ctr.quota_id()));
             if self.meta_ids.get(&id) != now.as_ref() {
                 // New, or written again (a container restarted under the
-                // same id): read afresh.
+                // same id, its quota file resized): read afresh.
                 changed |= self.containers.remove(&id).is_some();
                 self.stale.remove(&id);
                 self.meta_ids.remove(&id);
@@ -449,6 +500,18 @@ impl Slices {
         self.runs.retain(|k, _| alive(k));
         self.shared_runs.retain(alive);
         changed |= before != self.runs.len();
+        // A session whose quota file was written again (a resize): read
+        // afresh, by the same rule as when it was first seen.
+        let rewritten: Vec<(u32, u64)> = self
+            .runs
+            .iter()
+            .filter(|(_, s)| s.run_quota.as_ref().is_some_and(|q| q.now() != q.id))
+            .map(|(k, _)| *k)
+            .collect();
+        for (pid, start) in rewritten {
+            let s = self.load_run(p, pid, start);
+            self.runs.insert((pid, start), s);
+        }
         if changed {
             // A new container may own processes seen outside any slice;
             // a gone one owns none. A claim's processes are classified
@@ -533,8 +596,13 @@ impl Slices {
             }
         };
         let claim = self.layout.claim(uid);
+        let resize = quota
+            .as_ref()
+            .and_then(|_| resize_of(f, &label, &mut self.notes));
         Slice {
             id: SliceId::Claim(uid.to_string()),
+            resize,
+            run_quota: None,
             tenant: quota
                 .as_ref()
                 .map_or_else(|| format!("claim-{uid}"), Config::tenant_name),
@@ -603,6 +671,9 @@ impl Slices {
         let init = meta
             .as_ref()
             .and_then(|m| Some((m.init_pid?, m.init_start?)));
+        let resize = quota
+            .as_ref()
+            .and_then(|_| resize_of(ctr, &label, &mut self.notes));
         let older = "(made by an older cuslice oci-hook)";
         let no_init = if init.is_none() {
             "; nor its init process: a record left behind is not told from a live one"
@@ -627,6 +698,8 @@ impl Slices {
         }
         Some(Slice {
             id: SliceId::Container(id.to_string()),
+            resize,
+            run_quota: None,
             tenant: match (&quota, &claim) {
                 (Some(c), _) => c.tenant_name(),
                 // A claim's container registers as the claim's tenant.
@@ -667,6 +740,8 @@ impl Slices {
         let uid = p.uid(pid);
         let mut slice = Slice {
             id: SliceId::Run { pid, start },
+            resize: None,
+            run_quota: None,
             tenant: tenant.clone(),
             tag: 0,
             label: label.clone(),
@@ -709,9 +784,15 @@ impl Slices {
         // directory itself not a link and the user's, its quota file read
         // from its descriptor.
         let name = run_dir.file_name().unwrap_or_default();
-        let cfg = match discover::run(&p.in_root(pid, &base), name, &run_dir, Some(uid))
-            .and_then(|f| f.quota())
-        {
+        let found = discover::run(&p.in_root(pid, &base), name, &run_dir, Some(uid));
+        slice.run_quota = Some(RunQuota {
+            base: p.in_root(pid, &base),
+            name: name.to_os_string(),
+            shown: run_dir.clone(),
+            uid,
+            id: found.as_ref().ok().and_then(Found::quota_id),
+        });
+        let cfg = match found.as_ref().map_err(Clone::clone).and_then(Found::quota) {
             Ok(c) => c,
             Err(e) => {
                 // `run` without limits writes no quota file (it becomes the
@@ -783,6 +864,9 @@ impl Slices {
         }
         slice.repair = wrong.is_empty();
         slice.tag = tag;
+        if let Ok(f) = &found {
+            slice.resize = resize_of(f, &label, &mut self.notes);
+        }
         slice.mem_seg = cfg
             .has_memory()
             .then(|| p.in_root(pid, &paths.memory_segment()));

@@ -11,6 +11,7 @@ use cuslice_core::gpu::audit::{Expected, Finding};
 use cuslice_core::segment::RawDevice;
 
 use super::slices::{Owner, SliceId};
+use crate::host::resize::ResizeRecord;
 
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
@@ -18,6 +19,8 @@ pub struct Snapshot {
     pub pass: u64,
     /// CLOCK_MONOTONIC (ns) when the segments were read.
     pub now_ns: u64,
+    /// CLOCK_REALTIME (s) then: what a resize's grace is measured in.
+    pub now_unix: f64,
     /// Every GPU NVML names, listed this pass or not.
     pub devices: Vec<Device>,
     /// The GPUs whose processes NVML listed this pass.
@@ -104,6 +107,8 @@ pub struct SliceSnap {
     pub label: String,
     /// Its quota file, parsed (None: unreadable; not judged).
     pub quota: Option<Config>,
+    /// The record of its last resize (None: none, or unreadable).
+    pub resize: Option<ResizeRecord>,
     /// Its memory segment's path (None: no memory quota).
     pub mem_seg: Option<PathBuf>,
     /// The memory segment's device entries as they are, whatever their

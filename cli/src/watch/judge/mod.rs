@@ -11,6 +11,8 @@
 //!   sightings);
 //! - [`memory`]: a slice over its memory quota on a GPU, and which of its
 //!   processes to kill;
+//! - [`resize`]: a memory finding on a GPU whose quota the slice's last
+//!   resize lowered: within the resize's grace, or after it;
 //! - [`compute`]: a slice over its share or its ceiling on a GPU (the
 //!   throttled time between passes, whether a demand is current, the
 //!   ceiling's window, the passes in a row, the slices serving a freeze,
@@ -23,7 +25,7 @@
 //! what the steps share about a tenant (whether the shim registers it,
 //! whether a limit is certain) is `tenant`'s. [`judge`] composes the
 //! rules, in the order their findings are logged: per GPU, per slice with
-//! processes on it, `unregistered` then `memory`, then `compute` for the
+//! processes on it, `unregistered` then `memory` (through `resize`), then `compute` for the
 //! GPU; then `memory_segment` per slice; then `gpu_segment` per GPU
 //! segment file. No rule imports another: what one needs of another's
 //! history is an argument.
@@ -31,6 +33,7 @@
 pub mod compute;
 pub mod memory;
 pub mod registration;
+pub mod resize;
 pub mod segments;
 pub mod verdict;
 
@@ -75,7 +78,10 @@ pub fn judge(snap: &Snapshot, prev: &History, cfg: &WatchConfig) -> (Vec<Verdict
                 procs,
                 &mut next.registration,
             ));
-            out.extend(memory::memory(gpu, id, slice, procs, cfg));
+            out.extend(
+                memory::memory(gpu, id, slice, procs, cfg)
+                    .map(|v| resize::grace(v, gpu, slice, snap.now_unix)),
+            );
         }
         out.extend(compute::compute(
             snap,

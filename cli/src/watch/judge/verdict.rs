@@ -60,6 +60,15 @@ pub enum Case {
         kill: Vec<(u32, u64)>,
         certain: bool,
     },
+    /// [`Case::Memory`] on a GPU whose quota the slice's last resize
+    /// lowered (`judge::resize`): its grace ends at `until_ms`
+    /// (CLOCK_REALTIME, ms); `over`: it has ended.
+    MemoryResized {
+        kill: Vec<(u32, u64)>,
+        certain: bool,
+        until_ms: u64,
+        over: bool,
+    },
     /// A slice over its share or ceiling on a GPU for `compute_sustain`
     /// passes: its processes there; `forged`: that GPU's segment was
     /// tampered with lately (the split may be forged).
