@@ -314,9 +314,29 @@ pub fn details(s: &Snapshot) -> String {
                 .map(|m| format!(", container {}", crate::host::container::describe(m)))
                 .unwrap_or_default()
         ));
-        for d in &c.devices {
+        if let Some(l) = c
+            .container
+            .as_ref()
+            .and_then(|m| m.driver_memory_limit.as_ref())
+        {
+            out.push_str(&format!("  driver memory limit: {l}\n"));
+        }
+        if let Some(r) = &c.resize {
             out.push_str(&format!(
-                "  GPU {}  memory {} / {}  (peak {}, refused {})\n",
+                "  resized by uid {}: {}; grace {}s\n",
+                r.by_uid,
+                r.describe(),
+                r.grace_seconds
+            ));
+        }
+        for d in &c.devices {
+            let grace = match d.grace_left_seconds {
+                Some(s) if s > 0.0 => format!("  over its quota after a resize: grace {s:.0}s left"),
+                Some(_) => "  over its quota after a resize: grace over, `cuslice watch` applies its policy".into(),
+                None => String::new(),
+            };
+            out.push_str(&format!(
+                "  GPU {}  memory {} / {}  (peak {}, refused {}){grace}\n",
                 d.uuid,
                 gib(d.used_bytes),
                 d.limit_bytes.map(gib).unwrap_or_else(|| "no quota".into()),

@@ -38,6 +38,7 @@ use crate::host::container::{self, ContainerMeta, command_line, describe, short_
 use crate::host::discover::{self, Found, Places};
 use crate::host::fs::{Dir, Kind};
 use crate::host::layout::{self, Layout, MEMORY_SEGMENT, QUOTA_FILE, SliceKind};
+use crate::host::resize::{self, ResizeRecord};
 use crate::host::text::{self, LINE_MAX, clean};
 use crate::host::watch_state;
 use crate::nvml::{DeviceHandle, GpuInfo, Nvml, sample_period_us, sample_window_us};
@@ -377,6 +378,9 @@ pub struct ContainerView {
     #[serde(skip)]
     pub tag: u64,
     pub container: Option<ContainerMeta>,
+    /// Its last resize (`cuslice resize`), while its quota file still
+    /// holds what that resize wrote.
+    pub resize: Option<ResizeRecord>,
     pub devices: Vec<DeviceView>,
     pub processes: Vec<ProcessView>,
 }
@@ -391,6 +395,9 @@ pub struct DeviceView {
     pub used_bytes: u64,
     pub peak_bytes: u64,
     pub refused: u64,
+    /// Over a quota its last resize lowered: the seconds left of the
+    /// resize's grace before `cuslice watch` applies its policy (0: over).
+    pub grace_left_seconds: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -443,6 +450,8 @@ struct ProcRead {
 /// One memory segment, read.
 struct MemRead {
     view: ContainerView,
+    /// Why its resize record could not be read (a line of the errors).
+    resize_error: Option<String>,
     file: Option<(u64, u64)>,
     /// What runs there where no container record says more: `container
     /// <id>` (the hook's layout) or `DRA claim <uid>` (the DRA plugin's).
@@ -641,6 +650,36 @@ fn void_if_truncated<T>(r: T, truncated: bool, path: &Path) -> Result<T, String>
     }
 }
 
+/// A slice's last resize, while its quota file holds what it wrote, and
+/// for each GPU over a quota it lowered the grace left; or why its record
+/// could not be read.
+fn resized(mem: &MemFile, devices: &mut [DeviceView]) -> (Option<ResizeRecord>, Option<String>) {
+    let MemFile::Slice(f) = mem else {
+        return (None, None);
+    };
+    let mut r = match f.resize() {
+        Ok(Some(r)) => r,
+        Ok(None) => return (None, None),
+        Err(e) => return (None, Some(e)),
+    };
+    let Some(q) = f.quota().ok().filter(|q| r.applies_to(q)) else {
+        return (None, None);
+    };
+    // A session's record is its user's: what it says is shown escaped.
+    for c in &mut r.changes {
+        c.entry = clean(&c.entry);
+        c.field = clean(&c.field);
+    }
+    let now = resize::now_unix();
+    for d in devices.iter_mut() {
+        let over = d.limit_bytes.is_some_and(|l| d.used_bytes > l);
+        if let (true, Ok(uuid)) = (over, config::parse_uuid(&d.uuid)) {
+            d.grace_left_seconds = r.grace_on(&q, &uuid).map(|until| (until - now).max(0.0));
+        }
+    }
+    (Some(r), None)
+}
+
 fn read_mem(mem: &MemFile) -> Result<MemRead, String> {
     let path = &mem.path();
     // Through its pinned directory (the file itself is opened without
@@ -663,6 +702,7 @@ fn read_mem(mem: &MemFile) -> Result<MemRead, String> {
                 used_bytes: u.used,
                 peak_bytes: u.peak,
                 refused: u.refused,
+                grace_left_seconds: None,
             });
         }
     }
@@ -692,12 +732,15 @@ fn read_mem(mem: &MemFile) -> Result<MemRead, String> {
         .collect();
     let ((tenant, tag), container, origin) = segment_owner(mem);
     void_if_truncated((), s.truncated(), path)?;
+    let (resize, resize_error) = resized(mem, &mut devices);
     Ok(MemRead {
+        resize_error,
         view: ContainerView {
             segment: clean(&path.display().to_string()),
             tenant,
             tag,
             container,
+            resize,
             devices,
             processes,
         },
@@ -924,7 +967,10 @@ impl Observer {
         let given = !self.src.memory.is_empty();
         for m in self.src.memory_files() {
             match read_mem(&m) {
-                Ok(m) => mems.push(m),
+                Ok(mut m) => {
+                    errors.extend(m.resize_error.take().map(|e| text::clean_to(&e, LINE_MAX)));
+                    mems.push(m);
+                }
                 // A segment found by looking that went away meanwhile (its
                 // container or program ended) is no error.
                 Err(_) if !given && m.gone() => {}
