@@ -4,6 +4,11 @@
  *   memtest race ROUNDS CHUNK QUOTA  allocate/free CHUNKs at random; check the device-wide
  *                                    usage (fake ground truth) never exceeds QUOTA
  *   memtest hold BYTES               allocate, say so, and sleep until killed
+ *   memtest serve BYTES              allocate BYTES (0: none), say so, then answer one line of
+ *                                    stdin at a time until it ends: "info" (cuMemGetInfo_v2's
+ *                                    total and free, NVML's total and used), "alloc N" (one
+ *                                    allocation, kept where it succeeds: its status), "free"
+ *                                    (every allocation "alloc" kept)
  *   memtest alloc BYTES              one allocation, print its status
  *   memtest timed BYTES              one allocation: its status, when it was asked and
  *                                    when it returned (CLOCK_MONOTONIC ns), then hold it
@@ -227,6 +232,42 @@ static int arrays(int n) {
     return 0;
 }
 
+/* memtest serve: a running process whose quota changes under it (cuslice
+ * resize) answers what it sees, when asked. */
+static int serve(size_t bytes) {
+    enum { MAX = 1024 };
+    static CUdeviceptr kept[MAX];
+    int n = 0;
+    CUdeviceptr p = 0;
+    if (bytes) CHECK(cuMemAlloc_v2(&p, bytes));
+    printf("R held\n");
+    nvmlDevice_t nd;
+    int nvml = nvmlInit_v2() == NVML_SUCCESS && nvmlDeviceGetHandleByIndex_v2(0, &nd) == NVML_SUCCESS;
+    char line[128];
+    while (fgets(line, sizeof line, stdin) != NULL) {
+        if (!strncmp(line, "info", 4)) {
+            size_t free2 = 0, total2 = 0;
+            CHECK(cuMemGetInfo_v2(&free2, &total2));
+            nvmlMemory_t m;
+            memset(&m, 0, sizeof m);
+            if (!nvml || nvmlDeviceGetMemoryInfo(nd, &m) != NVML_SUCCESS) m.total = m.used = 0;
+            printf("R info total=%zu free=%zu nvml_total=%llu nvml_used=%llu\n", total2, free2, m.total, m.used);
+        } else if (!strncmp(line, "alloc ", 6)) {
+            CUdeviceptr q = 0;
+            CUresult r = n < MAX ? cuMemAlloc_v2(&q, strtoull(line + 6, NULL, 10)) : CUDA_ERROR_OUT_OF_MEMORY;
+            if (r == CUDA_SUCCESS) kept[n++] = q;
+            printf("R alloc=%d\n", r);
+        } else if (!strncmp(line, "free", 4)) {
+            int freed = 0;
+            while (n > 0) freed += cuMemFree_v2(kept[--n]) == CUDA_SUCCESS;
+            printf("R freed=%d\n", freed);
+        } else {
+            printf("R unknown\n");
+        }
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) return 2;
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -316,6 +357,7 @@ int main(int argc, char **argv) {
         printf("R free=%zu total=%zu devtotal=%zu\n", f, t, dt);
         return 0;
     }
+    if (!strcmp(cmd, "serve")) return serve(strtoull(argv[2], NULL, 10));
     if (!strcmp(cmd, "hold")) {
         CUdeviceptr p;
         CHECK(cuMemAlloc_v2(&p, strtoull(argv[2], NULL, 10)));

@@ -1,0 +1,856 @@
+//! `cuslice resize` against the fake driver and NVML: a running `cuslice
+//! run` session and a container laid out as the OCI hook lays it out (its
+//! process given the container's quota file and segment as the hook's
+//! mounts would), resized down and up while they run; what each running
+//! process then sees (admission, `cuMemGetInfo`, NVML's memory figures,
+//! its share in the GPU segment), what `cuslice status` shows, what
+//! `cuslice watch` does with a tenant over its lowered quota (nothing
+//! within the grace, its policy after) and with a tenant raising its own
+//! quota after a resize (put back to the resized value); the targets that
+//! match none or several.
+
+#[path = "../../tests/common/mod.rs"]
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{Receiver, channel};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use cuslice_core::config::format_uuid;
+use cuslice_core::gpu::GpuSegment;
+use cuslice_core::segment::Segment;
+
+const MIB: u64 = 1 << 20;
+const GIB: u64 = 1 << 30;
+const INTERVAL_MS: u64 = 250;
+/// CUDA_ERROR_OUT_OF_MEMORY.
+const OOM: i32 = 2;
+
+/// A test's host: the hook's root (containers, GPU segments, the watch's
+/// state), the runtime directory of its sessions, the fake GPU's state.
+struct Host {
+    dir: PathBuf,
+}
+
+impl Host {
+    fn new(name: &str) -> Host {
+        let dir =
+            std::env::temp_dir().join(format!("cuslice-resize-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("root/gpu")).expect("mkdir");
+        std::fs::create_dir_all(dir.join("xdg")).expect("mkdir");
+        Host { dir }
+    }
+
+    fn root(&self) -> PathBuf {
+        self.dir.join("root")
+    }
+
+    /// `prog` on this host's fake GPU.
+    fn cmd(&self, prog: &Path) -> Command {
+        let e = common::env();
+        let mut c = Command::new(prog);
+        c.env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env(
+                "LD_LIBRARY_PATH",
+                format!("{}:{}", e.fake.display(), e.apps.display()),
+            )
+            .env("CUSLICE_LIB", &e.shim)
+            .env("CUSLICE_REAL_NVML", e.fake.join("libnvidia-ml.so.1"))
+            .env("FAKE_CUDA_STATE", self.dir.join("fake.state"))
+            .env("FAKE_CUDA_CTX_OVERHEAD", "1MiB")
+            .env("XDG_RUNTIME_DIR", self.dir.join("xdg"))
+            .env("CUSLICE_GPU_SEGMENT_DIR", self.root().join("gpu"))
+            .env("CUSLICE_SEGMENT_DIR", self.dir.join("local"))
+            .env("CUSLICE_LOG", "warn");
+        c
+    }
+
+    fn cuslice(&self) -> Command {
+        self.cmd(Path::new(env!("CARGO_BIN_EXE_cuslice")))
+    }
+
+    /// `cuslice resize ARGS --root <root>`: (exit code, stdout, stderr).
+    fn resize(&self, args: &[&str]) -> (i32, String, String) {
+        let out = self
+            .cuslice()
+            .arg("resize")
+            .args(args)
+            .arg("--root")
+            .arg(self.root())
+            .output()
+            .expect("cuslice resize");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// `cuslice resize ARGS`, which must succeed: its stdout.
+    fn resized(&self, args: &[&str]) -> String {
+        let (code, out, err) = self.resize(args);
+        assert_eq!(code, 0, "cuslice resize {args:?}:\n{out}{err}");
+        out
+    }
+
+    /// `cuslice status --json` of this host.
+    fn status_json(&self) -> serde_json::Value {
+        let out = self
+            .cuslice()
+            .args(["status", "--json", "--interval", "0", "--containers-root"])
+            .arg(self.root().join("containers"))
+            .output()
+            .expect("status");
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+    }
+
+    /// `cuslice status` (text) of this host.
+    fn status_text(&self) -> String {
+        let out = self
+            .cuslice()
+            .args(["status", "--interval", "0", "--containers-root"])
+            .arg(self.root().join("containers"))
+            .output()
+            .expect("status");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn state(&self) -> Option<serde_json::Value> {
+        serde_json::from_slice(&std::fs::read(self.root().join("watch/state.json")).ok()?).ok()
+    }
+
+    /// Starts `cuslice watch` (every 250 ms, this host's root, `extra`
+    /// lines of watch.toml) and waits for its first pass.
+    fn watch(&self, extra: &str) -> Lines {
+        let cfg = self.dir.join("watch.toml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "interval = \"{INTERVAL_MS}ms\"\nroot = \"{}\"\n{extra}\n",
+                self.root().display()
+            ),
+        )
+        .expect("watch.toml");
+        let mut c = self.cuslice();
+        c.args(["watch", "--config"]).arg(&cfg);
+        let w = Lines::spawn(c, false);
+        common::wait_for(
+            || format!("the watch never passed:\n{}", w.text()),
+            Duration::from_secs(20),
+            || {
+                self.state()
+                    .filter(|s| s["passes"].as_u64() >= Some(1) && s["running"] == true)
+            },
+        );
+        w
+    }
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A child in a process group of its own (dropping it kills the group),
+/// its stdout and stderr lines collected; with `stdin`, one it is asked
+/// questions on (`memtest serve`).
+struct Lines {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Arc<Mutex<Vec<String>>>,
+    answers: Receiver<String>,
+}
+
+impl Lines {
+    fn spawn(mut c: Command, stdin: bool) -> Lines {
+        use std::os::unix::process::CommandExt;
+        c.stdin(if stdin { Stdio::piped() } else { Stdio::null() })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        let mut child = c.spawn().expect("spawn");
+        let lines = Arc::new(Mutex::new(vec![]));
+        let (tx, answers) = channel();
+        let out = child.stdout.take().expect("stdout");
+        let l = lines.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                l.lock().expect("lock").push(line.clone());
+                if line.starts_with("R ") && tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let err = child.stderr.take().expect("stderr");
+        let l = lines.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines() {
+                let Ok(line) = line else { break };
+                l.lock().expect("lock").push(line);
+            }
+        });
+        Lines {
+            stdin: child.stdin.take(),
+            child,
+            lines,
+            answers,
+        }
+    }
+
+    fn text(&self) -> String {
+        self.lines
+            .lock()
+            .expect("lock")
+            .iter()
+            .map(|l| format!("{l}\n"))
+            .collect()
+    }
+
+    /// The next `R ...` line.
+    fn answer(&self) -> String {
+        self.answers
+            .recv_timeout(Duration::from_secs(20))
+            .unwrap_or_else(|_| panic!("no answer:\n{}", self.text()))
+    }
+
+    /// Asks `q` (a line of `memtest serve`), returns its answer.
+    fn ask(&mut self, q: &str) -> String {
+        let stdin = self.stdin.as_mut().expect("stdin");
+        writeln!(stdin, "{q}").expect("ask");
+        stdin.flush().expect("flush");
+        self.answer()
+    }
+
+    /// `info`: cuMemGetInfo_v2's total and free, NVML's total and used.
+    fn info(&mut self) -> Info {
+        let a = self.ask("info");
+        let v = |k: &str| -> u64 {
+            a.split_whitespace()
+                .find_map(|w| w.strip_prefix(&format!("{k}=")))
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("no {k} in {a:?}"))
+        };
+        Info {
+            total: v("total"),
+            free: v("free"),
+            nvml_total: v("nvml_total"),
+        }
+    }
+
+    /// `alloc N`: the status of one allocation of `n` bytes (kept).
+    fn alloc(&mut self, n: u64) -> i32 {
+        let a = self.ask(&format!("alloc {n}"));
+        a.strip_prefix("R alloc=")
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("{a:?}"))
+    }
+
+    fn free(&mut self) {
+        let a = self.ask("free");
+        assert!(a.starts_with("R freed="), "{a}");
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Whether a line of its output contains `needle`.
+    fn saw(&self, needle: &str) -> bool {
+        self.lines
+            .lock()
+            .expect("lock")
+            .iter()
+            .any(|l| l.contains(needle))
+    }
+}
+
+impl Drop for Lines {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) of the child's own process group.
+        unsafe { libc::kill(-(self.child.id() as i32), libc::SIGKILL) };
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Info {
+    total: u64,
+    free: u64,
+    nvml_total: u64,
+}
+
+/// `cuslice run LIMITS -- memtest serve HOLD`, once it holds.
+fn session(h: &Host, limits: &[&str], hold: u64) -> Lines {
+    let e = common::env();
+    let mut c = h.cuslice();
+    c.arg("run")
+        .args(limits)
+        .arg("--")
+        .arg(e.apps.join("memtest"))
+        .args(["serve", &hold.to_string()]);
+    let s = Lines::spawn(c, true);
+    assert_eq!(s.answer(), "R held", "{}", s.text());
+    s
+}
+
+/// The directory of the session whose `cuslice run` process is `run`.
+fn run_dir(h: &Host, run: u32) -> PathBuf {
+    let prefix = format!("cuslice-run-{run}-");
+    std::fs::read_dir(h.dir.join("xdg"))
+        .expect("xdg")
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with(&prefix))
+        })
+        .expect("the session's directory")
+}
+
+/// The quota of device entry 0 of the segment at `p`, and its usage.
+fn seg_entry(p: &Path) -> (u64, u64) {
+    let s = Segment::open_read_only(p).expect("segment");
+    let u = s.device_usage(0).expect("entry");
+    (u.limit, u.used)
+}
+
+/// The context charge (the shim's default) plus what the session holds is
+/// in use: 640 MiB + 100 MiB of a 4 GiB quota.
+const CONTEXT: u64 = 640 * MIB;
+
+#[test]
+fn a_running_session_sees_a_resize_down_and_up_at_its_next_allocation_and_memory_query() {
+    let h = Host::new("session");
+    let mut s = session(&h, &["--memory", "4GiB"], 100 * MIB);
+    let run = s.pid();
+    let used = CONTEXT + 100 * MIB;
+    let i = s.info();
+    assert_eq!(
+        (i.total, i.free, i.nvml_total),
+        (4 * GIB, 4 * GIB - used, 4 * GIB)
+    );
+    // 1.5 GiB more fits in 4 GiB.
+    assert_eq!(s.alloc(1536 * MIB), 0, "{}", s.text());
+    s.free();
+
+    // Down to 2 GiB: the same 1.5 GiB no longer fits, and every memory
+    // query says 2 GiB, at the next call.
+    let out = h.resized(&[&format!("run:{run}"), "--memory", "2GiB"]);
+    assert!(
+        out.starts_with(&format!("cuslice run {run}: memory 4GiB -> 2GiB ([all])\n")),
+        "{out}"
+    );
+    let i = s.info();
+    assert_eq!(
+        (i.total, i.free, i.nvml_total),
+        (2 * GIB, 2 * GIB - used, 2 * GIB)
+    );
+    assert_eq!(s.alloc(1536 * MIB), OOM, "{}", s.text());
+    assert_eq!(s.alloc(512 * MIB), 0);
+    s.free();
+    // The quota file the watch restores from, and the segment, say so.
+    let dir = run_dir(&h, run);
+    let q = cuslice_core::config::parse_file(
+        &dir.join("quota.toml"),
+        &std::fs::read_to_string(dir.join("quota.toml")).expect("quota"),
+    )
+    .expect("the resized file loads");
+    assert_eq!(q.all.memory, Some(2 * GIB));
+    assert_eq!(q.tenant.as_deref(), Some(format!("run-{run}").as_str()));
+    assert_eq!(seg_entry(&dir.join("segment/memory.seg")).0, 2 * GIB);
+
+    // Up to 8 GiB (a bare PID names the session too): 6 GiB fits now.
+    h.resized(&[&run.to_string(), "--memory", "8GiB"]);
+    let i = s.info();
+    assert_eq!((i.total, i.nvml_total), (8 * GIB, 8 * GIB));
+    assert_eq!(s.alloc(6 * GIB), 0, "{}", s.text());
+}
+
+#[test]
+fn a_resize_below_what_is_in_use_refuses_every_new_allocation_and_status_shows_the_grace_left() {
+    let h = Host::new("below");
+    let mut s = session(&h, &["--memory", "4GiB"], 3 * GIB);
+    let run = s.pid();
+    let out = h.resized(&[&format!("run:{run}"), "--memory", "2GiB", "--grace", "60s"]);
+    assert!(
+        out.contains("over the new quota: every new allocation above it is refused"),
+        "{out}"
+    );
+    let i = s.info();
+    assert_eq!((i.total, i.free), (2 * GIB, 0));
+    assert_eq!(s.alloc(MIB), OOM);
+    // Status: the segment's quota, and the grace left for the GPU over it.
+    let v = h.status_json();
+    let c = v["containers"]
+        .as_array()
+        .expect("containers")
+        .iter()
+        .find(|c| c["tenant"] == format!("run-{run}"))
+        .unwrap_or_else(|| panic!("no session in {v}"))
+        .clone();
+    let d = &c["devices"][0];
+    assert_eq!(d["limit_bytes"], 2 * GIB, "{c}");
+    let left = d["grace_left_seconds"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{c}"));
+    assert!(left > 40.0 && left <= 60.0, "{c}");
+    assert_eq!(c["resize"]["grace_seconds"], 60.0, "{c}");
+    let text = h.status_text();
+    assert!(
+        text.lines()
+            .any(|l| l.contains("memory 3.62 GiB / 2.00 GiB")
+                && l.contains("over its quota after a resize: grace ")
+                && l.contains("s left")),
+        "{text}"
+    );
+    assert!(
+        text.contains("resized by uid 0") && text.contains("memory 4GiB -> 2GiB ([all])"),
+        "{text}"
+    );
+    // Raised above what is in use: no grace left to show.
+    h.resized(&[&format!("run:{run}"), "--memory", "4GiB"]);
+    let v = h.status_json();
+    let c = v["containers"]
+        .as_array()
+        .expect("containers")
+        .iter()
+        .find(|c| c["tenant"] == format!("run-{run}"))
+        .expect("session")
+        .clone();
+    assert_eq!(c["devices"][0]["limit_bytes"], 4 * GIB);
+    assert!(c["devices"][0]["grace_left_seconds"].is_null(), "{c}");
+    assert_eq!(s.alloc(MIB), 0);
+}
+
+#[test]
+fn a_sessions_share_and_ceiling_are_resized_in_the_gpu_segment_it_runs_under() {
+    let h = Host::new("compute");
+    let s = session(&h, &["--memory", "4GiB", "--compute", "40"], 0);
+    let run = s.pid();
+    let name = format!("run-{run}");
+    let seg = h
+        .root()
+        .join("gpu")
+        .join(format!("{}.seg", format_uuid(&common::FAKE_UUID)));
+    let tenant = || {
+        GpuSegment::open_read_only(&seg)
+            .expect("gpu segment")
+            .tenants()
+            .into_iter()
+            .find(|t| t.name == name)
+            .map(|t| (t.share, t.max))
+    };
+    assert_eq!(tenant(), Some((40, 100)));
+    let out = h.resized(&[
+        &format!("run:{run}"),
+        "--compute",
+        "60",
+        "--compute-max",
+        "80",
+    ]);
+    assert!(
+        out.contains("compute 40% -> 60% ([all]), compute_max none -> 80% ([all])"),
+        "{out}"
+    );
+    assert_eq!(tenant(), Some((60, 80)), "{out}");
+    // A ceiling below the share is the grammar's one line; nothing moves.
+    let (code, _, err) = h.resize(&[&format!("run:{run}"), "--compute-max", "50"]);
+    assert_eq!(code, 125);
+    assert!(
+        err.starts_with("cuslice: the resized quota file would not load: ")
+            && err.contains("compute"),
+        "{err}"
+    );
+    assert_eq!(tenant(), Some((60, 80)));
+    // --grace is for a lowered memory quota.
+    let (code, _, err) = h.resize(&[&format!("run:{run}"), "--compute", "50", "--grace", "5s"]);
+    assert_eq!(code, 125);
+    assert!(err.contains("--grace: only applies with --memory"), "{err}");
+}
+
+/// A container as the OCI hook lays it out under the host's root: its
+/// quota file (root's, 0444: `memory`, and a share), its record (naming a
+/// process as its init, and the driver's limit as the hook left it:
+/// `driver`), its segment directory; and a process of it that the shim
+/// gives that quota file and segment, as the hook's mounts would. The
+/// process and the container's directory.
+fn container(h: &Host, id: &str, memory: &str, hold: u64, driver: &str) -> (Lines, PathBuf) {
+    let dir = h.root().join("containers").join(id);
+    std::fs::create_dir_all(dir.join("segment")).expect("mkdir");
+    let quota = dir.join("quota.toml");
+    std::fs::write(
+        &quota,
+        format!(
+            "# written by cuslice oci-hook for container {id}\ntenant = \"ctr-{id}\"\nslice = \"ctr-{id}\"\nsegment_dir = \"{}\"\ngpu_segment_dir = \"{}\"\n[all]\nmemory = \"{memory}\"\ncompute = 30\n",
+            dir.join("segment").display(),
+            h.root().join("gpu").display()
+        ),
+    )
+    .expect("quota");
+    std::fs::set_permissions(&quota, std::os::unix::fs::PermissionsExt::from_mode(0o444))
+        .expect("chmod");
+    let e = common::env();
+    let mut c = h.cmd(&e.apps.join("memtest"));
+    c.args(["serve", &hold.to_string()])
+        .env("LD_PRELOAD", &e.shim)
+        .env("CUSLICE_CONFIG", &quota);
+    let p = Lines::spawn(c, true);
+    assert_eq!(p.answer(), "R held", "{}", p.text());
+    let start = cuslice_host::proc::stat(p.pid()).expect("stat").start;
+    std::fs::write(
+        dir.join("container.json"),
+        format!(
+            r#"{{"id":"{id}","name":"web-1","image":"pytorch/pytorch","pid_ns":1,"init_pid":{},"init_start":{start},"driver_memory_limit":"{driver}","future_field":7}}"#,
+            p.pid(),
+        ),
+    )
+    .expect("record");
+    (p, dir)
+}
+
+#[test]
+fn a_containers_resize_rewrites_its_root_owned_quota_file_its_segment_and_the_drivers_limit() {
+    let h = Host::new("container");
+    let id = "3f2a9c8b7d6e5f4a3b2c1d0e";
+    let (mut p, dir) = container(
+        &h,
+        id,
+        "4GiB",
+        100 * MIB,
+        &format!(
+            "set: GPU 0 {} bytes on /sys/fs/cgroup/test.slice/{id}",
+            4 * GIB
+        ),
+    );
+    let log = h.dir.join("limits.log");
+    // By the prefix `cuslice status` shows, with a driver that has the
+    // per-cgroup limit.
+    let out = {
+        let o = h
+            .cuslice()
+            .args(["resize", "3f2a9c8b7d6e", "--memory", "2GiB", "--root"])
+            .arg(h.root())
+            .env("FAKE_NVML_LIMITS_LOG", &log)
+            .output()
+            .expect("resize");
+        assert!(o.status.success(), "{o:?}");
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    assert!(
+        out.starts_with(
+            "container 3f2a9c8b7d6e (web-1 pytorch/pytorch): memory 4GiB -> 2GiB ([all])\n"
+        ),
+        "{out}"
+    );
+    // The quota file: root's, 0444 as the hook wrote it, the share kept.
+    let quota = dir.join("quota.toml");
+    let m = std::fs::metadata(&quota).expect("quota");
+    assert_eq!((m.uid(), m.mode() & 0o7777), (0, 0o444));
+    let text = std::fs::read_to_string(&quota).expect("quota");
+    assert!(
+        text.starts_with("# written by cuslice oci-hook for container 3f2a9c8b7d6e5f4a3b2c1d0e; resized by `cuslice resize`\n"),
+        "{text}"
+    );
+    let q = cuslice_core::config::parse_file(&quota, &text).expect("loads");
+    assert_eq!((q.all.memory, q.all.compute), (Some(2 * GIB), Some(30)));
+    // The record beside it.
+    let r: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("resize.json")).expect("record"))
+            .expect("json");
+    assert_eq!(r["grace_seconds"], 30.0);
+    assert_eq!(r["changes"][0]["to"], 2 * GIB);
+    // The running process.
+    assert_eq!(p.info().total, 2 * GIB);
+    assert_eq!(p.alloc(1536 * MIB), OOM);
+    // The driver's limit on the container's cgroup, and the record.
+    let set = std::fs::read_to_string(&log).expect("the driver's limit was set");
+    assert_eq!(
+        set,
+        format!(
+            "SET 0 /sys/fs/cgroup/test.slice/{id} {} {}\n",
+            2 * GIB,
+            2 * GIB
+        )
+    );
+    let rec: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("container.json")).expect("record"))
+            .expect("json");
+    assert_eq!(
+        rec["driver_memory_limit"],
+        format!(
+            "set: GPU 0 {} bytes on /sys/fs/cgroup/test.slice/{id}",
+            2 * GIB
+        )
+    );
+    assert_eq!(
+        rec["future_field"], 7,
+        "a field resize does not know was dropped"
+    );
+    // Status shows the container's new quota and the driver's limit.
+    let text = h.status_text();
+    assert!(text.contains("memory 0.72 GiB / 2.00 GiB"), "{text}");
+    assert!(
+        text.contains(&format!(
+            "  driver memory limit: set: GPU 0 {} bytes on /sys/fs/cgroup/test.slice/{id}",
+            2 * GIB
+        )),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_tenant_raising_its_own_quota_after_a_resize_is_put_back_to_the_resized_value() {
+    let h = Host::new("raise");
+    let id = "c0ffee0000000000";
+    // A driver without its own limit: the record stays as the hook wrote
+    // it (the quota file alone changes).
+    let (mut p, dir) = container(
+        &h,
+        id,
+        "4GiB",
+        100 * MIB,
+        "unsupported: no nvmlDeviceSetMemoryLimits_v1 in this NVML",
+    );
+    let record = std::fs::read(dir.join("container.json")).expect("record");
+    let w = h.watch("");
+    h.resized(&[id, "--memory", "2GiB"]);
+    assert_eq!(
+        std::fs::read(dir.join("container.json")).expect("record"),
+        record
+    );
+    let seg = dir.join("segment/memory.seg");
+    assert_eq!(seg_entry(&seg).0, 2 * GIB);
+    // The tenant writes its quota in its segment (the container's
+    // processes map it read-write): 100 GiB.
+    let s = Segment::open_existing(&seg).expect("segment");
+    s.device(0)
+        .expect("entry")
+        .limit
+        .store(100 * GIB, std::sync::atomic::Ordering::Release);
+    // Put back to 2 GiB (the resized value), not to 4 GiB.
+    common::wait_for(
+        || {
+            format!(
+                "the quota was not put back to 2 GiB (it is {}):\n{}",
+                seg_entry(&seg).0,
+                w.text()
+            )
+        },
+        Duration::from_millis(2 * INTERVAL_MS + 1000),
+        || (seg_entry(&seg).0 == 2 * GIB).then_some(()),
+    );
+    // ... and stays there over the next passes.
+    std::thread::sleep(Duration::from_millis(3 * INTERVAL_MS));
+    assert_eq!(seg_entry(&seg).0, 2 * GIB, "{}", w.text());
+    assert!(
+        w.saw("its quota file 2.0 GiB") && !w.saw("its quota file 4.0 GiB"),
+        "{}",
+        w.text()
+    );
+    assert_eq!(p.info().total, 2 * GIB);
+}
+
+/// The watch's log line about the memory finding of session `run` whose
+/// action contains `action`.
+fn finding_line(w: &Lines, run: u32, action: &str) -> Option<String> {
+    w.lines
+        .lock()
+        .expect("lock")
+        .iter()
+        .find(|l| {
+            l.contains(&format!("cuslice run {run} "))
+                && l.contains(" memory ")
+                && l.contains(action)
+        })
+        .cloned()
+}
+
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, r)| !r.trim_start().starts_with('Z'))
+        })
+        .unwrap_or(false)
+}
+
+/// The session's program (the run process's child): its PID.
+fn program_of(run: u32) -> u32 {
+    common::wait_for(
+        || format!("cuslice run {run} has no child"),
+        Duration::from_secs(5),
+        || {
+            std::fs::read_to_string(format!("/proc/{run}/task/{run}/children"))
+                .ok()?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        },
+    )
+}
+
+#[test]
+fn a_tenant_over_its_lowered_quota_is_killed_after_the_grace_and_not_before() {
+    let h = Host::new("kill");
+    let s = session(&h, &["--memory", "4GiB"], 3 * GIB);
+    let run = s.pid();
+    let program = program_of(run);
+    let w = h.watch("policy = \"kill\"");
+    let grace = Duration::from_secs(3);
+    let t0 = Instant::now();
+    h.resized(&[&format!("run:{run}"), "--memory", "1GiB", "--grace", "3s"]);
+    // Found within the grace, and not acted on.
+    let line = common::wait_for(
+        || format!("no finding within the grace:\n{}", w.text()),
+        Duration::from_millis(4 * INTERVAL_MS),
+        || {
+            finding_line(
+                &w,
+                run,
+                "not acted on: over its resized quota, within its grace until",
+            )
+        },
+    );
+    assert!(line.contains("> quota 1.0 GiB"), "{line}");
+    // Alive all through the grace (a little less: the test's own polling).
+    while t0.elapsed() < grace - Duration::from_millis(300) {
+        assert!(alive(program), "killed within the grace:\n{}", w.text());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Killed after it, within two intervals and some slack.
+    common::wait_for(
+        || format!("not killed after the grace:\n{}", w.text()),
+        grace + Duration::from_millis(2 * INTERVAL_MS + 1000) - t0.elapsed(),
+        || (!alive(program)).then_some(()),
+    );
+    assert!(
+        finding_line(&w, run, &format!("killed pid {program}")).is_some(),
+        "{}",
+        w.text()
+    );
+}
+
+#[test]
+fn a_tenant_over_its_lowered_quota_is_reported_again_when_the_grace_ends() {
+    let h = Host::new("report");
+    let s = session(&h, &["--memory", "4GiB"], 3 * GIB);
+    let run = s.pid();
+    let program = program_of(run);
+    let w = h.watch("");
+    h.resized(&[&format!("run:{run}"), "--memory", "1GiB", "--grace", "1s"]);
+    common::wait_for(
+        || format!("no finding within the grace:\n{}", w.text()),
+        Duration::from_millis(4 * INTERVAL_MS),
+        || {
+            finding_line(
+                &w,
+                run,
+                "not acted on: over its resized quota, within its grace",
+            )
+        },
+    );
+    assert!(
+        finding_line(&w, run, "after its grace").is_none(),
+        "{}",
+        w.text()
+    );
+    common::wait_for(
+        || format!("the grace's end was not said:\n{}", w.text()),
+        Duration::from_millis(1000 + 4 * INTERVAL_MS),
+        || finding_line(&w, run, "reported: over its resized quota after its grace"),
+    );
+    assert!(alive(program), "the report policy killed it:\n{}", w.text());
+}
+
+#[test]
+fn resize_targets_that_match_none_or_several_are_one_line_naming_what_matched() {
+    let h = Host::new("targets");
+    for id in ["abc123", "abc456"] {
+        let d = h.root().join("containers").join(id);
+        std::fs::create_dir_all(d.join("segment")).expect("mkdir");
+        std::fs::write(d.join("quota.toml"), "[all]\nmemory = \"1GiB\"\n").expect("quota");
+        std::fs::write(d.join("container.json"), format!(r#"{{"id":"{id}"}}"#)).expect("rec");
+    }
+    // A container of a DRA claim, and the claim (with its record).
+    let uid = "0b1c2d3e-0000-4000-8000-000000000001";
+    let c = h.root().join("containers/def789");
+    std::fs::create_dir_all(&c).expect("mkdir");
+    std::fs::write(
+        c.join("container.json"),
+        format!(r#"{{"id":"def789","claim":"{uid}"}}"#),
+    )
+    .expect("rec");
+    let claim = h.root().join("claims").join(uid);
+    std::fs::create_dir_all(claim.join("segment")).expect("mkdir");
+    std::fs::write(claim.join("quota.toml"), "[all]\nmemory = \"1GiB\"\n").expect("quota");
+    std::fs::write(
+        claim.join("claim.json"),
+        format!(r#"{{"namespace":"team-a","name":"trainer","uid":"{uid}"}}"#),
+    )
+    .expect("rec");
+    let err = |args: &[&str]| {
+        let (code, out, err) = h.resize(args);
+        assert_eq!(code, 125, "{args:?}: {out}{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        err
+    };
+    let e = err(&["abc", "--memory", "2GiB"]);
+    assert_eq!(
+        e,
+        "cuslice: \"abc\": matches container abc123, container abc456: say which\n"
+    );
+    let e = err(&["zzz", "--memory", "2GiB"]);
+    assert!(
+        e.starts_with(&format!(
+            "cuslice: \"zzz\": matches no container in {}, no DRA claim in {} and no cuslice run process",
+            h.root().join("containers").display(),
+            h.root().join("claims").display()
+        )),
+        "{e}"
+    );
+    // A process that is no session's (this test).
+    let me = std::process::id().to_string();
+    let e = err(&[&format!("run:{me}"), "--memory", "2GiB"]);
+    assert!(e.contains("matches no container"), "{e}");
+    let e = err(&["def789", "--memory", "2GiB"]);
+    assert_eq!(
+        e,
+        format!(
+            "cuslice: container def789 is a container of DRA claim 0b1c2d3e-000: resize the claim (claim:{uid}), whose quota all its containers share\n"
+        )
+    );
+    // A limit its processes never registered.
+    let e = err(&["abc123", "--compute", "20"]);
+    assert!(
+        e.contains("container abc123 has no compute share or ceiling for every GPU ([all])"),
+        "{e}"
+    );
+    // The claim, by namespace/name: an operator's override.
+    let out = h.resized(&["claim:team-a/trainer", "--memory", "2GiB"]);
+    assert!(
+        out.starts_with("DRA claim team-a/trainer (0b1c2d3e-000): memory 1GiB -> 2GiB ([all])\n"),
+        "{out}"
+    );
+    let text = std::fs::read_to_string(claim.join("quota.toml")).expect("quota");
+    assert!(text.contains("memory = 2147483648"), "{text}");
+    // Nothing to resize, a bad size: one line each.
+    let e = err(&["abc123"]);
+    assert!(e.contains("nothing to resize"), "{e}");
+    let e = err(&["abc123", "--memory", "lots"]);
+    assert!(
+        e.starts_with("cuslice: --memory \"lots\": expected a size"),
+        "{e}"
+    );
+}
