@@ -75,8 +75,8 @@ pub struct ResizeArgs {
     pub device: Option<String>,
     /// With --memory: how long `cuslice watch` leaves a tenant over its
     /// lowered quota to its shim (which refuses every new allocation above
-    /// it at once) before its policy applies: 30s (default), 500ms, 2m, or
-    /// seconds; 0 to 1 day.
+    /// it at once) before its policy applies: 30s (default), 500ms, 2m, 0;
+    /// at most 1h.
     #[arg(long)]
     pub grace: Option<String>,
     /// The hook's host directory, where containers and claims are.
@@ -84,33 +84,12 @@ pub struct ResizeArgs {
     pub root: PathBuf,
 }
 
-/// A duration: a number with `ms`, `s` (the default), `m` or `h`, from 0
-/// to [`record::MAX_GRACE_SECONDS`].
+/// `--grace`: a duration as `--memory-wait` takes one ("30s", "500ms",
+/// "2m", "0"; at most an hour), in seconds.
 pub fn parse_grace(s: &str) -> Result<f64, String> {
-    let bad = || {
-        format!(
-            "--grace {s:?}: expected a duration like 30s, 500ms, 2m or a number of seconds, from 0 to 1 day"
-        )
-    };
-    let t = s.trim();
-    let end = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(end);
-    let scale = match unit.trim() {
-        "ms" => 0.001,
-        "" | "s" => 1.0,
-        "m" | "min" => 60.0,
-        "h" => 3600.0,
-        _ => return Err(bad()),
-    };
-    let valid_number = !num.is_empty() && !num.starts_with('.') && num.matches('.').count() <= 1;
-    let v: f64 = num.parse().ok().filter(|_| valid_number).ok_or_else(bad)?;
-    let secs = v * scale;
-    if !(0.0..=record::MAX_GRACE_SECONDS).contains(&secs) {
-        return Err(bad());
-    }
-    Ok(secs)
+    config::parse_wait(s)
+        .map(|ms| ms as f64 / 1000.0)
+        .map_err(|e| format!("--grace {s:?}: {e}"))
 }
 
 /// The entry a resize changes.
@@ -487,6 +466,29 @@ fn plan(
                 f.key(),
                 by_index.join(", ")
             ));
+        }
+        if f == Field::Memory {
+            let bursts: Vec<String> = std::iter::once(("[all]".to_string(), &old.all))
+                .chain(
+                    old.by_uuid
+                        .iter()
+                        .map(|(u, l)| (format!("[device.\"{}\"]", config::format_uuid(u)), l)),
+                )
+                .chain(
+                    old.by_index
+                        .iter()
+                        .map(|(i, l)| (format!("[device.{i}]"), l)),
+                )
+                .filter(|(_, l)| l.memory_max.is_some())
+                .map(|(n, _)| n)
+                .collect();
+            if !bursts.is_empty() {
+                return Err(format!(
+                    "{}: memory_max is given in {}: a tenant that may burst past its guarantee has that guarantee in the GPU's memory pool too, which cuslice resize does not change yet: not resized",
+                    shown.display(),
+                    bursts.join(", ")
+                ));
+            }
         }
         let (limits, from) = match entry {
             Entry::All { named } => {
@@ -886,25 +888,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_grace_is_a_duration_from_zero_to_a_day() {
+    fn a_grace_is_a_duration_as_memory_wait_takes_one() {
         assert_eq!(parse_grace("30s"), Ok(30.0));
-        assert_eq!(parse_grace("30"), Ok(30.0));
         assert_eq!(parse_grace("500ms"), Ok(0.5));
         assert_eq!(parse_grace("2m"), Ok(120.0));
-        assert_eq!(parse_grace("1.5s"), Ok(1.5));
         assert_eq!(parse_grace("0"), Ok(0.0));
-        assert_eq!(parse_grace("24h"), Ok(86_400.0));
-        for bad in [
-            "",
-            "-1s",
-            "25h",
-            "1.2.3s",
-            ".5s",
-            "1d",
-            "30 potatoes",
-            "nan",
-            "inf",
-        ] {
+        assert_eq!(parse_grace("1h"), Ok(3600.0));
+        for bad in ["", "-1s", "2h", "1.5s", "30", "30 potatoes"] {
             let e = parse_grace(bad).expect_err(bad);
             assert!(e.starts_with("--grace "), "{e}");
         }
@@ -1018,6 +1008,17 @@ mod tests {
         let u = config::parse_uuid(UUID).expect("uuid");
         assert_eq!(new.all.memory, Some(3 * G));
         assert_eq!(new.limits_for(0, &u).memory, Some(2 * G));
+        // A tenant that may burst: its guarantee is in the GPU's pool too.
+        let e = planned(
+            "[all]\nmemory = \"1GiB\"\nmemory_max = \"2GiB\"\n",
+            &all,
+            &[(Field::Memory, G)],
+        )
+        .expect_err("burst");
+        assert!(
+            e.starts_with("/r/quota.toml: memory_max is given in [all]: "),
+            "{e}"
+        );
         // A ceiling below the share: the grammar's line.
         let e =
             planned("[all]\ncompute = 40\n", &all, &[(Field::ComputeMax, 30)]).expect_err("below");

@@ -22,8 +22,9 @@ use crate::layout::RESIZE_RECORD;
 
 /// The grace `cuslice resize` gives by default.
 pub const DEFAULT_GRACE_SECONDS: f64 = 30.0;
-/// The longest grace a resize may give (a day).
-pub const MAX_GRACE_SECONDS: f64 = 86_400.0;
+/// The longest grace a resize may give (an hour, as the longest
+/// `memory_wait`).
+pub const MAX_GRACE_SECONDS: f64 = 3_600.0;
 /// A record larger than this is not read (it is a few hundred bytes).
 pub const RECORD_MAX: u64 = 64 << 10;
 /// The mode of the record.
