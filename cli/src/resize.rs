@@ -295,7 +295,16 @@ fn run_process_of(pid: u32) -> Option<u32> {
     let mut cur = pid;
     for _ in 0..4096 {
         proc::stat(cur)?;
-        if proc::is_cuslice_run(cur) {
+        // Another user's executable cannot be read (its `exe` link needs
+        // ptrace access): its command line then says, so that the user is
+        // told the session is not theirs (nothing is read or written).
+        let argv = proc::cmdline(cur);
+        let exe = proc::exe_name(cur).or_else(|| {
+            argv.first()
+                .and_then(|a| Path::new(a).file_name())
+                .map(|n| n.to_string_lossy().into_owned())
+        });
+        if exe.as_deref() == Some("cuslice") && argv.get(1).map(String::as_str) == Some("run") {
             return Some(cur);
         }
         let st = proc::stat(cur)?;
@@ -324,6 +333,12 @@ fn session(run: u32) -> Result<Target, String> {
         ));
     }
     let uid = proc::uid(run).ok_or_else(|| format!("{label}: cannot read its user"))?;
+    let me = crate::host::sys::euid();
+    if me != 0 && me != uid {
+        return Err(format!(
+            "{label}: the session is uid {uid}'s: only that user or root may resize it"
+        ));
+    }
     let in_root = proc::in_root(run, &base);
     let same = |p: &Path| {
         use std::os::unix::fs::MetadataExt;
@@ -797,15 +812,13 @@ pub fn resize(a: &ResizeArgs) -> Result<Vec<String>, String> {
             text::clean(&uid)
         ));
     }
-    if let Some((uid, gid)) = t.user {
-        if me != 0 && me != uid {
-            return Err(format!(
-                "{label}: the session is uid {uid}'s: only that user or root may resize it"
-            ));
-        }
-        if me == 0 && uid != 0 {
-            become_user(uid, gid)?;
-        }
+    // A session's files are its user's: root writes them as that user
+    // (`session` let no other user this far).
+    if let Some((uid, gid)) = t.user
+        && me == 0
+        && uid != 0
+    {
+        become_user(uid, gid)?;
     }
     let dir = t.found.dir.as_ref().map_err(Clone::clone)?;
     let shown = t.found.paths.quota();

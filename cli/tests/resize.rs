@@ -14,6 +14,7 @@ mod common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::MetadataExt;
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{Receiver, channel};
@@ -853,4 +854,106 @@ fn resize_targets_that_match_none_or_several_are_one_line_naming_what_matched() 
         e.starts_with("cuslice: --memory \"lots\": expected a size"),
         "{e}"
     );
+}
+
+/// `/tmp/<name>`, every directory on the way searchable by every user
+/// (the test's own temporary directory is its user's alone), removed at
+/// the end.
+struct Shared(PathBuf);
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[test]
+fn root_resizes_a_users_session_as_that_user_and_another_user_may_not() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root (a session of another user)");
+        return;
+    }
+    const USER: u32 = 4242;
+    let shared = Shared(PathBuf::from(format!(
+        "/tmp/cuslice-resize-users-{}",
+        std::process::id()
+    )));
+    let _ = std::fs::remove_dir_all(&shared.0);
+    let h = Host {
+        dir: shared.0.join("host"),
+    };
+    for d in ["root/gpu", "xdg", "local"] {
+        std::fs::create_dir_all(h.dir.join(d)).expect("mkdir");
+    }
+    for d in [&shared.0, &h.dir] {
+        std::fs::set_permissions(d, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .expect("chmod");
+    }
+    // The user's: its runtime directory, the fake GPU's state, the GPU
+    // segment directory.
+    for p in ["xdg", "root/gpu", "root", "local", ""] {
+        std::os::unix::fs::chown(h.dir.join(p), Some(USER), Some(USER)).expect("chown");
+    }
+    let e = common::env();
+    let mut c = h.cuslice();
+    c.uid(USER)
+        .gid(USER)
+        .arg("run")
+        .args(["--memory", "4GiB", "--"])
+        .arg(e.apps.join("memtest"))
+        .args(["serve", "0"]);
+    let mut s = Lines::spawn(c, true);
+    assert_eq!(s.answer(), "R held", "{}", s.text());
+    let run = s.pid();
+    // Another user may not.
+    let out = h
+        .cuslice()
+        .uid(USER + 1)
+        .gid(USER + 1)
+        .args([
+            "resize",
+            &format!("run:{run}"),
+            "--memory",
+            "2GiB",
+            "--root",
+        ])
+        .arg(h.root())
+        .output()
+        .expect("resize");
+    assert_eq!(out.status.code(), Some(125));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        format!(
+            "cuslice: cuslice run {run}: the session is uid {USER}'s: only that user or root may resize it\n"
+        )
+    );
+    assert_eq!(s.info().total, 4 * GIB);
+    // Root may, and writes as the user: every file stays the user's (the
+    // watch reads a session's files only as its user's).
+    h.resized(&[&format!("run:{run}"), "--memory", "2GiB"]);
+    assert_eq!(s.info().total, 2 * GIB);
+    let dir = run_dir(&h, run);
+    for f in ["quota.toml", "resize.json", ".", "segment/memory.seg"] {
+        let m = std::fs::metadata(dir.join(f)).expect("file");
+        assert_eq!((m.uid(), m.gid()), (USER, USER), "{f}");
+    }
+    assert_eq!(
+        std::fs::metadata(dir.join("quota.toml"))
+            .expect("quota")
+            .mode()
+            & 0o7777,
+        0o600
+    );
+    // And the user, of their own session.
+    let out = h
+        .cuslice()
+        .uid(USER)
+        .gid(USER)
+        .args(["resize", &run.to_string(), "--memory", "3GiB", "--root"])
+        .arg(h.root())
+        .output()
+        .expect("resize");
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(s.info().total, 3 * GIB);
 }

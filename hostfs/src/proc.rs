@@ -91,13 +91,6 @@ pub fn exe_name(pid: u32) -> Option<String> {
     Some(name.trim_end_matches(" (deleted)").to_string())
 }
 
-/// Whether it is a `cuslice run` process: an executable named `cuslice`
-/// with `run` as its first argument.
-pub fn is_cuslice_run(pid: u32) -> bool {
-    exe_name(pid).as_deref() == Some("cuslice")
-        && cmdline(pid).get(1).map(String::as_str) == Some("run")
-}
-
 /// A variable of its initial environment.
 pub fn environ(pid: u32, key: &str) -> Option<String> {
     let raw = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
