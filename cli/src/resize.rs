@@ -589,12 +589,16 @@ fn first_comment(text: &str) -> Option<&str> {
 
 /// Writes the new memory quota into the segment's entries it applies to
 /// (by UUID; entries without a quota, or not registered, left alone).
-/// Returns a line per entry written, and per GPU now over its quota.
-fn write_segment(t: &Target, new: &Config) -> Result<Vec<String>, String> {
+/// Returns a line per entry written, and per GPU now over its quota; and
+/// whether one is.
+fn write_segment(t: &Target, new: &Config) -> Result<(Vec<String>, bool), String> {
     if !t.found.has_segment() {
-        return Ok(vec![
-            "memory segment: none yet (no process of it has used CUDA): its processes register the new quota".into(),
-        ]);
+        return Ok((
+            vec![
+                "memory segment: none yet (no process of it has used CUDA): its processes register the new quota".into(),
+            ],
+            false,
+        ));
     }
     let owner = t.user.map(|(uid, _)| (uid, SESSION));
     let pinned = t.found.segment(owner)?;
@@ -604,6 +608,7 @@ fn write_segment(t: &Target, new: &Config) -> Result<Vec<String>, String> {
             .replace(&*pinned.path().to_string_lossy(), &shown.to_string_lossy())
     })?;
     let mut out = vec![];
+    let mut over = false;
     for r in seg.raw_devices() {
         if r.state != READY_STATE || r.limit == UNLIMITED {
             continue;
@@ -622,6 +627,7 @@ fn write_segment(t: &Target, new: &Config) -> Result<Vec<String>, String> {
         }
         let used = seg.device_usage(r.index).map_or(r.used, |u| u.used);
         if used > want {
+            over = true;
             out.push(format!(
                 "GPU {uuid}: {} in use, over the new quota: every new allocation above it is refused from now on",
                 config::format_size(used)
@@ -634,7 +640,7 @@ fn write_segment(t: &Target, new: &Config) -> Result<Vec<String>, String> {
             shown.display()
         ));
     }
-    Ok(out)
+    Ok((out, over))
 }
 
 /// Writes the new share and ceiling into the slice's tenant entries in
@@ -858,8 +864,11 @@ pub fn resize(a: &ResizeArgs) -> Result<Vec<String>, String> {
     let memory = rec.changes.iter().any(|c| c.field == "memory");
     let compute = rec.changes.iter().any(|c| c.field != "memory");
     // 3. The memory segment.
+    let mut over = false;
     if memory {
-        out.extend(write_segment(&t, &new)?);
+        let (lines, o) = write_segment(&t, &new)?;
+        out.extend(lines);
+        over = o;
     }
     // 4. The GPU segments: the hook's for a container or a claim, the
     //    session's own (as its file names it) for a session.
@@ -881,14 +890,9 @@ pub fn resize(a: &ResizeArgs) -> Result<Vec<String>, String> {
             out.extend(driver_limit(m, &new)?);
         }
     }
-    if memory
-        && rec
-            .changes
-            .iter()
-            .any(|c| c.field == "memory" && c.from.is_some_and(|f| c.to < f))
-    {
+    if over {
         out.push(format!(
-            "a tenant still over its lowered quota after {}s is held to it by `cuslice watch`'s policy (until {})",
+            "grace: `cuslice watch` applies its policy to a GPU still over its lowered quota after {}s ({})",
             rec.grace_seconds,
             record::utc_time_of_day(rec.grace_until())
         ));
