@@ -25,10 +25,13 @@
 //! written stays the user's and nothing the user could not write is
 //! written).
 //!
-//! What may change: `--memory` sets `[all].memory`, `--device UUID` that
-//! GPU's entry (made where missing); without `--device`, a field also
-//! given per GPU is refused (say which entry with `--device`, `all` for
-//! `[all]`). Refused too: a field given by index anywhere in the file (which
+//! Which entry of the quota file a field is changed in: `--device all`
+//! `[all]` (a GPU's own entry keeps its value), `--device UUID` that GPU's
+//! entry (made where missing, from what `[all]` gave it). Without
+//! `--device`: `[all]` where it gives the field and no GPU's own entry
+//! does; the one GPU entry that gives it where `[all]` does not (a DRA
+//! claim's file names its GPU by UUID); otherwise refused (say which with
+//! `--device`). Refused too: a field given by index anywhere in the file (which
 //! GPU an index is depends on each process's `CUDA_VISIBLE_DEVICES`; the
 //! segments know GPUs by UUID), and a limit the slice's processes never
 //! registered (a memory quota where it has none, a share where it has
@@ -505,24 +508,43 @@ fn plan(
                 ));
             }
         }
-        let (limits, from) = match entry {
-            Entry::All { named } => {
-                let own: Vec<String> = old
-                    .by_uuid
-                    .iter()
-                    .filter(|(_, l)| f.of(l).is_some())
-                    .map(|(u, _)| format!("[device.\"{}\"]", config::format_uuid(u)))
-                    .collect();
-                if !named && !own.is_empty() {
-                    return Err(format!(
-                        "{}: {} is also given per GPU in {}: say which entry with --device (all, or a GPU's UUID)",
-                        shown.display(),
-                        f.key(),
-                        own.join(", ")
-                    ));
-                }
-                (old.all, f.effective(&old.all))
+        // The entry for this field: as named, else `[all]` where it gives
+        // the field and no GPU's own entry does, else the one GPU entry
+        // that gives it.
+        let own: Vec<[u8; 16]> = old
+            .by_uuid
+            .iter()
+            .filter(|(_, l)| f.registered(l))
+            .map(|(u, _)| *u)
+            .collect();
+        let listed = |v: &[[u8; 16]]| {
+            v.iter()
+                .map(|u| format!("[device.\"{}\"]", config::format_uuid(u)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let entry = match entry {
+            Entry::All { named: false } if !f.registered(&old.all) && own.len() == 1 => {
+                Entry::Gpu(own[0])
             }
+            Entry::All { named: false } if !own.is_empty() => {
+                return Err(format!(
+                    "{}: {} is given per GPU in {}{}: say which entry with --device (all, or a GPU's UUID)",
+                    shown.display(),
+                    f.key(),
+                    listed(&own),
+                    if f.registered(&old.all) {
+                        " as well as in [all]"
+                    } else {
+                        ""
+                    }
+                ));
+            }
+            e => e.clone(),
+        };
+        let entry = &entry;
+        let (limits, from) = match entry {
+            Entry::All { .. } => (old.all, f.effective(&old.all)),
             Entry::Gpu(u) => {
                 let l = old.limits_for(u32::MAX, u);
                 (l, f.effective(&l))
@@ -644,10 +666,14 @@ fn write_segment(t: &Target, new: &Config) -> Result<(Vec<String>, bool), String
 }
 
 /// Writes the new share and ceiling into the slice's tenant entries in
-/// the GPU segments of `gpu_dir` (those of the GPUs the changed entry
-/// applies to). A GPU whose segment holds no entry of the tenant is left
-/// alone: none of its processes uses it.
-fn write_gpu_segments(gpu_dir: &Path, new: &Config, entry: &Entry) -> Result<Vec<String>, String> {
+/// the GPU segments of `gpu_dir` (of every GPU, or of `only`'s). A GPU
+/// whose segment holds no entry of the tenant is left alone: none of its
+/// processes uses it.
+fn write_gpu_segments(
+    gpu_dir: &Path,
+    new: &Config,
+    only: Option<&[[u8; 16]]>,
+) -> Result<Vec<String>, String> {
     let Ok(d) = Dir::open(gpu_dir) else {
         return Ok(vec![format!(
             "GPU segments: none in {} yet: its processes register the new share",
@@ -666,7 +692,7 @@ fn write_gpu_segments(gpu_dir: &Path, new: &Config, entry: &Entry) -> Result<Vec
         let Ok(uuid) = config::parse_uuid(&stem.to_string_lossy()) else {
             continue;
         };
-        if matches!(entry, Entry::Gpu(u) if *u != uuid) {
+        if only.is_some_and(|o| !o.contains(&uuid)) {
             continue;
         }
         let Some(spec) = new.tenant_spec(u32::MAX, &uuid) else {
@@ -877,7 +903,22 @@ pub fn resize(a: &ResizeArgs) -> Result<Vec<String>, String> {
             SliceKind::Run => new.gpu_segment_dir.clone(),
             _ => places.layout().gpu_dir(),
         };
-        out.extend(write_gpu_segments(&gpu_dir, &new, &entry)?);
+        // Every GPU's where a share for all changed, else those named.
+        let named: Vec<[u8; 16]> = rec
+            .changes
+            .iter()
+            .filter(|c| c.field != "memory")
+            .filter_map(|c| config::parse_uuid(c.entry.strip_prefix("device.")?).ok())
+            .collect();
+        let all = rec
+            .changes
+            .iter()
+            .any(|c| c.field != "memory" && c.entry == record::ALL);
+        out.extend(write_gpu_segments(
+            &gpu_dir,
+            &new,
+            (!all).then_some(named.as_slice()),
+        )?);
     }
     // 5. The driver's own limit on the containers' cgroups.
     if memory {
@@ -1012,9 +1053,23 @@ mod tests {
         assert_eq!(
             e,
             format!(
-                "/r/quota.toml: memory is also given per GPU in [device.\"{UUID}\"]: say which entry with --device (all, or a GPU's UUID)"
+                "/r/quota.toml: memory is given per GPU in [device.\"{UUID}\"] as well as in [all]: say which entry with --device (all, or a GPU's UUID)"
             )
         );
+        // A GPU's entry alone (a DRA claim's file): that one.
+        let u = config::parse_uuid(UUID).expect("uuid");
+        let (c, new) = planned(
+            &format!("[device.\"{UUID}\"]\nmemory = \"2GiB\"\ncompute = 50\n"),
+            &all,
+            &[(Field::Memory, G), (Field::Compute, 40)],
+        )
+        .expect("the GPU's entry");
+        assert_eq!(c[0].entry, format!("device.{UUID}"));
+        assert_eq!(
+            (new.limits_for(0, &u).memory, new.limits_for(0, &u).compute),
+            (Some(G), Some(40))
+        );
+        assert_eq!(new.all.memory, None);
         // Named: [all] changes, the GPU's own entry keeps its value.
         let (_, new) = planned(
             &text,

@@ -795,7 +795,13 @@ fn resize_targets_that_match_none_or_several_are_one_line_naming_what_matched() 
     .expect("rec");
     let claim = h.root().join("claims").join(uid);
     std::fs::create_dir_all(claim.join("segment")).expect("mkdir");
-    std::fs::write(claim.join("quota.toml"), "[all]\nmemory = \"1GiB\"\n").expect("quota");
+    // As the DRA plugin writes it: the claim's GPU by UUID.
+    let gpu = format_uuid(&common::FAKE_UUID);
+    std::fs::write(
+        claim.join("quota.toml"),
+        format!("[device.\"{gpu}\"]\nmemory = \"1GiB\"\n"),
+    )
+    .expect("quota");
     std::fs::write(
         claim.join("claim.json"),
         format!(r#"{{"namespace":"team-a","name":"trainer","uid":"{uid}"}}"#),
@@ -841,7 +847,9 @@ fn resize_targets_that_match_none_or_several_are_one_line_naming_what_matched() 
     // The claim, by namespace/name: an operator's override.
     let out = h.resized(&["claim:team-a/trainer", "--memory", "2GiB"]);
     assert!(
-        out.starts_with("DRA claim team-a/trainer (0b1c2d3e-000): memory 1GiB -> 2GiB ([all])\n"),
+        out.starts_with(&format!(
+            "DRA claim team-a/trainer (0b1c2d3e-000): memory 1GiB -> 2GiB ([device.{gpu}])\n"
+        )),
         "{out}"
     );
     let text = std::fs::read_to_string(claim.join("quota.toml")).expect("quota");
