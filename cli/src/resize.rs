@@ -651,8 +651,8 @@ fn write_segment(t: &Target, new: &Config) -> Result<(Vec<String>, bool), String
         if used > want {
             over = true;
             out.push(format!(
-                "GPU {uuid}: {} in use, over the new quota: every new allocation above it is refused from now on",
-                config::format_size(used)
+                "GPU {uuid}: {:.2} GiB in use, over the new quota: every new allocation above it is refused from now on",
+                used as f64 / (1u64 << 30) as f64
             ));
         }
     }
