@@ -72,8 +72,8 @@ pub struct ResizeArgs {
     pub compute_max: Option<String>,
     /// Which entry of the quota file to change: `all` ([all], every GPU
     /// without an entry of its own) or a GPU's UUID (its own entry).
-    /// Default: [all], refused where a GPU has the field in an entry of its
-    /// own.
+    /// Default: [all] where it alone gives the field, else the one GPU
+    /// entry that gives it (a DRA claim's); several: say which.
     #[arg(long)]
     pub device: Option<String>,
     /// With --memory: how long `cuslice watch` leaves a tenant over its
@@ -99,7 +99,8 @@ pub fn parse_grace(s: &str) -> Result<f64, String> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Entry {
     /// `[all]`, named with `--device all` (a GPU's own entry then keeps
-    /// its value) or by default (refused where one has it).
+    /// its value), or no `--device` (`plan` picks per field: `[all]`, or
+    /// the one GPU entry that gives the field).
     All { named: bool },
     /// `[device."GPU-..."]`.
     Gpu([u8; 16]),
@@ -221,7 +222,7 @@ struct Target {
     user: Option<(u32, u32)>,
 }
 
-/// What a bare or prefixed target matched: (what, label) pairs.
+/// The slices a target matched.
 type Matched = Vec<Target>;
 
 /// The containers under `places` whose id is `want` or starts with it
@@ -297,7 +298,7 @@ fn claims(places: &Places, want: &str) -> Matched {
 fn run_process_of(pid: u32) -> Option<u32> {
     let mut cur = pid;
     for _ in 0..4096 {
-        proc::stat(cur)?;
+        let st = proc::stat(cur)?;
         // Another user's executable cannot be read (its `exe` link needs
         // ptrace access): its command line then says, so that the user is
         // told the session is not theirs (nothing is read or written).
@@ -310,7 +311,6 @@ fn run_process_of(pid: u32) -> Option<u32> {
         if exe.as_deref() == Some("cuslice") && argv.get(1).map(String::as_str) == Some("run") {
             return Some(cur);
         }
-        let st = proc::stat(cur)?;
         if st.ppid <= 1 {
             return None;
         }
@@ -368,7 +368,7 @@ fn session(run: u32) -> Result<Target, String> {
         .dir
         .as_ref()
         .ok()
-        .and_then(|d| crate::host::sys::fstat(std::os::fd::AsFd::as_fd(d)).ok())
+        .and_then(|d| crate::host::sys::fstat(d.as_fd()).ok())
         .map(|st| st.st_gid)
         .ok_or_else(|| format!("{label}: cannot stat its directory"))?;
     Ok(Target {
