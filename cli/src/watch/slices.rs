@@ -440,11 +440,14 @@ impl Slices {
             .chain(self.runs.values())
     }
 
-    /// Finds containers that came, went, were written again or whose init
-    /// ended, claims whose files changed, and sessions that ended. One
-    /// directory listing, and per container one `stat` of its
-    /// `container.json` and one read of its init's `/proc/<pid>/stat`; two
-    /// `stat`s per claim; one `stat` per live session.
+    /// Finds containers that came, went, were written again (their record
+    /// or their quota file: a resize) or whose init ended, claims whose
+    /// files changed, sessions that ended and sessions whose quota file was
+    /// written again. One directory listing, and per container two `stat`s
+    /// (its `container.json` and `quota.toml`) and one read of its init's
+    /// `/proc/<pid>/stat`; two `stat`s per claim; per live session one
+    /// `stat` of its run process, and its directory opened from its base
+    /// for one `stat` of its quota file.
     pub fn refresh(&mut self, p: &dyn ProcSource) {
         // `<root>/containers`, from the root without following a link
         // below it; each container's directory likewise (the discovery
