@@ -1,13 +1,14 @@
 /*
  * cuslice: declarations of the NVML functions and types that the host
- * command (`cuslice status`, `top`, the exporter, `cuslice watch`) and the
- * DRA plugin (`cuslice-dra-plugin`) call, beyond those of cuslice_nvml.h,
- * which it includes and they call too. Written for cuslice; checked
- * against NVIDIA's nvml.h by the ABI test in hookgen/tests/abi.rs. No @hook
- * annotations: the shim neither exports nor calls these. cli/build.rs and
- * dra/build.rs turn every function declared here and in cuslice_nvml.h
- * into a function-pointer type (hookgen::loader_bindings) for the program,
- * which loads NVML itself. See README.md beside this file.
+ * command (`cuslice status`, `top`, the exporter, `cuslice watch`, the OCI
+ * hook) and the DRA plugin (`cuslice-dra-plugin`) call, beyond those of
+ * cuslice_nvml.h, which it includes and they call too. Written for
+ * cuslice; checked against NVIDIA's nvml.h by the ABI test in
+ * hookgen/tests/abi.rs. No @hook annotations: the shim neither exports nor
+ * calls these. hostfs/build.rs turns every function declared here and in
+ * cuslice_nvml.h into a function-pointer type (hookgen::loader_bindings)
+ * for the host file layer's NVML loader, which loads NVML itself. See
+ * README.md beside this file.
  */
 #ifndef CUSLICE_NVML_HOST_H
 #define CUSLICE_NVML_HOST_H

@@ -13,7 +13,6 @@ mod exporter;
 mod frame;
 mod host;
 mod limits;
-mod nvml;
 mod oci;
 mod status;
 mod top;

@@ -293,7 +293,7 @@ pub fn quota_from_annotations(
     ann: &BTreeMap<String, String>,
 ) -> Result<Option<String>, String> {
     quota_from_annotations_with(id, ann, &|| {
-        let gpus = crate::nvml::Nvml::open().and_then(|n| n.gpus())?;
+        let gpus = crate::host::nvml::Nvml::open().and_then(|n| n.gpus())?;
         Ok(gpus.into_iter().map(|g| (g.index, g.uuid)).collect())
     })
 }
@@ -639,7 +639,7 @@ fn driver_memory_limits(cfg: &config::Config, cgroup_text: &str) -> Option<Strin
         };
         // No NVML, no driver limit (a host without the NVIDIA driver: the
         // shim has no GPU to hold either).
-        let nvml = match crate::nvml::Nvml::open() {
+        let nvml = match crate::host::nvml::Nvml::open() {
             Ok(n) => n,
             Err(e) => return Ok(format!("unsupported: NVML: {e}")),
         };
@@ -654,10 +654,10 @@ fn driver_memory_limits(cfg: &config::Config, cgroup_text: &str) -> Option<Strin
                 continue;
             };
             match nvml.set_memory_limit(&d, &dir, bytes)? {
-                crate::nvml::DriverLimit::Set => {
+                crate::host::nvml::DriverLimit::Set => {
                     set.push(format!("GPU {} {} bytes", d.index, bytes));
                 }
-                crate::nvml::DriverLimit::Unsupported(why) => {
+                crate::host::nvml::DriverLimit::Unsupported(why) => {
                     return Ok(format!("unsupported: {why}"));
                 }
             }
@@ -793,7 +793,7 @@ fn gpu_segments_to_make(cfg: &config::Config, user: &inroot::User) -> Result<Vec
     if !cfg.has_compute() {
         return Ok(vec![]);
     }
-    let listed = crate::nvml::Nvml::open().and_then(|n| n.gpus());
+    let listed = crate::host::nvml::Nvml::open().and_then(|n| n.gpus());
     match listed {
         Ok(gpus) => gpus
             .iter()

@@ -38,9 +38,9 @@ use crate::host::container::{self, ContainerMeta, command_line, describe, short_
 use crate::host::discover::{self, Found, Places};
 use crate::host::fs::{Dir, Kind};
 use crate::host::layout::{self, Layout, MEMORY_SEGMENT, QUOTA_FILE, SliceKind};
+use crate::host::nvml::{DeviceHandle, GpuInfo, Nvml, sample_period_us, sample_window_us};
 use crate::host::text::{self, LINE_MAX, clean};
 use crate::host::watch_state;
-use crate::nvml::{DeviceHandle, GpuInfo, Nvml, sample_period_us, sample_window_us};
 
 /// Where to look.
 #[derive(Debug, Clone)]

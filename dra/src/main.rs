@@ -132,7 +132,7 @@ async fn run(a: Args) -> Result<(), String> {
         .unwrap_or_else(|| PathBuf::from("/var/lib/kubelet/plugins").join(&a.driver_name));
     let inventory: Arc<dyn gpus::Inventory> = match a.gpus_file {
         Some(f) => Arc::new(gpus::File(f)),
-        None => Arc::new(gpus::Nvml),
+        None => Arc::new(gpus::Nvml::default()),
     };
     // Said at start, not at the first claim.
     let found = inventory.gpus()?;

@@ -39,11 +39,15 @@
 //!   environments) safe for a terminal or a log line.
 //! - [`watch_state`]: the state `cuslice watch` publishes
 //!   (`<root>/watch/state.json`) and `cuslice status` reads.
+//! - [`nvml`]: NVML, loaded at run time: the one loader of the command and
+//!   the DRA plugin (its declarations generated from `cuda-headers/` by
+//!   `build.rs`).
 //!
 //! No two modules import each other: `sys`, `text`, `proc` and `cdi` stand
 //! alone; `fs` is on `sys`; `inroot` on `sys` and `text`; `layout` on
 //! `fs`; `run_dir` on `fs` and `layout`; `container` on `fs`, `layout`,
-//! `proc` and `text`; `discover` on `container`, `fs`, `layout` and `sys`; `watch_state` on `fs`, `layout` and `text`.
+//! `proc` and `text`; `discover` on `container`, `fs`, `layout` and `sys`; `watch_state` on `fs`, `layout` and `text`; `nvml`
+//! stands alone.
 
 pub mod cdi;
 pub mod container;
@@ -51,6 +55,7 @@ pub mod discover;
 pub mod fs;
 pub mod inroot;
 pub mod layout;
+pub mod nvml;
 pub mod proc;
 pub mod run_dir;
 pub mod sys;

@@ -5,12 +5,13 @@
 //! files are), [`run_dir`], [`container`] (the records), [`discover`] (the slices found, for `status`
 //! and `watch` alike), [`inroot`] (a
 //! container's root file system), [`sys`] (the descriptor-level calls),
-//! [`cdi`] (the CDI specs), [`proc`], [`text`] and [`watch_state`] (the
-//! state file `watch` writes and `status` reads).
+//! [`cdi`] (the CDI specs), [`proc`], [`text`], [`watch_state`] (the
+//! state file `watch` writes and `status` reads) and [`nvml`] (NVML,
+//! loaded at run time, as the DRA plugin loads it).
 //!
 //! The commands (`oci`, `watch`, `status`, `run`) build on it and
 //! `cuslice-core`, never on each other.
 
 pub use cuslice_host::{
-    cdi, container, discover, fs, inroot, layout, proc, run_dir, sys, text, watch_state,
+    cdi, container, discover, fs, inroot, layout, nvml, proc, run_dir, sys, text, watch_state,
 };

@@ -45,8 +45,8 @@ use std::time::{Duration, Instant};
 
 use crate::host::fs::Dir;
 use crate::host::layout::{Layout, WATCH_DIR, WATCH_LOCK};
+use crate::host::nvml::Nvml;
 use crate::host::watch_state::{self, Count, WatchState, now_unix};
-use crate::nvml::Nvml;
 use act::Actor;
 use config::{Policy, WatchConfig};
 use judge::History;
