@@ -42,17 +42,20 @@
 //! - [`nvml`]: NVML, loaded at run time: the one loader of the command and
 //!   the DRA plugin (its declarations generated from `cuda-headers/` by
 //!   `build.rs`).
+//! - [`health`]: GPU health, one judgement per GPU that every host command
+//!   and the DRA plugin share.
 //!
 //! No two modules import each other: `sys`, `text`, `proc` and `cdi` stand
 //! alone; `fs` is on `sys`; `inroot` on `sys` and `text`; `layout` on
 //! `fs`; `run_dir` on `fs` and `layout`; `container` on `fs`, `layout`,
 //! `proc` and `text`; `discover` on `container`, `fs`, `layout` and `sys`; `watch_state` on `fs`, `layout` and `text`; `nvml`
-//! stands alone.
+//! stands alone; `health` is on `nvml`, `fs`, `layout` and `text`.
 
 pub mod cdi;
 pub mod container;
 pub mod discover;
 pub mod fs;
+pub mod health;
 pub mod inroot;
 pub mod layout;
 pub mod nvml;
