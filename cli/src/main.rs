@@ -11,6 +11,7 @@ use cuslice_core::config;
 
 mod exporter;
 mod frame;
+mod health;
 mod host;
 mod limits;
 mod oci;
@@ -113,6 +114,12 @@ enum Cmd {
     Watch {
         #[command(flatten)]
         args: watch::WatchArgs,
+    },
+    /// Every GPU's health (healthy, degraded, unhealthy: why, since when);
+    /// `follow` runs the health source, `clear GPU` returns a GPU to service.
+    Health {
+        #[command(flatten)]
+        args: health::HealthArgs,
     },
     /// Serve the status figures as Prometheus metrics on GET /metrics.
     Exporter {
@@ -558,6 +565,7 @@ fn main() -> ExitCode {
             .and_then(|s| exporter::serve(&listen, status::Observer::new(s, linger)))
             .map(|()| ExitCode::SUCCESS),
         Cmd::Watch { args } => watch::run(args).map(|()| ExitCode::SUCCESS),
+        Cmd::Health { args } => health::run(args).map(|()| ExitCode::SUCCESS),
         Cmd::OciHook {
             stage,
             root,

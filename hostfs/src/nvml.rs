@@ -154,12 +154,17 @@ pub struct GpuInfo {
     pub index: u32,
     /// `GPU-xxxxxxxx-...`, as cuslice names its GPU segments.
     pub uuid: String,
+    /// Empty where NVML gives none.
     pub name: String,
-    pub memory_used: u64,
-    pub memory_total: u64,
+    /// None where NVML does not answer (see `error`).
+    pub memory_used: Option<u64>,
+    pub memory_total: Option<u64>,
     /// Percent of the last sample period a kernel ran; None where NVML
     /// does not support it on this GPU.
     pub utilization: Option<u32>,
+    /// Why NVML did not tell its memory (a GPU that fell off the bus
+    /// answers `GPU is lost` to everything but its identity): one line.
+    pub error: Option<String>,
 }
 
 pub struct Nvml {
@@ -179,7 +184,63 @@ pub struct Nvml {
     /// The DRA plugin's: the device node and the compute capability.
     minor: Option<sys::nvmlDeviceGetMinorNumber>,
     capability: Option<sys::nvmlDeviceGetCudaComputeCapability>,
+    /// GPU health's (`crate::health`): events and memory checks, each
+    /// looked up on its own (an older driver lacks some).
+    events: Option<EventCalls>,
+    retired_pending: Option<sys::nvmlDeviceGetRetiredPagesPendingStatus>,
+    remapped_rows: Option<sys::nvmlDeviceGetRemappedRows>,
+    ecc_total: Option<sys::nvmlDeviceGetTotalEccErrors>,
 }
+
+/// The event set's calls: all of them, or none.
+#[derive(Clone, Copy)]
+struct EventCalls {
+    create: sys::nvmlEventSetCreate,
+    supported: sys::nvmlDeviceGetSupportedEventTypes,
+    register: sys::nvmlDeviceRegisterEvents,
+    wait: sys::nvmlEventSetWait_v2,
+    free: sys::nvmlEventSetFree,
+}
+
+/// An NVML call that failed: its return code and words (`Unknown Error
+/// (999)`), for the health judge, which goes by the code.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NvmlError {
+    pub code: i32,
+    pub text: String,
+}
+
+/// The event types the health source registers for: XID errors (every
+/// XID comes under this type) and double-bit ECC errors.
+pub const HEALTH_EVENTS: u64 =
+    (sys::nvmlEventTypeXidCriticalError | sys::nvmlEventTypeDoubleBitEccError) as u64;
+/// An XID event's type.
+pub const EVENT_XID: u64 = sys::nvmlEventTypeXidCriticalError as u64;
+/// A double-bit ECC event's type.
+pub const EVENT_DOUBLE_BIT_ECC: u64 = sys::nvmlEventTypeDoubleBitEccError as u64;
+
+/// One event: the GPU (NVML's index), its type and data (the XID for an
+/// XID event).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Event {
+    pub index: u32,
+    pub kind: u64,
+    pub data: u64,
+}
+
+/// An NVML event set: the devices registered in it, waited on together.
+/// Holds its NVML (an `Arc`), so it is freed before NVML shuts down.
+pub struct EventSet {
+    nvml: std::sync::Arc<Nvml>,
+    calls: EventCalls,
+    raw: sys::nvmlEventSet_t,
+    /// (handle, index) of each device registered.
+    devices: Vec<(Device, u32)>,
+}
+
+// SAFETY: the set is NVML's, used from any thread (NVML is thread-safe,
+// see `Nvml`); the device handles in it likewise.
+unsafe impl Send for EventSet {}
 
 // SAFETY: NVML is thread-safe (its documentation: "it is safe to make
 // simultaneous NVML calls from multiple threads"); what `Nvml` holds is
@@ -278,6 +339,18 @@ impl Nvml {
                 set_limits: sym!(lib, nvmlDeviceSetMemoryLimits_v1),
                 minor: sym!(lib, nvmlDeviceGetMinorNumber),
                 capability: sym!(lib, nvmlDeviceGetCudaComputeCapability),
+                events: (|| {
+                    Some(EventCalls {
+                        create: sym!(lib, nvmlEventSetCreate)?,
+                        supported: sym!(lib, nvmlDeviceGetSupportedEventTypes)?,
+                        register: sym!(lib, nvmlDeviceRegisterEvents)?,
+                        wait: sym!(lib, nvmlEventSetWait_v2)?,
+                        free: sym!(lib, nvmlEventSetFree)?,
+                    })
+                })(),
+                retired_pending: sym!(lib, nvmlDeviceGetRetiredPagesPendingStatus),
+                remapped_rows: sym!(lib, nvmlDeviceGetRemappedRows),
+                ecc_total: sym!(lib, nvmlDeviceGetTotalEccErrors),
             }
         };
         // SAFETY: resolved from the same library, with its prototype.
@@ -329,28 +402,30 @@ impl Nvml {
             .into_owned())
     }
 
-    /// Every GPU NVML sees, by index. The error is one line.
+    /// Every GPU NVML sees, by index: one that does not answer is listed
+    /// with what NVML would not tell in `error`. The error is one line
+    /// (NVML cannot count or name the GPUs).
     pub fn gpus(&self) -> Result<Vec<GpuInfo>, String> {
         let mut out = vec![];
         for d in self.devices()? {
             let i = d.index;
-            let name = self
-                .string(self.name, d.raw)
-                .map_err(|r| format!("nvmlDeviceGetName({i}): {}", self.error(r)))?;
+            let name = self.string(self.name, d.raw).unwrap_or_default();
             let mut m = Memory::default();
             // SAFETY: a handle NVML gave us and a valid nvmlMemory_t.
             let r = unsafe { (self.memory)(d.raw, &mut m) };
-            if r != NVML_SUCCESS {
-                return Err(format!("nvmlDeviceGetMemoryInfo({i}): {}", self.error(r)));
-            }
-            let utilization = self.device_utilization(&d);
+            let ok = r == NVML_SUCCESS;
             out.push(GpuInfo {
                 index: i,
-                uuid: d.uuid,
+                uuid: d.uuid.clone(),
                 name,
-                memory_used: m.used,
-                memory_total: m.total,
-                utilization,
+                memory_used: ok.then_some(m.used),
+                memory_total: ok.then_some(m.total),
+                utilization: if ok {
+                    self.device_utilization(&d)
+                } else {
+                    None
+                },
+                error: (!ok).then(|| format!("nvmlDeviceGetMemoryInfo({i}): {}", self.error(r))),
             });
         }
         Ok(out)
@@ -623,6 +698,101 @@ impl Nvml {
         Ok((major, minor))
     }
 
+    fn failed(&self, r: Ret) -> NvmlError {
+        NvmlError {
+            code: r.0 as i32,
+            text: self.error(r),
+        }
+    }
+
+    /// What a call this NVML does not have fails with: the code of a
+    /// missing function (which the health judge takes for a check that
+    /// cannot be made, not a sick GPU).
+    fn missing(name: &str) -> NvmlError {
+        NvmlError {
+            code: Ret::NVML_ERROR_FUNCTION_NOT_FOUND.0 as i32,
+            text: format!("no {name} in this NVML"),
+        }
+    }
+
+    /// The liveness query of GPU health: the GPU's memory information,
+    /// which every GPU answers while it is there.
+    pub fn alive(&self, d: &DeviceHandle) -> Result<(), NvmlError> {
+        let mut m = Memory::default();
+        // SAFETY: a handle NVML gave us and a valid nvmlMemory_t.
+        match unsafe { (self.memory)(d.raw, &mut m) } {
+            NVML_SUCCESS => Ok(()),
+            r => Err(self.failed(r)),
+        }
+    }
+
+    /// Whether retired pages wait for a reset or reboot.
+    pub fn retired_pages_pending(&self, d: &DeviceHandle) -> Result<bool, NvmlError> {
+        let f = self
+            .retired_pending
+            .ok_or_else(|| Nvml::missing("nvmlDeviceGetRetiredPagesPendingStatus"))?;
+        let mut p = sys::nvmlEnableState_t::NVML_FEATURE_DISABLED;
+        // SAFETY: a handle NVML gave us and a valid out pointer.
+        match unsafe { f(d.raw, &mut p) } {
+            NVML_SUCCESS => Ok(p == sys::nvmlEnableState_t::NVML_FEATURE_ENABLED),
+            r => Err(self.failed(r)),
+        }
+    }
+
+    /// Whether a row remapping waits for a reset, and whether one ever
+    /// failed: (pending, failure).
+    pub fn remapped_rows(&self, d: &DeviceHandle) -> Result<(bool, bool), NvmlError> {
+        let f = self
+            .remapped_rows
+            .ok_or_else(|| Nvml::missing("nvmlDeviceGetRemappedRows"))?;
+        let (mut corr, mut unc, mut pending, mut failure): (c_uint, c_uint, c_uint, c_uint) =
+            (0, 0, 0, 0);
+        // SAFETY: a handle NVML gave us and four valid out pointers.
+        match unsafe { f(d.raw, &mut corr, &mut unc, &mut pending, &mut failure) } {
+            NVML_SUCCESS => Ok((pending != 0, failure != 0)),
+            r => Err(self.failed(r)),
+        }
+    }
+
+    /// Uncorrectable ECC errors since the driver loaded (the volatile
+    /// count).
+    pub fn ecc_uncorrected(&self, d: &DeviceHandle) -> Result<u64, NvmlError> {
+        let f = self
+            .ecc_total
+            .ok_or_else(|| Nvml::missing("nvmlDeviceGetTotalEccErrors"))?;
+        let mut n: u64 = 0;
+        // SAFETY: a handle NVML gave us, valid enum values and out pointer.
+        match unsafe {
+            f(
+                d.raw,
+                sys::nvmlMemoryErrorType_t::NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+                sys::nvmlEccCounterType_t::NVML_VOLATILE_ECC,
+                &mut n,
+            )
+        } {
+            NVML_SUCCESS => Ok(n),
+            r => Err(self.failed(r)),
+        }
+    }
+
+    /// A new, empty event set.
+    pub fn event_set(self: &std::sync::Arc<Nvml>) -> Result<EventSet, NvmlError> {
+        let calls = self
+            .events
+            .ok_or_else(|| Nvml::missing("nvmlEventSetCreate (or another event call)"))?;
+        let mut raw: sys::nvmlEventSet_t = std::ptr::null_mut();
+        // SAFETY: a valid out pointer.
+        match unsafe { (calls.create)(&mut raw) } {
+            NVML_SUCCESS => Ok(EventSet {
+                nvml: self.clone(),
+                calls,
+                raw,
+                devices: vec![],
+            }),
+            r => Err(self.failed(r)),
+        }
+    }
+
     /// The GPU's utilization (percent of the last sample period a kernel
     /// ran); None where NVML does not tell.
     pub fn device_utilization(&self, d: &DeviceHandle) -> Option<u32> {
@@ -646,6 +816,60 @@ pub struct DeviceHandle {
 unsafe impl Send for DeviceHandle {}
 // SAFETY: as above; the handle is never written through.
 unsafe impl Sync for DeviceHandle {}
+
+impl EventSet {
+    /// Registers `d` for the event types of `kinds` it supports; the types
+    /// registered (an error where it supports none of them: NOT_SUPPORTED).
+    pub fn register(&mut self, d: &DeviceHandle, kinds: u64) -> Result<u64, NvmlError> {
+        let mut supported: u64 = 0;
+        // SAFETY: a handle NVML gave us and a valid out pointer.
+        let r = unsafe { (self.calls.supported)(d.raw, &mut supported) };
+        if r != NVML_SUCCESS {
+            return Err(self.nvml.failed(r));
+        }
+        let want = kinds & supported;
+        if want == 0 {
+            return Err(self.nvml.failed(Ret::NVML_ERROR_NOT_SUPPORTED));
+        }
+        // SAFETY: a handle NVML gave us and a set it made.
+        let r = unsafe { (self.calls.register)(d.raw, want, self.raw) };
+        if r != NVML_SUCCESS {
+            return Err(self.nvml.failed(r));
+        }
+        self.devices.push((d.raw, d.index));
+        Ok(want)
+    }
+
+    /// Waits at most `timeout_ms` for an event of a registered device;
+    /// None when none came. NVML sleeps meanwhile (no polling here).
+    pub fn wait(&self, timeout_ms: u32) -> Result<Option<Event>, NvmlError> {
+        let mut e = sys::nvmlEventData_t::default();
+        // SAFETY: a set NVML made and a valid nvmlEventData_t.
+        match unsafe { (self.calls.wait)(self.raw, &mut e, timeout_ms) } {
+            NVML_SUCCESS => {
+                Ok(self
+                    .devices
+                    .iter()
+                    .find(|(h, _)| *h == e.device)
+                    .map(|&(_, index)| Event {
+                        index,
+                        kind: e.eventType,
+                        data: e.eventData,
+                    }))
+            }
+            Ret::NVML_ERROR_TIMEOUT => Ok(None),
+            r => Err(self.nvml.failed(r)),
+        }
+    }
+}
+
+impl Drop for EventSet {
+    fn drop(&mut self) {
+        // SAFETY: a set NVML made, freed once; its NVML is still up (the
+        // set holds it).
+        unsafe { (self.calls.free)(self.raw) };
+    }
+}
 
 impl Drop for Nvml {
     fn drop(&mut self) {

@@ -649,6 +649,41 @@ impl Judge {
     }
 }
 
+/// `unix` (seconds) as UTC, `2026-11-27T10:04:05Z`: how a GPU's `since`
+/// is shown.
+pub fn utc(unix: f64) -> String {
+    let t = unix.max(0.0) as i64;
+    let (days, rem) = (t.div_euclid(86_400), t.rem_euclid(86_400));
+    // Days since 1970-01-01 to a civil date (the proleptic Gregorian
+    // calendar, in eras of 400 years).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// A duration in seconds for people: `45s`, `3m12s`, `2h05m`, `3d04h`.
+pub fn ago(seconds: f64) -> String {
+    let s = seconds.max(0.0) as u64;
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
+        3600..86_400 => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
+        _ => format!("{}d{:02}h", s / 86_400, s % 86_400 / 3600),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1012,6 +1047,18 @@ mod tests {
             Some("uncorrectable ECC errors since the driver loaded rose from 5 to 7")
         );
         assert_eq!(j.health().since_unix, 60.0);
+    }
+
+    #[test]
+    fn times_read_as_people_write_them() {
+        assert_eq!(utc(0.0), "1970-01-01T00:00:00Z");
+        assert_eq!(utc(951_782_400.0), "2000-02-29T00:00:00Z");
+        assert_eq!(utc(1_795_003_445.9), "2026-11-18T12:04:05Z");
+        assert_eq!(utc(4_107_542_399.0), "2100-02-28T23:59:59Z");
+        assert_eq!(ago(45.2), "45s");
+        assert_eq!(ago(192.0), "3m12s");
+        assert_eq!(ago(7500.0), "2h05m");
+        assert_eq!(ago(273_600.0), "3d04h");
     }
 
     #[test]
