@@ -522,6 +522,9 @@ fn run(
             let c = g.judge.settle(now);
             record(i, c, false, &mut changes);
         }
+        // What a report's receiver reads (`Source::gpus`) is the health
+        // that made the change.
+        *lock(&shared.gpus) = gpus.clone();
         for (i, change, cleared) in changes.iter().cloned() {
             report(Report::Change(GpuChange {
                 index: gpus[i].index,
@@ -531,7 +534,6 @@ fn run(
                 quiet_seconds: cfg.quiet.as_secs_f64(),
             }));
         }
-        *lock(&shared.gpus) = gpus.clone();
         if !changes.is_empty() || last_write.elapsed() + Duration::from_millis(100) >= cfg.poll {
             let r = lock(&shared.publisher).write(&gpus, now, true);
             match r {
