@@ -240,8 +240,7 @@ fn wait_signal(set: &libc::sigset_t, limit: Option<Duration>) -> bool {
 
 fn follow(cfg: Config, seconds: Option<f64>) -> Result<(), String> {
     let signals = block_stop_signals();
-    let started = Instant::now();
-    let cpu0 = cpu_seconds();
+    let cpu_start = cpu_seconds();
     let changes = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     let n = changes.clone();
     let src = Source::start(
@@ -254,14 +253,19 @@ fn follow(cfg: Config, seconds: Option<f64>) -> Result<(), String> {
             Report::Note(m) => eprintln!("cuslice health: {m}"),
         }),
     )?;
+    // Its cost from here: the start-up (loading NVML, the first look at
+    // every GPU) is said apart.
+    let started = Instant::now();
+    let cpu0 = cpu_seconds();
     wait_signal(&signals, seconds.map(Duration::from_secs_f64));
-    src.stop();
     let wall = started.elapsed().as_secs_f64();
     let cpu = cpu_seconds() - cpu0;
+    src.stop();
     eprintln!(
-        "cuslice health follow: ran {wall:.1}s, {} changes, CPU {cpu:.3}s ({:.4} % of one core)",
+        "cuslice health follow: ran {wall:.1}s, {} changes, CPU {cpu:.4}s after start-up ({:.4} % of one core), start-up {:.3}s",
         changes.load(std::sync::atomic::Ordering::Relaxed),
-        if wall > 0.0 { 100.0 * cpu / wall } else { 0.0 }
+        if wall > 0.0 { 100.0 * cpu / wall } else { 0.0 },
+        cpu0 - cpu_start
     );
     Ok(())
 }

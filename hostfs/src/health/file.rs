@@ -42,7 +42,8 @@ pub struct Published {
     /// False once it stopped (it writes that on its way out).
     pub running: bool,
     pub started_unix: f64,
-    /// When it last wrote (at least every `poll_seconds` while it runs).
+    /// When it last wrote (at each change, and at least every
+    /// `check_seconds` while it runs).
     pub updated_unix: f64,
     /// Its cadence: how long it waits for an event before it asks each GPU
     /// whether it is alive, and how often it makes the memory checks.
@@ -53,10 +54,12 @@ pub struct Published {
 }
 
 impl Published {
-    /// Whether its writer runs and wrote lately (within two polls and five
-    /// seconds): what a short-lived command trusts.
+    /// Whether its writer runs and wrote lately (within two of its
+    /// heartbeats, every `check_seconds`, and five seconds): what a
+    /// short-lived command trusts.
     pub fn fresh(&self, now: f64) -> bool {
-        self.running && now - self.updated_unix <= 2.0 * self.poll_seconds + 5.0
+        self.running
+            && now - self.updated_unix <= 2.0 * self.check_seconds.max(self.poll_seconds) + 5.0
     }
 
     /// The GPU of UUID `uuid`.
@@ -183,7 +186,8 @@ mod tests {
         };
         write(&dir, &p).expect("written");
         assert_eq!(read(&layout), Ok(Some(p.clone())));
-        assert!(p.fresh(110.0) && !p.fresh(116.0));
+        // Two heartbeats (checks) and 5 s.
+        assert!(p.fresh(165.0) && !p.fresh(165.5));
         assert!(
             !Published {
                 running: false,

@@ -11,14 +11,15 @@
 //!   event is seen within a poll);
 //! - every `check` (30 s by default) each GPU's memory is checked
 //!   (retired pages pending, remapped rows, the uncorrectable ECC count);
-//! - at every wake it applies the operators' clears (`clear.json`), lets
-//!   quiet periods pass, reports each change once and, where it holds the
-//!   health lock (one publisher per host), writes `state.json` (at least
-//!   every `poll`: a reader knows it is up).
+//! - at every wake it applies the operators' clears (`clear.json`, read
+//!   again only when it changed: one `fstatat` a wake), lets quiet periods
+//!   pass and reports each change once; where it holds the health lock
+//!   (one publisher per host), it writes `state.json` at each change and
+//!   at least every `check` (a reader knows it is up).
 //!
-//! So 8 GPUs cost, every 5 s, one wake and 8 cheap NVML calls and a small
-//! file write, and every 30 s 24 more calls (docs/benchmarks/ has the
-//! measure on a GPU).
+//! So 8 GPUs cost, every 5 s, one wake, 8 cheap NVML calls and a `stat`,
+//! and every 30 s 24 more calls and a small file write (docs/benchmarks/
+//! has the measure on a GPU).
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -370,9 +371,25 @@ impl Source {
             publisher: Mutex::new(publisher),
         });
         let s = shared.clone();
+        let clears = lock(&shared.publisher)
+            .dir
+            .as_ref()
+            .and_then(|d| d.try_clone().ok());
         std::thread::Builder::new()
             .name("cuslice-health".into())
-            .spawn(move || run(&cfg, &layout, &nvml, &devices, set, gpus, &s, report))
+            .spawn(move || {
+                run(
+                    &cfg,
+                    &layout,
+                    clears.as_ref(),
+                    &nvml,
+                    &devices,
+                    set,
+                    gpus,
+                    &s,
+                    report,
+                )
+            })
             .map_err(|e| format!("cannot start the health thread: {e}"))?;
         Ok(Source { shared })
     }
@@ -417,6 +434,7 @@ fn look(nvml: &Nvml, d: &DeviceHandle, j: &mut Judge, now: f64) -> Vec<Change> {
 fn run(
     cfg: &Config,
     layout: &Layout,
+    clears_dir: Option<&Dir>,
     nvml: &Nvml,
     devices: &[DeviceHandle],
     set: Option<EventSet>,
@@ -431,6 +449,9 @@ fn run(
     let mut said: Option<String> = None;
     let mut said_clears: Option<String> = None;
     let mut said_write: Option<String> = None;
+    // The clears file as last read (device, inode, size, mtime): read again
+    // only when it changed (one fstatat a wake).
+    let mut clears_seen: Option<(u64, u64, i64, i64, i64)> = None;
     while !shared.stop.load(Ordering::Relaxed) {
         let waited_from = Instant::now();
         let waited = match &set {
@@ -501,20 +522,34 @@ fn run(
                 report(Report::Note(n));
             }
         }
-        match file::read_clears(layout) {
-            Ok(clears) => {
-                said_clears = None;
-                for (i, g) in gpus.iter_mut().enumerate() {
-                    if let Some(&at) = clears.get(&g.uuid) {
-                        let c = g.judge.clear(at, now);
-                        record(i, c, true, &mut changes);
+        let seen = clears_dir
+            .and_then(|d| d.stat(crate::layout::HEALTH_CLEARS).ok())
+            .map(|st| {
+                (
+                    st.st_dev,
+                    st.st_ino,
+                    st.st_size,
+                    st.st_mtime,
+                    st.st_mtime_nsec,
+                )
+            });
+        if seen.is_some() && seen != clears_seen {
+            match file::read_clears(layout) {
+                Ok(clears) => {
+                    said_clears = None;
+                    clears_seen = seen;
+                    for (i, g) in gpus.iter_mut().enumerate() {
+                        if let Some(&at) = clears.get(&g.uuid) {
+                            let c = g.judge.clear(at, now);
+                            record(i, c, true, &mut changes);
+                        }
                     }
                 }
-            }
-            Err(e) => {
-                if said_clears.as_deref() != Some(e.as_str()) {
-                    report(Report::Note(format!("the operators' clears: {e}")));
-                    said_clears = Some(e);
+                Err(e) => {
+                    if said_clears.as_deref() != Some(e.as_str()) {
+                        report(Report::Note(format!("the operators' clears: {e}")));
+                        said_clears = Some(e);
+                    }
                 }
             }
         }
@@ -534,7 +569,9 @@ fn run(
                 quiet_seconds: cfg.quiet.as_secs_f64(),
             }));
         }
-        if !changes.is_empty() || last_write.elapsed() + Duration::from_millis(100) >= cfg.poll {
+        // Written at a change, else every `check` (its heartbeat: a reader
+        // trusts it for two of them, `Published::fresh`).
+        if !changes.is_empty() || last_write.elapsed() + Duration::from_millis(100) >= cfg.check {
             let r = lock(&shared.publisher).write(&gpus, now, true);
             match r {
                 Ok(()) => said_write = None,
