@@ -6,7 +6,7 @@
 //! operators' clears (`clear.json`: GPU UUID to the time it was cleared).
 //! Root's directory (0755) and files (0644), written whole through the
 //! host file layer (replaced, never through a link), read back without
-//! following a link, bounded, a file of ours only.
+//! following a link, bounded (by root, only root's files).
 
 use std::collections::BTreeMap;
 
@@ -108,15 +108,20 @@ fn open_dir(layout: &Layout) -> Result<Option<Dir>, String> {
 }
 
 /// A file of the health directory, as text; None where it is not there.
+/// Read without following a link or blocking, bounded; by root (the OCI
+/// hook, the DRA plugin, the watch), only a file of root's: what it acts
+/// on is root's to write. Another user reads what it can, for display.
 fn read_text(layout: &Layout, name: &str) -> Result<Option<String>, String> {
     let Some(dir) = open_dir(layout)? else {
         return Ok(None);
     };
-    match dir.read_file(name, FILE_MAX) {
-        Ok(t) => Ok(Some(t)),
-        Err(e) if e.not_found() => Ok(None),
-        Err(e) => Err(e.to_string()),
+    match dir.stat(name) {
+        Err(e) if e.not_found() => return Ok(None),
+        Err(e) => return Err(e.to_string()),
+        Ok(_) => {}
     }
+    let owner = (crate::sys::euid() == 0).then_some((0, "root's"));
+    dir.read_checked(name, owner, FILE_MAX).map(Some)
 }
 
 /// What the source under `layout` last published; None where no source
