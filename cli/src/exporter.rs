@@ -89,6 +89,8 @@ pub fn render(s: &Snapshot) -> Result<String, std::fmt::Error> {
     let demand = GF::default();
     let live = G::default();
     let info = G::default();
+    let health = G::default();
+    let health_since = GF::default();
 
     let mut by_uuid: BTreeMap<&str, Labels> = BTreeMap::new();
     for g in &s.gpus {
@@ -105,6 +107,12 @@ pub fn render(s: &Snapshot) -> Result<String, std::fmt::Error> {
             handovers.get_or_create(&l).inc_by(g.handovers);
         }
         tenants.get_or_create(&l).set(g.tenants.len() as i64);
+        if let Some(h) = &g.health {
+            health
+                .get_or_create(&l)
+                .set(i64::from(h.health.state.code()));
+            health_since.get_or_create(&l).set(h.health.since_unix);
+        }
         for t in &g.tenants {
             let tl = with(l.clone(), &[("tenant", &t.name)]);
             live.get_or_create(&tl).set(i64::from(t.live));
@@ -209,6 +217,18 @@ pub fn render(s: &Snapshot) -> Result<String, std::fmt::Error> {
     );
     reg(
         &mut r,
+        "gpu_health",
+        "The GPU's health: 0 healthy, 1 degraded (in service, something to see), 2 unhealthy (out of service); cuslice status says why",
+        health,
+    );
+    reg(
+        &mut r,
+        "gpu_health_since_timestamp_seconds",
+        "When the GPU's health last changed (Unix time)",
+        health_since,
+    );
+    reg(
+        &mut r,
         "memory_used_bytes",
         "Device memory a tenant's processes hold on a GPU",
         mem_used,
@@ -310,6 +330,17 @@ pub fn render(s: &Snapshot) -> Result<String, std::fmt::Error> {
         info,
     );
 
+    if let Some(src) = s.health.as_ref().and_then(|h| h.source.as_ref()) {
+        let h = with(vec![], &[("Hostname", host)]);
+        let up = G::default();
+        up.get_or_create(&h).set(i64::from(src.up));
+        reg(
+            &mut r,
+            "health_source_up",
+            "1 while the GPU health source (cuslice watch, cuslice health follow or the DRA plugin) runs and published lately",
+            up,
+        );
+    }
     if let Some(w) = &s.watch {
         let h = with(vec![], &[("Hostname", host)]);
         let up = G::default();
@@ -460,6 +491,7 @@ mod tests {
                 segment: None,
                 handovers: 0,
                 process_time_error: None,
+                health: None,
                 tenants: vec![tenant(
                     "a\"b\\c\nd",
                     "run\n# EOF\ncuslice_tenant_live{tenant=\"x\"} 1\x1b[2J\r",
@@ -468,6 +500,7 @@ mod tests {
             containers: vec![],
             errors: vec![],
             watch: None,
+            health: None,
         };
         let out = render(&s).expect("render");
         let gpu = r#"gpu="0",UUID="GPU-x",modelName="GPU \"model\"",Hostname="host""#;

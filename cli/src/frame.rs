@@ -4,6 +4,8 @@
 //! columns leave, and every line is cut to the width, so that nothing
 //! wraps (80 columns included).
 
+use crate::host::health::State;
+use crate::host::health::judge::{ago, utc};
 use crate::status::{GpuView, Snapshot, TenantView};
 
 /// One line of a frame. `dim`: a tenant with no live process.
@@ -156,6 +158,13 @@ fn gpu_header(g: &GpuView) -> String {
         Some(i) => parts.push(format!("GPU {i}")),
         None => parts.push("GPU".into()),
     }
+    // Early in the line: `top` cuts it to the terminal's width.
+    if let Some(h) = &g.health {
+        parts.push(match h.health.state {
+            State::Healthy => "healthy".into(),
+            s => s.name().to_uppercase(),
+        });
+    }
     if let Some(n) = &g.name {
         parts.push(n.clone());
     }
@@ -170,6 +179,45 @@ fn gpu_header(g: &GpuView) -> String {
         parts.push(format!("{} hand-overs", g.handovers));
     }
     parts.join("  ")
+}
+
+/// Under a GPU that is not healthy: `  ! unhealthy since ... (3m12s):
+/// why`.
+fn health_line(g: &GpuView) -> Option<String> {
+    let h = g
+        .health
+        .as_ref()
+        .filter(|h| h.health.state != State::Healthy)?;
+    let now = crate::host::watch_state::now_unix();
+    Some(format!(
+        "  ! {} since {} ({}){}: {}{}",
+        h.health.state,
+        utc(h.health.since_unix),
+        ago(now - h.health.since_unix),
+        if h.health.lost { ", lost" } else { "" },
+        h.health.reason.as_deref().unwrap_or("-"),
+        if h.judged_by == "look" {
+            " [one look now]"
+        } else {
+            ""
+        }
+    ))
+}
+
+/// Whose judgement the GPUs' health is: the health source's (and whether
+/// it is up), or why each is this reading's own look.
+pub fn health_source_line(h: &crate::status::HealthSource) -> String {
+    match (&h.source, &h.note) {
+        (Some(s), None) => format!(
+            "health: {} pid {} {}, last wrote {} ago",
+            s.writer,
+            s.pid,
+            if s.up { "up" } else { "DOWN" },
+            ago(s.updated_seconds_ago)
+        ),
+        (_, Some(n)) => format!("health: {n}"),
+        (None, None) => "health: -".into(),
+    }
 }
 
 /// The frame: `title` (`cuslice top`), the host and counts, the NVML note,
@@ -202,6 +250,9 @@ pub fn frame(s: &Snapshot, title: &str, width: usize, with_errors: bool) -> Vec<
     let long = c.class == 8;
     for g in &s.gpus {
         out.push(Line::plain(gpu_header(g)));
+        if let Some(l) = health_line(g) {
+            out.push(Line::plain(l));
+        }
         if g.tenants.is_empty() {
             out.push(Line::plain("  (no tenants)".into()));
             continue;
@@ -253,6 +304,9 @@ pub fn frame(s: &Snapshot, title: &str, width: usize, with_errors: bool) -> Vec<
                     .unwrap_or("unknown")
             )));
         }
+    }
+    if let Some(h) = &s.health {
+        out.push(Line::plain(health_source_line(h)));
     }
     if let Some(w) = &s.watch {
         out.extend(watch_lines(w).into_iter().map(Line::plain));
@@ -418,6 +472,7 @@ mod tests {
                 segment: Some("/run/cuslice/gpu/x.seg".into()),
                 handovers: 412,
                 process_time_error: None,
+                health: None,
                 tenants: vec![
                     tenant(
                         "team-a/a-rather-long-trainer-name",
@@ -430,6 +485,7 @@ mod tests {
             containers: vec![],
             errors: vec![],
             watch: None,
+            health: None,
         }
     }
 

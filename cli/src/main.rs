@@ -11,9 +11,9 @@ use cuslice_core::config;
 
 mod exporter;
 mod frame;
+mod health;
 mod host;
 mod limits;
-mod nvml;
 mod oci;
 mod resize;
 mod status;
@@ -122,6 +122,12 @@ enum Cmd {
     Watch {
         #[command(flatten)]
         args: watch::WatchArgs,
+    },
+    /// Every GPU's health (healthy, degraded, unhealthy: why, since when);
+    /// `follow` runs the health source, `clear GPU` returns a GPU to service.
+    Health {
+        #[command(flatten)]
+        args: health::HealthArgs,
     },
     /// Serve the status figures as Prometheus metrics on GET /metrics.
     Exporter {
@@ -573,6 +579,7 @@ fn main() -> ExitCode {
             }
             ExitCode::SUCCESS
         }),
+        Cmd::Health { args } => health::run(args).map(|()| ExitCode::SUCCESS),
         Cmd::OciHook {
             stage,
             root,

@@ -143,6 +143,26 @@ struct SpecLinux {
     namespaces: Vec<SpecNamespace>,
     #[serde(default, rename = "uidMappings")]
     uid_mappings: Vec<SpecIdMapping>,
+    /// The device nodes the runtime makes in the container (CDI's, the
+    /// runtime's `--device`s): which GPUs it gets (`/dev/nvidia<minor>`).
+    #[serde(default)]
+    devices: Vec<SpecDevice>,
+}
+
+#[derive(Debug, Deserialize)]
+struct SpecDevice {
+    path: String,
+}
+
+/// The minors of the GPU device nodes (`/dev/nvidia<minor>`, not
+/// `nvidiactl`, `nvidia-uvm`, ...) among a spec's devices.
+fn gpu_minors(devices: &[SpecDevice]) -> Vec<u32> {
+    devices
+        .iter()
+        .filter_map(|d| d.path.strip_prefix("/dev/nvidia"))
+        .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        .filter_map(|n| n.parse().ok())
+        .collect()
 }
 
 #[derive(Debug, Deserialize)]
@@ -293,7 +313,7 @@ pub fn quota_from_annotations(
     ann: &BTreeMap<String, String>,
 ) -> Result<Option<String>, String> {
     quota_from_annotations_with(id, ann, &|| {
-        let gpus = crate::nvml::Nvml::open().and_then(|n| n.gpus())?;
+        let gpus = crate::host::nvml::Nvml::open().and_then(|n| n.gpus())?;
         Ok(gpus.into_iter().map(|g| (g.index, g.uuid)).collect())
     })
 }
@@ -305,7 +325,7 @@ pub fn quota_from_annotations_with(
     ann: &BTreeMap<String, String>,
     host_gpus: &dyn Fn() -> Result<Vec<(u32, String)>, String>,
 ) -> Result<Option<String>, String> {
-    const KNOWN: [&str; 7] = [
+    const KNOWN: [&str; 8] = [
         "cuslice.io/memory",
         "cuslice.io/compute",
         "cuslice.io/compute-max",
@@ -313,6 +333,7 @@ pub fn quota_from_annotations_with(
         "cuslice.io/latency",
         "cuslice.io/gpus",
         "cuslice.io/tenant",
+        ALLOW_UNHEALTHY_ANNOTATION,
     ];
     let ours: Vec<(&String, &String)> = ann
         .iter()
@@ -333,6 +354,7 @@ pub fn quota_from_annotations_with(
         }
     }
     let get = |k: &str| ann.get(k).map(|v| v.trim().to_string());
+    allow_unhealthy(ann)?;
     let latency = match get("cuslice.io/latency") {
         None => false,
         Some(v) => config::parse_switch(&v)
@@ -502,7 +524,8 @@ pub fn create(a: &HookArgs) -> Result<(), String> {
             None => return Ok(()),
         },
     };
-    check_user_namespaces(own_user_namespace(), &spec.linux.unwrap_or_default())?;
+    let linux = spec.linux.unwrap_or_default();
+    check_user_namespaces(own_user_namespace(), &linux)?;
     let meta = container_meta(
         &st.id,
         &ann,
@@ -518,6 +541,12 @@ pub fn create(a: &HookArgs) -> Result<(), String> {
         })
         .unwrap_or_default();
     let cfg = config::parse_file(&label, &quota).map_err(|e| e.to_string())?;
+    check_gpu_health(
+        &a.root,
+        &cfg,
+        &gpu_minors(&linux.devices),
+        allow_unhealthy(&ann)?,
+    )?;
     let gpus = gpu_segments_to_make(&cfg, &user)?;
     let pid = st
         .pid
@@ -641,7 +670,7 @@ fn driver_memory_limits(cfg: &config::Config, cgroup_text: &str) -> Option<Strin
         };
         // No NVML, no driver limit (a host without the NVIDIA driver: the
         // shim has no GPU to hold either).
-        let nvml = match crate::nvml::Nvml::open() {
+        let nvml = match crate::host::nvml::Nvml::open() {
             Ok(n) => n,
             Err(e) => return Ok(format!("unsupported: NVML: {e}")),
         };
@@ -656,10 +685,10 @@ fn driver_memory_limits(cfg: &config::Config, cgroup_text: &str) -> Option<Strin
                 continue;
             };
             match nvml.set_memory_limit(&d, &dir, bytes)? {
-                crate::nvml::DriverLimit::Set => {
+                crate::host::nvml::DriverLimit::Set => {
                     set.push(format!("GPU {} {} bytes", d.index, bytes));
                 }
-                crate::nvml::DriverLimit::Unsupported(why) => {
+                crate::host::nvml::DriverLimit::Unsupported(why) => {
                     return Ok(format!("unsupported: {why}"));
                 }
             }
@@ -684,6 +713,118 @@ fn driver_memory_limits(cfg: &config::Config, cgroup_text: &str) -> Option<Strin
 
 /// The annotation naming a container's tenant.
 const TENANT_ANNOTATION: &str = "cuslice.io/tenant";
+
+/// The annotation that starts a container on a GPU whose health is
+/// unhealthy (docs/containers.md).
+const ALLOW_UNHEALTHY_ANNOTATION: &str = "cuslice.io/allow-unhealthy-gpu";
+
+/// Whether the container's annotations allow an unhealthy GPU (`true`;
+/// absent or `false`: not). Read for claims' containers too.
+fn allow_unhealthy(ann: &BTreeMap<String, String>) -> Result<bool, String> {
+    match ann.get(ALLOW_UNHEALTHY_ANNOTATION).map(|v| v.trim()) {
+        None => Ok(false),
+        Some(v) => config::parse_switch(v)
+            .map_err(|e| format!("annotation {ALLOW_UNHEALTHY_ANNOTATION}={v:?}: {e}")),
+    }
+}
+
+/// A GPU of the host: NVML's index, UUID, and its device node's minor
+/// (None where NVML does not tell).
+type HostGpu = (u32, String, Option<u32>);
+
+/// The GPUs a container is given: those its quota file names by UUID (its
+/// annotation `cuslice.io/gpus`, a claim's allocation); else those whose
+/// device nodes its spec makes (`/dev/nvidia<minor>`: CDI and `--device`
+/// put them there); else, where neither says, every GPU of the host.
+fn container_gpus<'a>(named: &[[u8; 16]], minors: &[u32], host: &'a [HostGpu]) -> Vec<&'a HostGpu> {
+    if !named.is_empty() {
+        return host
+            .iter()
+            .filter(|(_, u, _)| config::parse_uuid(u).is_ok_and(|u| named.contains(&u)))
+            .collect();
+    }
+    if !minors.is_empty() {
+        return host
+            .iter()
+            .filter(|(_, _, m)| m.is_some_and(|m| minors.contains(&m)))
+            .collect();
+    }
+    host.iter().collect()
+}
+
+/// What the hook does about its GPUs' health: the warnings to print (a
+/// degraded GPU, an unhealthy one the annotation allows), or the refusal,
+/// one line naming the first unhealthy GPU, why, since when and the
+/// annotation that overrides it.
+fn health_verdict(
+    gpus: &[&crate::host::health::view::GpuView],
+    allow: bool,
+) -> Result<Vec<String>, String> {
+    use crate::host::health::{State, judge::utc};
+    let mut warnings = vec![];
+    for g in gpus {
+        let h = &g.health;
+        let what = format!(
+            "GPU {} ({}) is {} since {}: {}",
+            g.index,
+            g.uuid,
+            h.state,
+            utc(h.since_unix),
+            h.reason.as_deref().unwrap_or("-")
+        );
+        match h.state {
+            State::Healthy => {}
+            State::Degraded => warnings.push(format!("{what}; the container starts on it")),
+            State::Unhealthy if allow => warnings.push(format!(
+                "{what}; the container starts on it as its annotation {ALLOW_UNHEALTHY_ANNOTATION} allows"
+            )),
+            State::Unhealthy => {
+                return Err(format!(
+                    "{what}: refusing to start the container on it (annotation {ALLOW_UNHEALTHY_ANNOTATION}: \"true\" starts it anyway)"
+                ));
+            }
+        }
+    }
+    Ok(warnings)
+}
+
+/// Refuses a container whose GPU is unhealthy (as the host's health source
+/// judged it, or one look now: `host::health::view`) unless `allow`;
+/// warns of a degraded one. Where the hook cannot load NVML there is no
+/// GPU it could judge (a host without the NVIDIA driver's library, as the
+/// rest of the hook takes it): nothing is checked (docs/containers.md).
+fn check_gpu_health(
+    root: &Path,
+    cfg: &config::Config,
+    minors: &[u32],
+    allow: bool,
+) -> Result<(), String> {
+    use crate::host::health::{source::now_unix, view};
+    let Ok(nvml) = crate::host::nvml::Nvml::open() else {
+        return Ok(());
+    };
+    let devices = nvml.devices()?;
+    let host: Vec<HostGpu> = devices
+        .iter()
+        .map(|d| (d.index, d.uuid.clone(), nvml.minor_number(d).ok()))
+        .collect();
+    let named: Vec<[u8; 16]> = cfg.by_uuid.keys().copied().collect();
+    let mine = container_gpus(&named, minors, &host);
+    let handles: Vec<_> = devices
+        .iter()
+        .filter(|d| mine.iter().any(|(i, _, _)| *i == d.index))
+        .cloned()
+        .collect();
+    let v = view::view(&Layout::new(root), &nvml, &handles, now_unix());
+    let views: Vec<&view::GpuView> = v.gpus.iter().collect();
+    for w in health_verdict(&views, allow)? {
+        eprintln!(
+            "cuslice oci-hook: warning: {}",
+            crate::host::text::clean_to(&w, crate::host::text::LINE_MAX)
+        );
+    }
+    Ok(())
+}
 
 /// Takes the root's lock (`<root>/hook.lock`, the layout's
 /// [`LOCK_FILE`]), which the tenant check and the record write are made
@@ -795,7 +936,7 @@ fn gpu_segments_to_make(cfg: &config::Config, user: &inroot::User) -> Result<Vec
     if !cfg.has_compute() && !cfg.has_memory() {
         return Ok(vec![]);
     }
-    let listed = crate::nvml::Nvml::open().and_then(|n| n.gpus());
+    let listed = crate::host::nvml::Nvml::open().and_then(|n| n.gpus());
     match listed {
         Ok(gpus) => gpus
             .iter()
@@ -805,7 +946,11 @@ fn gpu_segments_to_make(cfg: &config::Config, user: &inroot::User) -> Result<Vec
                     .map_err(|e| format!("NVML's GPU {} UUID {:?}: {e}", g.index, g.uuid))
             })
             .collect(),
-        Err(_) if user.uid == 0 => Ok(vec![]),
+        // Root's processes make them where they need them; so does a
+        // process with a memory quota only, where NVML lists no GPU (no
+        // driver: no GPU to hold; were the pool then out of its reach, its
+        // cuInit says so in one line).
+        Err(_) if user.uid == 0 || !cfg.has_compute() => Ok(vec![]),
         Err(e) => Err(format!(
             "cannot list the GPUs through NVML ({e}): the GPU segments of a container that runs as a user other than root ({}) must be made by this hook",
             user.describe()
@@ -1251,6 +1396,84 @@ mod tests {
         kv.iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn a_containers_gpus_are_those_its_quota_names_else_its_device_nodes_else_all() {
+        let u = |i: u8| format!("GPU-c511ce00-fa4e-4000-8000-0000000000{i:02x}");
+        let host: Vec<HostGpu> = (0..3)
+            .map(|i| (u32::from(i), u(i), Some(u32::from(i))))
+            .collect();
+        let idx = |v: Vec<&HostGpu>| v.iter().map(|g| g.0).collect::<Vec<_>>();
+        let named = [config::parse_uuid(&u(2)).expect("uuid")];
+        assert_eq!(idx(container_gpus(&named, &[0], &host)), [2]);
+        assert_eq!(idx(container_gpus(&[], &[0, 1], &host)), [0, 1]);
+        assert_eq!(idx(container_gpus(&[], &[], &host)), [0, 1, 2]);
+        // A minor NVML does not tell: not matched by its device node.
+        let unknown: Vec<HostGpu> = vec![(0, u(0), None)];
+        assert!(container_gpus(&[], &[0], &unknown).is_empty());
+        let devices: Vec<SpecDevice> = [
+            "/dev/nvidia3",
+            "/dev/nvidiactl",
+            "/dev/nvidia-uvm",
+            "/dev/nvidia12",
+            "/dev/nvidia",
+        ]
+        .iter()
+        .map(|p| SpecDevice {
+            path: p.to_string(),
+        })
+        .collect();
+        assert_eq!(gpu_minors(&devices), [3, 12]);
+    }
+
+    #[test]
+    fn an_unhealthy_gpu_is_refused_in_one_line_unless_allowed_a_degraded_one_warned() {
+        use crate::host::health::view::GpuView;
+        use crate::host::health::{Cause, Health, State};
+        let gpu = |state: State, reason: &str| GpuView {
+            index: 1,
+            uuid: "GPU-x".into(),
+            health: Health {
+                state,
+                cause: Some(Cause::Xid(79)),
+                reason: Some(reason.into()),
+                since_unix: 0.0,
+                lost: false,
+            },
+            judged_by: "source",
+            events: Some(true),
+            ignored_xid: None,
+        };
+        let sick = gpu(State::Unhealthy, "XID 79: the GPU has fallen off the bus");
+        let meh = gpu(State::Degraded, "XID 92: high single-bit ECC error rate");
+        let ok = GpuView {
+            health: Health::healthy(0.0),
+            ..gpu(State::Healthy, "")
+        };
+        assert_eq!(
+            health_verdict(&[&ok, &sick], false),
+            Err("GPU 1 (GPU-x) is unhealthy since 1970-01-01T00:00:00Z: XID 79: the GPU has fallen off the bus: refusing to start the container on it (annotation cuslice.io/allow-unhealthy-gpu: \"true\" starts it anyway)".into())
+        );
+        assert_eq!(
+            health_verdict(&[&sick], true),
+            Ok(vec!["GPU 1 (GPU-x) is unhealthy since 1970-01-01T00:00:00Z: XID 79: the GPU has fallen off the bus; the container starts on it as its annotation cuslice.io/allow-unhealthy-gpu allows".into()])
+        );
+        assert_eq!(
+            health_verdict(&[&meh, &ok], false),
+            Ok(vec!["GPU 1 (GPU-x) is degraded since 1970-01-01T00:00:00Z: XID 92: high single-bit ECC error rate; the container starts on it".into()])
+        );
+        assert_eq!(health_verdict(&[&ok], false), Ok(vec![]));
+        let ann =
+            |v: &str| BTreeMap::from([(ALLOW_UNHEALTHY_ANNOTATION.to_string(), v.to_string())]);
+        assert_eq!(allow_unhealthy(&BTreeMap::new()), Ok(false));
+        assert_eq!(allow_unhealthy(&ann("true")), Ok(true));
+        assert_eq!(allow_unhealthy(&ann(" false ")), Ok(false));
+        assert!(
+            allow_unhealthy(&ann("sure"))
+                .expect_err("bad")
+                .starts_with("annotation cuslice.io/allow-unhealthy-gpu=\"sure\": ")
+        );
     }
 
     #[test]

@@ -783,7 +783,7 @@ fn driver_limit(ctr: &Found, new: &Config) -> Result<Option<String>, String> {
         return Ok(None);
     };
     let outcome = (|| -> Result<String, String> {
-        let nvml = crate::nvml::Nvml::open()?;
+        let nvml = crate::host::nvml::Nvml::open()?;
         let mut set = vec![];
         for dev in nvml.devices()? {
             let Ok(uuid) = config::parse_uuid(&dev.uuid) else {
@@ -793,10 +793,10 @@ fn driver_limit(ctr: &Found, new: &Config) -> Result<Option<String>, String> {
                 continue;
             };
             match nvml.set_memory_limit(&dev, &cgroup, bytes)? {
-                crate::nvml::DriverLimit::Set => {
+                crate::host::nvml::DriverLimit::Set => {
                     set.push(format!("GPU {} {bytes} bytes", dev.index))
                 }
-                crate::nvml::DriverLimit::Unsupported(why) => {
+                crate::host::nvml::DriverLimit::Unsupported(why) => {
                     return Ok(format!("unsupported: {why}"));
                 }
             }

@@ -37,11 +37,12 @@ use serde::Serialize;
 use crate::host::container::{self, ContainerMeta, command_line, describe, short_id};
 use crate::host::discover::{self, Found, Places};
 use crate::host::fs::{Dir, Kind};
+use crate::host::health::view as health;
 use crate::host::layout::{self, Layout, MEMORY_SEGMENT, QUOTA_FILE, SliceKind};
+use crate::host::nvml::{DeviceHandle, GpuInfo, Nvml, sample_period_us, sample_window_us};
 use crate::host::resize::{self, ResizeRecord};
 use crate::host::text::{self, LINE_MAX, clean};
 use crate::host::watch_state;
-use crate::nvml::{DeviceHandle, GpuInfo, Nvml, sample_period_us, sample_window_us};
 
 /// Where to look.
 #[derive(Debug, Clone)]
@@ -253,6 +254,19 @@ pub struct Snapshot {
     pub errors: Vec<String>,
     /// What `cuslice watch` last published (None: no watch ran here).
     pub watch: Option<WatchView>,
+    /// The GPU health source whose judgement was read, or why each GPU's
+    /// health is this reading's own look (None: no NVML, no health).
+    pub health: Option<HealthSource>,
+}
+
+/// Whose judgement `GpuView::health` is ([`health::view`]).
+#[derive(Debug, Serialize)]
+pub struct HealthSource {
+    /// The source last published (None: none ever did here).
+    pub source: Option<health::SourceView>,
+    /// Why the health is this reading's look alone (None: the source's
+    /// was read).
+    pub note: Option<String>,
 }
 
 /// `cuslice watch`'s state, and whether it is up now (its last pass no
@@ -282,6 +296,10 @@ pub struct GpuView {
     /// per-process time (None: every one was, or NVML is not there at all:
     /// `Snapshot::nvml_error`).
     pub process_time_error: Option<String>,
+    /// Its health: healthy, degraded or unhealthy, why and since when, the
+    /// health source's judgement or this reading's look, whichever is worse
+    /// (None without NVML, or for a GPU it does not list).
+    pub health: Option<health::GpuView>,
     pub tenants: Vec<TenantView>,
 }
 
@@ -464,6 +482,8 @@ struct Reading {
     gpus: Vec<GpuRead>,
     mems: Vec<MemRead>,
     nvml: Result<Vec<GpuInfo>, String>,
+    /// Every GPU's health (None without NVML).
+    health: Option<health::View>,
     errors: Vec<String>,
 }
 
@@ -997,11 +1017,21 @@ impl Observer {
         for g in &mut gpus {
             g.nvml = self.nvml_times(g, &devices, &mem_files);
         }
+        let health = match (&self.nvml, &devices) {
+            (Ok(n), Ok(d)) => Some(health::view(
+                self.src.places.layout(),
+                n,
+                d,
+                watch_state::now_unix(),
+            )),
+            _ => None,
+        };
         Reading {
             at: coregpu::monotonic_ns(),
             gpus,
             mems,
             nvml,
+            health,
             errors,
         }
     }
@@ -1241,9 +1271,9 @@ impl Observer {
             gpus.push(GpuView {
                 uuid: uuid.clone(),
                 index: info.map(|g| g.index),
-                name: info.map(|g| g.name.clone()),
-                memory_used_bytes: info.map(|g| g.memory_used),
-                memory_total_bytes: info.map(|g| g.memory_total),
+                name: info.map(|g| g.name.clone()).filter(|n| !n.is_empty()),
+                memory_used_bytes: info.and_then(|g| g.memory_used),
+                memory_total_bytes: info.and_then(|g| g.memory_total),
                 utilization_percent: info.and_then(|g| g.utilization),
                 segment: seg.map(|g| clean(&g.path.display().to_string())),
                 handovers: seg.map_or(0, |g| g.handovers),
@@ -1261,6 +1291,7 @@ impl Observer {
                                   namespace, or two candidates)"
                             .into(),
                     }),
+                health: r.health.as_ref().and_then(|h| h.gpu(&uuid)).cloned(),
                 tenants,
             });
         }
@@ -1276,6 +1307,10 @@ impl Observer {
             gpus,
             containers: r.mems.iter().map(|m| m.view.clone()).collect(),
             errors: r.errors.clone(),
+            health: r.health.as_ref().map(|h| HealthSource {
+                source: h.source.clone(),
+                note: h.note.clone(),
+            }),
             watch: watch_state::read(self.src.places.layout()).map(|state| {
                 let now = watch_state::now_unix();
                 WatchView {

@@ -206,6 +206,30 @@ impl Bundle {
     }
 }
 
+impl Bundle {
+    /// Its create hook given the fake NVML (two GPUs) made sick by the
+    /// lines of `inject` (`FAKE_NVML_HEALTH`); returns the file that keeps
+    /// what the hook writes on stderr (`capture_hook_stderr`).
+    fn with_gpu_health(&self, inject: &Path) -> PathBuf {
+        let stderr_file = self.capture_hook_stderr();
+        self.edit_spec(|spec| {
+            spec["hooks"]["createRuntime"][0]["env"]
+                .as_array_mut()
+                .expect("hook env")
+                .extend([
+                    format!("FAKE_NVML_HEALTH={}", inject.display()).into(),
+                    "FAKE_CUDA_DEVICES=2".into(),
+                    format!(
+                        "CUSLICE_REAL_NVML={}",
+                        common::env().fake.join("libnvidia-ml.so.1").display()
+                    )
+                    .into(),
+                ]);
+        });
+        stderr_file
+    }
+}
+
 fn runc_run(b: &Bundle, id: &str) -> std::process::Output {
     Command::new("runc")
         .args(["run", "--bundle"])
@@ -1289,5 +1313,132 @@ fn a_driver_that_refuses_its_memory_limit_is_one_warning_and_the_container_runs(
             && warnings[0].contains("nvmlDeviceSetMemoryLimits_v1")
             && warnings[0].ends_with("the shim enforces the quota"),
         "{hook_said}"
+    );
+}
+
+/// A container whose GPU is unhealthy is refused with one line naming the
+/// GPU (index and UUID), the reason and the annotation that overrides it,
+/// and leaves nothing behind; with the annotation it starts, with a
+/// warning; a degraded GPU starts with a warning. Judged from the host's
+/// health source where one runs (an XID it saw, though the GPU answers
+/// now), else from the hook's own look (a row remapping that failed).
+#[test]
+fn a_container_whose_gpu_is_unhealthy_is_refused_unless_its_annotation_allows_it() {
+    let uuid = |i: u32| format!("GPU-c511ce00-fa4e-4000-8000-0000000000{i:02x}");
+    let run = |name: &str, ann: serde_json::Value, inject: &str| {
+        let b = bundle(name, ann, "echo RAN");
+        let file = b.dir.join("inject");
+        std::fs::create_dir_all(&b.dir).expect("mkdir");
+        std::fs::write(&file, inject).expect("inject");
+        let hook_stderr = b.with_gpu_health(&file);
+        let id = format!("cuslice-test-health-{name}-{}", std::process::id());
+        let out = runc_run(&b, &id);
+        let _ = Command::new("runc")
+            .args(["delete", "--force", &id])
+            .output();
+        let said = std::fs::read_to_string(&hook_stderr).unwrap_or_default();
+        (b, id, out, said)
+    };
+    // One look: GPU 1 (named by the annotation) had a row remapping fail.
+    let ann = serde_json::json!({"cuslice.io/memory": "1GiB", "cuslice.io/gpus": "1"});
+    let (b, id, out, said) = run("remap", ann.clone(), "1 remap_failure 1\n");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success() && !stdout.contains("RAN"), "{stdout}");
+    // One line.
+    assert_eq!(said.lines().count(), 1, "{said}");
+    assert!(
+        said.starts_with(&format!("cuslice: oci-hook: GPU 1 ({}) is unhealthy since ", uuid(1)))
+            && said.trim_end().ends_with(": a row remapping failed: the GPU needs service: refusing to start the container on it (annotation cuslice.io/allow-unhealthy-gpu: \"true\" starts it anyway)"),
+        "{said}"
+    );
+    assert!(
+        !b.root.join("containers").join(&id).exists(),
+        "nothing half-created"
+    );
+    // GPU 0 sick, the container on GPU 1: it runs.
+    let (_, _, out, said) = run("other", ann.clone(), "0 remap_failure 1\n");
+    assert!(out.status.success(), "{said}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("RAN"));
+    // The override.
+    let mut allow = ann.clone();
+    allow["cuslice.io/allow-unhealthy-gpu"] = "true".into();
+    let (_, _, out, said) = run("allowed", allow, "1 remap_failure 1\n");
+    assert!(out.status.success(), "{said}");
+    assert!(
+        said.contains(&format!(
+            "cuslice oci-hook: warning: GPU 1 ({}) is unhealthy since ",
+            uuid(1)
+        )) && said.contains(
+            "the container starts on it as its annotation cuslice.io/allow-unhealthy-gpu allows"
+        ),
+        "{said}"
+    );
+    // A bad value of it is a bad annotation.
+    let mut bad = ann.clone();
+    bad["cuslice.io/allow-unhealthy-gpu"] = "sure".into();
+    let (_, _, out, said) = run("badallow", bad, "");
+    assert!(!out.status.success());
+    assert!(
+        said.contains("annotation cuslice.io/allow-unhealthy-gpu=\"sure\""),
+        "{said}"
+    );
+    // Degraded: it runs, with a warning.
+    let (_, _, out, said) = run("degraded", ann.clone(), "1 retired_pending 1\n");
+    assert!(out.status.success(), "{said}");
+    assert!(
+        said.contains(&format!("warning: GPU 1 ({}) is degraded since ", uuid(1)))
+            && said.contains("retired pages are pending"),
+        "{said}"
+    );
+    // The host's health source saw XID 48 on GPU 1 (it answers every
+    // query now): the hook goes by the source's judgement. No annotation
+    // naming GPUs: the GPUs of the container's device nodes (GPU 1's).
+    let b = bundle(
+        "source",
+        serde_json::json!({"cuslice.io/memory": "1GiB"}),
+        "echo RAN",
+    );
+    b.edit_spec(|spec| {
+        spec["linux"]["devices"] = serde_json::json!([
+            {"path": "/dev/nvidia1", "type": "c", "major": 195, "minor": 1},
+            {"path": "/dev/nvidiactl", "type": "c", "major": 195, "minor": 255}
+        ]);
+    });
+    let inject = b.dir.join("inject");
+    std::fs::write(&inject, "").expect("inject");
+    let hook_stderr = b.with_gpu_health(&inject);
+    std::fs::create_dir_all(&b.root).expect("root");
+    let e = common::env();
+    let mut follow = Command::new(env!("CARGO_BIN_EXE_cuslice"))
+        .args(["health", "--root"])
+        .arg(&b.root)
+        .args(["follow", "--poll", "200ms"])
+        .env("CUSLICE_REAL_NVML", e.fake.join("libnvidia-ml.so.1"))
+        .env("FAKE_NVML_HEALTH", &inject)
+        .env("FAKE_CUDA_DEVICES", "2")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("cuslice health follow");
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(
+        follow.stdout.take().expect("stdout"),
+    ));
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    std::fs::write(&inject, "1 xid 48\n").expect("inject");
+    let change = lines.next().and_then(Result::ok).unwrap_or_default();
+    assert!(change.contains("healthy -> unhealthy: XID 48"), "{change}");
+    let id = format!("cuslice-test-health-source-{}", std::process::id());
+    let out = runc_run(&b, &id);
+    let _ = Command::new("runc")
+        .args(["delete", "--force", &id])
+        .output();
+    let _ = follow.kill();
+    let _ = follow.wait();
+    let said = std::fs::read_to_string(&hook_stderr).unwrap_or_default();
+    assert!(!out.status.success(), "{said}");
+    assert!(
+        said.contains(&format!("GPU 1 ({}) is unhealthy since ", uuid(1)))
+            && said.contains(": XID 48: double-bit ECC error (uncorrectable memory error): refusing to start the container on it"),
+        "{said}"
     );
 }

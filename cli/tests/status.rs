@@ -767,7 +767,7 @@ fn top_once_prints_one_frame_within_80_columns() {
     }
     assert!(
         text.lines()
-            .any(|l| l.starts_with("GPU 0  cuslice Fake GPU  mem 0B/16G  util ")),
+            .any(|l| l.starts_with("GPU 0  healthy  cuslice Fake GPU  mem 0B/16G  util ")),
         "{text}"
     );
     let row = text

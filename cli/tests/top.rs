@@ -287,8 +287,9 @@ fn top_on_a_terminal_shows_live_slices_and_lets_an_ended_one_go() {
     );
     assert!(s.lines().any(|l| l.starts_with("cuslice top ")), "{s}");
     assert!(
-        s.lines()
-            .any(|l| l.starts_with("GPU 0  cuslice Fake GPU  mem ") && l.contains(" util ")),
+        s.lines().any(
+            |l| l.starts_with("GPU 0  healthy  cuslice Fake GPU  mem ") && l.contains(" util ")
+        ),
         "{s}"
     );
     let ra = row(&s, &names[0]).expect("row");

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use clap::Parser;
 use cuslice_dra::{api, claim, cleanup, gpus, node, publish, server};
+use cuslice_host::health::source as health;
 
 #[derive(Parser)]
 #[command(
@@ -51,6 +52,21 @@ struct Args {
     /// another UID, or no longer allocated here) is unprepared.
     #[arg(long, default_value_t = cleanup::PERIOD.as_secs(), value_parser = clap::value_parser!(u64).range(1..=86400))]
     cleanup_interval: u64,
+    /// GPU health (docs/kubernetes.md): how long the health source waits
+    /// for an XID event before asking each GPU whether it is alive (100ms
+    /// to 60s).
+    #[arg(long, default_value = "5s")]
+    health_poll: String,
+    /// How often it checks each GPU's memory (100ms to 1h).
+    #[arg(long, default_value = "30s")]
+    health_check: String,
+    /// How long nothing must be seen before an unhealthy GPU's taint is
+    /// lifted (1s to 7d); `cuslice health clear GPU` lifts it at once.
+    #[arg(long, default_value = "300s")]
+    health_quiet: String,
+    /// Run no GPU health source: no GPU is ever tainted.
+    #[arg(long)]
+    no_gpu_health: bool,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -130,9 +146,10 @@ async fn run(a: Args) -> Result<(), String> {
     let plugin_dir = a
         .plugin_dir
         .unwrap_or_else(|| PathBuf::from("/var/lib/kubelet/plugins").join(&a.driver_name));
+    let from_file = a.gpus_file.is_some();
     let inventory: Arc<dyn gpus::Inventory> = match a.gpus_file {
         Some(f) => Arc::new(gpus::File(f)),
-        None => Arc::new(gpus::Nvml),
+        None => Arc::new(gpus::Nvml::default()),
     };
     // Said at start, not at the first claim.
     let found = inventory.gpus()?;
@@ -150,7 +167,7 @@ async fn run(a: Args) -> Result<(), String> {
             name: a.driver_name.clone(),
             pool: node_name.clone(),
         },
-        root: a.root,
+        root: a.root.clone(),
         cdi_dir: a.cdi_dir,
         state_dir: plugin_dir.clone(),
         cuslice: a.cuslice,
@@ -163,6 +180,48 @@ async fn run(a: Args) -> Result<(), String> {
     let client = kube::Client::try_default()
         .await
         .map_err(|e| format!("cannot reach the API server: {e}"))?;
+    // GPU health: a thread asleep in NVML's event wait; a change wakes the
+    // publisher at once.
+    let wake = Arc::new(tokio::sync::Notify::new());
+    let health = if a.no_gpu_health {
+        eprintln!(
+            "cuslice-dra-plugin: GPU health is off (--no-gpu-health): no GPU is ever tainted"
+        );
+        None
+    } else {
+        let cfg = health::Config {
+            root: a.root.clone(),
+            writer: "cuslice-dra-plugin".into(),
+            poll: health::parse_duration(&a.health_poll, health::POLL_BOUNDS)
+                .map_err(|e| format!("--health-poll: {e}"))?,
+            check: health::parse_duration(&a.health_check, health::CHECK_BOUNDS)
+                .map_err(|e| format!("--health-check: {e}"))?,
+            quiet: health::parse_duration(&a.health_quiet, health::QUIET_BOUNDS)
+                .map_err(|e| format!("--health-quiet: {e}"))?,
+        };
+        let w = wake.clone();
+        let started = health::Source::start(
+            cfg,
+            Box::new(move |r| match r {
+                health::Report::Change(c) => {
+                    eprintln!("cuslice-dra-plugin: health: {}", c.line());
+                    w.notify_one();
+                }
+                health::Report::Note(n) => eprintln!("cuslice-dra-plugin: health: {n}"),
+            }),
+        );
+        match started {
+            Ok(s) => Some(Arc::new(s) as Arc<dyn publish::HealthSource>),
+            // GPUs from a file need not be NVML's: said, and on without.
+            Err(e) if from_file => {
+                eprintln!(
+                    "cuslice-dra-plugin: GPU health is not watched ({e}): no GPU of --gpus-file is ever tainted"
+                );
+                None
+            }
+            Err(e) => return Err(format!("GPU health: {e}")),
+        }
+    };
     // The node's ResourceSlice: published now and kept current while the
     // plugin runs (dropped with the runtime at exit; the slice stays).
     tokio::spawn(publish::keep_published(
@@ -171,6 +230,8 @@ async fn run(a: Args) -> Result<(), String> {
         a.driver_name.clone(),
         node_name,
         publish::REFRESH,
+        health,
+        wake,
     ));
     // Claims the kubelet never unprepared, whose ResourceClaim is gone:
     // checked now and then every --cleanup-interval.

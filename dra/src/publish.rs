@@ -16,6 +16,16 @@
 //! - The slice is owned by its Node (an ownerReference with the Node's
 //!   UID), so that deleting the node deletes its slice. A Node that cannot
 //!   be read leaves the slice without an owner, said once.
+//! - GPU health (`cuslice_host::health`, the plugin's own health source):
+//!   an unhealthy GPU's device carries a taint ([`crate::slice::health_taint`]:
+//!   NoSchedule, NoExecute for a lost GPU). A change of a GPU's health wakes
+//!   the loop at once, so the slice is republished within a second of the
+//!   source seeing it (and the source sees an XID event at once, a GPU that
+//!   stopped answering within its poll, 5 s). Where the API server keeps
+//!   the slice without the taints (its `DRADeviceTaints` gate is off), the
+//!   plugin says so once and withdraws unhealthy GPUs' devices from the
+//!   slice instead, from then on. A GPU returns when its health does: after
+//!   the source's quiet period, or an operator's clear.
 //! - The plugin does not delete its slice when it stops: a plugin restarted
 //!   for an upgrade must not make the node's GPUs vanish from the
 //!   scheduler's view in between, and the kubelet removes the slices of a
@@ -25,7 +35,9 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use k8s_openapi::api::resource::v1::ResourceSlice;
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::resource::v1::{DeviceTaint, ResourceSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
 use crate::gpus::Gpu;
@@ -164,7 +176,39 @@ pub async fn publish(
     node: &str,
     gpus: &[Gpu],
 ) -> Result<Published, String> {
-    let mut slice = crate::slice::resource_slice(driver, node, gpus, 0);
+    publish_with(sink, driver, node, gpus, &BTreeMap::new(), false)
+        .await
+        .map(|(p, _)| p)
+}
+
+/// Whether the API server kept `stored` without a taint `sent` had: its
+/// device taints are off.
+fn taints_dropped(sent: &ResourceSlice, stored: &ResourceSlice) -> bool {
+    let tainted = |s: &ResourceSlice| -> Vec<String> {
+        s.spec
+            .devices
+            .iter()
+            .flatten()
+            .filter(|d| d.taints.as_ref().is_some_and(|t| !t.is_empty()))
+            .map(|d| d.name.clone())
+            .collect()
+    };
+    let kept = tainted(stored);
+    tainted(sent).iter().any(|n| !kept.contains(n))
+}
+
+/// [`publish`] with the taints of unhealthy GPUs (by UUID), or, with
+/// `withdraw`, without those GPUs' devices; also whether the API server
+/// dropped the taints sent (then publish again with `withdraw`).
+pub async fn publish_with(
+    sink: &dyn SliceSink,
+    driver: &str,
+    node: &str,
+    gpus: &[Gpu],
+    taints: &BTreeMap<String, DeviceTaint>,
+    withdraw: bool,
+) -> Result<(Published, bool), String> {
+    let mut slice = crate::slice::resource_slice_with(driver, node, gpus, taints, withdraw, 0);
     let name = slice.metadata.name.clone().unwrap_or_default();
     let old = sink.get(&name).await?;
     let (generation, changed) = match &old {
@@ -226,37 +270,88 @@ pub async fn publish(
         }
         _ => sink.apply(&slice).await?,
     };
+    let dropped = taints_dropped(&slice, &stored);
     if lacks_consumable_capacity(&stored) && !GATE_SAID.swap(true, Ordering::Relaxed) {
         eprintln!(
             "cuslice-dra-plugin: the API server stored ResourceSlice {name} without allowMultipleAllocations and requestPolicy: its DRAConsumableCapacity feature gate is off (alpha in Kubernetes 1.34 and 1.35, see docs/kubernetes.md); no claim of this driver gets a slice of a GPU until it is on"
         );
     }
-    Ok(if changed {
-        Published::Changed { generation }
-    } else {
-        Published::Unchanged { generation }
-    })
+    Ok((
+        if changed {
+            Published::Changed { generation }
+        } else {
+            Published::Unchanged { generation }
+        },
+        dropped,
+    ))
 }
 
-/// Publishes now and then every `every`, until the task is dropped: each
-/// round reads the node's GPUs afresh; a failure is said (once per kind of
-/// failure in a row) and retried at the next round.
+/// The GPUs' health, as the plugin's health source judges it.
+pub trait HealthSource: Send + Sync {
+    fn gpus(&self) -> Vec<cuslice_host::health::file::GpuHealth>;
+}
+
+impl HealthSource for cuslice_host::health::source::Source {
+    fn gpus(&self) -> Vec<cuslice_host::health::file::GpuHealth> {
+        cuslice_host::health::source::Source::gpus(self)
+    }
+}
+
+/// The taints of the unhealthy GPUs among `health`, by UUID.
+pub fn health_taints(
+    driver: &str,
+    health: &[cuslice_host::health::file::GpuHealth],
+) -> BTreeMap<String, DeviceTaint> {
+    health
+        .iter()
+        .filter_map(|g| {
+            crate::slice::health_taint(driver, g.judge.health()).map(|t| (g.uuid.clone(), t))
+        })
+        .collect()
+}
+
+/// Publishes now and then every `every` (and at once when `wake` is
+/// notified: a GPU's health changed), until the task is dropped: each
+/// round reads the node's GPUs afresh, and their health from `health`
+/// where the plugin runs a health source; a failure is said (once per kind
+/// of failure in a row) and retried at the next round.
 pub async fn keep_published(
     sink: std::sync::Arc<dyn SliceSink>,
     inventory: std::sync::Arc<dyn crate::gpus::Inventory>,
     driver: String,
     node: String,
     every: std::time::Duration,
+    health: Option<std::sync::Arc<dyn HealthSource>>,
+    wake: std::sync::Arc<tokio::sync::Notify>,
 ) {
     let mut last: Option<Result<Published, String>> = None;
+    // Where the API server keeps no taints: unhealthy GPUs withdrawn.
+    let mut withdraw = false;
     loop {
+        let taints = health
+            .as_ref()
+            .map(|h| health_taints(&driver, &h.gpus()))
+            .unwrap_or_default();
         let r = match inventory.gpus() {
-            Ok(gpus) => publish(sink.as_ref(), &driver, &node, &gpus).await,
+            Ok(gpus) => publish_with(sink.as_ref(), &driver, &node, &gpus, &taints, withdraw)
+                .await
+                .map(|(p, dropped)| {
+                    if dropped && !withdraw {
+                        withdraw = true;
+                        eprintln!(
+                            "cuslice-dra-plugin: the API server stored ResourceSlice {node}-{driver} without its device taints: its DRADeviceTaints feature gate is off (see docs/kubernetes.md); unhealthy GPUs are withdrawn from the slice instead"
+                        );
+                    }
+                    (p, dropped)
+                }),
             Err(e) => Err(format!("cannot list this node's GPUs: {e}")),
         };
+        let again = matches!(r, Ok((_, true)));
+        let r = r.map(|(p, _)| p);
         match &r {
             Ok(Published::Changed { generation }) => eprintln!(
-                "cuslice-dra-plugin: ResourceSlice {node}-{driver} published (pool {node}, generation {generation})"
+                "cuslice-dra-plugin: ResourceSlice {node}-{driver} published (pool {node}, generation {generation}){}",
+                describe_health(&taints, withdraw)
             ),
             Ok(Published::Unchanged { .. }) => {}
             Err(e) if last.as_ref().is_some_and(|l| l.as_ref().err() == Some(e)) => {}
@@ -266,6 +361,35 @@ pub async fn keep_published(
             ),
         }
         last = Some(r);
-        tokio::time::sleep(every).await;
+        if again {
+            // The slice sent carried taints the API server dropped: again
+            // now, the unhealthy GPUs withdrawn.
+            continue;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = wake.notified() => {}
+        }
     }
+}
+
+/// `; GPU-... tainted (xid-48, NoSchedule)` for each unhealthy GPU.
+fn describe_health(taints: &BTreeMap<String, DeviceTaint>, withdraw: bool) -> String {
+    taints
+        .iter()
+        .map(|(uuid, t)| {
+            if withdraw {
+                format!(
+                    "; {uuid} withdrawn (unhealthy: {})",
+                    t.value.as_deref().unwrap_or("-")
+                )
+            } else {
+                format!(
+                    "; {uuid} tainted ({}, {})",
+                    t.value.as_deref().unwrap_or("-"),
+                    t.effect
+                )
+            }
+        })
+        .collect()
 }

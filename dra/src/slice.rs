@@ -20,15 +20,23 @@
 //! | `index` | int | NVML's index |
 //! | `productName` | string | NVML's name ("NVIDIA H200"); absent if NVML gave none |
 //! | `cudaComputeCapability` | version | the CUDA compute capability as a semantic version, 9.0 as `9.0.0` (the name and form of NVIDIA's own DRA driver); absent where the inventory file gives none |
+//!
+//! An unhealthy GPU (`cuslice_host::health`) gets a device taint
+//! ([`health_taint`]): key `<driver>/unhealthy`, the cause as its value
+//! (`xid-48`, `lost`, ...), effect `NoSchedule` (`NoExecute` for a lost
+//! GPU: its pods are evicted), added when it became unhealthy; where the
+//! API server drops taints (no device taints in the cluster), its device
+//! is withdrawn from the slice instead ([`resource_slice_with`]).
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::resource::v1::{
     CapacityRequestPolicy, CapacityRequestPolicyRange, Device, DeviceAttribute, DeviceCapacity,
-    ResourcePool, ResourceSlice, ResourceSliceSpec,
+    DeviceTaint, ResourcePool, ResourceSlice, ResourceSliceSpec,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::gpus::Gpu;
 
@@ -116,8 +124,57 @@ fn device(g: &Gpu) -> Device {
     }
 }
 
+/// The taint key of an unhealthy GPU: `<driver>/unhealthy`.
+pub fn taint_key(driver: &str) -> String {
+    format!("{driver}/unhealthy")
+}
+
+/// The taint of a GPU of health `h`; None unless it is unhealthy (a
+/// degraded GPU stays in service, untainted). NoExecute for a lost GPU
+/// (the pods using it are evicted), else NoSchedule; added when it became
+/// unhealthy (whole seconds: the API server keeps no more, and the slice
+/// must read back as it was sent).
+pub fn health_taint(driver: &str, h: &cuslice_host::health::Health) -> Option<DeviceTaint> {
+    if h.state != cuslice_host::health::State::Unhealthy {
+        return None;
+    }
+    Some(DeviceTaint {
+        key: taint_key(driver),
+        value: Some(h.cause.map_or_else(|| "unhealthy".into(), |c| c.slug())),
+        effect: if h.lost { "NoExecute" } else { "NoSchedule" }.into(),
+        time_added: k8s_openapi::jiff::Timestamp::from_second(h.since_unix.max(0.0) as i64)
+            .ok()
+            .map(Time),
+    })
+}
+
 /// The node's slice: pool = the node's name, one slice in it.
 pub fn resource_slice(driver: &str, node: &str, gpus: &[Gpu], generation: i64) -> ResourceSlice {
+    resource_slice_with(driver, node, gpus, &BTreeMap::new(), false, generation)
+}
+
+/// [`resource_slice`] with the taints of unhealthy GPUs (by UUID) on their
+/// devices, or, with `withdraw` (the API server keeps no taints), without
+/// those GPUs' devices.
+pub fn resource_slice_with(
+    driver: &str,
+    node: &str,
+    gpus: &[Gpu],
+    taints: &BTreeMap<String, DeviceTaint>,
+    withdraw: bool,
+    generation: i64,
+) -> ResourceSlice {
+    let devices = gpus
+        .iter()
+        .filter_map(|g| match taints.get(&g.uuid) {
+            Some(_) if withdraw => None,
+            Some(t) => Some(Device {
+                taints: Some(vec![t.clone()]),
+                ..device(g)
+            }),
+            None => Some(device(g)),
+        })
+        .collect();
     ResourceSlice {
         metadata: ObjectMeta {
             name: Some(format!("{node}-{driver}")),
@@ -131,7 +188,7 @@ pub fn resource_slice(driver: &str, node: &str, gpus: &[Gpu], generation: i64) -
                 generation,
                 resource_slice_count: 1,
             },
-            devices: Some(gpus.iter().map(device).collect()),
+            devices: Some(devices),
             ..Default::default()
         },
     }
@@ -299,6 +356,83 @@ mod tests {
                 (at.bool, at.int, at.string.as_ref(), at.strings.as_ref()),
                 (None, None, None, None)
             );
+        }
+    }
+
+    #[test]
+    fn an_unhealthy_gpu_is_tainted_or_withdrawn() {
+        use cuslice_host::health::{Cause, Health, State};
+        let gpu = |i: u32| Gpu {
+            index: i,
+            uuid: format!("GPU-{i}"),
+            memory: 80 << 30,
+            minor: i,
+            product: String::new(),
+            compute_capability: None,
+        };
+        let gpus = [gpu(0), gpu(1), gpu(2)];
+        let h = |state, cause, lost| Health {
+            state,
+            cause,
+            reason: Some("why".into()),
+            since_unix: 1_800_000_000.7,
+            lost,
+        };
+        let d = "gpu.cuslice.io";
+        assert_eq!(health_taint(d, &Health::healthy(0.0)), None);
+        assert_eq!(
+            health_taint(d, &h(State::Degraded, Some(Cause::Xid(94)), false)),
+            None
+        );
+        let lost =
+            health_taint(d, &h(State::Unhealthy, Some(Cause::Xid(79)), true)).expect("taint");
+        let sick = health_taint(d, &h(State::Unhealthy, Some(Cause::RowRemapFailure), false))
+            .expect("taint");
+        assert_eq!(
+            serde_json::to_value(&lost).expect("json"),
+            serde_json::json!({"key": "gpu.cuslice.io/unhealthy", "value": "xid-79",
+                "effect": "NoExecute", "timeAdded": "2027-01-15T08:00:00Z"})
+        );
+        assert_eq!(sick.effect, "NoSchedule");
+        assert_eq!(sick.value.as_deref(), Some("row-remap-failure"));
+        let taints = BTreeMap::from([("GPU-1".to_string(), lost), ("GPU-2".to_string(), sick)]);
+        let s = resource_slice_with(d, "node-1", &gpus, &taints, false, 2);
+        let devs = s.spec.devices.as_ref().expect("devices");
+        assert_eq!(devs.len(), 3);
+        assert_eq!(devs[0].taints, None);
+        assert_eq!(
+            devs[1].taints.as_ref().map(|t| t[0].effect.as_str()),
+            Some("NoExecute")
+        );
+        assert_eq!(
+            devs[2].taints.as_ref().map(|t| t[0].effect.as_str()),
+            Some("NoSchedule")
+        );
+        let s = resource_slice_with(d, "node-1", &gpus, &taints, true, 2);
+        let names: Vec<&str> = s
+            .spec
+            .devices
+            .as_ref()
+            .expect("devices")
+            .iter()
+            .map(|d| d.name.as_str())
+            .collect();
+        assert_eq!(names, ["gpu-0"]);
+        // Valid as the API server checks a taint: a label name as its key, a
+        // label value (63 characters at most, alphanumerics, '-', '_', '.')
+        // as its value.
+        for c in [
+            "xid-79",
+            "double-bit-ecc",
+            "lost",
+            "query-failed",
+            "never-answered",
+            "retired-pages-pending",
+            "row-remap-pending",
+            "row-remap-failure",
+            "ecc-uncorrected",
+        ] {
+            assert!(c.len() <= 63 && c.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'));
         }
     }
 

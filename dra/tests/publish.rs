@@ -1,10 +1,18 @@
 //! Publishing the node's ResourceSlice through kube, against a fake API
 //! server that keeps ResourceSlices and one Node, and records every
 //! request: what the scheduler then reads, the server-side apply the API
-//! server is asked for, the generation across changes, the Node as owner.
+//! server is asked for, the generation across changes, the Node as owner;
+//! an unhealthy GPU tainted (or withdrawn where the API server keeps no
+//! taints), republished within 10 s of the event, back only after the
+//! quiet period or an operator's clear (the health source on the fake
+//! NVML, `FAKE_NVML_HEALTH`).
 
-use std::collections::HashMap;
+#[path = "../../tests/common/mod.rs"]
+mod common;
+
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use cuslice_dra::gpus::{ComputeCapability, Gpu};
 use cuslice_dra::publish::{self, Published};
@@ -55,6 +63,8 @@ struct State {
     /// Whether the API server's DRAConsumableCapacity gate is off: it
     /// drops allowMultipleAllocations and requestPolicy.
     gate_off: bool,
+    /// Whether its DRADeviceTaints gate is off: it drops devices' taints.
+    taints_off: bool,
 }
 
 /// A plain number as the API server writes a decimal quantity back: in
@@ -74,11 +84,14 @@ fn canonical(v: &mut serde_json::Value) {
 
 /// What an API server keeps of an applied slice: quantities in canonical
 /// form, and without the consumable-capacity fields where the gate is off.
-fn as_kept(v: &mut serde_json::Value, gate_off: bool) {
+fn as_kept(v: &mut serde_json::Value, gate_off: bool, taints_off: bool) {
     for d in v["spec"]["devices"].as_array_mut().into_iter().flatten() {
         let d = d.as_object_mut().expect("device");
         if gate_off {
             d.remove("allowMultipleAllocations");
+        }
+        if taints_off {
+            d.remove("taints");
         }
         for cap in d
             .get_mut("capacity")
@@ -136,7 +149,8 @@ fn answer(st: &Mutex<State>, method: &str, path: &str, body: &[u8]) -> (u16, ser
                 Err(e) => return status(400, "BadRequest", &e.to_string()),
             };
             v["metadata"]["uid"] = "slice-uid".into();
-            as_kept(&mut v, st.gate_off);
+            let (gate_off, taints_off) = (st.gate_off, st.taints_off);
+            as_kept(&mut v, gate_off, taints_off);
             st.slices.insert(name.to_string(), v.clone());
             (200, v)
         }
@@ -150,9 +164,18 @@ async fn api_server(node_readable: bool) -> (kube::Client, Arc<Mutex<State>>) {
 }
 
 async fn api_server_with(node_readable: bool, gate_off: bool) -> (kube::Client, Arc<Mutex<State>>) {
+    api_server_full(node_readable, gate_off, false).await
+}
+
+async fn api_server_full(
+    node_readable: bool,
+    gate_off: bool,
+    taints_off: bool,
+) -> (kube::Client, Arc<Mutex<State>>) {
     let state = Arc::new(Mutex::new(State {
         node_readable,
         gate_off,
+        taints_off,
         ..State::default()
     }));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -378,4 +401,282 @@ async fn an_api_server_that_refuses_the_slice_is_an_error_naming_it() {
         e.starts_with("cannot get ResourceSlice node-1-gpu.cuslice.io: "),
         "{e}"
     );
+}
+
+/// A GPU judged unhealthy by XID `xid` at `at` (Unix time).
+fn sick(uuid: &str, xid: u64, at: f64) -> cuslice_host::health::file::GpuHealth {
+    let mut judge = cuslice_host::health::Judge::new(at - 10.0, 300.0);
+    judge.observe(&cuslice_host::health::Input::Xid(xid), at);
+    cuslice_host::health::file::GpuHealth {
+        index: 1,
+        uuid: uuid.into(),
+        events: true,
+        judge,
+    }
+}
+
+fn device_taints(
+    s: &ResourceSlice,
+    name: &str,
+) -> Option<Vec<k8s_openapi::api::resource::v1::DeviceTaint>> {
+    s.spec
+        .devices
+        .as_ref()
+        .and_then(|d| d.iter().find(|d| d.name == name))
+        .and_then(|d| d.taints.clone())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unhealthy_gpu_is_tainted_where_the_cluster_has_device_taints_and_withdrawn_where_not() {
+    let all = gpus();
+    let health = [sick(&all[1].uuid, 48, 1_800_000_000.0)];
+    let taints = publish::health_taints(DRIVER, &health);
+    // Device taints kept: gpu-1 tainted NoSchedule, the taint read back as
+    // sent (the next rounds change nothing).
+    let (client, state) = api_server(true).await;
+    let sink = publish::Kube(client);
+    let r = publish::publish_with(&sink, DRIVER, NODE, &all, &taints, false).await;
+    assert_eq!(r, Ok((Published::Changed { generation: 1 }, false)));
+    let s = stored(&state);
+    assert_eq!(device_taints(&s, "gpu-0"), None);
+    let t = device_taints(&s, "gpu-1").expect("taint");
+    assert_eq!(
+        serde_json::to_value(&t).expect("json"),
+        serde_json::json!([{"key": "gpu.cuslice.io/unhealthy", "value": "xid-48",
+            "effect": "NoSchedule", "timeAdded": "2027-01-15T08:00:00Z"}])
+    );
+    for _ in 0..2 {
+        let r = publish::publish_with(&sink, DRIVER, NODE, &all, &taints, false).await;
+        assert_eq!(r, Ok((Published::Unchanged { generation: 1 }, false)));
+    }
+    // A lost GPU: NoExecute (its pods are evicted).
+    let lost = publish::health_taints(DRIVER, &[sick(&all[1].uuid, 79, 1_800_000_000.0)]);
+    let r = publish::publish_with(&sink, DRIVER, NODE, &all, &lost, false).await;
+    assert_eq!(r, Ok((Published::Changed { generation: 2 }, false)));
+    let t = device_taints(&stored(&state), "gpu-1").expect("taint");
+    assert_eq!(
+        (t[0].effect.as_str(), t[0].value.as_deref()),
+        ("NoExecute", Some("xid-79"))
+    );
+    // Healthy again: untainted, the generation up.
+    let r = publish::publish_with(&sink, DRIVER, NODE, &all, &BTreeMap::new(), false).await;
+    assert_eq!(r, Ok((Published::Changed { generation: 3 }, false)));
+    assert_eq!(device_taints(&stored(&state), "gpu-1"), None);
+
+    // An API server without device taints drops them: said (dropped), and
+    // withdrawn instead.
+    let (client, state) = api_server_full(true, false, true).await;
+    let sink = publish::Kube(client);
+    let r = publish::publish_with(&sink, DRIVER, NODE, &all, &taints, false).await;
+    assert_eq!(r, Ok((Published::Changed { generation: 1 }, true)));
+    let r = publish::publish_with(&sink, DRIVER, NODE, &all, &taints, true).await;
+    assert_eq!(r, Ok((Published::Changed { generation: 2 }, false)));
+    let names: Vec<String> = stored(&state)
+        .spec
+        .devices
+        .expect("devices")
+        .iter()
+        .map(|d| d.name.clone())
+        .collect();
+    assert_eq!(names, ["gpu-0"]);
+    let r = publish::publish_with(&sink, DRIVER, NODE, &all, &taints, true).await;
+    assert_eq!(r, Ok((Published::Unchanged { generation: 2 }, false)));
+}
+
+/// The fake NVML's two GPUs, as the inventory lists them.
+fn fake_gpus() -> Vec<Gpu> {
+    (0..2u8)
+        .map(|i| Gpu {
+            index: u32::from(i),
+            uuid: format!("GPU-c511ce00-fa4e-4000-8000-0000000000{i:02x}"),
+            memory: 16 << 30,
+            minor: u32::from(i),
+            product: "cuslice Fake GPU".into(),
+            compute_capability: Some(ComputeCapability { major: 9, minor: 0 }),
+        })
+        .collect()
+}
+
+/// The plugin's publishing loop with a health source on the fake NVML (two
+/// GPUs, made sick through `inject`), against the fake API server.
+struct Plugin {
+    /// Runs the publishing loop (kept alive with the test).
+    _rt: tokio::runtime::Runtime,
+    state: Arc<Mutex<State>>,
+    inject: std::path::PathBuf,
+    root: std::path::PathBuf,
+    _source: Arc<cuslice_host::health::source::Source>,
+    _dir: tempfile::TempDir,
+}
+
+impl Plugin {
+    fn start(quiet: Duration, taints_off: bool) -> Plugin {
+        let dir = tempfile::tempdir().expect("tmp");
+        let inject = dir.path().join("inject");
+        std::fs::write(&inject, "").expect("inject");
+        let root = dir.path().join("root");
+        std::fs::create_dir_all(&root).expect("root");
+        // SAFETY: set before any thread of this test process starts (the
+        // runtime is built below); the fake NVML and the loader read them.
+        unsafe {
+            std::env::set_var(
+                "CUSLICE_REAL_NVML",
+                common::env().fake.join("libnvidia-ml.so.1"),
+            );
+            std::env::set_var("FAKE_NVML_HEALTH", &inject);
+            std::env::set_var("FAKE_CUDA_DEVICES", "2");
+        }
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let wake = Arc::new(tokio::sync::Notify::new());
+        let w = wake.clone();
+        let cfg = cuslice_host::health::source::Config {
+            root: root.clone(),
+            writer: "cuslice-dra-plugin".into(),
+            poll: Duration::from_millis(200),
+            check: Duration::from_millis(500),
+            quiet,
+        };
+        let source = Arc::new(
+            cuslice_host::health::source::Source::start(
+                cfg,
+                Box::new(move |r| {
+                    if let cuslice_host::health::source::Report::Change(_) = r {
+                        w.notify_one();
+                    }
+                }),
+            )
+            .expect("health source"),
+        );
+        let (client, state) = rt.block_on(api_server_full(true, false, taints_off));
+        let health: Arc<dyn publish::HealthSource> = source.clone();
+        rt.spawn(publish::keep_published(
+            Arc::new(publish::Kube(client)),
+            Arc::new(cuslice_dra::gpus::Fixed(fake_gpus())),
+            DRIVER.into(),
+            NODE.into(),
+            publish::REFRESH,
+            Some(health),
+            wake,
+        ));
+        let p = Plugin {
+            _rt: rt,
+            state,
+            inject,
+            root,
+            _source: source,
+            _dir: dir,
+        };
+        p.until("the first publish", Duration::from_secs(10), |_| true);
+        p
+    }
+
+    fn inject(&self, line: &str) {
+        use std::io::Write;
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&self.inject)
+            .expect("inject")
+            .write_all(line.as_bytes())
+            .expect("write");
+    }
+
+    /// Waits at most `limit` for the stored slice to satisfy `f`; how long
+    /// it took.
+    fn until(&self, what: &str, limit: Duration, f: impl Fn(&ResourceSlice) -> bool) -> Duration {
+        let t0 = Instant::now();
+        loop {
+            let s = self
+                .state
+                .lock()
+                .expect("lock")
+                .slices
+                .get(&format!("{NODE}-{DRIVER}"))
+                .cloned()
+                .map(|v| serde_json::from_value::<ResourceSlice>(v).expect("slice"));
+            if s.as_ref().is_some_and(&f) {
+                return t0.elapsed();
+            }
+            assert!(t0.elapsed() < limit, "{what}: not within {limit:?}: {s:#?}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+#[test]
+fn the_slice_is_republished_within_10s_of_the_event_and_a_gpu_returns_after_the_quiet_period_or_a_clear()
+ {
+    let quiet = Duration::from_secs(6);
+    let p = Plugin::start(quiet, false);
+    let effect = |name: &'static str| {
+        move |s: &ResourceSlice| {
+            device_taints(s, name).map(|t| (t[0].effect.clone(), t[0].value.clone()))
+        }
+    };
+    // XID 48 on GPU 1: tainted NoSchedule, republished within 10 s of the
+    // event (the refresh is every 10 s: only the health change's wake can
+    // make it sooner).
+    let t0 = Instant::now();
+    p.inject("1 xid 48\n");
+    let took = p.until("gpu-1 tainted", Duration::from_secs(10), |s| {
+        effect("gpu-1")(s) == Some(("NoSchedule".into(), Some("xid-48".into())))
+    });
+    eprintln!("XID 48 to the slice republished tainted: {took:?}");
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    // No flapping: still tainted well inside the quiet period, though the
+    // GPU answers every query meanwhile.
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(effect("gpu-1")(&stored(&p.state)).is_some());
+    // Back once the quiet period has passed since the XID.
+    p.until("gpu-1 untainted", Duration::from_secs(20), |s| {
+        effect("gpu-1")(s).is_none()
+    });
+    assert!(
+        t0.elapsed() >= quiet - Duration::from_millis(500),
+        "back after {:?} (quiet {quiet:?})",
+        t0.elapsed()
+    );
+    // GPU 0 falls off the bus: NoExecute; an operator's clear (the GPU was
+    // reset: it answers again) lifts it long before the quiet period.
+    p.inject("0 xid 79\n");
+    p.until("gpu-0 tainted NoExecute", Duration::from_secs(10), |s| {
+        effect("gpu-0")(s) == Some(("NoExecute".into(), Some("xid-79".into())))
+    });
+    let cleared = Instant::now();
+    cuslice_host::health::file::request_clear(
+        &cuslice_host::layout::Layout::new(&p.root),
+        &fake_gpus()[0].uuid,
+        cuslice_host::health::source::now_unix(),
+    )
+    .expect("clear");
+    p.until("gpu-0 cleared", Duration::from_secs(10), |s| {
+        effect("gpu-0")(s).is_none()
+    });
+    assert!(
+        cleared.elapsed() < quiet - Duration::from_secs(2),
+        "{:?}",
+        cleared.elapsed()
+    );
+}
+
+#[test]
+fn where_the_cluster_has_no_device_taints_an_unhealthy_gpu_is_withdrawn_within_10s() {
+    let p = Plugin::start(Duration::from_secs(300), true);
+    let names = |s: &ResourceSlice| -> Vec<String> {
+        s.spec
+            .devices
+            .iter()
+            .flatten()
+            .map(|d| d.name.clone())
+            .collect()
+    };
+    assert_eq!(names(&stored(&p.state)), ["gpu-0", "gpu-1"]);
+    p.inject("1 xid 95\n");
+    let took = p.until("gpu-1 withdrawn", Duration::from_secs(10), |s| {
+        names(s) == ["gpu-0"]
+    });
+    assert!(took < Duration::from_secs(5), "{took:?}");
 }

@@ -15,6 +15,8 @@
 //!   ld.so.preload             what the hook mounts at /etc/ld.so.preload
 //!   hook.lock                 the hook's tenant check runs under its lock
 //!   watch/lock  watch/state.json
+//!   health/lock  health/state.json  health/clear.json   GPU health: the
+//!                             source's lock, what it publishes, operators' clears
 //!
 //! <base>/cuslice-run-<pid>-<16 hex digits>/    a `cuslice run` session's
 //!   quota.toml  segment/memory.seg             (base: $XDG_RUNTIME_DIR, else $TMPDIR, else /tmp)
@@ -71,6 +73,17 @@ pub const WATCH_DIR: &str = "watch";
 pub const WATCH_LOCK: &str = "lock";
 /// What the watch last published, in its directory.
 pub const WATCH_STATE: &str = "state.json";
+/// GPU health's directory under the root (`crate::health`).
+pub const HEALTH_DIR: &str = "health";
+/// The lock of the health source that publishes (one per host), in the
+/// health directory.
+pub const HEALTH_LOCK: &str = "lock";
+/// Every GPU's health as the source last published it, in the health
+/// directory.
+pub const HEALTH_STATE: &str = "state.json";
+/// The operators' clears (GPU UUID to the time of the clear), in the
+/// health directory.
+pub const HEALTH_CLEARS: &str = "clear.json";
 
 /// The host's directories under one root.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -153,6 +166,16 @@ impl Layout {
     /// `<root>/watch/state.json`.
     pub fn watch_state(&self) -> PathBuf {
         self.watch_dir().join(WATCH_STATE)
+    }
+
+    /// `<root>/health`.
+    pub fn health_dir(&self) -> PathBuf {
+        self.root.join(HEALTH_DIR)
+    }
+
+    /// `<root>/health/state.json`.
+    pub fn health_state(&self) -> PathBuf {
+        self.health_dir().join(HEALTH_STATE)
     }
 
     /// The root, opened: links on the way to it followed (the
@@ -349,6 +372,7 @@ mod tests {
         assert_eq!(l.preload(), Path::new("/r/ld.so.preload"));
         assert_eq!(l.lock_file(), Path::new("/r/hook.lock"));
         assert_eq!(l.watch_state(), Path::new("/r/watch/state.json"));
+        assert_eq!(l.health_state(), Path::new("/r/health/state.json"));
         let c = l.container("abc");
         assert_eq!(c.kind(), SliceKind::Container);
         assert_eq!(c.path(), Path::new("/r/containers/abc"));

@@ -43,20 +43,28 @@
 //!   environments) safe for a terminal or a log line.
 //! - [`watch_state`]: the state `cuslice watch` publishes
 //!   (`<root>/watch/state.json`) and `cuslice status` reads.
+//! - [`nvml`]: NVML, loaded at run time: the one loader of the command and
+//!   the DRA plugin (its declarations generated from `cuda-headers/` by
+//!   `build.rs`).
+//! - [`health`]: GPU health, one judgement per GPU that every host command
+//!   and the DRA plugin share.
 //!
 //! No two modules import each other: `sys`, `text`, `proc` and `cdi` stand
 //! alone; `fs` is on `sys`; `inroot` on `sys` and `text`; `layout` on
 //! `fs`; `run_dir` on `fs` and `layout`; `container` on `fs`, `layout`,
 //! `proc` and `text`; `resize` on `fs` and `layout`; `discover` on
 //! `container`, `fs`, `layout`, `resize` and `sys`; `watch_state` on `fs`,
+//! `layout` and `text`; `nvml` stands alone; `health` is on `nvml`, `fs`,
 //! `layout` and `text`.
 
 pub mod cdi;
 pub mod container;
 pub mod discover;
 pub mod fs;
+pub mod health;
 pub mod inroot;
 pub mod layout;
+pub mod nvml;
 pub mod proc;
 pub mod resize;
 pub mod run_dir;

@@ -175,6 +175,184 @@ static nvmlReturn_t copy_string(char *dst, unsigned len, const char *src)
     return NVML_SUCCESS;
 }
 
+/* ---- GPU health (FAKE_NVML_HEALTH) -------------------------------------- */
+
+/* FAKE_NVML_HEALTH=FILE: what makes a device sick, one instruction a line,
+ * `<index> <what> [<value>]`, appended by a test while processes run:
+ *
+ *   xid N               an XID event N (nvmlEventSetWait_v2)
+ *   dbe                 a double-bit ECC event
+ *   lost                from now on every query of the device but its
+ *                       identity (handle, index, UUID, name, minor number)
+ *                       answers NVML_ERROR_GPU_IS_LOST
+ *   query_fail [NAME]   from now on every such query (with NAME: those whose
+ *                       name starts with NAME) answers NVML_ERROR_UNKNOWN
+ *   ok                  lost and query_fail undone (the GPU was reset)
+ *   retired_pending B   nvmlDeviceGetRetiredPagesPendingStatus answers B (0/1)
+ *   remap_pending B     nvmlDeviceGetRemappedRows' isPending
+ *   remap_failure B     nvmlDeviceGetRemappedRows' failureOccurred
+ *   ecc_uncorrected N   nvmlDeviceGetTotalEccErrors(UNCORRECTED) answers N
+ *   no_ecc              those three answer NVML_ERROR_NOT_SUPPORTED (a GPU
+ *                       without ECC)
+ *   no_events           the device supports no event type
+ *
+ * The state is the whole file folded in order, read again whenever the
+ * file changed (its size, inode or mtime); events are delivered to each
+ * event set from where the file ended when the set was created. Unset or
+ * missing: a healthy device, and events never come. A line the fake does
+ * not understand aborts the process (a test bug), naming it. */
+#define FAKE_HEALTH_CALLS 8
+struct health_dev {
+    bool lost, fail_all, retired_pending, remap_pending, remap_failure, no_ecc, no_events;
+    unsigned long long ecc_uncorrected;
+    unsigned nfail;
+    char fail[FAKE_HEALTH_CALLS][64];
+};
+static struct health_dev g_health[FAKE_MAX_DEVICES];
+static struct {
+    bool read;
+    dev_t dev;
+    ino_t ino;
+    off_t size;
+    struct timespec mtime;
+} g_health_file;
+
+static const char *health_path(void)
+{
+    const char *p = getenv("FAKE_NVML_HEALTH");
+    return (p != NULL && *p) ? p : NULL;
+}
+
+/* One line of the file: 1 an event (`*dev`, `*type`, `*data` set), 0 a
+ * state change (applied to `h` when not NULL), -1 blank. Aborts on a line
+ * it does not understand. */
+static int health_line(const char *line, struct health_dev *h, unsigned *dev, unsigned long long *type,
+                       unsigned long long *data)
+{
+    char what[64] = "", arg[64] = "";
+    unsigned i;
+    int n = sscanf(line, "%u %63s %63s", &i, what, arg);
+    if (n <= 0 && strspn(line, " \t\r\n") == strlen(line))
+        return -1;
+    unsigned long long v = 0;
+    bool num = n == 3 && sscanf(arg, "%llu", &v) == 1;
+    if (n < 2 || i >= FAKE_MAX_DEVICES)
+        goto bad;
+    *dev = i;
+    if (strcmp(what, "xid") == 0 && num) {
+        *type = 0x8; /* nvmlEventTypeXidCriticalError */
+        *data = v;
+        return 1;
+    }
+    if (strcmp(what, "dbe") == 0 && n == 2) {
+        *type = 0x2; /* nvmlEventTypeDoubleBitEccError */
+        *data = 0;
+        return 1;
+    }
+    if (h == NULL)
+        return 0;
+    h += i;
+    if (strcmp(what, "lost") == 0 && n == 2)
+        h->lost = true;
+    else if (strcmp(what, "query_fail") == 0 && n == 2)
+        h->fail_all = true;
+    else if (strcmp(what, "query_fail") == 0 && h->nfail < FAKE_HEALTH_CALLS)
+        snprintf(h->fail[h->nfail++], sizeof h->fail[0], "%s", arg);
+    else if (strcmp(what, "ok") == 0 && n == 2)
+        h->lost = h->fail_all = false, h->nfail = 0;
+    else if (strcmp(what, "retired_pending") == 0 && num && v <= 1)
+        h->retired_pending = v;
+    else if (strcmp(what, "remap_pending") == 0 && num && v <= 1)
+        h->remap_pending = v;
+    else if (strcmp(what, "remap_failure") == 0 && num && v <= 1)
+        h->remap_failure = v;
+    else if (strcmp(what, "ecc_uncorrected") == 0 && num)
+        h->ecc_uncorrected = v;
+    else if (strcmp(what, "no_ecc") == 0 && n == 2)
+        h->no_ecc = true;
+    else if (strcmp(what, "no_events") == 0 && n == 2)
+        h->no_events = true;
+    else
+        goto bad;
+    return 0;
+bad:
+    fprintf(stderr, "%s: FAKE_NVML_HEALTH: cannot read the line \"%.200s\" (see tests/fake/README.md)\n", WHO, line);
+    abort();
+}
+
+/* Caller holds g_mu. Reads the file again where it changed. */
+static void health_refresh_locked(void)
+{
+    const char *path = health_path();
+    struct stat st;
+    if (path == NULL || stat(path, &st) != 0) {
+        if (g_health_file.read)
+            memset(g_health, 0, sizeof g_health);
+        g_health_file.read = false;
+        return;
+    }
+    if (g_health_file.read && st.st_dev == g_health_file.dev && st.st_ino == g_health_file.ino &&
+        st.st_size == g_health_file.size && st.st_mtim.tv_sec == g_health_file.mtime.tv_sec &&
+        st.st_mtim.tv_nsec == g_health_file.mtime.tv_nsec)
+        return;
+    struct health_dev fresh[FAKE_MAX_DEVICES];
+    memset(fresh, 0, sizeof fresh);
+    FILE *f = fopen(path, "r");
+    char line[256];
+    while (f != NULL && fgets(line, sizeof line, f) != NULL) {
+        /* A line still being written (no newline yet) waits for its end. */
+        if (strchr(line, '\n') == NULL)
+            break;
+        unsigned dev;
+        unsigned long long type, data;
+        health_line(line, fresh, &dev, &type, &data);
+    }
+    if (f != NULL)
+        fclose(f);
+    memcpy(g_health, fresh, sizeof fresh);
+    g_health_file.read = true;
+    g_health_file.dev = st.st_dev;
+    g_health_file.ino = st.st_ino;
+    g_health_file.size = st.st_size;
+    g_health_file.mtime = st.st_mtim;
+}
+
+/* What a query `name` of device `idx` answers before it looks: GPU_IS_LOST,
+ * UNKNOWN (query_fail) or SUCCESS (go on). */
+static nvmlReturn_t health_gate(unsigned idx, const char *name)
+{
+    pthread_mutex_lock(&g_mu);
+    health_refresh_locked();
+    const struct health_dev *h = &g_health[idx];
+    nvmlReturn_t r = NVML_SUCCESS;
+    if (h->lost)
+        r = NVML_ERROR_GPU_IS_LOST;
+    else if (h->fail_all)
+        r = NVML_ERROR_UNKNOWN;
+    for (unsigned k = 0; r == NVML_SUCCESS && k < h->nfail; k++)
+        if (strncmp(name, h->fail[k], strlen(h->fail[k])) == 0)
+            r = NVML_ERROR_UNKNOWN;
+    pthread_mutex_unlock(&g_mu);
+    return r;
+}
+
+/* device_index for a query that a sick device fails (see above). */
+static nvmlReturn_t device_query(nvmlDevice_t dev, unsigned *idx, const char *name)
+{
+    nvmlReturn_t r = device_index(dev, idx);
+    return r == NVML_SUCCESS ? health_gate(*idx, name) : r;
+}
+
+/* A copy of device `idx`'s health state. */
+static struct health_dev health_of(unsigned idx)
+{
+    pthread_mutex_lock(&g_mu);
+    health_refresh_locked();
+    struct health_dev h = g_health[idx];
+    pthread_mutex_unlock(&g_mu);
+    return h;
+}
+
 /* ---- init -------------------------------------------------------------- */
 
 static nvmlReturn_t do_init(void)
@@ -351,7 +529,7 @@ nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int *major,
 {
     setup();
     unsigned idx = 0;
-    nvmlReturn_t r = device_index(device, &idx);
+    nvmlReturn_t r = device_query(device, &idx, __func__);
     if (r == NVML_SUCCESS && (major == NULL || minor == NULL))
         r = NVML_ERROR_INVALID_ARGUMENT;
     if (r == NVML_SUCCESS) {
@@ -381,7 +559,7 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
 {
     setup();
     unsigned idx = 0;
-    nvmlReturn_t r = device_index(device, &idx);
+    nvmlReturn_t r = device_query(device, &idx, __func__);
     if (r == NVML_SUCCESS && memory == NULL)
         r = NVML_ERROR_INVALID_ARGUMENT;
     if (r == NVML_SUCCESS) {
@@ -471,7 +649,7 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *me
 {
     setup();
     unsigned idx = 0;
-    nvmlReturn_t r = device_index(device, &idx);
+    nvmlReturn_t r = device_query(device, &idx, __func__);
     if (r == NVML_SUCCESS && memory == NULL)
         r = NVML_ERROR_INVALID_ARGUMENT;
     if (r == NVML_SUCCESS && memory->version != (unsigned)nvmlMemory_v2)
@@ -525,7 +703,7 @@ nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_
 {
     setup();
     unsigned idx = 0;
-    nvmlReturn_t r = device_index(device, &idx);
+    nvmlReturn_t r = device_query(device, &idx, __func__);
     if (r == NVML_SUCCESS && utilization == NULL)
         r = NVML_ERROR_INVALID_ARGUMENT;
     if (r == NVML_SUCCESS) {
@@ -684,7 +862,7 @@ static void translate_pids(struct proc_row *rows, unsigned n)
  * PID namespace. `ver` 1: nvmlProcessInfo_v1_t, 2: _v2_t, 3: nvmlProcessInfo_t. */
 static nvmlReturn_t running_procs(nvmlDevice_t device, unsigned *count, void *infos, int ver, unsigned *idx)
 {
-    nvmlReturn_t r = device_index(device, idx);
+    nvmlReturn_t r = device_query(device, idx, "nvmlDeviceGetComputeRunningProcesses");
     if (r != NVML_SUCCESS)
         return r;
     if (count == NULL || (infos == NULL && *count != 0))
@@ -816,7 +994,7 @@ static bool run_at(const struct proc_row *r, uint64_t k, uint64_t P, uint64_t *o
 static nvmlReturn_t process_utilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t *out, unsigned *count,
                                         unsigned long long since, unsigned *idx)
 {
-    nvmlReturn_t ret = device_index(device, idx);
+    nvmlReturn_t ret = device_query(device, idx, "nvmlDeviceGetProcessUtilization");
     if (ret != NVML_SUCCESS)
         return ret;
     if (count == NULL)
@@ -907,6 +1085,220 @@ nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUti
     return r;
 }
 
+/* ---- events and memory checks (GPU health) ------------------------------ */
+
+#define FAKE_EVENT_TYPES 0xfull /* single/double-bit ECC, P-state, XID */
+#define FAKE_EVENT_SET_MAGIC 0x45564e54u
+
+struct nvmlEventSet_st {
+    unsigned magic;
+    unsigned long long types[FAKE_MAX_DEVICES]; /* registered, per device */
+    off_t offset;                               /* of FAKE_NVML_HEALTH read so far */
+};
+
+static off_t health_size(void)
+{
+    struct stat st;
+    const char *path = health_path();
+    return (path != NULL && stat(path, &st) == 0) ? st.st_size : 0;
+}
+
+nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set)
+{
+    setup();
+    nvmlReturn_t r = initialised() ? NVML_SUCCESS : NVML_ERROR_UNINITIALIZED;
+    if (r == NVML_SUCCESS && set == NULL)
+        r = NVML_ERROR_INVALID_ARGUMENT;
+    if (r == NVML_SUCCESS) {
+        struct nvmlEventSet_st *s = calloc(1, sizeof *s);
+        if (s == NULL) {
+            r = NVML_ERROR_UNKNOWN;
+        } else {
+            s->magic = FAKE_EVENT_SET_MAGIC;
+            /* Events appended from now on. */
+            s->offset = health_size();
+            *set = s;
+        }
+    }
+    LOGR0(r);
+    return r;
+}
+
+static bool event_set_ok(nvmlEventSet_t set)
+{
+    return set != NULL && set->magic == FAKE_EVENT_SET_MAGIC;
+}
+
+nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device, unsigned long long *eventTypes)
+{
+    setup();
+    unsigned idx = 0;
+    nvmlReturn_t r = device_query(device, &idx, __func__);
+    if (r == NVML_SUCCESS && eventTypes == NULL)
+        r = NVML_ERROR_INVALID_ARGUMENT;
+    if (r == NVML_SUCCESS)
+        *eventTypes = health_of(idx).no_events ? 0 : FAKE_EVENT_TYPES;
+    LOGR(r, "device=%u", idx);
+    return r;
+}
+
+nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long eventTypes, nvmlEventSet_t set)
+{
+    setup();
+    unsigned idx = 0;
+    nvmlReturn_t r = device_query(device, &idx, __func__);
+    if (r == NVML_SUCCESS && !event_set_ok(set))
+        r = NVML_ERROR_INVALID_ARGUMENT;
+    if (r == NVML_SUCCESS && (health_of(idx).no_events || (eventTypes & ~FAKE_EVENT_TYPES) != 0))
+        r = NVML_ERROR_NOT_SUPPORTED;
+    if (r == NVML_SUCCESS) {
+        pthread_mutex_lock(&g_mu);
+        set->types[idx] |= eventTypes;
+        pthread_mutex_unlock(&g_mu);
+    }
+    LOGR(r, "device=%u types=0x%llx", idx, eventTypes);
+    return r;
+}
+
+/* The next event of `set` in the file after its offset, consuming the
+ * lines read (whole lines only); false: none yet. */
+static bool next_event(nvmlEventSet_t set, nvmlEventData_t *data)
+{
+    const char *path = health_path();
+    if (path == NULL)
+        return false;
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return false;
+    bool found = false;
+    char line[256];
+    pthread_mutex_lock(&g_mu);
+    if (fseeko(f, set->offset, SEEK_SET) == 0) {
+        while (!found && fgets(line, sizeof line, f) != NULL && strchr(line, '\n') != NULL) {
+            set->offset += (off_t)strlen(line);
+            unsigned dev;
+            unsigned long long type, value;
+            if (health_line(line, NULL, &dev, &type, &value) == 1 && dev < g_cfg.ndev &&
+                (set->types[dev] & type) != 0) {
+                data->device = &g_devs[dev];
+                data->eventType = type;
+                data->eventData = value;
+                data->gpuInstanceId = 0xFFFFFFFFu;
+                data->computeInstanceId = 0xFFFFFFFFu;
+                found = true;
+            }
+        }
+    }
+    pthread_mutex_unlock(&g_mu);
+    fclose(f);
+    return found;
+}
+
+/* Returns the next event appended to FAKE_NVML_HEALTH for a device and
+ * type registered in `set`, or NVML_ERROR_TIMEOUT after `timeoutms`. The
+ * fake looks at the file every 10 ms meanwhile (a real NVML sleeps until
+ * the driver signals an event). */
+nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms)
+{
+    setup();
+    nvmlReturn_t r = initialised() ? NVML_SUCCESS : NVML_ERROR_UNINITIALIZED;
+    if (r == NVML_SUCCESS && (!event_set_ok(set) || data == NULL))
+        r = NVML_ERROR_INVALID_ARGUMENT;
+    uint64_t until = fake_now_ns() + (uint64_t)timeoutms * 1000000ull;
+    /* No file to watch: no event can come; the whole timeout in one sleep. */
+    bool watch = health_path() != NULL;
+    while (r == NVML_SUCCESS && !next_event(set, data)) {
+        uint64_t now = fake_now_ns();
+        if (now >= until) {
+            r = NVML_ERROR_TIMEOUT;
+            break;
+        }
+        uint64_t nap = (!watch || until - now < 10000000ull) ? until - now : 10000000ull;
+        struct timespec ts = {(time_t)(nap / 1000000000ull), (long)(nap % 1000000000ull)};
+        nanosleep(&ts, NULL);
+    }
+    if (r == NVML_SUCCESS)
+        LOGR(r, "timeoutms=%u device=%u type=0x%llx data=%llu", timeoutms, data->device->index, data->eventType,
+             data->eventData);
+    else
+        LOGR(r, "timeoutms=%u", timeoutms);
+    return r;
+}
+
+nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set)
+{
+    setup();
+    nvmlReturn_t r = initialised() ? NVML_SUCCESS : NVML_ERROR_UNINITIALIZED;
+    if (r == NVML_SUCCESS && !event_set_ok(set))
+        r = NVML_ERROR_INVALID_ARGUMENT;
+    if (r == NVML_SUCCESS) {
+        set->magic = 0;
+        free(set);
+    }
+    LOGR0(r);
+    return r;
+}
+
+/* The memory checks' prologue: the device, its health, ECC supported. */
+static nvmlReturn_t ecc_query(nvmlDevice_t device, const void *out, unsigned *idx, struct health_dev *h,
+                              const char *name)
+{
+    nvmlReturn_t r = device_query(device, idx, name);
+    if (r == NVML_SUCCESS && out == NULL)
+        r = NVML_ERROR_INVALID_ARGUMENT;
+    if (r == NVML_SUCCESS) {
+        *h = health_of(*idx);
+        if (h->no_ecc)
+            r = NVML_ERROR_NOT_SUPPORTED;
+    }
+    return r;
+}
+
+nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t device, nvmlEnableState_t *isPending)
+{
+    setup();
+    unsigned idx = 0;
+    struct health_dev h;
+    nvmlReturn_t r = ecc_query(device, isPending, &idx, &h, __func__);
+    if (r == NVML_SUCCESS)
+        *isPending = h.retired_pending ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
+    LOGR(r, "device=%u", idx);
+    return r;
+}
+
+nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int *corrRows, unsigned int *uncRows,
+                                       unsigned int *isPending, unsigned int *failureOccurred)
+{
+    setup();
+    unsigned idx = 0;
+    struct health_dev h;
+    bool all = corrRows != NULL && uncRows != NULL && isPending != NULL && failureOccurred != NULL;
+    nvmlReturn_t r = ecc_query(device, all ? corrRows : NULL, &idx, &h, __func__);
+    if (r == NVML_SUCCESS) {
+        *corrRows = 0;
+        *uncRows = (h.remap_pending || h.remap_failure) ? 1 : 0;
+        *isPending = h.remap_pending;
+        *failureOccurred = h.remap_failure;
+    }
+    LOGR(r, "device=%u", idx);
+    return r;
+}
+
+nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, nvmlMemoryErrorType_t errorType,
+                                         nvmlEccCounterType_t counterType, unsigned long long *eccCounts)
+{
+    setup();
+    unsigned idx = 0;
+    struct health_dev h;
+    nvmlReturn_t r = ecc_query(device, eccCounts, &idx, &h, __func__);
+    if (r == NVML_SUCCESS && ((unsigned)errorType > 1 || (unsigned)counterType > 1))
+        r = NVML_ERROR_INVALID_ARGUMENT;
+    if (r == NVML_SUCCESS)
+        *eccCounts = errorType == NVML_MEMORY_ERROR_TYPE_UNCORRECTED ? h.ecc_uncorrected : 0;
+    LOGR(r, "device=%u type=%d counter=%d", idx, (int)errorType, (int)counterType);
+    return r;
+}
+
 /* ---- system ------------------------------------------------------------ */
 
 const char *nvmlErrorString(nvmlReturn_t result)
@@ -921,6 +1313,8 @@ const char *nvmlErrorString(nvmlReturn_t result)
     case NVML_ERROR_NOT_FOUND: s = "Not Found"; break;
     case NVML_ERROR_INSUFFICIENT_SIZE: s = "Insufficient Size"; break;
     case NVML_ERROR_FUNCTION_NOT_FOUND: s = "Function Not Found"; break;
+    case NVML_ERROR_TIMEOUT: s = "Timeout"; break;
+    case NVML_ERROR_GPU_IS_LOST: s = "GPU is lost"; break;
     case 25: s = "Argument version mismatch"; break;
     default: s = "Unknown Error"; break;
     }

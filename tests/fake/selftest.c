@@ -2453,6 +2453,85 @@ static void test_log(pid_t me, size_t oom_size)
     CHECK(lines > 300, "log has %d lines", lines);
 }
 
+/* FAKE_NVML_HEALTH: events wait and come in order, only for the devices
+ * and types registered, from the file's end at the set's creation; the
+ * memory checks answer what the file says; `lost`, `query_fail` and `ok`
+ * gate every query but identity. */
+static void test_nvml_health(void)
+{
+    char path[300];
+    snprintf(path, sizeof path, "%s/health", g_dir);
+    setenv("FAKE_NVML_HEALTH", path, 1);
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL, "create %s", path);
+    fputs("0 xid 31\n", f); /* before the set: never delivered */
+    fflush(f);
+    nvmlDevice_t d0, d1;
+    CK(nvmlDeviceGetHandleByIndex_v2(0, &d0), NVML_SUCCESS);
+    CK(nvmlDeviceGetHandleByIndex_v2(1, &d1), NVML_SUCCESS);
+    unsigned long long types = 0, ecc = 7;
+    CK(nvmlDeviceGetSupportedEventTypes(d0, &types), NVML_SUCCESS);
+    EQ(types & 0xa, 0xa);
+    nvmlEventSet_t set;
+    CK(nvmlEventSetCreate(&set), NVML_SUCCESS);
+    CK(nvmlDeviceRegisterEvents(d0, nvmlEventTypeXidCriticalError | nvmlEventTypeDoubleBitEccError, set),
+       NVML_SUCCESS);
+    CK(nvmlDeviceRegisterEvents(d0, 1ull << 40, set), NVML_ERROR_NOT_SUPPORTED);
+    nvmlEventData_t e;
+    uint64_t t0 = fake_now_ns();
+    CK(nvmlEventSetWait_v2(set, &e, 60), NVML_ERROR_TIMEOUT);
+    CHECK(fake_now_ns() - t0 >= 60000000ull, "the wait slept its timeout");
+    fputs("1 xid 79\n0 xid 48\n0 dbe\n", f); /* device 1 is not registered */
+    fflush(f);
+    CK(nvmlEventSetWait_v2(set, &e, 1000), NVML_SUCCESS);
+    CHECK(e.device == d0 && e.eventType == nvmlEventTypeXidCriticalError && e.eventData == 48, "xid 48 on 0: %llu",
+          e.eventData);
+    CK(nvmlEventSetWait_v2(set, &e, 1000), NVML_SUCCESS);
+    CHECK(e.device == d0 && e.eventType == nvmlEventTypeDoubleBitEccError, "dbe on 0");
+    CK(nvmlEventSetWait_v2(set, &e, 20), NVML_ERROR_TIMEOUT);
+    nvmlEnableState_t pending = NVML_FEATURE_ENABLED;
+    unsigned corr = 9, unc = 9, pend = 9, fail = 9;
+    CK(nvmlDeviceGetRetiredPagesPendingStatus(d0, &pending), NVML_SUCCESS);
+    EQ(pending, NVML_FEATURE_DISABLED);
+    CK(nvmlDeviceGetRemappedRows(d0, &corr, &unc, &pend, &fail), NVML_SUCCESS);
+    EQ(pend + fail, 0);
+    CK(nvmlDeviceGetTotalEccErrors(d0, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC, &ecc), NVML_SUCCESS);
+    EQ(ecc, 0);
+    fputs("0 retired_pending 1\n0 remap_failure 1\n0 ecc_uncorrected 3\n1 no_ecc\n", f);
+    fflush(f);
+    CK(nvmlDeviceGetRetiredPagesPendingStatus(d0, &pending), NVML_SUCCESS);
+    EQ(pending, NVML_FEATURE_ENABLED);
+    CK(nvmlDeviceGetRemappedRows(d0, &corr, &unc, &pend, &fail), NVML_SUCCESS);
+    EQ(fail, 1);
+    EQ(pend, 0);
+    CK(nvmlDeviceGetTotalEccErrors(d0, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC, &ecc), NVML_SUCCESS);
+    EQ(ecc, 3);
+    CK(nvmlDeviceGetTotalEccErrors(d1, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC, &ecc),
+       NVML_ERROR_NOT_SUPPORTED);
+    nvmlMemory_t m;
+    char uuid[96];
+    fputs("0 query_fail nvmlDeviceGetRemappedRows\n", f);
+    fflush(f);
+    CK(nvmlDeviceGetRemappedRows(d0, &corr, &unc, &pend, &fail), NVML_ERROR_UNKNOWN);
+    CK(nvmlDeviceGetMemoryInfo(d0, &m), NVML_SUCCESS);
+    fputs("0 lost\n", f);
+    fflush(f);
+    CK(nvmlDeviceGetMemoryInfo(d0, &m), NVML_ERROR_GPU_IS_LOST);
+    CK(nvmlDeviceGetTotalEccErrors(d0, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC, &ecc),
+       NVML_ERROR_GPU_IS_LOST);
+    CK(nvmlDeviceGetUUID(d0, uuid, sizeof uuid), NVML_SUCCESS);
+    CK(nvmlDeviceGetMemoryInfo(d1, &m), NVML_SUCCESS);
+    fputs("0 ok\n", f);
+    fflush(f);
+    CK(nvmlDeviceGetMemoryInfo(d0, &m), NVML_SUCCESS);
+    CK(nvmlDeviceGetRemappedRows(d0, &corr, &unc, &pend, &fail), NVML_SUCCESS);
+    CK(nvmlEventSetFree(set), NVML_SUCCESS);
+    fclose(f);
+    unsetenv("FAKE_NVML_HEALTH");
+    CK(nvmlDeviceGetTotalEccErrors(d0, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC, &ecc), NVML_SUCCESS);
+    EQ(ecc, 0);
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -2538,6 +2617,7 @@ int main(int argc, char **argv)
     test_dead_process(nd);
     test_nvml_processes(nd);
     test_nvml_utilization(nd);
+    test_nvml_health();
     test_cross_process_timeline(nd);
     test_ring_full(fsleep);
     test_timeslice();

@@ -6,12 +6,15 @@
 //! and `watch` alike), [`inroot`] (a
 //! container's root file system), [`sys`] (the descriptor-level calls),
 //! [`cdi`] (the CDI specs), [`proc`], [`text`], [`resize`] (the record of
-//! a live resize, which `resize` writes and `watch` and `status` read) and
-//! [`watch_state`] (the state file `watch` writes and `status` reads).
+//! a live resize, which `resize` writes and `watch` and `status` read),
+//! [`watch_state`] (the state file `watch` writes and `status` reads),
+//! [`nvml`] (NVML, loaded at run time, as the DRA plugin loads it) and
+//! [`health`] (GPU health: the judgement, the source, what is published).
 //!
 //! The commands (`oci`, `watch`, `status`, `run`, `resize`) build on it and
 //! `cuslice-core`, never on each other.
 
 pub use cuslice_host::{
-    cdi, container, discover, fs, inroot, layout, proc, resize, run_dir, sys, text, watch_state,
+    cdi, container, discover, fs, health, inroot, layout, nvml, proc, resize, run_dir, sys, text,
+    watch_state,
 };

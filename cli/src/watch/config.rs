@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use cuslice_core::config::{format_size, parse_size};
 
+use crate::host::health::source as health_source;
+
 pub const DEFAULT_CONFIG: &str = "/etc/cuslice/watch.toml";
 
 /// What the watch does about a finding.
@@ -59,8 +61,14 @@ pub struct WatchConfig {
     pub compute_wait: u32,
     /// How long `freeze` stops a slice.
     pub freeze: Duration,
-    /// The hook's host directory (containers/, gpu/, watch/).
+    /// The hook's host directory (containers/, gpu/, watch/, health/).
     pub root: PathBuf,
+    /// Run the GPU health source (`health`, default true): its cadence
+    /// (`health_poll`, `health_check`) and quiet period (`health_quiet`).
+    pub health: bool,
+    pub health_poll: Duration,
+    pub health_check: Duration,
+    pub health_quiet: Duration,
 }
 
 impl Default for WatchConfig {
@@ -76,11 +84,15 @@ impl Default for WatchConfig {
             compute_wait: 10,
             freeze: Duration::from_secs(5),
             root: PathBuf::from(crate::host::layout::DEFAULT_ROOT),
+            health: true,
+            health_poll: health_source::DEFAULT_POLL,
+            health_check: health_source::DEFAULT_CHECK,
+            health_quiet: health_source::DEFAULT_QUIET,
         }
     }
 }
 
-const KEYS: [&str; 10] = [
+const KEYS: [&str; 14] = [
     "interval",
     "policy",
     "repair",
@@ -91,6 +103,10 @@ const KEYS: [&str; 10] = [
     "compute_wait",
     "freeze_seconds",
     "root",
+    "health",
+    "health_poll",
+    "health_check",
+    "health_quiet",
 ];
 
 const MIN_INTERVAL: Duration = Duration::from_millis(10);
@@ -142,6 +158,17 @@ fn duration_value(v: &toml::Value) -> Result<Duration, String> {
             "expected a duration like 1s or 200ms, got {}",
             shown(v)
         )),
+    }
+}
+
+/// A health cadence: a duration like `5s` or `10m`, or seconds, within
+/// `bounds`.
+fn health_duration(v: &toml::Value, bounds: (Duration, Duration)) -> Result<Duration, String> {
+    match v {
+        toml::Value::String(s) => health_source::parse_duration(s, bounds),
+        toml::Value::Integer(i) => health_source::parse_duration(&i.to_string(), bounds),
+        toml::Value::Float(f) => health_source::parse_duration(&f.to_string(), bounds),
+        v => health_source::parse_duration(&shown(v), bounds),
     }
 }
 
@@ -230,6 +257,22 @@ pub fn parse(path: &Path, text: &str) -> Result<WatchConfig, String> {
                     shown(v)
                 )),
             },
+            "health" => match v {
+                toml::Value::Boolean(b) => {
+                    c.health = *b;
+                    Ok(())
+                }
+                v => Err(format!("expected true or false, got {}", shown(v))),
+            },
+            "health_poll" => {
+                health_duration(v, health_source::POLL_BOUNDS).map(|d| c.health_poll = d)
+            }
+            "health_check" => {
+                health_duration(v, health_source::CHECK_BOUNDS).map(|d| c.health_check = d)
+            }
+            "health_quiet" => {
+                health_duration(v, health_source::QUIET_BOUNDS).map(|d| c.health_quiet = d)
+            }
             other => Err(format!(
                 "expected one of the keys {}, got unknown key {other:?}",
                 KEYS.join(", ")
@@ -271,7 +314,7 @@ impl WatchConfig {
     /// One line: what the watch runs with.
     pub fn describe(&self) -> String {
         format!(
-            "interval {:?}, policy {}, repair {}, memory tolerance {} + {} per process, compute margin {} points over {} passes (others waiting {}% of an interval), freeze {}s, root {}",
+            "interval {:?}, policy {}, repair {}, memory tolerance {} + {} per process, compute margin {} points over {} passes (others waiting {}% of an interval), freeze {}s, root {}, GPU health {}",
             self.interval,
             self.policy.name(),
             if self.repair { "on" } else { "off" },
@@ -281,7 +324,8 @@ impl WatchConfig {
             self.compute_sustain,
             self.compute_wait,
             self.freeze.as_secs(),
-            self.root.display()
+            self.root.display(),
+            if self.health { "on" } else { "off" }
         )
     }
 }
@@ -320,6 +364,10 @@ compute_sustain = 3
 compute_wait = 20
 freeze_seconds = 10
 root = "/srv/cuslice"
+health = false
+health_poll = "2s"
+health_check = 60
+health_quiet = "10m"
 "#)
         .expect("parses");
         assert_eq!(
@@ -335,6 +383,10 @@ root = "/srv/cuslice"
                 compute_wait: 20,
                 freeze: Duration::from_secs(10),
                 root: PathBuf::from("/srv/cuslice"),
+                health: false,
+                health_poll: Duration::from_secs(2),
+                health_check: Duration::from_secs(60),
+                health_quiet: Duration::from_secs(600),
             }
         );
         assert_eq!(
@@ -356,7 +408,7 @@ root = "/srv/cuslice"
         for (text, want) in [
             (
                 "polcy = \"kill\"",
-                "/etc/cuslice/watch.toml: expected one of the keys interval, policy, repair, memory_tolerance, process_allowance, compute_margin, compute_sustain, compute_wait, freeze_seconds, root, got unknown key \"polcy\"",
+                "/etc/cuslice/watch.toml: expected one of the keys interval, policy, repair, memory_tolerance, process_allowance, compute_margin, compute_sustain, compute_wait, freeze_seconds, root, health, health_poll, health_check, health_quiet, got unknown key \"polcy\"",
             ),
             (
                 "policy = \"nuke\"",
@@ -403,6 +455,18 @@ root = "/srv/cuslice"
             (
                 "root = \"run/cuslice\"",
                 "/etc/cuslice/watch.toml: root: expected an absolute path like /run/cuslice, got \"run/cuslice\"",
+            ),
+            (
+                "health = 1",
+                "/etc/cuslice/watch.toml: health: expected true or false, got 1",
+            ),
+            (
+                "health_quiet = \"0.5s\"",
+                "/etc/cuslice/watch.toml: health_quiet: expected a duration from 1s to 604800s (like 5s, 500ms, 10m, 1h), got \"0.5s\"",
+            ),
+            (
+                "health_poll = true",
+                "/etc/cuslice/watch.toml: health_poll: expected a duration from 100ms to 60s (like 5s, 500ms, 10m, 1h), got \"true\"",
             ),
         ] {
             assert_eq!(p(text), Err(want.to_string()), "{text}");

@@ -23,6 +23,12 @@
 //!   what it leaves to the next passes goes into the history
 //!   (`act::acted_on`, the freezes still served).
 //!
+//! Beside the passes, GPU health (`host::health::source`): a thread of
+//! its own asleep in NVML's event wait, each change of a GPU's health one
+//! log line, the judgement published in `<root>/health/state.json` for
+//! `status`, `top`, the exporter and the OCI hook (`health = false` in
+//! watch.toml turns it off).
+//!
 //! Beside them: `slices` (whose a host process is), `procfs`, `gpuseg`
 //! (core's GPU segment audit and repair), `tenant` (what observe and the
 //! judge agree on about a tenant), `config` and `log`. No two of these
@@ -44,9 +50,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::host::fs::Dir;
+use crate::host::health;
 use crate::host::layout::{Layout, WATCH_DIR, WATCH_LOCK};
+use crate::host::nvml::Nvml;
 use crate::host::watch_state::{self, Count, WatchState, now_unix};
-use crate::nvml::Nvml;
 use act::Actor;
 use config::{Policy, WatchConfig};
 use judge::History;
@@ -246,6 +253,28 @@ pub fn run(a: WatchArgs) -> Result<(), String> {
         if devices.len() == 1 { "" } else { "s" },
         cfg.describe()
     ));
+    // GPU health: its own thread, asleep in NVML's event wait; each change
+    // one line here, the judgement published under the root.
+    let health = if cfg.health {
+        let hc = health::source::Config {
+            root: cfg.root.clone(),
+            writer: "cuslice watch".into(),
+            poll: cfg.health_poll,
+            check: cfg.health_check,
+            quiet: cfg.health_quiet,
+        };
+        let src = health::source::Source::start(
+            hc,
+            Box::new(|r| match r {
+                health::source::Report::Change(c) => log(&format!("health: {}", c.line())),
+                health::source::Report::Note(n) => log(&format!("health: {n}")),
+            }),
+        )
+        .map_err(|e| format!("watch: GPU health: {e}"))?;
+        Some(src)
+    } else {
+        None
+    };
     let mut w = Watch {
         observer: Observer::new(nvml, devices, &cfg.root),
         cfg,
@@ -303,6 +332,9 @@ pub fn run(a: WatchArgs) -> Result<(), String> {
         n.send("STOPPING=1");
     }
     w.actor.executor.thaw(None, &w.observer.slices);
+    if let Some(h) = &health {
+        h.stop();
+    }
     let _ = watch_state::write(&w.state_dir, &w.state(false));
     log("stopped");
     Ok(())

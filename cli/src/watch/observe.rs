@@ -30,7 +30,7 @@ use super::snapshot::{
 };
 use super::tenant;
 use crate::host::layout::Layout;
-use crate::nvml::{DeviceHandle, GpuProcess, Nvml, sample_period_us, sample_window_us};
+use crate::host::nvml::{DeviceHandle, GpuProcess, Nvml, sample_period_us, sample_window_us};
 
 /// At most this many passes between two listings of a GPU's processes
 /// (in between, a listing is reused while the GPU's memory in use stays

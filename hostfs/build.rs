@@ -1,7 +1,8 @@
-//! The command's NVML declarations, generated from cuda-headers/ (the
+//! The host side's NVML declarations, generated from cuda-headers/ (the
 //! shim's cuslice_nvml.h and cuslice_nvml_host.h, both ABI-checked against
 //! NVIDIA's nvml.h by hookgen/tests/abi.rs): types, and each function as a
-//! function-pointer type for what `dlsym` finds (src/nvml.rs).
+//! function-pointer type for what `dlsym` finds (src/nvml.rs, the NVML
+//! loader the command and the DRA plugin share).
 
 use std::path::PathBuf;
 
