@@ -40,6 +40,7 @@
 use std::ffi::OsString;
 use std::os::fd::{AsFd, AsRawFd};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 
 use cuslice_core::config::{self, Config, Limits};
 use cuslice_core::gpu::GpuSegment;
@@ -485,29 +486,6 @@ fn plan(
                 by_index.join(", ")
             ));
         }
-        if f == Field::Memory {
-            let bursts: Vec<String> = std::iter::once(("[all]".to_string(), &old.all))
-                .chain(
-                    old.by_uuid
-                        .iter()
-                        .map(|(u, l)| (format!("[device.\"{}\"]", config::format_uuid(u)), l)),
-                )
-                .chain(
-                    old.by_index
-                        .iter()
-                        .map(|(i, l)| (format!("[device.{i}]"), l)),
-                )
-                .filter(|(_, l)| l.memory_max.is_some())
-                .map(|(n, _)| n)
-                .collect();
-            if !bursts.is_empty() {
-                return Err(format!(
-                    "{}: memory_max is given in {}: a tenant that may burst past its guarantee has that guarantee in the GPU's memory pool too, which cuslice resize does not change yet: not resized",
-                    shown.display(),
-                    bursts.join(", ")
-                ));
-            }
-        }
         // The entry for this field: as named, else `[all]` where it gives
         // the field and no GPU's own entry does, else the one GPU entry
         // that gives it.
@@ -613,7 +591,7 @@ fn first_comment(text: &str) -> Option<&str> {
 /// (by UUID; entries without a quota, or not registered, left alone).
 /// Returns a line per entry written, and per GPU now over its quota; and
 /// whether one is.
-fn write_segment(t: &Target, new: &Config) -> Result<(Vec<String>, bool), String> {
+fn write_segment(t: &Target, new: &Config, gpu_dir: &Path) -> Result<(Vec<String>, bool), String> {
     if !t.found.has_segment() {
         return Ok((
             vec![
@@ -635,7 +613,8 @@ fn write_segment(t: &Target, new: &Config) -> Result<(Vec<String>, bool), String
         if r.state != READY_STATE || r.limit == UNLIMITED {
             continue;
         }
-        let Some(want) = new.limits_for(u32::MAX, &r.uuid).memory else {
+        let l = new.limits_for(u32::MAX, &r.uuid);
+        let Some(want) = l.memory_limit() else {
             continue;
         };
         let uuid = config::format_uuid(&r.uuid);
@@ -647,7 +626,22 @@ fn write_segment(t: &Target, new: &Config) -> Result<(Vec<String>, bool), String
                 config::format_size(r.limit)
             ));
         }
+        // A tenant that may burst: its guarantee, here and in the GPU's
+        // memory pool.
+        let guarantee = l.memory.filter(|g| *g < want).unwrap_or(0);
+        let had = seg
+            .device(r.index)
+            .map_or(0, |d| d.guarantee.load(Ordering::Acquire));
+        if guarantee != had {
+            seg.set_guarantee(r.index, guarantee);
+            out.push(format!(
+                "memory segment: GPU {uuid} guarantee {} (was {})",
+                shown_guarantee(guarantee, want),
+                shown_guarantee(had, r.limit)
+            ));
+        }
         let used = seg.device_usage(r.index).map_or(r.used, |u| u.used);
+        out.extend(write_pool(gpu_dir, new, &r.uuid, guarantee, want, used)?);
         if used > want {
             over = true;
             out.push(format!(
@@ -663,6 +657,70 @@ fn write_segment(t: &Target, new: &Config) -> Result<(Vec<String>, bool), String
         ));
     }
     Ok((out, over))
+}
+
+/// A guarantee as status shows it: none below the quota is the quota.
+fn shown_guarantee(g: u64, limit: u64) -> String {
+    config::format_size(if g == 0 { limit } else { g })
+}
+
+/// Writes the slice's new guarantee and most into its entry in the GPU
+/// `uuid`'s memory pool in `gpu_dir` (no entry: none of its processes
+/// uses that GPU; they join with the new values). Use past a lowered
+/// guarantee becomes burst there at once, whether the pool had room or
+/// not: the operator's resize is what the host goes by.
+fn write_pool(
+    gpu_dir: &Path,
+    new: &Config,
+    uuid: &[u8; 16],
+    guarantee: u64,
+    limit: u64,
+    used: u64,
+) -> Result<Vec<String>, String> {
+    let Ok(d) = Dir::open(gpu_dir) else {
+        return Ok(vec![]);
+    };
+    let file = cuslice_core::pool::path(Path::new(""), uuid);
+    let file = file.to_string_lossy();
+    let via = PathBuf::from(format!("/proc/self/fd/{}", d.as_fd().as_raw_fd())).join(&*file);
+    if !via.exists() {
+        return Ok(vec![]);
+    }
+    let shown = gpu_dir.join(&*file);
+    let pool = cuslice_core::pool::Pool::open_existing(&via).map_err(|e| {
+        e.to_string()
+            .replace(&*via.to_string_lossy(), &shown.to_string_lossy())
+    })?;
+    let (name, tag) = (new.tenant_name(), new.slice_tag());
+    let Some(v) = pool
+        .entries()
+        .into_iter()
+        .find(|e| e.name == name && e.tag == tag)
+    else {
+        return Ok(vec![]);
+    };
+    let g = if guarantee == 0 { limit } else { guarantee };
+    let e = pool.entry(v.index).expect("a listed entry");
+    e.guarantee.store(g, Ordering::Release);
+    e.max.store(limit, Ordering::Release);
+    let need = used.saturating_sub(g);
+    let _ = e
+        .burst
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |b| {
+            (b < need).then_some(need)
+        });
+    pool.freed();
+    Ok((v.guarantee != g)
+        .then(|| {
+            format!(
+                "GPU memory pool {}: guarantee {} (was {})",
+                shown.display(),
+                config::format_size(g),
+                config::format_size(v.guarantee)
+            )
+        })
+        .into_iter()
+        .collect())
 }
 
 /// Writes the new share and ceiling into the slice's tenant entries in
@@ -891,18 +949,19 @@ pub fn resize(a: &ResizeArgs) -> Result<Vec<String>, String> {
     let compute = rec.changes.iter().any(|c| c.field != "memory");
     // 3. The memory segment.
     let mut over = false;
+    // The GPU segments and memory pools: the hook's for a container or a
+    // claim, the session's own (as its file names it) for a session.
+    let gpu_dir = match t.found.kind {
+        SliceKind::Run => new.gpu_segment_dir.clone(),
+        _ => places.layout().gpu_dir(),
+    };
     if memory {
-        let (lines, o) = write_segment(&t, &new)?;
+        let (lines, o) = write_segment(&t, &new, &gpu_dir)?;
         out.extend(lines);
         over = o;
     }
-    // 4. The GPU segments: the hook's for a container or a claim, the
-    //    session's own (as its file names it) for a session.
+    // 4. The GPU segments.
     if compute {
-        let gpu_dir = match t.found.kind {
-            SliceKind::Run => new.gpu_segment_dir.clone(),
-            _ => places.layout().gpu_dir(),
-        };
         // Every GPU's where a share for all changed, else those named.
         let named: Vec<[u8; 16]> = rec
             .changes
@@ -1080,15 +1139,26 @@ mod tests {
         let u = config::parse_uuid(UUID).expect("uuid");
         assert_eq!(new.all.memory, Some(3 * G));
         assert_eq!(new.limits_for(0, &u).memory, Some(2 * G));
-        // A tenant that may burst: its guarantee is in the GPU's pool too.
+        // A tenant that may burst: --memory is its guarantee, never past
+        // its memory_max (the grammar's line).
+        let (_, new) = planned(
+            "[all]\nmemory = \"1GiB\"\nmemory_max = \"4GiB\"\n",
+            &all,
+            &[(Field::Memory, 2 * G)],
+        )
+        .expect("a guarantee");
+        assert_eq!(
+            (new.all.memory, new.all.memory_max),
+            (Some(2 * G), Some(4 * G))
+        );
         let e = planned(
             "[all]\nmemory = \"1GiB\"\nmemory_max = \"2GiB\"\n",
             &all,
-            &[(Field::Memory, G)],
+            &[(Field::Memory, 3 * G)],
         )
-        .expect_err("burst");
+        .expect_err("past memory_max");
         assert!(
-            e.starts_with("/r/quota.toml: memory_max is given in [all]: "),
+            e.contains("all.memory_max: expected at least the guaranteed memory"),
             "{e}"
         );
         // A ceiling below the share: the grammar's line.

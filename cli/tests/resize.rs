@@ -377,6 +377,51 @@ fn a_running_session_sees_a_resize_down_and_up_at_its_next_allocation_and_memory
     assert_eq!(s.alloc(6 * GIB), 0, "{}", s.text());
 }
 
+/// A tenant that may burst (`memory_max`): `--memory` resizes its
+/// guarantee, in its segment and in the GPU's memory pool, so what the
+/// others may burst into changes at once.
+#[test]
+fn a_bursting_tenants_guarantee_is_resized_in_the_gpus_memory_pool() {
+    let h = Host::new("burst");
+    // A: 2 GiB guaranteed; B: 8 GiB guaranteed, up to 14 on a 16 GiB GPU.
+    let a = session(
+        &h,
+        &["--memory", "2GiB", "--memory-max", "12GiB"],
+        100 * MIB,
+    );
+    let mut b = session(
+        &h,
+        &["--memory", "8GiB", "--memory-max", "14GiB"],
+        100 * MIB,
+    );
+    // B may take all A is not guaranteed: 12 GiB more fits (14 in all).
+    assert_eq!(b.alloc(12 * GIB), 0, "{}", b.text());
+    b.free();
+    let out = h.resized(&[&format!("run:{}", a.pid()), "--memory", "6GiB"]);
+    assert!(out.contains("guarantee 6GiB (was 2GiB)"), "{out}");
+    // Now A is guaranteed 6: B reaches 10 GiB, no more.
+    assert_eq!(b.alloc(12 * GIB), OOM, "{}", b.text());
+    assert_eq!(b.alloc(8 * GIB), 0, "{}", b.text());
+    let pool = std::fs::read_dir(h.root().join("gpu"))
+        .expect("gpu dir")
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "memory"))
+        .expect("the GPU's memory pool");
+    let entries = cuslice_core::pool::Pool::open_read_only(&pool)
+        .expect("pool")
+        .entries();
+    let ea = entries
+        .iter()
+        .find(|e| e.name == format!("run-{}", a.pid()))
+        .expect("A's entry");
+    assert_eq!((ea.guarantee, ea.max), (6 * GIB, 12 * GIB), "{entries:?}");
+    let dir = run_dir(&h, a.pid());
+    let seg = Segment::open_read_only(&dir.join("segment/memory.seg")).expect("segment");
+    let u = seg.device_usage(0).expect("entry");
+    assert_eq!((u.guarantee, u.limit), (6 * GIB, 12 * GIB));
+}
+
 #[test]
 fn a_resize_below_what_is_in_use_refuses_every_new_allocation_and_status_shows_the_grace_left() {
     let h = Host::new("below");

@@ -151,6 +151,16 @@ impl Pool {
         })
     }
 
+    /// Opens an existing pool read-write whoever owns it, never creating
+    /// it (`cuslice resize`, root's).
+    pub fn open_existing(path: &Path) -> Result<Pool, SegmentError> {
+        let shm = Shm::open_existing(path, &layout(), true)?;
+        Ok(Pool {
+            shm,
+            path: path.to_path_buf(),
+        })
+    }
+
     /// Opens an existing pool read-only (`cuslice status`, the watch).
     pub fn open_read_only(path: &Path) -> Result<Pool, SegmentError> {
         let shm = Shm::open_read_only(path, &layout())?;

@@ -647,6 +647,16 @@ impl Segment {
         true
     }
 
+    /// A resize of entry `i`'s guarantee below its limit (0: none).
+    pub fn set_guarantee(&self, i: usize, guarantee: u64) -> bool {
+        let Some(d) = self.device(i) else {
+            return false;
+        };
+        self.shm
+            .with_flock(|| d.guarantee.store(guarantee, Ordering::Release));
+        true
+    }
+
     /// Live-looking slots: (slot, pid, started, used per device, alive).
     pub fn processes(&self) -> Vec<ProcessUsage> {
         let mut v = Vec::new();

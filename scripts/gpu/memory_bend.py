@@ -76,7 +76,10 @@ with open(trainer, "w") as f:
 total = int(subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
                            capture_output=True, text=True).stdout.split()[0]) << 20
 reserve_gib = max(0, total // GIB - 80)
-env = dict(os.environ, PYTHONUNBUFFERED="1", CUSLICE_LOG="info")
+# A GPU segment directory (and so a memory pool) of the cells' own: the
+# room they measure is what these tenants leave, whatever else runs.
+GPU_DIR = os.path.join(os.path.abspath(args.out), "gpu")
+env = dict(os.environ, PYTHONUNBUFFERED="1", CUSLICE_LOG="info", CUSLICE_GPU_SEGMENT_DIR=GPU_DIR)
 
 
 def run(cmd, log):
@@ -129,7 +132,8 @@ def grab(log, who, key):
     return "-"
 
 
-print(f"GPU memory {total / GIB:.1f} GiB; a third tenant guaranteed {reserve_gib} GiB leaves 40 GiB nobody is guaranteed\n")
+print(f"GPU memory {total / GIB:.1f} GiB; a third tenant guaranteed {reserve_gib} GiB leaves 40 GiB nobody is guaranteed "
+      f"(the cells' own memory pool, {GPU_DIR})\n")
 print("| cell | A exit | B exit | A reached | B | B waited | A start (total/free) | B start |")
 print("|---|---|---|---|---|---|---|---|")
 for name, w in (("burst", False), ("wait", True)):
