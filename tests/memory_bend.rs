@@ -200,6 +200,26 @@ fn a_wait_ends_at_its_deadline_and_never_waits_for_its_own_memory() {
     assert!(!err.contains("waited"), "{err}");
 }
 
+/// A stream-ordered allocation (it may be captured into a graph) never
+/// waits: refused at once, as without `memory_wait`, though another
+/// process of the container holds memory it could free.
+#[test]
+fn a_stream_ordered_allocation_never_waits() {
+    let host = Host::new("bend", "async").context_overhead("1MiB");
+    let q = host.quota("s", "memory_wait = \"5s\"", "memory = \"64MiB\"");
+    let _holder = Holder::new(&host, &q, 48 * MIB);
+    let mut c = start(&host, &q, &["asyncalloc".into(), (48 * MIB).to_string()]);
+    let mut lines = BufReader::new(c.stdout.take().expect("stdout")).lines();
+    let r = result(&mut lines);
+    drop(c.stdin.take());
+    let out = c.wait_with_output().expect("wait");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(field(&r, "timed"), 2, "{err}");
+    let ms = (field(&r, "done") - field(&r, "asked")) as f64 / 1e6;
+    assert!(ms < 1000.0, "it waited {ms} ms: {err}");
+    assert!(!err.contains("waited"), "{err}");
+}
+
 #[test]
 fn a_burst_refused_by_the_pool_waits_for_another_tenant_to_free() {
     let host = Host::new("bend", "poolwait").context_overhead("1MiB");

@@ -17,6 +17,8 @@
  *                                    stdin and say when it asked (CLOCK_MONOTONIC ns), then hold
  *                                    nothing until stdin closes
  *   memtest meminfo                  cuMemGetInfo_v2 and cuDeviceTotalMem_v2
+ *   memtest asyncalloc BYTES         one cuMemAllocAsync on the legacy stream, then a
+ *                                    synchronise: its status, asked/done as `timed`
  *   memtest devices B0 B1            allocate B0 on device 0 and B1 on device 1
  *   memtest fill CHUNK               cuMemAlloc_v2 CHUNKs until one fails (at most 4096);
  *                                    how many, the last status, the device's usage as the
@@ -346,6 +348,18 @@ int main(int argc, char **argv) {
         printf("R freed=%lld\n", (long long)a.tv_sec * 1000000000LL + a.tv_nsec);
         fflush(stdout);
         while (fgets(line, sizeof line, stdin) != NULL) {}
+        return 0;
+    }
+    if (!strcmp(cmd, "asyncalloc")) {
+        CUdeviceptr p;
+        struct timespec a, b;
+        clock_gettime(CLOCK_MONOTONIC, &a);
+        CUresult r = cuMemAllocAsync(&p, strtoull(argv[2], NULL, 10), stream0);
+        if (r == CUDA_SUCCESS) r = cuStreamSynchronize(stream0);
+        clock_gettime(CLOCK_MONOTONIC, &b);
+        printf("R timed=%d asked=%lld done=%lld\n", r,
+               (long long)a.tv_sec * 1000000000LL + a.tv_nsec,
+               (long long)b.tv_sec * 1000000000LL + b.tv_nsec);
         return 0;
     }
     if (!strcmp(cmd, "meminfo")) {
