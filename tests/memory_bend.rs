@@ -50,17 +50,20 @@ fn field(line: &str, key: &str) -> i64 {
         .unwrap_or_else(|| panic!("no {key} in {line:?}"))
 }
 
-/// One allocation of `bytes` by a process of `quota`'s tenant: its status.
-fn alloc(host: &Host, quota: &std::path::Path, bytes: u64) -> (i64, String) {
-    let mut c = start(host, quota, &["timed".into(), bytes.to_string()]);
+/// The result line of a program started by [`start`], once it ends (its
+/// stdin closed), and its stderr.
+fn finish(mut c: Child) -> (String, String) {
     let mut lines = BufReader::new(c.stdout.take().expect("stdout")).lines();
     let r = result(&mut lines);
     drop(c.stdin.take());
     let out = c.wait_with_output().expect("wait");
-    (
-        field(&r, "timed"),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    (r, String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// One allocation of `bytes` by a process of `quota`'s tenant: its status.
+fn alloc(host: &Host, quota: &std::path::Path, bytes: u64) -> (i64, String) {
+    let (r, err) = finish(start(host, quota, &["timed".into(), bytes.to_string()]));
+    (field(&r, "timed"), err)
 }
 
 /// A process holding `bytes` until told to free them (a line on stdin).
@@ -125,10 +128,7 @@ fn a_tenant_bursts_past_its_guarantee_only_into_memory_nobody_is_guaranteed() {
         "B could not reach its guarantee beside A's burst: {err}"
     );
     // A sees its memory_max as the total and what it can really get as free.
-    let mut c = start(&host, &a, &["meminfo".into()]);
-    let mut lines = BufReader::new(c.stdout.take().expect("stdout")).lines();
-    let info = result(&mut lines);
-    let _ = c.wait();
+    let (info, _) = finish(start(&host, &a, &["meminfo".into()]));
     assert_eq!(field(&info, "total") as u64, 1 << 30, "{info}");
     assert_eq!(field(&info, "devtotal") as u64, 1 << 30, "{info}");
     let free = field(&info, "free") as u64;
@@ -142,14 +142,10 @@ fn an_allocation_waits_for_a_free_and_goes_on() {
     let host = Host::new("bend", "wait").context_overhead("1MiB");
     let q = host.quota("w", "memory_wait = \"5s\"", "memory = \"64MiB\"");
     let mut holder = Holder::new(&host, &q, 48 * MIB);
-    let mut waiter = start(&host, &q, &["timed".into(), (48 * MIB).to_string()]);
+    let waiter = start(&host, &q, &["timed".into(), (48 * MIB).to_string()]);
     std::thread::sleep(Duration::from_millis(300));
     let freed = holder.free();
-    let mut lines = BufReader::new(waiter.stdout.take().expect("stdout")).lines();
-    let r = result(&mut lines);
-    drop(waiter.stdin.take());
-    let out = waiter.wait_with_output().expect("wait");
-    let err = String::from_utf8_lossy(&out.stderr);
+    let (r, err) = finish(waiter);
     assert_eq!(field(&r, "timed"), 0, "{err}");
     let (asked, done) = (field(&r, "asked"), field(&r, "done"));
     assert!(done - asked >= 250_000_000, "it did not wait: {r}");
@@ -170,12 +166,8 @@ fn a_wait_ends_at_its_deadline_and_never_waits_for_its_own_memory() {
     let host = Host::new("bend", "deadline").context_overhead("1MiB");
     let q = host.quota("d", "memory_wait = \"300ms\"", "memory = \"64MiB\"");
     let _holder = Holder::new(&host, &q, 48 * MIB);
-    let mut c = start(&host, &q, &["timed".into(), (48 * MIB).to_string()]);
-    let mut lines = BufReader::new(c.stdout.take().expect("stdout")).lines();
-    let r = result(&mut lines);
-    drop(c.stdin.take());
-    let out = c.wait_with_output().expect("wait");
-    let err = String::from_utf8_lossy(&out.stderr);
+    let c = start(&host, &q, &["timed".into(), (48 * MIB).to_string()]);
+    let (r, err) = finish(c);
     assert_eq!(field(&r, "timed"), 2, "{err}");
     let waited = (field(&r, "done") - field(&r, "asked")) as f64 / 1e6;
     println!("refused {:.2} ms after its 300 ms deadline", waited - 300.0);
@@ -208,12 +200,8 @@ fn a_stream_ordered_allocation_never_waits() {
     let host = Host::new("bend", "async").context_overhead("1MiB");
     let q = host.quota("s", "memory_wait = \"5s\"", "memory = \"64MiB\"");
     let _holder = Holder::new(&host, &q, 48 * MIB);
-    let mut c = start(&host, &q, &["asyncalloc".into(), (48 * MIB).to_string()]);
-    let mut lines = BufReader::new(c.stdout.take().expect("stdout")).lines();
-    let r = result(&mut lines);
-    drop(c.stdin.take());
-    let out = c.wait_with_output().expect("wait");
-    let err = String::from_utf8_lossy(&out.stderr);
+    let c = start(&host, &q, &["asyncalloc".into(), (48 * MIB).to_string()]);
+    let (r, err) = finish(c);
     assert_eq!(field(&r, "timed"), 2, "{err}");
     let ms = (field(&r, "done") - field(&r, "asked")) as f64 / 1e6;
     assert!(ms < 1000.0, "it waited {ms} ms: {err}");
@@ -232,14 +220,10 @@ fn a_burst_refused_by_the_pool_waits_for_another_tenant_to_free() {
     // B bursts to 700 MiB: 444 past its guarantee; A's 400 MiB would need
     // 145 MiB of burst and only 67 are nobody's.
     let mut hb = Holder::new(&host, &b, 700 * MIB);
-    let mut waiter = start(&host, &a, &["timed".into(), (400 * MIB).to_string()]);
+    let waiter = start(&host, &a, &["timed".into(), (400 * MIB).to_string()]);
     std::thread::sleep(Duration::from_millis(300));
     let freed = hb.free();
-    let mut lines = BufReader::new(waiter.stdout.take().expect("stdout")).lines();
-    let r = result(&mut lines);
-    drop(waiter.stdin.take());
-    let out = waiter.wait_with_output().expect("wait");
-    let err = String::from_utf8_lossy(&out.stderr);
+    let (r, err) = finish(waiter);
     assert_eq!(field(&r, "timed"), 0, "{err}");
     assert!(field(&r, "done") - field(&r, "asked") >= 250_000_000, "{r}");
     assert!(field(&r, "done") >= freed, "{r} before the free at {freed}");

@@ -12,10 +12,11 @@
 #[path = "../../tests/common/mod.rs"]
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
+use common::Proc;
+
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// The source's cadence in these tests: asked every 200 ms, memory
@@ -106,46 +107,7 @@ impl Drop for Host {
     }
 }
 
-/// A process whose output lines are kept with the time each came.
-struct Proc {
-    child: Child,
-    lines: Arc<Mutex<Vec<(Instant, String)>>>,
-}
-
 impl Proc {
-    fn spawn(mut c: Command, what: &str) -> Proc {
-        use std::os::unix::process::CommandExt;
-        c.stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0);
-        let mut child = c
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
-        let lines = Arc::new(Mutex::new(vec![]));
-        for r in [
-            Box::new(child.stdout.take().expect("stdout")) as Box<dyn std::io::Read + Send>,
-            Box::new(child.stderr.take().expect("stderr")),
-        ] {
-            let lines = lines.clone();
-            std::thread::spawn(move || {
-                for l in BufReader::new(r).lines() {
-                    let Ok(l) = l else { break };
-                    lines.lock().expect("lock").push((Instant::now(), l));
-                }
-            });
-        }
-        Proc { child, lines }
-    }
-
-    fn text(&self) -> String {
-        self.lines
-            .lock()
-            .expect("lock")
-            .iter()
-            .map(|(_, l)| format!("{l}\n"))
-            .collect()
-    }
-
     /// The lines containing `needle`, with when each came.
     fn matching(&self, needle: &str) -> Vec<(Instant, String)> {
         self.lines
@@ -187,13 +149,6 @@ impl Proc {
         }
         std::thread::sleep(Duration::from_millis(100));
         self.text()
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -53,22 +53,8 @@ impl Host {
 
     /// `prog` on this host's fake GPU.
     fn cmd(&self, prog: &Path) -> Command {
-        let e = common::env();
-        let mut c = Command::new(prog);
-        c.env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env(
-                "LD_LIBRARY_PATH",
-                format!("{}:{}", e.fake.display(), e.apps.display()),
-            )
-            .env("CUSLICE_LIB", &e.shim)
-            .env("CUSLICE_REAL_NVML", e.fake.join("libnvidia-ml.so.1"))
-            .env("FAKE_CUDA_STATE", self.dir.join("fake.state"))
-            .env("FAKE_CUDA_CTX_OVERHEAD", "1MiB")
-            .env("XDG_RUNTIME_DIR", self.dir.join("xdg"))
-            .env("CUSLICE_GPU_SEGMENT_DIR", self.root().join("gpu"))
-            .env("CUSLICE_SEGMENT_DIR", self.dir.join("local"))
-            .env("CUSLICE_LOG", "warn");
+        let mut c = common::host_command(prog, &self.dir);
+        c.env("CUSLICE_SEGMENT_DIR", self.dir.join("local"));
         c
     }
 

@@ -18,10 +18,10 @@
 #[path = "../../tests/common/mod.rs"]
 mod common;
 
-use std::io::{BufRead, BufReader};
+use common::Proc;
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use cuslice_core::gpu::GpuSegment;
@@ -56,22 +56,7 @@ impl Host {
 
     /// A command on this host's fake GPU.
     fn cmd(&self, prog: &Path) -> Command {
-        let e = common::env();
-        let mut c = Command::new(prog);
-        c.env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env(
-                "LD_LIBRARY_PATH",
-                format!("{}:{}", e.fake.display(), e.apps.display()),
-            )
-            .env("CUSLICE_LIB", &e.shim)
-            .env("CUSLICE_REAL_NVML", e.fake.join("libnvidia-ml.so.1"))
-            .env("FAKE_CUDA_STATE", self.dir.join("fake.state"))
-            .env("FAKE_CUDA_CTX_OVERHEAD", "1MiB")
-            .env("XDG_RUNTIME_DIR", self.dir.join("xdg"))
-            .env("CUSLICE_GPU_SEGMENT_DIR", self.gpu_dir())
-            .env("CUSLICE_LOG", "warn");
-        c
+        common::host_command(prog, &self.dir)
     }
 
     fn cuslice(&self) -> Command {
@@ -149,48 +134,7 @@ impl Drop for Host {
     }
 }
 
-/// A child whose output lines are collected (with when each came), in a
-/// process group of its own: dropping it kills the group, so that what a
-/// `cuslice run` session started does not outlive a test that failed.
-struct Proc {
-    child: Child,
-    lines: Arc<Mutex<Vec<(Instant, String)>>>,
-}
-
 impl Proc {
-    fn spawn(mut c: Command, what: &str) -> Proc {
-        use std::os::unix::process::CommandExt;
-        c.stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0);
-        let mut child = c
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
-        let lines = Arc::new(Mutex::new(vec![]));
-        for r in [
-            Box::new(child.stdout.take().expect("stdout")) as Box<dyn std::io::Read + Send>,
-            Box::new(child.stderr.take().expect("stderr")),
-        ] {
-            let lines = lines.clone();
-            std::thread::spawn(move || {
-                for l in BufReader::new(r).lines() {
-                    let Ok(l) = l else { break };
-                    lines.lock().expect("lock").push((Instant::now(), l));
-                }
-            });
-        }
-        Proc { child, lines }
-    }
-
-    fn text(&self) -> String {
-        self.lines
-            .lock()
-            .expect("lock")
-            .iter()
-            .map(|(_, l)| format!("{l}\n"))
-            .collect()
-    }
-
     /// Waits for a line starting with `prefix`; its rest and when it came.
     fn line(&self, prefix: &str) -> (String, Instant) {
         common::wait_for(
@@ -221,15 +165,6 @@ impl Proc {
             }
             std::thread::sleep(Duration::from_millis(5));
         }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        // SAFETY: SIGKILL to the process group our child leads.
-        unsafe { libc::kill(-(self.child.id() as i32), libc::SIGKILL) };
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -12,6 +12,7 @@
 
 mod fake;
 mod host;
+mod lines;
 pub mod podman;
 mod rng;
 pub mod rootfs;
@@ -20,6 +21,7 @@ mod spin;
 
 pub use fake::{FAKE_SLOTS, Fake};
 pub use host::{FAKE_UUID, Host, PAGE, set_env};
+pub use lines::Proc;
 pub use rng::Rng;
 pub use segments::{GpuView, Mem, ProcView};
 pub use spin::Spin;
@@ -379,6 +381,29 @@ pub fn command(prog: &str, opts: &Opts<'_>) -> Command {
         cmd.env(k, v);
     }
     cmd
+}
+
+/// `prog` (a host command, the shim's library given as `CUSLICE_LIB`) on
+/// the fake GPU of a test host whose files are in `dir`: its fake state
+/// `dir/fake.state` (contexts cost 1 MiB), its runtime directory
+/// `dir/xdg`, its GPU segments `dir/root/gpu`; warnings only.
+pub fn host_command(prog: &Path, dir: &Path) -> Command {
+    let e = env();
+    let mut c = Command::new(prog);
+    c.env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env(
+            "LD_LIBRARY_PATH",
+            format!("{}:{}", e.fake.display(), e.apps.display()),
+        )
+        .env("CUSLICE_LIB", &e.shim)
+        .env("CUSLICE_REAL_NVML", e.fake.join("libnvidia-ml.so.1"))
+        .env("FAKE_CUDA_STATE", dir.join("fake.state"))
+        .env("FAKE_CUDA_CTX_OVERHEAD", "1MiB")
+        .env("XDG_RUNTIME_DIR", dir.join("xdg"))
+        .env("CUSLICE_GPU_SEGMENT_DIR", dir.join("root/gpu"))
+        .env("CUSLICE_LOG", "warn");
+    c
 }
 
 /// Spawns a program the way `run` does, without waiting (for kill tests).
