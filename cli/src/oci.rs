@@ -674,29 +674,9 @@ fn driver_memory_limits(cfg: &config::Config, cgroup_text: &str) -> Option<Strin
             Ok(n) => n,
             Err(e) => return Ok(format!("unsupported: NVML: {e}")),
         };
-        let mut set = Vec::new();
-        for d in nvml.devices()? {
-            let Ok(uuid) = config::parse_uuid(&d.uuid) else {
-                continue;
-            };
-            // Quota files the hook takes name GPUs by UUID or apply to all
-            // (annotations' indices are mapped to UUIDs, claims name UUIDs).
-            let Some(bytes) = cfg.limits_for(u32::MAX, &uuid).memory_limit() else {
-                continue;
-            };
-            match nvml.set_memory_limit(&d, &dir, bytes)? {
-                crate::host::nvml::DriverLimit::Set => {
-                    set.push(format!("GPU {} {} bytes", d.index, bytes));
-                }
-                crate::host::nvml::DriverLimit::Unsupported(why) => {
-                    return Ok(format!("unsupported: {why}"));
-                }
-            }
-        }
-        if set.is_empty() {
-            return Ok("unsupported: NVML lists no GPU the quota applies to".to_string());
-        }
-        Ok(format!("set: {} on {dir}", set.join(", ")))
+        // Quota files the hook takes name GPUs by UUID or apply to all
+        // (annotations' indices are mapped to UUIDs, claims name UUIDs).
+        nvml.set_quota_limits(cfg, &dir)
     })();
     Some(match outcome {
         Ok(s) => s,

@@ -840,31 +840,9 @@ fn driver_limit(ctr: &Found, new: &Config) -> Result<Option<String>, String> {
     else {
         return Ok(None);
     };
-    let outcome = (|| -> Result<String, String> {
-        let nvml = crate::host::nvml::Nvml::open()?;
-        let mut set = vec![];
-        for dev in nvml.devices()? {
-            let Ok(uuid) = config::parse_uuid(&dev.uuid) else {
-                continue;
-            };
-            let Some(bytes) = new.limits_for(u32::MAX, &uuid).memory else {
-                continue;
-            };
-            match nvml.set_memory_limit(&dev, &cgroup, bytes)? {
-                crate::host::nvml::DriverLimit::Set => {
-                    set.push(format!("GPU {} {bytes} bytes", dev.index))
-                }
-                crate::host::nvml::DriverLimit::Unsupported(why) => {
-                    return Ok(format!("unsupported: {why}"));
-                }
-            }
-        }
-        if set.is_empty() {
-            return Ok("unsupported: NVML lists no GPU the quota applies to".into());
-        }
-        Ok(format!("set: {} on {cgroup}", set.join(", ")))
-    })()
-    .unwrap_or_else(|e| format!("failed: {e}"));
+    let outcome = crate::host::nvml::Nvml::open()
+        .and_then(|nvml| nvml.set_quota_limits(new, &cgroup))
+        .unwrap_or_else(|e| format!("failed: {e}"));
     rec["driver_memory_limit"] = serde_json::Value::String(outcome.clone());
     let json = serde_json::to_string(&rec).map_err(|e| e.to_string())?;
     d.replace_file(CONTAINER_RECORD, (json + "\n").as_bytes(), 0o644)?;

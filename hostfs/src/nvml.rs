@@ -598,6 +598,37 @@ impl Nvml {
         (unsafe { (self.memory)(d.raw, &mut m) } == NVML_SUCCESS).then_some(m.used)
     }
 
+    /// Sets the driver's memory limit on the cgroup `cgroup` (its
+    /// directory under the v2 hierarchy) to the quota `cfg` gives each GPU
+    /// NVML lists (`memory_max` where given, else `memory`; by UUID or for
+    /// all: the files the hook and the DRA plugin write name no index).
+    /// What a container's record says of it: `set: GPU 0 N bytes, ... on
+    /// <cgroup>`, or `unsupported: why`. Err: the driver has the limit and
+    /// refused.
+    pub fn set_quota_limits(
+        &self,
+        cfg: &cuslice_core::config::Config,
+        cgroup: &str,
+    ) -> Result<String, String> {
+        let mut set = Vec::new();
+        for d in self.devices()? {
+            let Ok(uuid) = cuslice_core::config::parse_uuid(&d.uuid) else {
+                continue;
+            };
+            let Some(bytes) = cfg.limits_for(u32::MAX, &uuid).memory_limit() else {
+                continue;
+            };
+            match self.set_memory_limit(&d, cgroup, bytes)? {
+                DriverLimit::Set => set.push(format!("GPU {} {bytes} bytes", d.index)),
+                DriverLimit::Unsupported(why) => return Ok(format!("unsupported: {why}")),
+            }
+        }
+        if set.is_empty() {
+            return Ok("unsupported: NVML lists no GPU the quota applies to".to_string());
+        }
+        Ok(format!("set: {} on {cgroup}", set.join(", ")))
+    }
+
     /// Sets the driver's memory limit of the cgroup `cgroup_dir` (its
     /// directory under /sys/fs/cgroup) on `d`: a hard limit of `hard`
     /// bytes, and the same soft limit (the quota is what the tenant is
