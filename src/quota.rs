@@ -419,7 +419,22 @@ fn build(cfg: &Config, uuids: &[[u8; 16]]) -> Result<(), String> {
         let pool = if limit == UNLIMITED {
             None
         } else {
-            Some(join_pool(cfg, &seg, s, i, uuid, &name, tag)?)
+            match join_pool(cfg, &seg, s, i, uuid, &name, tag) {
+                Ok(p) => Some(p),
+                // A tenant that may not burst needs nothing of the pool
+                // but that its guarantee be counted there (for others'
+                // bursts) and its frees wake waiters: it goes on without,
+                // said where the default level shows it (a file of
+                // another user in a shared /dev/shm, say). One that may
+                // burst, or wait, needs it.
+                Err(e) if guarantee >= limit && cfg.memory_wait_ms.unwrap_or(0) == 0 => {
+                    crate::warn!(
+                        "GPU {i}: {e}: this container's quota holds, but its guarantee is not counted in the GPU's memory pool (tenants that may burst past theirs could take it)"
+                    );
+                    None
+                }
+                Err(e) => return Err(e),
+            }
         };
         devs.push(Dev {
             seg: s,

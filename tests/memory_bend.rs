@@ -232,3 +232,45 @@ fn a_burst_refused_by_the_pool_waits_for_another_tenant_to_free() {
         "{err}"
     );
 }
+
+/// A GPU memory pool that cannot be used (here: a file of another size in
+/// its place): a tenant that may neither burst nor wait runs on, held to
+/// its quota, said in one line; one that may burst is refused CUDA, the
+/// file named.
+#[test]
+fn an_unusable_pool_stops_only_a_tenant_that_needs_it() {
+    let host = Host::new("bend", "nopool").context_overhead("1MiB");
+    std::fs::create_dir_all(host.gpu_dir()).expect("gpu dir");
+    let pool = host.gpu_dir().join(format!(
+        "{}.memory",
+        cuslice_core::config::format_uuid(&common::FAKE_UUID)
+    ));
+    std::fs::write(&pool, b"not a pool").expect("write");
+    let plain = host.quota("plain", "", "memory = \"64MiB\"");
+    let (r, err) = alloc(&host, &plain, 32 * MIB);
+    assert_eq!(r, 0, "{err}");
+    assert!(
+        err.contains("its guarantee is not counted in the GPU's memory pool")
+            && err.contains(&*pool.to_string_lossy()),
+        "{err}"
+    );
+    let burst = host.quota("burst", "", "memory = \"64MiB\"\nmemory_max = \"128MiB\"");
+    let mut env = host.env(Some(&burst));
+    common::set_env(&mut env, "FAKE_CUDA_MEM", "1GiB");
+    let out = common::command(
+        "memtest",
+        &Opts {
+            args: vec!["alloc".into(), MIB.to_string()],
+            env,
+            ..Opts::default()
+        },
+    )
+    .output()
+    .expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains(&*pool.to_string_lossy()) && err.contains("CUDA_ERROR_NOT_PERMITTED"),
+        "{err}"
+    );
+}
