@@ -793,8 +793,10 @@ impl Quota {
         let start = std::time::Instant::now();
         let deadline = start + std::time::Duration::from_millis(self.wait_ms);
         let mut why = why;
+        // Counted among the waiters before the first look (see Pool::freed).
+        let waiting = pool.waiting();
         let outcome = loop {
-            let seen = pool.generation();
+            let seen = waiting.generation();
             match again() {
                 Ok(()) => break Ok(()),
                 Err(w) => why = w,
@@ -805,12 +807,13 @@ impl Quota {
             }
             // Woken by a free; at most a second between looks at processes
             // that died without freeing (their usage is reclaimed here).
-            pool.wait_freed(
+            waiting.sleep(
                 seen,
                 (deadline - now).min(std::time::Duration::from_secs(1)),
             );
             self.seg.reclaim_dead();
         };
+        drop(waiting);
         if !self.wait_logged.swap(true, Ordering::Relaxed) {
             let ms = start.elapsed().as_secs_f64() * 1e3;
             let what = why.what();

@@ -349,30 +349,29 @@ impl Pool {
     }
 
     /// Memory was freed on this GPU: wakes whoever waits for it.
+    ///
+    /// With nobody waiting (the common case) this is a fence and a load: no
+    /// write to the line every tenant of the GPU shares. Against
+    /// [`Pool::waiting`]: the freer's fence orders its free before its look
+    /// at `waiters`, the waiter's orders its count before its look at the
+    /// memory, so either the freer sees the waiter and bumps the word, or
+    /// the waiter sees the memory freed.
     pub fn freed(&self) {
         let h = self.head();
-        h.freed_gen.fetch_add(1, Ordering::AcqRel);
-        if h.waiters.load(Ordering::Acquire) > 0 {
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if h.waiters.load(Ordering::Relaxed) > 0 {
+            h.freed_gen.fetch_add(1, Ordering::AcqRel);
             crate::gpu::futex_wake_all(&h.freed_gen);
         }
     }
 
-    /// The wake-up word's value, read before looking whether memory is
-    /// available (a free after this read ends the wait at once).
-    pub fn generation(&self) -> u32 {
-        self.head().freed_gen.load(Ordering::Acquire)
-    }
-
-    /// Sleeps until a free after `seen` was read (or `timeout` passed).
-    pub fn wait_freed(&self, seen: u32, timeout: std::time::Duration) {
+    /// Counts the caller among the pool's waiters until the guard drops:
+    /// take it before the first look at whether memory is available.
+    pub fn waiting(&self) -> Waiting<'_> {
         let h = self.head();
-        h.waiters.fetch_add(1, Ordering::AcqRel);
-        crate::gpu::futex_wait(
-            &h.freed_gen,
-            seen,
-            u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX),
-        );
-        h.waiters.fetch_sub(1, Ordering::AcqRel);
+        h.waiters.fetch_add(1, Ordering::SeqCst);
+        std::sync::atomic::fence(Ordering::SeqCst);
+        Waiting { head: h }
     }
 
     /// Whether a process other than this one is registered in the pool
@@ -426,6 +425,35 @@ impl Pool {
     /// The fd, for a fork child that must not keep its parent's lock alive.
     pub fn raw_fd(&self) -> i32 {
         self.shm.raw_fd()
+    }
+}
+
+/// A waiter of the pool ([`Pool::waiting`]): frees bump the wake-up word
+/// while it lives.
+pub struct Waiting<'a> {
+    head: &'a Head,
+}
+
+impl Waiting<'_> {
+    /// The wake-up word's value, read before looking whether memory is
+    /// available (a free after this read ends the next sleep at once).
+    pub fn generation(&self) -> u32 {
+        self.head.freed_gen.load(Ordering::Acquire)
+    }
+
+    /// Sleeps until a free after `seen` was read (or `timeout` passed).
+    pub fn sleep(&self, seen: u32, timeout: std::time::Duration) {
+        crate::gpu::futex_wait(
+            &self.head.freed_gen,
+            seen,
+            u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX),
+        );
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.head.waiters.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -571,9 +599,11 @@ mod tests {
         // Past the room: refused, with what there was.
         let (r, room) = seg.admit_or_burst(*d, *slot, 200 * MIB);
         assert_eq!((r, room), (Admit::Burst { short: 200 * MIB }, 112 * MIB));
-        let seen = pool.generation();
+        let waiter = pool.waiting();
+        let seen = waiter.generation();
         seg.credit(*d, *slot, 300 * MIB);
-        assert_ne!(pool.generation(), seen, "a free wakes the pool's waiters");
+        assert_ne!(waiter.generation(), seen, "a free wakes the pool's waiters");
+        drop(waiter);
         assert_eq!(
             pool.room(),
             256 * MIB,

@@ -493,8 +493,8 @@ impl Segment {
     /// use (under the lock, after usage fell), and wakes its waiters.
     fn settle_burst(&self, d: usize, dev: &Device) {
         let g = dev.guarantee.load(Ordering::Relaxed);
-        if let Some(b) = self.burst_of(d)
-            && g != 0
+        if g != 0
+            && let Some(b) = self.burst_of(d)
         {
             let need = dev.used.load(Ordering::Relaxed).saturating_sub(g);
             let _ = b.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
