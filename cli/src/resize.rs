@@ -683,7 +683,7 @@ fn write_pool(
     let file = cuslice_core::pool::path(Path::new(""), uuid);
     let file = file.to_string_lossy();
     let via = PathBuf::from(format!("/proc/self/fd/{}", d.as_fd().as_raw_fd())).join(&*file);
-    if !via.exists() {
+    if via.symlink_metadata().is_err() {
         return Ok(vec![]);
     }
     let shown = gpu_dir.join(&*file);
