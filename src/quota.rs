@@ -794,7 +794,11 @@ impl Quota {
         let deadline = start + std::time::Duration::from_millis(self.wait_ms);
         let mut why = why;
         // Counted among the waiters before the first look (see Pool::freed).
-        let waiting = pool.waiting();
+        // None only once at_exit gave the pool slot back (another thread is
+        // ending the process): the allocation fails as without memory_wait.
+        let Some(waiting) = pool.waiting() else {
+            return Err(why);
+        };
         let outcome = loop {
             let seen = waiting.generation();
             match again() {

@@ -24,10 +24,19 @@
 //!
 //! An entry lives while a process of its tenant does: each process holds an
 //! OFD lock on its process slot's byte, and an entry with no live process
-//! is swept (its guarantee and burst leave the sum). The wake-up word is
-//! bumped at every free of every tenant on the GPU, so that allocations
-//! waiting for memory (`memory_wait`) sleep on it (a futex on the shared
-//! file) instead of polling.
+//! is swept (its guarantee and burst leave the sum). Allocations waiting
+//! for memory (`memory_wait`) sleep on the wake-up word (a futex on the
+//! shared file) instead of polling: every free of every tenant on the GPU
+//! bumps it and wakes them, but only while the head's waiter count is
+//! above 0 (a fence and a load otherwise, see [`Pool::freed`]).
+//!
+//! A waiter counts itself twice: in the head (what frees read) and in its
+//! process's slot (`Proc::waiting`), so that a process killed while it
+//! waits, which never uncounts itself, is uncounted when its slot is
+//! swept (at the next join, or the next reservation short of room).
+//! Otherwise the count would stay raised until the file is made anew, and
+//! every free of every tenant would write the shared line and make the
+//! wake-up syscall for nobody.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -48,9 +57,11 @@ const READY: u32 = 2;
 pub struct Head {
     /// The GPU's memory, bytes (set by the first process, from the driver).
     pub capacity: AtomicU64,
-    /// Futex word: bumped at every free.
+    /// Futex word: bumped at every free while `waiters` is above 0.
     pub freed_gen: AtomicU32,
-    /// Threads sleeping on `gen` (a free skips the wake-up syscall at 0).
+    /// Threads waiting for memory ([`Pool::waiting`]; a free skips the
+    /// bump and the wake-up syscall at 0): at least the sum of the process
+    /// slots' `waiting` (each waiter counts itself here first).
     pub waiters: AtomicU32,
 }
 
@@ -73,6 +84,12 @@ pub struct Proc {
     pub state: AtomicU32,
     pub entry: AtomicU32,
     pub pid: AtomicU32,
+    /// How many of the head's `waiters` are this process's threads: taken
+    /// off the head when the slot is freed (a sweep, a claim, a leave), so
+    /// that a process killed while it waits leaves nobody counted. In what
+    /// was padding: the layout and its version are unchanged, and an older
+    /// library's slots read 0 (its waiters are not recovered, as before).
+    pub waiting: AtomicU32,
 }
 
 const _: () = assert!(std::mem::size_of::<Head>() == 64);
@@ -250,6 +267,9 @@ impl Pool {
             e.max.store(max, Ordering::Release);
             let slot = self.shm.claim_first(MAX_PROCS, "pool process slot", |s| {
                 if let Some(p) = self.proc_slot(s) {
+                    // A process that died after the sweep above left its
+                    // slot as it was: its waiters go back first.
+                    self.uncount_waiting(p);
                     p.entry.store(i as u32, Ordering::Relaxed);
                     p.pid.store(pid, Ordering::Relaxed);
                     p.state.store(READY, Ordering::Release);
@@ -259,14 +279,31 @@ impl Pool {
         })
     }
 
-    /// Gives this process's slot back (normal exit).
+    /// Gives this process's slot back (normal exit). A thread of ours
+    /// still waiting is no longer counted (the exit ends it anyway; its
+    /// guard then takes nothing off: see [`Waiting`]'s drop).
     pub fn leave(&self, slot: usize) {
-        self.shm.release_own(slot, |s| {
-            if let Some(p) = self.proc_slot(s) {
-                p.state.store(EMPTY, Ordering::Release);
-            }
-        });
+        self.shm.release_own(slot, |s| self.free_proc(s));
         self.freed();
+    }
+
+    /// Frees process slot `s`, whose lock the caller holds (its own, or a
+    /// dead owner's), with what its threads counted among the waiters.
+    fn free_proc(&self, s: usize) {
+        if let Some(p) = self.proc_slot(s) {
+            p.state.store(EMPTY, Ordering::Release);
+            self.uncount_waiting(p);
+        }
+    }
+
+    /// Takes slot `p`'s waiters off the head's count (its lock held).
+    /// Saturating: a count from a file a tenant scribbled on, or from an
+    /// older library (which counted only in the head), never wraps.
+    fn uncount_waiting(&self, p: &Proc) {
+        let n = p.waiting.swap(0, Ordering::AcqRel);
+        if n > 0 {
+            sub_saturating(&self.head().waiters, n);
+        }
     }
 
     /// Frees the slots of dead processes and the entries no live process
@@ -276,11 +313,9 @@ impl Pool {
             self.proc_slot(s)
                 .is_some_and(|p| p.state.load(Ordering::Acquire) != EMPTY)
         };
-        let swept = self.shm.sweep_dead(MAX_PROCS, in_use, |s| {
-            if let Some(p) = self.proc_slot(s) {
-                p.state.store(EMPTY, Ordering::Release);
-            }
-        });
+        let swept = self
+            .shm
+            .sweep_dead(MAX_PROCS, in_use, |s| self.free_proc(s));
         let mut live = [0u32; MAX_ENTRIES];
         for s in 0..MAX_PROCS {
             if let Some(p) = self.proc_slot(s)
@@ -366,12 +401,24 @@ impl Pool {
     }
 
     /// Counts the caller among the pool's waiters until the guard drops:
-    /// take it before the first look at whether memory is available.
-    pub fn waiting(&self) -> Waiting<'_> {
+    /// take it before the first look at whether memory is available. None
+    /// where this process holds no slot in the pool (never joined, or gave
+    /// it back): a waiter is counted in its process's slot too, or a death
+    /// while it waits could never be uncounted.
+    ///
+    /// The head's count first, then the slot's (the guard's drop undoes
+    /// them in the other order): a process killed between the two leaves
+    /// the head one too high (frees wake nobody in vain until the file is
+    /// made anew), never one too low, which would let a free skip waking a
+    /// live waiter (it would then sleep to its timeout).
+    pub fn waiting(&self) -> Option<Waiting<'_>> {
+        let slot = self.shm.own();
+        let p = self.proc_slot(slot)?;
         let h = self.head();
         h.waiters.fetch_add(1, Ordering::SeqCst);
+        p.waiting.fetch_add(1, Ordering::AcqRel);
         std::sync::atomic::fence(Ordering::SeqCst);
-        Waiting { head: h }
+        Some(Waiting { pool: self, slot })
     }
 
     /// Whether a process other than this one is registered in the pool
@@ -431,20 +478,22 @@ impl Pool {
 /// A waiter of the pool ([`Pool::waiting`]): frees bump the wake-up word
 /// while it lives.
 pub struct Waiting<'a> {
-    head: &'a Head,
+    pool: &'a Pool,
+    /// The process slot it is counted in.
+    slot: usize,
 }
 
 impl Waiting<'_> {
     /// The wake-up word's value, read before looking whether memory is
     /// available (a free after this read ends the next sleep at once).
     pub fn generation(&self) -> u32 {
-        self.head.freed_gen.load(Ordering::Acquire)
+        self.pool.head().freed_gen.load(Ordering::Acquire)
     }
 
     /// Sleeps until a free after `seen` was read (or `timeout` passed).
     pub fn sleep(&self, seen: u32, timeout: std::time::Duration) {
         crate::gpu::futex_wait(
-            &self.head.freed_gen,
+            &self.pool.head().freed_gen,
             seen,
             u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX),
         );
@@ -452,9 +501,35 @@ impl Waiting<'_> {
 }
 
 impl Drop for Waiting<'_> {
+    /// The slot's count first, then the head's (see [`Pool::waiting`]).
+    /// Whoever takes a waiter out of the slot takes it off the head: this
+    /// drop, or [`Pool::leave`] (at exit, from another thread) where it
+    /// came first, in which case there is nothing left to take. A slot
+    /// given back (no longer ours) is not touched: another process may
+    /// hold it now. Left open: a leave and that process's claim and wait,
+    /// all between this drop's look at the slot and its decrement, would
+    /// uncount that process's waiter (woken then at its 1 s timeout).
     fn drop(&mut self) {
-        self.head.waiters.fetch_sub(1, Ordering::AcqRel);
+        if self.pool.shm.own() != self.slot {
+            return;
+        }
+        let Some(p) = self.pool.proc_slot(self.slot) else {
+            return;
+        };
+        if p.waiting
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| v.checked_sub(1))
+            .is_ok()
+        {
+            sub_saturating(&self.pool.head().waiters, 1);
+        }
     }
+}
+
+/// `a -= n`, stopping at 0.
+fn sub_saturating(a: &AtomicU32, n: u32) {
+    let _ = a.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
+        Some(v.saturating_sub(n))
+    });
 }
 
 fn key_of(e: &Entry) -> [u64; KEY_WORDS] {
@@ -599,7 +674,7 @@ mod tests {
         // Past the room: refused, with what there was.
         let (r, room) = seg.admit_or_burst(*d, *slot, 200 * MIB);
         assert_eq!((r, room), (Admit::Burst { short: 200 * MIB }, 112 * MIB));
-        let waiter = pool.waiting();
+        let waiter = pool.waiting().expect("joined");
         let seen = waiter.generation();
         seg.credit(*d, *slot, 300 * MIB);
         assert_ne!(waiter.generation(), seen, "a free wakes the pool's waiters");
@@ -624,5 +699,157 @@ mod tests {
         assert_eq!(pool.entries().len(), 2);
         assert_eq!(pool.room(), 56 * MIB);
         let _ = b;
+    }
+
+    /// A process killed while it waits for memory never drops its waiter
+    /// guard: once its slot is swept, the pool's waiter count is back to
+    /// what live waiters account for, so frees stop writing the shared
+    /// wake-up word (and making the wake-up syscall) for nobody.
+    #[test]
+    fn a_waiter_killed_while_it_waits_is_no_longer_counted_once_swept() {
+        let dir = TestDir::new("pool", "killedwaiter");
+        let pool_path = path(dir.path(), &UUID);
+        let pool = Pool::open_or_create(&pool_path).expect("pool");
+        let (entry, mine) = pool
+            .join("live", 0, 64 * MIB, 64 * MIB, 1024 * MIB, 1)
+            .expect("join");
+        let live = pool.waiting().expect("joined");
+        let mut fds = [0i32; 2];
+        // SAFETY: pipe into a two-int array.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0, "pipe");
+        let [rfd, wfd] = fds;
+        // SAFETY: fork in a test; the child opens the pool (the parent's
+        // mapping is not inherited: MADV_DONTFORK), joins it, counts two
+        // waiters, says so and sleeps until killed.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            let child = Pool::open_or_create(&pool_path);
+            let joined = child.as_ref().is_ok_and(|c| {
+                c.join("dead", 0, 64 * MIB, 128 * MIB, 1024 * MIB, 2)
+                    .is_ok()
+            });
+            if let (Ok(c), true) = (&child, joined)
+                && let (Some(_a), Some(_b)) = (c.waiting(), c.waiting())
+            {
+                // SAFETY: one byte from a local to our pipe's write end.
+                unsafe { libc::write(wfd, b"w".as_ptr().cast(), 1) };
+                loop {
+                    // SAFETY: sleeps until a signal (the parent's SIGKILL).
+                    unsafe { libc::pause() };
+                }
+            }
+            // SAFETY: leaving the child without running the test harness.
+            unsafe { libc::_exit(1) };
+        }
+        assert!(pid > 0, "fork");
+        // SAFETY: closing our copy of the write end, then one byte from
+        // the read end into a local (0 bytes: the child failed and exited).
+        let got = unsafe {
+            libc::close(wfd);
+            let mut b = 0u8;
+            libc::read(rfd, (&mut b as *mut u8).cast(), 1)
+        };
+        // SAFETY: our pipe's read end.
+        unsafe { libc::close(rfd) };
+        assert_eq!(got, 1, "the child could not join the pool and wait");
+        let h = pool.head();
+        assert_eq!(h.waiters.load(Ordering::Acquire), 3);
+        // SAFETY: killing and reaping our own child.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+            let mut status = 0;
+            libc::waitpid(pid, &mut status, 0);
+        }
+        assert_eq!(
+            h.waiters.load(Ordering::Acquire),
+            3,
+            "nothing recovers the count before a sweep"
+        );
+        // A reservation short of room sweeps the dead process's slot.
+        assert!(pool.reserve(entry, 2048 * MIB).is_err());
+        assert_eq!(pool.entries().len(), 1, "the dead tenant was swept");
+        assert_eq!(
+            h.waiters.load(Ordering::Acquire),
+            1,
+            "the killed process's waiters are still counted after its slot was swept"
+        );
+        for s in 0..MAX_PROCS {
+            let w = pool
+                .proc_slot(s)
+                .expect("slot")
+                .waiting
+                .load(Ordering::Acquire);
+            assert_eq!(w, u32::from(s == mine), "slot {s}");
+        }
+        let seen = live.generation();
+        pool.freed();
+        assert_ne!(live.generation(), seen, "the live waiter is still woken");
+        drop(live);
+        assert_eq!(h.waiters.load(Ordering::Acquire), 0);
+        let before = h.freed_gen.load(Ordering::Acquire);
+        pool.freed();
+        assert_eq!(
+            h.freed_gen.load(Ordering::Acquire),
+            before,
+            "a free with nobody waiting writes nothing"
+        );
+    }
+
+    /// A slot given back while a thread of its process still waits (an
+    /// exit) takes that waiter off the count, and the waiter's guard then
+    /// takes nothing more (another process's waiter stays counted); a slot
+    /// claimed with waiters of a dead owner in it gives them back.
+    #[test]
+    fn a_slot_given_back_or_claimed_again_takes_its_waiters_off_the_count() {
+        let dir = TestDir::new("pool", "leavewaiter");
+        let pool_path = path(dir.path(), &UUID);
+        let a = Pool::open_or_create(&pool_path).expect("a");
+        let b = Pool::open_or_create(&pool_path).expect("b");
+        let (_, sa) = a.join("a", 0, 0, MIB, 1024 * MIB, 1).expect("join a");
+        b.join("b", 0, 0, MIB, 1024 * MIB, 2).expect("join b");
+        let h = a.head();
+        let wa = a.waiting().expect("a joined");
+        let wb = b.waiting().expect("b joined");
+        assert_eq!(h.waiters.load(Ordering::Acquire), 2);
+        a.leave(sa);
+        assert_eq!(
+            h.waiters.load(Ordering::Acquire),
+            1,
+            "a's waiter left with it"
+        );
+        assert!(
+            a.waiting().is_none(),
+            "no slot: nothing to count a waiter in"
+        );
+        drop(wa);
+        assert_eq!(
+            h.waiters.load(Ordering::Acquire),
+            1,
+            "a's late guard uncounted b's waiter"
+        );
+        drop(wb);
+        assert_eq!(h.waiters.load(Ordering::Acquire), 0);
+        // A free slot with a dead owner's waiters still in it (its owner
+        // died after a join's sweep, before its claim): the next claim,
+        // which takes the first free slot, gives them back.
+        let stale = (0..MAX_PROCS)
+            .find(|&s| a.proc_slot(s).expect("slot").state.load(Ordering::Acquire) == EMPTY)
+            .expect("a free slot");
+        a.proc_slot(stale)
+            .expect("slot")
+            .waiting
+            .store(2, Ordering::Release);
+        h.waiters.fetch_add(3, Ordering::AcqRel);
+        let c = Pool::open_or_create(&pool_path).expect("c");
+        let (_, sc) = c.join("c", 0, 0, MIB, 1024 * MIB, 3).expect("join c");
+        assert_eq!(sc, stale);
+        assert_eq!(h.waiters.load(Ordering::Acquire), 1);
+        assert_eq!(
+            c.proc_slot(sc)
+                .expect("slot")
+                .waiting
+                .load(Ordering::Acquire),
+            0
+        );
     }
 }
