@@ -8,6 +8,7 @@ mod common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Stdio};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use common::{Host, Opts};
@@ -190,6 +191,40 @@ fn a_wait_ends_at_its_deadline_and_never_waits_for_its_own_memory() {
         t.elapsed()
     );
     assert!(!err.contains("waited"), "{err}");
+}
+
+/// A process killed while its allocation waits never uncounts itself from
+/// the GPU's pool's waiters: the next process to join the pool sweeps its
+/// slot and takes it off, so frees stop bumping the shared wake-up word
+/// (and making the wake-up syscall) for nobody.
+#[test]
+fn a_process_killed_while_it_waits_is_uncounted_when_the_next_joins() {
+    let host = Host::new("bend", "killwait").context_overhead("1MiB");
+    let q = host.quota("k", "memory_wait = \"30s\"", "memory = \"64MiB\"");
+    let _holder = Holder::new(&host, &q, 48 * MIB);
+    let path = cuslice_core::pool::path(&host.gpu_dir(), &common::FAKE_UUID);
+    let pool = cuslice_core::pool::Pool::open_read_only(&path).expect("the GPU's pool");
+    let waiters = || pool.head().waiters.load(Ordering::Acquire);
+    let mut waiter = start(&host, &q, &["timed".into(), (48 * MIB).to_string()]);
+    let t = Instant::now();
+    while waiters() == 0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "the allocation never waited"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(waiters(), 1);
+    waiter.kill().expect("SIGKILL");
+    waiter.wait().expect("reap");
+    assert_eq!(waiters(), 1, "nothing uncounts it before a sweep");
+    let (r, err) = alloc(&host, &q, MIB);
+    assert_eq!(r, 0, "{err}");
+    assert_eq!(
+        waiters(),
+        0,
+        "the killed waiter is still counted after the next process joined"
+    );
 }
 
 /// A stream-ordered allocation (it may be captured into a graph) never
