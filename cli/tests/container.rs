@@ -305,21 +305,77 @@ fn an_annotated_container_gets_its_slice() {
 /// otherwise).
 #[test]
 fn a_resize_reaches_the_processes_a_container_starts_after_it() {
+    resize_reaches_later_processes(None);
+}
+
+/// The same for a container of a DRA claim (`oci-hook create --claim`):
+/// the resize of the claim writes the container's copy of the claim's
+/// quota file, in the quota directory mounted at `/etc/cuslice`.
+#[test]
+fn a_claims_resize_reaches_the_processes_its_containers_start_after_it() {
+    resize_reaches_later_processes(Some("0b1c2d3e-0000-4000-8000-00000000c1a1"));
+}
+
+/// A container with a 1 GiB memory quota (from its annotation, or from
+/// DRA claim `claim` as the plugin prepares one) resized to 2 GiB while it
+/// runs; what a process it starts afterwards sees.
+fn resize_reaches_later_processes(claim: Option<&str>) {
     // `read` from a FIFO the test opens once it has resized: the
     // container's shell waits without a busy loop (the image has no
     // `sleep`); `cat`, `ls` and the second `memtest` start after it.
     let script = "memtest meminfo; echo ready > /tmp/ready; read go < /tmp/go; \
         echo AFTER; cat /etc/cuslice/quota.toml; ls -A /etc/cuslice; memtest meminfo";
-    let b = bundle(
-        "resize",
-        serde_json::json!({"cuslice.io/memory": "1GiB"}),
-        script,
-    );
+    let name = if claim.is_some() {
+        "resize-claim"
+    } else {
+        "resize"
+    };
+    let annotations = match claim {
+        Some(_) => serde_json::json!({}),
+        None => serde_json::json!({"cuslice.io/memory": "1GiB"}),
+    };
+    let b = bundle(name, annotations, script);
+    let target = match claim {
+        Some(uid) => {
+            // As cuslice-dra-plugin prepares it: root's quota file (0444),
+            // its record, its segment directory; the hook given --claim.
+            use std::os::unix::fs::PermissionsExt;
+            let d = b.root.join("claims").join(uid);
+            std::fs::create_dir_all(d.join("segment")).expect("mkdir");
+            let q = d.join("quota.toml");
+            std::fs::write(
+                &q,
+                "tenant = \"team-a/resize\"\nslice = \"claim-resize\"\nsegment_dir = \"/run/cuslice/segment\"\ngpu_segment_dir = \"/run/cuslice/gpu\"\n[all]\nmemory = \"1GiB\"\n",
+            )
+            .expect("quota");
+            std::fs::set_permissions(&q, std::fs::Permissions::from_mode(0o444)).expect("chmod");
+            std::fs::write(
+                d.join("claim.json"),
+                serde_json::json!({"namespace": "team-a", "name": "resize", "uid": uid})
+                    .to_string(),
+            )
+            .expect("record");
+            b.edit_spec(|spec| {
+                let args = spec["hooks"]["createRuntime"][0]["args"]
+                    .as_array_mut()
+                    .expect("hook args");
+                args.push("--claim".into());
+                args.push(uid.into());
+            });
+            format!("claim:{uid}")
+        }
+        None => String::new(),
+    };
     let fifo = b.rootfs().join("tmp/go");
     let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).expect("path");
     // SAFETY: a NUL-terminated path.
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
-    let id = format!("cuslice-resize-{}", std::process::id());
+    let id = format!("cuslice-{name}-{}", std::process::id());
+    let target = if target.is_empty() {
+        id.clone()
+    } else {
+        target
+    };
     let runc = Command::new("runc")
         .args(["run", "--bundle"])
         .arg(b.dir.join("bundle"))
@@ -333,7 +389,7 @@ fn a_resize_reaches_the_processes_a_container_starts_after_it() {
     });
     // Resized as an operator does, with the hook's root and (fake) NVML.
     let resize = Command::new(env!("CARGO_BIN_EXE_cuslice"))
-        .args(["resize", &id, "--memory", "2GiB", "--root"])
+        .args(["resize", &target, "--memory", "2GiB", "--root"])
         .arg(&b.root)
         .env(
             "CUSLICE_REAL_NVML",
@@ -387,19 +443,20 @@ fn a_resize_reaches_the_processes_a_container_starts_after_it() {
         !stderr.contains("this process's configuration says"),
         "{stdout}\n{stderr}"
     );
-    // Written in the quota directory the hook mounted.
+    // Written in the quota directory the hook mounted (a claim's
+    // container's: its copy, after the claim's own file).
     let resized = String::from_utf8_lossy(&resize.stdout);
-    assert!(
-        resized.contains(&format!(
-            "{}: written",
-            b.root
-                .join("containers")
-                .join(&id)
-                .join("etc/quota.toml")
-                .display()
-        )),
-        "{resized}"
-    );
+    let copy = b.root.join("containers").join(&id).join("etc/quota.toml");
+    let written = match claim {
+        Some(_) => format!("{}: written (container ", copy.display()),
+        None => format!("{}: written\n", copy.display()),
+    };
+    assert!(resized.contains(&written), "{resized}");
+    if let Some(uid) = claim {
+        let own = b.root.join("claims").join(uid).join("quota.toml");
+        let own = std::fs::read_to_string(own).expect("the claim's quota file");
+        assert!(own.contains("memory = 2147483648"), "{own}");
+    }
     assert!(
         !b.root.join("containers").join(&id).exists(),
         "per-container files left behind"
