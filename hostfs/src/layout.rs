@@ -70,14 +70,15 @@ pub const QUOTA_FILE: &str = "quota.toml";
 /// file alone, and the OCI hook mounts it read-only at `/etc/cuslice` in
 /// the container (see the module documentation for why a directory).
 pub const QUOTA_DIR: &str = "etc";
-/// The container record the hook writes next to a container's quota file.
+/// The container record the hook writes in a container's directory.
 pub const CONTAINER_RECORD: &str = "container.json";
-/// The DRA plugin's record of a claim beside its quota file: its
-/// namespace, name, UID and the pods it is reserved for (what `cuslice
-/// status` and `cuslice watch` name it by).
+/// The DRA plugin's record of a claim, in its directory beside its quota
+/// file: its namespace, name, UID and the pods it is reserved for (what
+/// `cuslice status` and `cuslice watch` name it by).
 pub const CLAIM_RECORD: &str = "claim.json";
-/// The record of the last `cuslice resize` of a slice, beside its quota
-/// file (`resize::ResizeRecord`).
+/// The record of the last `cuslice resize` of a slice, in its directory
+/// (`resize::ResizeRecord`; a container's beside its quota directory, out
+/// of the container's sight).
 pub const RESIZE_RECORD: &str = "resize.json";
 /// A slice's memory segment directory, in its directory.
 pub const SEGMENT_DIR: &str = "segment";

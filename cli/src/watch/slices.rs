@@ -59,8 +59,11 @@
 //! A slice's quota file is read again when it changes (a container's or a
 //! session's as a claim's always was), so that a resize (`cuslice
 //! resize`) is what the watch holds the slice to and restores its
-//! segment from; the record of the last resize (`resize.json` beside
-//! the file, read by the same rule) is read with it.
+//! segment from; the record of the last resize (`resize.json` in the
+//! slice's directory, read by the same rule) is read with it. A
+//! container's quota file is in its quota directory (`etc/`, mounted at
+//! `/etc/cuslice` in it), or, for a container an older hook made, beside
+//! its record: `host::layout::open_quota_dir`, through the discovery.
 //!
 //! The answer for a PID is cached under (PID, start time), so a pass reads
 //! `/proc/<pid>/stat` once per process NVML lists, and the rest only for a
@@ -130,8 +133,8 @@ pub struct Slice {
     pub label: String,
     /// Its quota file, parsed (None: unreadable; see the note).
     pub quota: Option<Config>,
-    /// The record of its last resize (`resize.json` beside the quota
-    /// file), read with it; the judge gives it weight only while it holds
+    /// The record of its last resize (`resize.json` in its directory),
+    /// read with its quota file; the judge gives it weight only while it holds
     /// for the file (`ResizeRecord::applies_to`).
     pub resize: Option<ResizeRecord>,
     /// A session's quota file as it was read: where (its base as reached
