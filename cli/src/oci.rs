@@ -8,11 +8,25 @@
 //!
 //! | in the container | from the host | |
 //! |---|---|---|
-//! | `/etc/cuslice/quota.toml` | `<root>/containers/<id>/quota.toml` | read-only |
+//! | `/etc/cuslice` | `<root>/containers/<id>/etc` (the quota file `quota.toml` alone) | read-only |
 //! | `/run/cuslice/segment` | `<root>/containers/<id>/segment` | the container's memory segment |
 //! | `/run/cuslice/gpu` | `<root>/gpu` | the host's per-GPU segments |
 //! | `/usr/lib/cuslice/libcuslice.so` | the installed library | read-only |
 //! | `/etc/ld.so.preload` | `<root>/ld.so.preload` (names the library) | read-only |
+//!
+//! The quota file is mounted through its directory, not as a file:
+//! `cuslice resize` renames a new quota file into place, and a mount of
+//! the file would keep showing the container the one it was created with;
+//! through the directory, a process the container starts after a resize
+//! opens the resized file. That directory holds nothing else (the
+//! container's record, its resize record and its segment directory are
+//! beside it, out of the container's sight), but, while a resize or this
+//! hook writes the file, the new file under a hidden name
+//! (`.quota.toml.new`, the same text, mode 0444) before it is renamed
+//! into place. A container made by an older hook has its quota file at
+//! `<root>/containers/<id>/quota.toml`, mounted as a file: `cuslice
+//! resize`, `status` and `watch` still find it there, and its processes
+//! see a resize only once it is recreated.
 //!
 //! The mounts are made from a child that enters the container's mount
 //! namespace (`setns` on `/proc/<pid>/ns/mnt`): at this stage the
@@ -40,9 +54,11 @@
 //! the record) is the same, but for the record's `claim`: the claim's UID,
 //! by which `cuslice watch` judges every container of the claim as one
 //! slice against the claim's quota file and memory segment (the copy in
-//! `<root>/containers/<id>/quota.toml`, mounted at
-//! `/etc/cuslice/quota.toml`, is what the container's shim reads). A claim
-//! with no quota file fails creation.
+//! `<root>/containers/<id>/etc/quota.toml`, mounted at
+//! `/etc/cuslice/quota.toml`, is what the container's shim reads; `cuslice
+//! resize` of the claim writes every such copy again, so that the claim's
+//! containers' new processes read the resized quota). A claim with no
+//! quota file fails creation.
 //!
 //! A container without `cuslice.io/*` annotations is left alone. A bad
 //! annotation fails container creation with one line naming it, and nothing
@@ -88,8 +104,8 @@ use crate::host::container::{self, ContainerMeta};
 use crate::host::fs::Dir;
 use crate::host::inroot::{self, Kind};
 use crate::host::layout::{
-    CLAIMS_DIR, CONTAINER_RECORD, CONTAINERS_DIR, GPU_DIR, LOCK_FILE, Layout, MEMORY_SEGMENT,
-    PRELOAD_FILE, QUOTA_FILE, SEGMENT_DIR,
+    self, CLAIMS_DIR, CONTAINER_RECORD, CONTAINERS_DIR, GPU_DIR, LOCK_FILE, Layout, MEMORY_SEGMENT,
+    PRELOAD_FILE, QUOTA_DIR, QUOTA_FILE, SEGMENT_DIR, SliceKind,
 };
 
 pub use crate::host::layout::DEFAULT_ROOT;
@@ -854,9 +870,13 @@ fn tenant_holder(
     use crate::host::text::clean;
     use std::ffi::OsStr;
     let root = Dir::open(root).ok()?;
-    let tenant_of = |d: &Dir| -> Option<String> {
-        let text = d.read_file(QUOTA_FILE, config::MAX_FILE_BYTES).ok()?;
-        let cfg = config::parse_file(&d.join(QUOTA_FILE), &text).ok()?;
+    // A container's quota file where the layout has it (in its quota
+    // directory, or where an older hook put it: such containers hold
+    // their tenant names too), a claim's in its directory.
+    let tenant_of = |d: &Dir, kind: SliceKind| -> Option<String> {
+        let q = layout::open_quota_dir(d, kind, None).ok()?.dir;
+        let text = q.read_file(QUOTA_FILE, config::MAX_FILE_BYTES).ok()?;
+        let cfg = config::parse_file(&q.join(QUOTA_FILE), &text).ok()?;
         Some(cfg.tenant_name())
     };
     if let Ok(ctrs) = root.open_dir(CONTAINERS_DIR) {
@@ -877,7 +897,7 @@ fn tenant_holder(
             if meta.claim.is_some() || !alive(meta.init()) {
                 continue;
             }
-            if tenant_of(&d).as_deref() == Some(tenant) {
+            if tenant_of(&d, SliceKind::Container).as_deref() == Some(tenant) {
                 return Some(format!("container {}", clean(&id.to_string_lossy())));
             }
         }
@@ -889,7 +909,7 @@ fn tenant_holder(
             let Ok(d) = claims.open_dir(&uid) else {
                 continue;
             };
-            if tenant_of(&d).as_deref() != Some(tenant) {
+            if tenant_of(&d, SliceKind::Claim).as_deref() != Some(tenant) {
                 continue;
             }
             let uid = clean(&uid.to_string_lossy());
@@ -950,7 +970,8 @@ fn gpu_segments_to_make(cfg: &config::Config, user: &inroot::User) -> Result<Vec
 /// | `containers/`, `containers/<id>/` | 0700 | |
 /// | `containers/<id>/segment/` | 0755 | |
 /// | `containers/<id>/segment/memory.seg` | 0666 | root's, made here |
-/// | `containers/<id>/quota.toml` | 0444 | |
+/// | `containers/<id>/etc/` | 0755 | mounted at `/etc/cuslice`: any user of the container reaches the quota file |
+/// | `containers/<id>/etc/quota.toml` | 0444 | |
 /// | `containers/<id>/container.json` | 0644 | |
 /// | `ld.so.preload` | 0444 | |
 /// | `hook.lock` | 0600 | the tenant check's lock ([`lock_root`]) |
@@ -1004,9 +1025,17 @@ fn make_segments(
 fn write_records(a: &HookArgs, id: &str, quota: &str, meta: &ContainerMeta) -> Result<(), String> {
     let root = Dir::keep_root(&a.root, 0o700)?;
     let dir = root.keep_dir(CONTAINERS_DIR, 0o700)?.keep_dir(id, 0o700)?;
-    // Read-only from its creation: written whole to a new file of that
-    // mode, then renamed into place.
-    dir.replace_file(QUOTA_FILE, quota.as_bytes(), 0o444)?;
+    // In a directory of its own, which is what is mounted (module
+    // documentation). Read-only from its creation: written whole to a new
+    // file of that mode, then renamed into place.
+    dir.keep_dir(QUOTA_DIR, 0o755)?
+        .replace_file(QUOTA_FILE, quota.as_bytes(), 0o444)?;
+    // An older hook's quota file left in the directory (a container
+    // created again under the same id without its poststop): the one in
+    // the quota directory is the container's, and readers take that one
+    // wherever the quota directory exists; removed, so that no other is
+    // left to mistake for it.
+    dir.remove(QUOTA_FILE)?;
     let text = serde_json::to_string(meta)
         .map_err(|e| format!("{}: {e}", dir.join(CONTAINER_RECORD).display()))?;
     dir.replace_file(CONTAINER_RECORD, (text + "\n").as_bytes(), 0o644)?;
@@ -1044,11 +1073,13 @@ fn binds(a: &HookArgs, id: &str) -> [Bind; 5] {
     let layout = Layout::new(&a.root);
     let ctr = layout.container(id);
     [
+        // The quota file's directory, not the file: a resize renames a
+        // new file into it, which a mount of the file would not show.
         Bind {
-            src: ctr.quota(),
+            src: ctr.quota_dir(),
             follow_src: false,
-            dst: "/etc/cuslice/quota.toml",
-            kind: Kind::File,
+            dst: "/etc/cuslice",
+            kind: Kind::Dir,
             ro: true,
         },
         Bind {
@@ -1666,9 +1697,9 @@ mod tests {
         let _ = std::fs::remove_dir_all(&t);
         let record = |id: &str, tenant: &str, init: u32, claim: Option<&str>| {
             let d = t.join("containers").join(id);
-            std::fs::create_dir_all(&d).expect("mkdir");
+            std::fs::create_dir_all(d.join("etc")).expect("mkdir");
             std::fs::write(
-                d.join("quota.toml"),
+                d.join("etc/quota.toml"),
                 format!("tenant = \"{tenant}\"\n[all]\ncompute = 10\n"),
             )
             .expect("quota");
@@ -1713,7 +1744,8 @@ mod tests {
             holder("new", "team-c").as_deref(),
             Some("DRA claim ns/train\\x1b[2J (uid-1)")
         );
-        // A record without an init (an older hook's) is taken as live.
+        // A record without an init (an older hook's) is taken as live; its
+        // quota file is where that hook put it.
         let d = t.join("containers/old");
         std::fs::create_dir_all(&d).expect("mkdir");
         std::fs::write(
@@ -1759,7 +1791,16 @@ mod tests {
             claim: Some("uid-1".into()),
         };
         let b = binds(&a, "ctr");
-        assert_eq!(b[0].src, t.join("containers/ctr/quota.toml"));
+        // The container's copy, in its quota directory (mounted whole).
+        assert_eq!(
+            (b[0].src.as_path(), b[0].dst, b[0].kind, b[0].ro),
+            (
+                t.join("containers/ctr/etc").as_path(),
+                "/etc/cuslice",
+                Kind::Dir,
+                true
+            )
+        );
         assert_eq!(
             (b[1].src.as_path(), b[1].dst),
             (claim.join("segment").as_path(), "/run/cuslice/segment")
@@ -1803,8 +1844,9 @@ mod tests {
         let _ = std::fs::remove_dir_all(&t);
         let root = t.join("root");
         std::fs::create_dir_all(root.join("containers/ctr/segment")).expect("mkdir");
+        std::fs::create_dir_all(root.join("containers/ctr/etc")).expect("mkdir");
         std::fs::create_dir_all(root.join("gpu")).expect("mkdir");
-        std::fs::write(root.join("containers/ctr/quota.toml"), "x").expect("write");
+        std::fs::write(root.join("containers/ctr/etc/quota.toml"), "x").expect("write");
         std::fs::write(root.join("ld.so.preload"), "x").expect("write");
         let a = HookArgs {
             root: root.clone(),
@@ -1818,7 +1860,8 @@ mod tests {
         // `containers` a link to a tree of the same shape elsewhere.
         let elsewhere = t.join("elsewhere");
         std::fs::create_dir_all(elsewhere.join("ctr/segment")).expect("mkdir");
-        std::fs::write(elsewhere.join("ctr/quota.toml"), "y").expect("write");
+        std::fs::create_dir_all(elsewhere.join("ctr/etc")).expect("mkdir");
+        std::fs::write(elsewhere.join("ctr/etc/quota.toml"), "y").expect("write");
         std::fs::rename(root.join("containers"), t.join("moved")).expect("mv");
         std::os::unix::fs::symlink(&elsewhere, root.join("containers")).expect("link");
         let e = open_source(&b[0], &root).expect_err("a link on the way");
@@ -1850,7 +1893,7 @@ mod tests {
         remove_container(&Layout::new(&root), "ctr").expect("removed");
         assert!(!root.join("containers/ctr").exists());
         assert_eq!(
-            std::fs::read_to_string(elsewhere.join("ctr/quota.toml")).expect("kept"),
+            std::fs::read_to_string(elsewhere.join("ctr/etc/quota.toml")).expect("kept"),
             "y"
         );
         remove_container(&Layout::new(&root), "ctr").expect("again: nothing to do");

@@ -5,11 +5,15 @@
 //! In this order, each through the host file layer (whole files renamed
 //! into place, no link followed, modes kept):
 //!
-//! 1. the record of the resize, `resize.json` beside the quota file
+//! 1. the record of the resize, `resize.json` in the slice's directory
 //!    (`host::resize`): what changed, when, the grace; first, so that a
-//!    watch that sees the new quota file finds its record beside it;
+//!    watch that sees the new quota file finds its record with it;
 //! 2. the quota file the watch restores from, only the fields given
-//!    changed, checked by the grammar the shim loads it with;
+//!    changed, checked by the grammar the shim loads it with (a
+//!    container's in its quota directory, which the OCI hook mounts at
+//!    `/etc/cuslice`: the processes it starts from now on read the new
+//!    file); for a DRA claim, then each of its containers' copies of it
+//!    (what their shims read, likewise mounted), the same text;
 //! 3. the memory segment's entries the new memory quota applies to (by
 //!    UUID): admission and `cuMemGetInfo` read the entry, so running
 //!    processes see the new quota at their next allocation or query;
@@ -36,6 +40,13 @@
 //! segments know GPUs by UUID), and a limit the slice's processes never
 //! registered (a memory quota where it has none, a share where it has
 //! none: they cannot take one on while they run).
+//!
+//! A container made by an older OCI hook had its quota file mounted as a
+//! file (`<root>/containers/<id>/quota.toml`, `host::layout`): that file
+//! is rewritten all the same (the watch and `status` read it), but the
+//! container's mount still shows the file it was created with, so the
+//! processes it starts later read the old quota until it is recreated;
+//! the resize says so in a line.
 
 use std::ffi::OsString;
 use std::os::fd::{AsFd, AsRawFd};
@@ -797,6 +808,37 @@ fn ceiling(max: u32) -> String {
     }
 }
 
+/// The line a resize adds for a container made by an older OCI hook
+/// (`label`), whose quota file is mounted as a file.
+fn legacy_note(label: &str) -> String {
+    format!(
+        "note: {label} was made by an older cuslice oci-hook, which mounted its quota file as a file: the processes it starts from now on still read the quota it was created with (its memory segment holds them to the new memory quota, with a warning; `cuslice watch` puts back their share); recreate the container for them to read the new file"
+    )
+}
+
+/// Writes `text` (the claim's resized quota file) over the copy of it in
+/// the claim's container `ctr` (its quota directory, mounted at
+/// `/etc/cuslice`: what the container's processes started from now on
+/// read), its mode kept. The lines to show.
+fn write_claim_copy(ctr: &Found, text: &str) -> Result<Vec<String>, String> {
+    let q = ctr.quota_file()?;
+    let mode = q
+        .dir
+        .stat(QUOTA_FILE)
+        .map(|st| st.st_mode & 0o7777)
+        .map_err(String::from)?;
+    q.dir.replace_file(QUOTA_FILE, text.as_bytes(), mode)?;
+    let label = format!("container {}", text::clean(&short_id(&ctr.name)));
+    let mut out = vec![format!(
+        "{}: written ({label}'s copy of the claim's quota file)",
+        q.shown.display()
+    )];
+    if q.legacy {
+        out.push(legacy_note(&label));
+    }
+    Ok(out)
+}
+
 /// The containers whose records name claim `uid`.
 fn claim_containers(places: &Places, uid: &str) -> Vec<Found> {
     places
@@ -889,7 +931,11 @@ pub fn resize(a: &ResizeArgs) -> Result<Vec<String>, String> {
         become_user(uid, gid)?;
     }
     let dir = t.found.dir.as_ref().map_err(Clone::clone)?;
-    let shown = t.found.paths.quota();
+    // Where its quota file is: a container's in its quota directory (or
+    // where an older hook put it), a claim's or a session's in its
+    // directory.
+    let quota = t.found.quota_file()?;
+    let shown = quota.shown.clone();
     let text_before = t.found.quota_text()?;
     let old = config::parse_file(&shown, &text_before).map_err(|e| e.to_string())?;
     let mut table: toml::Table =
@@ -915,14 +961,30 @@ pub fn resize(a: &ResizeArgs) -> Result<Vec<String>, String> {
         changes,
     };
     let mut out = vec![format!("{label}: {}", rec.describe())];
+    // A claim's containers: the copies of its quota file and the
+    // driver's limits to write.
+    let members = match t.found.kind {
+        SliceKind::Claim => claim_containers(&places, &t.found.name),
+        SliceKind::Container | SliceKind::Run => vec![],
+    };
     // 1. The record, then 2. the quota file (its mode kept).
     rec.write(dir)?;
-    let mode = dir
+    let mode = quota
+        .dir
         .stat(QUOTA_FILE)
         .map(|st| st.st_mode & 0o7777)
         .map_err(String::from)?;
-    dir.replace_file(QUOTA_FILE, text_after.as_bytes(), mode)?;
+    quota
+        .dir
+        .replace_file(QUOTA_FILE, text_after.as_bytes(), mode)?;
     out.push(format!("{}: written", shown.display()));
+    if quota.legacy {
+        out.push(legacy_note(&label));
+    }
+    // A claim's containers' copies, which their shims read.
+    for m in &members {
+        out.extend(write_claim_copy(m, &text_after)?);
+    }
     let memory = rec.changes.iter().any(|c| c.field == "memory");
     let compute = rec.changes.iter().any(|c| c.field != "memory");
     // 3. The memory segment.
@@ -959,12 +1021,12 @@ pub fn resize(a: &ResizeArgs) -> Result<Vec<String>, String> {
     }
     // 5. The driver's own limit on the containers' cgroups.
     if memory {
-        let members = match t.found.kind {
-            SliceKind::Container => vec![t.found],
-            SliceKind::Claim => claim_containers(&places, &t.found.name),
-            SliceKind::Run => vec![],
+        let own = [t.found];
+        let members = match own[0].kind {
+            SliceKind::Container => &own[..],
+            SliceKind::Claim | SliceKind::Run => &members[..],
         };
-        for m in &members {
+        for m in members {
             out.extend(driver_limit(m, &new)?);
         }
     }

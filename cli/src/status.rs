@@ -546,8 +546,9 @@ pub fn hostname() -> String {
 type Owner = ((String, u64), Option<ContainerMeta>, Option<String>);
 
 /// The tenant of the memory segment `seg` (`<dir>/segment/memory.seg`):
-/// the `tenant` and slice tag of `<dir>/quota.toml` (as the hook, the DRA
-/// plugin and `cuslice run` write it), else the name the shim derives from
+/// the `tenant` and slice tag of its quota file (`<dir>/etc/quota.toml`
+/// for a container, `<dir>/quota.toml` for a container of an older hook,
+/// a DRA claim or a `cuslice run` session: `host::layout`), else the name the shim derives from
 /// the segment directory (and no slice); what the hook recorded in a
 /// container's `<dir>/container.json`; and where it comes from (a
 /// container, a DRA claim).
@@ -596,11 +597,16 @@ fn segment_owner(seg: &MemFile) -> Owner {
                 .and_then(|d| crate::host::sys::fstat(d.as_fd()).ok())
                 .map(|st| st.st_uid);
             let q = match (&owner, uid) {
-                (Some(d), Some(uid)) => container::read_quota(
-                    d.as_fd(),
-                    &d.join(QUOTA_FILE),
-                    Some((uid, "the directory's")),
-                ),
+                (Some(d), Some(uid)) => {
+                    let whose = Some((uid, "the directory's"));
+                    // Whatever slice's it is, its quota file is where the
+                    // layout has a container's: in its quota directory
+                    // where it has one (a claim's or a session's never
+                    // has), else beside its segment directory.
+                    layout::open_quota_dir(d, SliceKind::Container, whose).and_then(|q| {
+                        container::read_quota(q.dir.as_fd(), &q.dir.join(QUOTA_FILE), whose)
+                    })
+                }
                 _ => Err(String::new()),
             };
             let ours = Some((crate::host::sys::euid(), "our"));

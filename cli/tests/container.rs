@@ -295,6 +295,174 @@ fn an_annotated_container_gets_its_slice() {
     );
 }
 
+/// `cuslice resize` of a running container reaches the processes it starts
+/// afterwards: the hook mounts the quota file's directory (not the file,
+/// which a resize replaces by renaming a new one into place: a mount of
+/// the file would keep showing the old one), so `/etc/cuslice/quota.toml`
+/// in the container is the resized file, nothing but it is in
+/// `/etc/cuslice`, and a process started after the resize is given the
+/// new quota by its own quota file (no warning that its segment says
+/// otherwise).
+#[test]
+fn a_resize_reaches_the_processes_a_container_starts_after_it() {
+    resize_reaches_later_processes(None);
+}
+
+/// The same for a container of a DRA claim (`oci-hook create --claim`):
+/// the resize of the claim writes the container's copy of the claim's
+/// quota file, in the quota directory mounted at `/etc/cuslice`.
+#[test]
+fn a_claims_resize_reaches_the_processes_its_containers_start_after_it() {
+    resize_reaches_later_processes(Some("0b1c2d3e-0000-4000-8000-00000000c1a1"));
+}
+
+/// A container with a 1 GiB memory quota (from its annotation, or from
+/// DRA claim `claim` as the plugin prepares one) resized to 2 GiB while it
+/// runs; what a process it starts afterwards sees.
+fn resize_reaches_later_processes(claim: Option<&str>) {
+    // `read` from a FIFO the test opens once it has resized: the
+    // container's shell waits without a busy loop (the image has no
+    // `sleep`); `cat`, `ls` and the second `memtest` start after it.
+    let script = "memtest meminfo; echo ready > /tmp/ready; read go < /tmp/go; \
+        echo AFTER; cat /etc/cuslice/quota.toml; ls -A /etc/cuslice; memtest meminfo";
+    let name = if claim.is_some() {
+        "resize-claim"
+    } else {
+        "resize"
+    };
+    let annotations = match claim {
+        Some(_) => serde_json::json!({}),
+        None => serde_json::json!({"cuslice.io/memory": "1GiB"}),
+    };
+    let b = bundle(name, annotations, script);
+    let target = match claim {
+        Some(uid) => {
+            // As cuslice-dra-plugin prepares it: root's quota file (0444),
+            // its record, its segment directory; the hook given --claim.
+            use std::os::unix::fs::PermissionsExt;
+            let d = b.root.join("claims").join(uid);
+            std::fs::create_dir_all(d.join("segment")).expect("mkdir");
+            let q = d.join("quota.toml");
+            std::fs::write(
+                &q,
+                "tenant = \"team-a/resize\"\nslice = \"claim-resize\"\nsegment_dir = \"/run/cuslice/segment\"\ngpu_segment_dir = \"/run/cuslice/gpu\"\n[all]\nmemory = \"1GiB\"\n",
+            )
+            .expect("quota");
+            std::fs::set_permissions(&q, std::fs::Permissions::from_mode(0o444)).expect("chmod");
+            std::fs::write(
+                d.join("claim.json"),
+                serde_json::json!({"namespace": "team-a", "name": "resize", "uid": uid})
+                    .to_string(),
+            )
+            .expect("record");
+            b.edit_spec(|spec| {
+                let args = spec["hooks"]["createRuntime"][0]["args"]
+                    .as_array_mut()
+                    .expect("hook args");
+                args.push("--claim".into());
+                args.push(uid.into());
+            });
+            format!("claim:{uid}")
+        }
+        None => String::new(),
+    };
+    let fifo = b.rootfs().join("tmp/go");
+    let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).expect("path");
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
+    let id = format!("cuslice-{name}-{}", std::process::id());
+    let target = if target.is_empty() {
+        id.clone()
+    } else {
+        target
+    };
+    let runc = Command::new("runc")
+        .args(["run", "--bundle"])
+        .arg(b.dir.join("bundle"))
+        .arg(&id)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("runc run");
+    let ready = common::poll_until(std::time::Duration::from_secs(60), || {
+        b.rootfs().join("tmp/ready").exists().then_some(())
+    });
+    // Resized as an operator does, with the hook's root and (fake) NVML.
+    let resize = Command::new(env!("CARGO_BIN_EXE_cuslice"))
+        .args(["resize", &target, "--memory", "2GiB", "--root"])
+        .arg(&b.root)
+        .env(
+            "CUSLICE_REAL_NVML",
+            common::env().fake.join("libnvidia-ml.so.1"),
+        )
+        .output()
+        .expect("cuslice resize");
+    // Let the container go on whatever happened (a reader is there once
+    // it is ready; none if it never got there).
+    let go = common::poll_until(std::time::Duration::from_secs(10), || {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&fifo)
+            .ok()
+    });
+    if let Some(mut f) = go {
+        use std::io::Write;
+        let _ = f.write_all(b"go\n");
+    }
+    let out = runc.wait_with_output().expect("runc run");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        ready.is_some(),
+        "the container never got ready:\n{stdout}\n{stderr}"
+    );
+    assert!(
+        resize.status.success(),
+        "cuslice resize:\n{}{}",
+        String::from_utf8_lossy(&resize.stdout),
+        String::from_utf8_lossy(&resize.stderr)
+    );
+    assert!(out.status.success(), "runc run failed:\n{stdout}\n{stderr}");
+    let (before, after) = stdout.split_once("AFTER\n").expect("the container went on");
+    assert!(
+        before.contains(&format!(" total={} ", 1u64 << 30)),
+        "{stdout}"
+    );
+    // The resized file, alone in its directory.
+    assert!(after.contains("memory = 2147483648"), "{stdout}");
+    assert!(!after.contains("memory = 1073741824"), "{stdout}");
+    assert!(after.contains("\nquota.toml\nR "), "{stdout}");
+    // The new process: the resized quota, from its own quota file.
+    assert!(
+        after.contains(&format!("total={}", 2u64 << 30)),
+        "{stdout}\n{stderr}"
+    );
+    assert!(
+        !stderr.contains("this process's configuration says"),
+        "{stdout}\n{stderr}"
+    );
+    // Written in the quota directory the hook mounted (a claim's
+    // container's: its copy, after the claim's own file).
+    let resized = String::from_utf8_lossy(&resize.stdout);
+    let copy = b.root.join("containers").join(&id).join("etc/quota.toml");
+    let written = match claim {
+        Some(_) => format!("{}: written (container ", copy.display()),
+        None => format!("{}: written\n", copy.display()),
+    };
+    assert!(resized.contains(&written), "{resized}");
+    if let Some(uid) = claim {
+        let own = b.root.join("claims").join(uid).join("quota.toml");
+        let own = std::fs::read_to_string(own).expect("the claim's quota file");
+        assert!(own.contains("memory = 2147483648"), "{own}");
+    }
+    assert!(
+        !b.root.join("containers").join(&id).exists(),
+        "per-container files left behind"
+    );
+}
+
 #[test]
 fn a_non_root_container_gets_its_slice_whatever_the_umask() {
     // A container that runs as uid 1000, its hook run under a restrictive
@@ -749,12 +917,15 @@ fn per_container_files_are_private_on_the_host() {
                 match (
                     m(&probe),
                     m(&probe.join("segment")),
-                    m(&probe.join("quota.toml")),
+                    m(&probe.join("etc").join("quota.toml")),
                     m(&gpu),
                     m(&probe.join("segment").join("memory.seg")),
                     m(gpu.parent().expect("root")),
+                    m(&probe.join("etc")),
                 ) {
-                    (Ok(d), Ok(s), Ok(q), Ok(g), Ok(f), Ok(r)) => Some((d, s, q, g, f, r)),
+                    (Ok(d), Ok(s), Ok(q), Ok(g), Ok(f), Ok(r), Ok(e)) => {
+                        Some((d, s, q, g, f, r, e))
+                    }
                     _ => None,
                 }
             })
@@ -768,9 +939,10 @@ fn per_container_files_are_private_on_the_host() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let (d, s, q, g, f, r) = modes.expect("the container's files were never seen");
+    let (d, s, q, g, f, r, e) = modes.expect("the container's files were never seen");
     assert_eq!(d, (0o700, 0), "container directory mode {:o}", d.0);
     assert_eq!(s, (0o755, 0), "segment directory mode {:o}", s.0);
+    assert_eq!(e, (0o755, 0), "quota directory mode {:o}", e.0);
     assert_eq!(q, (0o444, 0), "quota file mode {:o}", q.0);
     assert_eq!(g, (0o755, 0), "GPU segment directory mode {:o}", g.0);
     assert_eq!(f, (0o666, 0), "memory segment mode {:o}", f.0);
@@ -959,6 +1131,8 @@ enum Shape {
     Dangling,
     /// A directory where the hook mounts a file.
     Dir,
+    /// A regular file where the hook mounts a directory.
+    File,
 }
 
 /// An image whose `path` has `shape`: creation fails with one line naming
@@ -1023,6 +1197,10 @@ fn hostile(name: &str, path: &str, shape: Shape) {
         Shape::Dir => {
             std::fs::create_dir_all(&at).expect("mkdir");
             format!("container path {path} is a directory, expected a regular file")
+        }
+        Shape::File => {
+            std::fs::write(&at, "image's\n").expect("write");
+            format!("container path {path} is a regular file, expected a directory")
         }
     };
     let hook_stderr = b.capture_hook_stderr();
@@ -1120,7 +1298,7 @@ hostile_images! {
     refuses_run_cuslice_relative_symlink: "/run/cuslice", Relative;
     refuses_run_cuslice_dangling_symlink: "/run/cuslice", Dangling;
     refuses_ld_so_preload_as_a_directory: "/etc/ld.so.preload", Dir;
-    refuses_quota_toml_as_a_directory: "/etc/cuslice/quota.toml", Dir;
+    refuses_etc_cuslice_as_a_file: "/etc/cuslice", File;
 }
 
 #[test]

@@ -511,15 +511,31 @@ fn a_sessions_share_and_ceiling_are_resized_in_the_gpu_segment_it_runs_under() {
 }
 
 /// A container as the OCI hook lays it out under the host's root: its
-/// quota file (root's, 0444: `memory`, and a share), its record (naming a
+/// quota file in its quota directory (`etc/quota.toml`, root's, 0444:
+/// `memory`, and a share), its record (naming a
 /// process as its init, and the driver's limit as the hook left it:
 /// `driver`), its segment directory; and a process of it that the shim
 /// gives that quota file and segment, as the hook's mounts would. The
 /// process and the container's directory.
 fn container(h: &Host, id: &str, memory: &str, hold: u64, driver: &str) -> (Lines, PathBuf) {
+    container_of(h, id, memory, hold, driver, "etc/quota.toml")
+}
+
+/// [`container`] with its quota file at `quota` in its directory:
+/// `etc/quota.toml` as the hook lays it out, `quota.toml` as an older
+/// hook did.
+fn container_of(
+    h: &Host,
+    id: &str,
+    memory: &str,
+    hold: u64,
+    driver: &str,
+    quota: &str,
+) -> (Lines, PathBuf) {
     let dir = h.root().join("containers").join(id);
     std::fs::create_dir_all(dir.join("segment")).expect("mkdir");
-    let quota = dir.join("quota.toml");
+    let quota = dir.join(quota);
+    std::fs::create_dir_all(quota.parent().expect("parent")).expect("mkdir");
     std::fs::write(
         &quota,
         format!(
@@ -584,8 +600,20 @@ fn a_containers_resize_rewrites_its_root_owned_quota_file_its_segment_and_the_dr
         ),
         "{out}"
     );
-    // The quota file: root's, 0444 as the hook wrote it, the share kept.
-    let quota = dir.join("quota.toml");
+    // The quota file: root's, 0444 as the hook wrote it, the share kept,
+    // in the quota directory the hook mounts (nothing else there).
+    let quota = dir.join("etc/quota.toml");
+    assert!(
+        out.contains(&format!("\n{}: written\n", quota.display())),
+        "{out}"
+    );
+    assert!(!out.contains("older cuslice oci-hook"), "{out}");
+    let listed: Vec<_> = std::fs::read_dir(dir.join("etc"))
+        .expect("etc")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
+    assert_eq!(listed, ["quota.toml"]);
+    assert!(!dir.join("quota.toml").exists());
     let m = std::fs::metadata(&quota).expect("quota");
     assert_eq!((m.uid(), m.mode() & 0o7777), (0, 0o444));
     let text = std::fs::read_to_string(&quota).expect("quota");
@@ -595,7 +623,8 @@ fn a_containers_resize_rewrites_its_root_owned_quota_file_its_segment_and_the_dr
     );
     let q = cuslice_core::config::parse_file(&quota, &text).expect("loads");
     assert_eq!((q.all.memory, q.all.compute), (Some(2 * GIB), Some(30)));
-    // The record beside it.
+    // The record, in the container's directory (out of the container's
+    // sight).
     let r: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.join("resize.json")).expect("record"))
             .expect("json");
@@ -813,24 +842,32 @@ fn resize_targets_that_match_none_or_several_are_one_line_naming_what_matched() 
         std::fs::write(d.join("quota.toml"), "[all]\nmemory = \"1GiB\"\n").expect("quota");
         std::fs::write(d.join("container.json"), format!(r#"{{"id":"{id}"}}"#)).expect("rec");
     }
-    // A container of a DRA claim, and the claim (with its record).
+    // Containers of a DRA claim (one of this hook, its copy of the
+    // claim's quota file in its quota directory; one of an older hook,
+    // its copy beside its record), and the claim (with its record).
     let uid = "0b1c2d3e-0000-4000-8000-000000000001";
+    let gpu = format_uuid(&common::FAKE_UUID);
+    let copy = format!("[device.\"{gpu}\"]\nmemory = \"1GiB\"\n");
     let c = h.root().join("containers/def789");
-    std::fs::create_dir_all(&c).expect("mkdir");
+    std::fs::create_dir_all(c.join("etc")).expect("mkdir");
+    std::fs::write(c.join("etc/quota.toml"), &copy).expect("copy");
     std::fs::write(
         c.join("container.json"),
         format!(r#"{{"id":"def789","claim":"{uid}"}}"#),
     )
     .expect("rec");
+    let old = h.root().join("containers/fed987");
+    std::fs::create_dir_all(&old).expect("mkdir");
+    std::fs::write(old.join("quota.toml"), &copy).expect("copy");
+    std::fs::write(
+        old.join("container.json"),
+        format!(r#"{{"id":"fed987","claim":"{uid}"}}"#),
+    )
+    .expect("rec");
     let claim = h.root().join("claims").join(uid);
     std::fs::create_dir_all(claim.join("segment")).expect("mkdir");
     // As the DRA plugin writes it: the claim's GPU by UUID.
-    let gpu = format_uuid(&common::FAKE_UUID);
-    std::fs::write(
-        claim.join("quota.toml"),
-        format!("[device.\"{gpu}\"]\nmemory = \"1GiB\"\n"),
-    )
-    .expect("quota");
+    std::fs::write(claim.join("quota.toml"), &copy).expect("quota");
     std::fs::write(
         claim.join("claim.json"),
         format!(r#"{{"namespace":"team-a","name":"trainer","uid":"{uid}"}}"#),
@@ -883,6 +920,21 @@ fn resize_targets_that_match_none_or_several_are_one_line_naming_what_matched() 
     );
     let text = std::fs::read_to_string(claim.join("quota.toml")).expect("quota");
     assert!(text.contains("memory = 2147483648"), "{text}");
+    // Its containers' copies (what their processes started from now on
+    // read), the same text; the older hook's container is told to be
+    // recreated for its processes to read it.
+    for copy in [c.join("etc/quota.toml"), old.join("quota.toml")] {
+        assert_eq!(std::fs::read_to_string(&copy).expect("copy"), text);
+        assert!(
+            out.contains(&format!("\n{}: written (container ", copy.display())),
+            "{out}"
+        );
+    }
+    assert!(
+        out.contains("note: container fed987 was made by an older cuslice oci-hook, which mounted its quota file as a file: "),
+        "{out}"
+    );
+    assert!(!out.contains("note: container def789"), "{out}");
     // Nothing to resize, a bad size: one line each.
     let e = err(&["abc123"]);
     assert!(e.contains("nothing to resize"), "{e}");
@@ -890,6 +942,53 @@ fn resize_targets_that_match_none_or_several_are_one_line_naming_what_matched() 
     assert!(
         e.starts_with("cuslice: --memory \"lots\": expected a size"),
         "{e}"
+    );
+}
+
+/// A container made by an older OCI hook (its quota file beside its
+/// record, mounted into it as a file) is resized where its quota file is,
+/// and the resize says that the processes it starts later still read the
+/// old file until it is recreated.
+#[test]
+fn an_older_hooks_container_is_resized_where_its_quota_file_is_and_the_resize_says_what_it_misses()
+{
+    let h = Host::new("legacy");
+    let id = "0ld0000000000000";
+    let (mut p, dir) = container_of(
+        &h,
+        id,
+        "4GiB",
+        100 * MIB,
+        "unsupported: no nvmlDeviceSetMemoryLimits_v1 in this NVML",
+        "quota.toml",
+    );
+    let quota = dir.join("quota.toml");
+    let out = h.resized(&[id, "--memory", "2GiB"]);
+    assert!(
+        out.contains(&format!("\n{}: written\n", quota.display())),
+        "{out}"
+    );
+    assert!(
+        out.contains("\nnote: container 0ld000000000 (web-1 pytorch/pytorch) was made by an older cuslice oci-hook, which mounted its quota file as a file: the processes it starts from now on still read the quota it was created with"),
+        "{out}"
+    );
+    // Its running processes follow the segment, as any container's.
+    assert_eq!(p.info().total, 2 * GIB);
+    let text = std::fs::read_to_string(&quota).expect("quota");
+    assert!(text.contains("memory = 2147483648"), "{text}");
+    assert_eq!(
+        std::fs::metadata(&quota).expect("quota").mode() & 0o7777,
+        0o444
+    );
+    // No quota directory made for it: its mount would not show one.
+    assert!(!dir.join("etc").exists());
+    // Status reads it where it is.
+    let v = h.status_json();
+    let rows = v["containers"].as_array().cloned().unwrap_or_default();
+    assert!(
+        rows.iter()
+            .any(|r| r["resize"]["changes"][0]["to"] == 2 * GIB),
+        "{v}"
     );
 }
 

@@ -28,8 +28,12 @@
 //! uses, `cuslice oci-hook create --claim <uid>` (createRuntime) and
 //! `poststop`. The hook takes the quota file this plugin wrote,
 //! `<root>/claims/<uid>/quota.toml` (root's, 0444), instead of
-//! annotations, and mounts it read-only at `/etc/cuslice/quota.toml`, the
-//! claim's segment directory `<root>/claims/<uid>/segment` (shared by all
+//! annotations, copies it into the container's quota directory
+//! (`<root>/containers/<id>/etc`, which it mounts read-only at
+//! `/etc/cuslice`: `cuslice resize claim:<uid>` writes those copies too,
+//! so that a resize reaches the processes the claim's containers start
+//! afterwards; this plugin writes only the claim's own file), and mounts
+//! the claim's segment directory `<root>/claims/<uid>/segment` (shared by all
 //! the claim's containers: they share its memory) at
 //! `/run/cuslice/segment`, the host's GPU segments, the library and
 //! `/etc/ld.so.preload`. Why the hook and not CDI `mounts`: the hook is

@@ -131,8 +131,10 @@ impl ClaimRecord {
     }
 }
 
-/// The quota file of a slice's directory `dir` (`shown`: its path, for
-/// errors), parsed: opened from the directory's descriptor without
+/// The quota file in `dir`, the directory a slice's quota file is in
+/// (`layout::open_quota_dir`: a container's quota directory, a claim's or
+/// a session's own directory; `shown`: the file's path, for errors),
+/// parsed: opened from the directory's descriptor without
 /// following a link or blocking, a regular file owned by `owner` where
 /// given, at most [`config::MAX_FILE_BYTES`] (a FIFO, a link to /dev/zero
 /// or a huge file never stalls the reader).

@@ -20,9 +20,9 @@
 //!
 //! | kind | quota file | record | resize record |
 //! |---|---|---|---|
-//! | container | ours (the effective uid: root's in production), [`Dir::read_file`] | `container.json`, ours | `resize.json`, ours |
-//! | claim | ours, [`Dir::read_file`] | `claim.json`, ours | `resize.json`, ours |
-//! | session | its directory's owner's (the session user's) | none: a `container.json` there is not read | `resize.json`, the session user's |
+//! | container | `etc/quota.toml` (an older hook's container: `quota.toml`, [`layout::open_quota_dir`]), ours (the effective uid: root's in production), [`Dir::read_file`] | `container.json`, ours | `resize.json`, ours |
+//! | claim | `quota.toml`, ours, [`Dir::read_file`] | `claim.json`, ours | `resize.json`, ours |
+//! | session | `quota.toml`, its directory's owner's (the session user's) | none: a `container.json` there is not read | `resize.json`, the session user's |
 //!
 //! Every file is opened from the directory's descriptor without following
 //! a link or blocking on a FIFO, and read bounded. The memory segment is
@@ -43,6 +43,20 @@ use crate::layout::{
     self, CLAIMS_DIR, CONTAINER_RECORD, CONTAINERS_DIR, Layout, MEMORY_SEGMENT, QUOTA_FILE,
     RESIZE_RECORD, SEGMENT_DIR, SliceDir, SliceKind,
 };
+
+/// A slice's quota file, found: the directory it is in, opened without
+/// following a link, and its path as shown.
+#[derive(Debug)]
+pub struct QuotaFile {
+    /// The directory; the file is [`QUOTA_FILE`] in it.
+    pub dir: Dir,
+    /// The file's path, as shown.
+    pub shown: PathBuf,
+    /// Whether it is where an older OCI hook put a container's quota file
+    /// (mounted as a file: a resize does not reach the container's new
+    /// processes; see `layout`).
+    pub legacy: bool,
+}
 use crate::resize::{self, ResizeRecord};
 
 /// Whose uid an owner check of a session's files names.
@@ -259,9 +273,29 @@ impl Found {
         Some(id_of(&st))
     }
 
-    /// The identity of its quota file.
+    /// Where its quota file is ([`layout::open_quota_dir`]: a container's
+    /// in its quota directory, or where an older hook put it; a claim's or
+    /// a session's in its directory), the quota directory checked to be
+    /// the owner's its files must be.
+    pub fn quota_file(&self) -> Result<QuotaFile, String> {
+        let d = self.dir()?;
+        let q = layout::open_quota_dir(d, self.kind, Some(self.files_owner()?))?;
+        let shown = match self.paths.legacy_quota() {
+            Some(old) if q.legacy => old,
+            _ => self.paths.quota(),
+        };
+        Ok(QuotaFile {
+            dir: q.dir,
+            shown,
+            legacy: q.legacy,
+        })
+    }
+
+    /// The identity of its quota file (where [`Found::quota_file`] finds
+    /// it).
     pub fn quota_id(&self) -> Option<FileId> {
-        self.file_id(QUOTA_FILE)
+        let st = self.quota_file().ok()?.dir.stat(QUOTA_FILE).ok()?;
+        Some(id_of(&st))
     }
 
     /// The identity of its record (`container.json`, `claim.json`; None
@@ -280,18 +314,17 @@ impl Found {
     /// production: the hook and the plugin write them), a session's its
     /// directory's owner's; never followed, never blocking, bounded.
     pub fn quota(&self) -> Result<Config, String> {
-        let d = self.dir()?;
-        let shown = self.paths.quota();
+        let q = self.quota_file()?;
         match self.kind {
             SliceKind::Container | SliceKind::Claim => {
-                let text = d.read_file(QUOTA_FILE, config::MAX_FILE_BYTES)?;
-                config::parse_file(&shown, &text).map_err(|e| e.to_string())
+                let text = q.dir.read_file(QUOTA_FILE, config::MAX_FILE_BYTES)?;
+                config::parse_file(&q.shown, &text).map_err(|e| e.to_string())
             }
             SliceKind::Run => {
                 let uid = self
                     .owner()
                     .ok_or_else(|| named(self.paths.path(), "cannot stat it"))?;
-                container::read_quota(d.as_fd(), &shown, Some((uid, SESSION)))
+                container::read_quota(q.dir.as_fd(), &q.shown, Some((uid, SESSION)))
             }
         }
     }
@@ -312,9 +345,10 @@ impl Found {
     /// Its quota file's text, read as [`Found::quota`] reads it (what
     /// `cuslice resize` rewrites).
     pub fn quota_text(&self) -> Result<String, String> {
-        let d = self.dir()?;
+        let q = self.quota_file()?;
         let owner = self.files_owner()?;
-        d.read_checked(QUOTA_FILE, Some(owner), config::MAX_FILE_BYTES)
+        q.dir
+            .read_checked(QUOTA_FILE, Some(owner), config::MAX_FILE_BYTES)
     }
 
     /// The record of its last resize (`resize.json`), read as its quota
@@ -401,7 +435,7 @@ fn ours() -> (u32, &'static str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::layout::CLAIM_RECORD;
+    use crate::layout::{CLAIM_RECORD, QUOTA_DIR};
     use std::os::unix::fs::symlink;
 
     /// A test's directory, removed when the test ends.
@@ -447,9 +481,12 @@ mod tests {
     fn host(t: &Path) -> (Places, PathBuf) {
         let root = t.join("root");
         let base = t.join("base");
-        // The container, as the hook lays it out.
+        // The container, as the hook lays it out: its quota file in its
+        // quota directory.
         let c = root.join(CONTAINERS_DIR).join("c1");
         slice(&c, "web");
+        std::fs::create_dir(c.join(QUOTA_DIR)).expect("mkdir");
+        std::fs::rename(c.join(QUOTA_FILE), c.join(QUOTA_DIR).join(QUOTA_FILE)).expect("mv");
         std::fs::write(c.join(CONTAINER_RECORD), r#"{"id":"c1","name":"web-1"}"#).expect("rec");
         // Junk: a container directory that is a link to a slice elsewhere.
         slice(&t.join("elsewhere"), "planted");
@@ -501,6 +538,7 @@ mod tests {
         assert_eq!(c1.kind, SliceKind::Container);
         assert_eq!(c1.paths.path(), t.0.join("root/containers/c1"));
         assert_eq!(c1.quota().map(|q| q.tenant_name()), Ok("web".into()));
+        assert!(c1.quota_id().is_some());
         assert_eq!(
             c1.record().map(|r| r.and_then(|r| r.name)),
             Ok(Some("web-1".into()))
@@ -577,7 +615,8 @@ mod tests {
         let (places, base) = host(&t.0);
         let c = t.0.join("root/containers/c1");
         std::os::unix::fs::chown(c.join(CONTAINER_RECORD), Some(4242), None).expect("chown");
-        std::os::unix::fs::chown(c.join(QUOTA_FILE), Some(4242), None).expect("chown");
+        std::os::unix::fs::chown(c.join(QUOTA_DIR).join(QUOTA_FILE), Some(4242), None)
+            .expect("chown");
         let u = t.0.join("root/claims/uid-1");
         std::os::unix::fs::chown(u.join(CLAIM_RECORD), Some(4242), None).expect("chown");
         let found = places.containers();
@@ -609,6 +648,66 @@ mod tests {
             "{e}"
         );
         assert!(run(&base, OsStr::new(RUN), Path::new("/shown"), Some(4242)).is_ok());
+    }
+
+    /// A container's quota file is read, written (`quota_text`, what a
+    /// resize rewrites) and watched (`quota_id`) in its quota directory;
+    /// a container of an older hook, whose quota file is in its directory
+    /// itself, is read there and said to be one; a quota directory that
+    /// is a link is refused, not passed over for the older place.
+    #[test]
+    fn a_containers_quota_file_is_in_its_quota_directory_or_where_an_older_hook_put_it() {
+        let t = tmp("quota-dir");
+        let root = t.0.join("root");
+        let ctrs = root.join(CONTAINERS_DIR);
+        let places = Places::new(Layout::new(&root));
+        // As this hook lays it out, and as an older one did.
+        slice(&ctrs.join("new"), "older-copy");
+        std::fs::create_dir(ctrs.join("new").join(QUOTA_DIR)).expect("mkdir");
+        std::fs::write(
+            ctrs.join("new").join(QUOTA_DIR).join(QUOTA_FILE),
+            "tenant = \"web\"\n",
+        )
+        .expect("quota");
+        slice(&ctrs.join("old"), "legacy");
+        // A quota directory that is a link to another container's.
+        slice(&ctrs.join("planted"), "legacy-2");
+        symlink(
+            ctrs.join("new").join(QUOTA_DIR),
+            ctrs.join("planted").join(QUOTA_DIR),
+        )
+        .expect("link");
+        let found = places.containers();
+        let by = |id: &str| found.iter().find(|f| f.name == id).expect("listed");
+        let new = by("new").quota_file().expect("new");
+        assert!(!new.legacy);
+        assert_eq!(new.shown, ctrs.join("new").join(QUOTA_DIR).join(QUOTA_FILE));
+        assert_eq!(by("new").quota().map(|q| q.tenant_name()), Ok("web".into()));
+        assert_eq!(by("new").quota_text().as_deref(), Ok("tenant = \"web\"\n"));
+        let old = by("old").quota_file().expect("old");
+        assert!(old.legacy);
+        assert_eq!(old.shown, ctrs.join("old").join(QUOTA_FILE));
+        assert_eq!(
+            by("old").quota().map(|q| q.tenant_name()),
+            Ok("legacy".into())
+        );
+        // The identity follows the file a resize renames into place.
+        let before = by("new").quota_id().expect("id");
+        let q = by("new").quota_file().expect("new");
+        q.dir
+            .replace_file(QUOTA_FILE, b"tenant = \"web-2\"\n", 0o444)
+            .expect("replace");
+        assert_ne!(by("new").quota_id(), Some(before));
+        assert_eq!(
+            by("new").quota().map(|q| q.tenant_name()),
+            Ok("web-2".into())
+        );
+        let e = by("planted").quota().expect_err("a link");
+        assert!(
+            e.contains("planted/etc: expected a directory, got a symbolic link"),
+            "{e}"
+        );
+        assert!(by("planted").quota_id().is_none());
     }
 
     #[test]

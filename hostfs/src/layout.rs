@@ -6,10 +6,13 @@
 //! <root>                      the hook's --root, /run/cuslice (DEFAULT_ROOT); root's, 0700
 //!   gpu/<uuid>.seg            the host's per-GPU segments
 //!   containers/<id>/          one per container the hook gave a slice
-//!     quota.toml              its quota file (mounted at /etc/cuslice/quota.toml)
+//!     etc/quota.toml          its quota file, alone in its directory (the
+//!                             directory is mounted read-only at /etc/cuslice)
 //!     container.json          its record (ContainerMeta)
 //!     resize.json             the last `cuslice resize` of it (ResizeRecord)
 //!     segment/memory.seg      its memory segment (the directory is mounted)
+//!     (quota.toml             an older hook's container: its quota file,
+//!                             mounted as a file at /etc/cuslice/quota.toml)
 //!   claims/<uid>/             one per DRA ResourceClaim the plugin prepared
 //!     quota.toml  claim.json  segment/memory.seg  resize.json
 //!   ld.so.preload             what the hook mounts at /etc/ld.so.preload
@@ -28,6 +31,19 @@
 //! mount's source) and opens them through [`fs::Dir`]: from the root (a
 //! path the administrator chose, links on the way to it followed), every
 //! component below it is opened without following a link.
+//!
+//! A container's quota file has a directory of its own, and that
+//! directory is what the hook mounts: `cuslice resize` replaces the file
+//! by renaming a new one into place, and a bind mount of the file itself
+//! would keep showing the container the inode it was given (its new
+//! processes would read the old quota); through a mounted directory, the
+//! name leads to the current file. Nothing else is put there: the
+//! container sees the whole directory (the resize record, the container
+//! record and the segment directory stay in the container's directory,
+//! out of its sight). A container made by an older hook has its quota
+//! file at `containers/<id>/quota.toml`, mounted as a file: it is found
+//! there where `containers/<id>/etc` does not exist ([`open_quota_dir`]),
+//! and its processes see a resize only once it is recreated.
 
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
@@ -47,16 +63,22 @@ pub const CONTAINERS_DIR: &str = "containers";
 /// [`CLAIM_RECORD`] and its memory segment directory `segment/`, which the
 /// OCI hook mounts into every container of the claim.
 pub const CLAIMS_DIR: &str = "claims";
-/// A slice's quota file, in its directory.
+/// A slice's quota file, in its directory (a container's: in its quota
+/// directory, [`QUOTA_DIR`]).
 pub const QUOTA_FILE: &str = "quota.toml";
-/// The container record the hook writes next to a container's quota file.
+/// A container's quota directory, in its directory: it holds the quota
+/// file alone, and the OCI hook mounts it read-only at `/etc/cuslice` in
+/// the container (see the module documentation for why a directory).
+pub const QUOTA_DIR: &str = "etc";
+/// The container record the hook writes in a container's directory.
 pub const CONTAINER_RECORD: &str = "container.json";
-/// The DRA plugin's record of a claim beside its quota file: its
-/// namespace, name, UID and the pods it is reserved for (what `cuslice
-/// status` and `cuslice watch` name it by).
+/// The DRA plugin's record of a claim, in its directory beside its quota
+/// file: its namespace, name, UID and the pods it is reserved for (what
+/// `cuslice status` and `cuslice watch` name it by).
 pub const CLAIM_RECORD: &str = "claim.json";
-/// The record of the last `cuslice resize` of a slice, beside its quota
-/// file (`resize::ResizeRecord`).
+/// The record of the last `cuslice resize` of a slice, in its directory
+/// (`resize::ResizeRecord`; a container's beside its quota directory, out
+/// of the container's sight).
 pub const RESIZE_RECORD: &str = "resize.json";
 /// A slice's memory segment directory, in its directory.
 pub const SEGMENT_DIR: &str = "segment";
@@ -219,13 +241,25 @@ impl SliceKind {
         }
     }
 
-    /// Its record beside the quota file (`container.json`,
-    /// `claim.json`); None for a run directory.
+    /// Its record in its directory (`container.json`, `claim.json`);
+    /// None for a run directory.
     pub fn record(self) -> Option<&'static str> {
         match self {
             SliceKind::Container => Some(CONTAINER_RECORD),
             SliceKind::Claim => Some(CLAIM_RECORD),
             SliceKind::Run => None,
+        }
+    }
+
+    /// The directory its quota file has to itself, in its directory
+    /// ([`QUOTA_DIR`] for a container, whose quota directory is mounted);
+    /// None where the quota file is in the slice's directory itself (a
+    /// claim's, which the hook copies into each of its containers' quota
+    /// directories; a session's, read by its path).
+    pub fn quota_dir(self) -> Option<&'static str> {
+        match self {
+            SliceKind::Container => Some(QUOTA_DIR),
+            SliceKind::Claim | SliceKind::Run => None,
         }
     }
 }
@@ -264,9 +298,27 @@ impl SliceDir {
         &self.path
     }
 
-    /// `<dir>/quota.toml`.
+    /// The directory its quota file is in: `<dir>/etc` for a container
+    /// (mounted at `/etc/cuslice` in it), `<dir>` itself for a claim or a
+    /// session.
+    pub fn quota_dir(&self) -> PathBuf {
+        match self.kind.quota_dir() {
+            Some(d) => self.path.join(d),
+            None => self.path.clone(),
+        }
+    }
+
+    /// Its quota file: `<dir>/etc/quota.toml` for a container,
+    /// `<dir>/quota.toml` for a claim or a session.
     pub fn quota(&self) -> PathBuf {
-        self.path.join(QUOTA_FILE)
+        self.quota_dir().join(QUOTA_FILE)
+    }
+
+    /// Where an older OCI hook put a container's quota file (and mounted
+    /// it as a file): `<dir>/quota.toml`; None for a claim or a session,
+    /// whose quota file never moved.
+    pub fn legacy_quota(&self) -> Option<PathBuf> {
+        self.kind.quota_dir().map(|_| self.path.join(QUOTA_FILE))
     }
 
     /// `<dir>/container.json` or `<dir>/claim.json`; None for a run
@@ -289,6 +341,51 @@ impl SliceDir {
     pub fn memory_segment(&self) -> PathBuf {
         self.segment_dir().join(MEMORY_SEGMENT)
     }
+}
+
+/// The directory a slice's quota file is in, opened ([`open_quota_dir`]).
+#[derive(Debug)]
+pub struct QuotaDir {
+    /// The directory, opened without following a link: the quota file is
+    /// [`QUOTA_FILE`] in it.
+    pub dir: Dir,
+    /// Whether it is the container's own directory because an older hook
+    /// put the quota file there (and mounted the file itself: a resize
+    /// does not reach the container's new processes).
+    pub legacy: bool,
+}
+
+/// The directory holding the quota file of the slice of `kind` whose
+/// directory `slice` is (opened): for a container its quota directory
+/// [`QUOTA_DIR`], opened without following a link (checked to be
+/// `owner`'s where given) or, where there is none and a `quota.toml` is
+/// in `slice` (a container an older hook made), `slice` itself; for a
+/// claim or a session, `slice` itself. A quota directory that is a link
+/// or not a directory is an error, never a reason to look elsewhere;
+/// neither there is the error of the quota directory missing.
+pub fn open_quota_dir(
+    slice: &Dir,
+    kind: SliceKind,
+    owner: Option<(u32, &str)>,
+) -> Result<QuotaDir, String> {
+    let here = |legacy: bool| -> Result<QuotaDir, String> {
+        Ok(QuotaDir {
+            dir: slice.try_clone()?,
+            legacy,
+        })
+    };
+    let Some(name) = kind.quota_dir() else {
+        return here(false);
+    };
+    // Missing, and an older hook's quota file beside the record (`stat`
+    // describes a link there without following it: reading it refuses it).
+    if slice.stat(name).is_err_and(|e| e.not_found()) && slice.stat(QUOTA_FILE).is_ok() {
+        return here(true);
+    }
+    let dir = slice
+        .open_dir_checked(name, owner)
+        .map_err(|e| format!("{}: {e}", slice.join(name).display()))?;
+    Ok(QuotaDir { dir, legacy: false })
 }
 
 /// What every run directory's name starts with.
@@ -376,7 +473,16 @@ mod tests {
         let c = l.container("abc");
         assert_eq!(c.kind(), SliceKind::Container);
         assert_eq!(c.path(), Path::new("/r/containers/abc"));
-        assert_eq!(c.quota(), Path::new("/r/containers/abc/quota.toml"));
+        assert_eq!(c.quota_dir(), Path::new("/r/containers/abc/etc"));
+        assert_eq!(c.quota(), Path::new("/r/containers/abc/etc/quota.toml"));
+        assert_eq!(
+            c.legacy_quota().as_deref(),
+            Some(Path::new("/r/containers/abc/quota.toml"))
+        );
+        assert_eq!(
+            c.resize_record(),
+            Path::new("/r/containers/abc/resize.json")
+        );
         assert_eq!(
             c.record().as_deref(),
             Some(Path::new("/r/containers/abc/container.json"))
@@ -387,7 +493,9 @@ mod tests {
             Path::new("/r/containers/abc/segment/memory.seg")
         );
         let u = l.claim("uid-1");
+        assert_eq!(u.quota_dir(), Path::new("/r/claims/uid-1"));
         assert_eq!(u.quota(), Path::new("/r/claims/uid-1/quota.toml"));
+        assert_eq!(u.legacy_quota(), None);
         assert_eq!(
             u.record().as_deref(),
             Some(Path::new("/r/claims/uid-1/claim.json"))
@@ -398,6 +506,11 @@ mod tests {
         );
         let r = SliceDir::run("/tmp/cuslice-run-1-0123456789abcdef");
         assert_eq!(r.record(), None);
+        assert_eq!(
+            r.quota(),
+            Path::new("/tmp/cuslice-run-1-0123456789abcdef/quota.toml")
+        );
+        assert_eq!(r.legacy_quota(), None);
         assert_eq!(
             r.segment_dir(),
             Path::new("/tmp/cuslice-run-1-0123456789abcdef/segment")
@@ -441,6 +554,89 @@ mod tests {
             "{e}"
         );
         assert!(l.open_claim("../claims").is_err());
+        let _ = std::fs::remove_dir_all(&t);
+    }
+
+    /// A container's quota file is in its quota directory; where that is
+    /// missing and a `quota.toml` is in the container's directory (an
+    /// older hook's container), there; a quota directory that is a link
+    /// or a file is an error, never a reason to read the older place. A
+    /// claim's and a session's are in their directories.
+    #[test]
+    fn a_containers_quota_file_is_in_its_quota_directory_else_where_an_older_hook_put_it() {
+        let t = std::env::temp_dir().join(format!("cuslice-layout-quota-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&t);
+        let l = Layout::new(&t);
+        let ctr = |id: &str| t.join(CONTAINERS_DIR).join(id);
+        let opened = |id: &str| {
+            let d = l.open_container(id).expect("the container's directory");
+            open_quota_dir(&d, SliceKind::Container, None)
+        };
+        // As this hook lays it out; an older hook's quota file left beside
+        // it (a container recreated under the same id) is not the one.
+        std::fs::create_dir_all(ctr("new").join(QUOTA_DIR)).expect("mkdir");
+        std::fs::write(ctr("new").join(QUOTA_DIR).join(QUOTA_FILE), "new").expect("quota");
+        std::fs::write(ctr("new").join(QUOTA_FILE), "old").expect("quota");
+        let q = opened("new").expect("the quota directory");
+        assert!(!q.legacy);
+        assert_eq!(q.dir.path(), l.container("new").quota_dir());
+        assert_eq!(q.dir.read_file(QUOTA_FILE, 16).expect("read"), "new");
+        // As an older hook laid it out.
+        std::fs::create_dir_all(ctr("old")).expect("mkdir");
+        std::fs::write(ctr("old").join(QUOTA_FILE), "old").expect("quota");
+        let q = opened("old").expect("the container's directory");
+        assert!(q.legacy);
+        assert_eq!(q.dir.path(), l.container("old").path());
+        assert_eq!(q.dir.read_file(QUOTA_FILE, 16).expect("read"), "old");
+        // An older hook's quota file that is a link: found there, and
+        // refused when read.
+        std::fs::create_dir_all(ctr("oldlink")).expect("mkdir");
+        std::os::unix::fs::symlink(ctr("old").join(QUOTA_FILE), ctr("oldlink").join(QUOTA_FILE))
+            .expect("link");
+        let q = opened("oldlink").expect("the container's directory");
+        assert!(q.legacy && q.dir.read_file(QUOTA_FILE, 16).is_err());
+        // The quota directory a link (to a container's that holds one), or
+        // a file: an error naming it, not the older place.
+        for (id, what) in [("link", "a symbolic link"), ("file", "a regular file")] {
+            std::fs::create_dir_all(ctr(id)).expect("mkdir");
+            std::fs::write(ctr(id).join(QUOTA_FILE), "old").expect("quota");
+            match id {
+                "link" => {
+                    std::os::unix::fs::symlink(ctr("new").join(QUOTA_DIR), ctr(id).join(QUOTA_DIR))
+                        .expect("link")
+                }
+                _ => std::fs::write(ctr(id).join(QUOTA_DIR), "x").expect("file"),
+            }
+            let e = opened(id).expect_err("not a directory");
+            assert_eq!(
+                e,
+                format!(
+                    "{}: expected a directory, got {what}",
+                    ctr(id).join(QUOTA_DIR).display()
+                )
+            );
+        }
+        // Neither: the quota directory is missing.
+        std::fs::create_dir_all(ctr("none")).expect("mkdir");
+        let e = opened("none").expect_err("no quota file");
+        assert!(
+            e.starts_with(&format!("{}: ", ctr("none").join(QUOTA_DIR).display())),
+            "{e}"
+        );
+        // Owned by another user than the one required.
+        let e = open_quota_dir(
+            &l.open_container("new").expect("dir"),
+            SliceKind::Container,
+            Some((crate::sys::euid() + 1, "the test's")),
+        )
+        .expect_err("another user's");
+        assert!(e.contains("not by the test's uid"), "{e}");
+        // A claim's: its directory itself, whatever is in it.
+        std::fs::create_dir_all(t.join(CLAIMS_DIR).join("uid-1").join(QUOTA_DIR)).expect("mkdir");
+        let d = l.open_claim("uid-1").expect("claim");
+        let q = open_quota_dir(&d, SliceKind::Claim, None).expect("claim");
+        assert!(!q.legacy);
+        assert_eq!(q.dir.path(), l.claim("uid-1").path());
         let _ = std::fs::remove_dir_all(&t);
     }
 

@@ -15,12 +15,13 @@
 //!   the root's descriptor without following links (the OCI hook), and the
 //!   container user's access to them.
 //! - [`layout`]: where the host's files are, as types: the hook's root
-//!   (`/run/cuslice`) with its containers, claims, GPU segments, lock and
-//!   preload file, the watch's directory, and the run directories of
+//!   (`/run/cuslice`) with its containers (a container's quota file in a
+//!   directory of its own, the one mounted into it), claims, GPU segments,
+//!   lock and preload file, the watch's directory, and the run directories of
 //!   `cuslice run` sessions (their base and names).
 //! - [`run_dir`]: a `cuslice run` session's directory, made exclusively
 //!   under an unpredictable name and removed without following links.
-//! - [`container`]: the records beside a slice's quota file: a container's
+//! - [`container`]: the records in a slice's directory: a container's
 //!   (`container.json`, the OCI hook's) and a DRA claim's (`claim.json`,
 //!   the plugin's); a slice's directory read (quota file and records), and
 //!   a recorded container named, alike for `status` and the watch.
@@ -28,8 +29,8 @@
 //!   `cuslice run` sessions) found and their directories read, one rule
 //!   per kind of slice for whose files are read: what `cuslice status` and
 //!   `cuslice watch` both see.
-//! - [`resize`]: the record of a live resize (`resize.json` beside a
-//!   slice's quota file), which `cuslice resize` writes and `cuslice
+//! - [`resize`]: the record of a live resize (`resize.json` in a slice's
+//!   directory), which `cuslice resize` writes and `cuslice
 //!   watch` and `cuslice status` read: what changed, when, and the grace a
 //!   tenant over a lowered memory quota is given.
 //! - [`cdi`]: the CDI specs root writes for the container runtimes (the

@@ -1,5 +1,7 @@
-//! The record of a live resize (`cuslice resize`): `resize.json` beside a
-//! slice's quota file ([`RESIZE_RECORD`]), written by the resize before the
+//! The record of a live resize (`cuslice resize`): `resize.json` in a
+//! slice's directory ([`RESIZE_RECORD`]; a container's beside its quota
+//! directory, not in it: the container does not see it), written by the
+//! resize before the
 //! quota file itself, read by `cuslice watch` (the grace it gives a tenant
 //! over a memory quota the resize lowered) and `cuslice status` (the grace
 //! left). Whose file it is follows the slice's quota file: root's under
@@ -11,7 +13,7 @@
 //! else rewrites the file (the DRA plugin preparing its claim again, a
 //! later resize that failed halfway), the record is stale and grants no
 //! grace. That is also why it is written first: a watch that sees the new
-//! quota file always finds its record beside it.
+//! quota file always finds its record with it.
 
 use serde::{Deserialize, Serialize};
 

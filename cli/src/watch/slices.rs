@@ -59,8 +59,11 @@
 //! A slice's quota file is read again when it changes (a container's or a
 //! session's as a claim's always was), so that a resize (`cuslice
 //! resize`) is what the watch holds the slice to and restores its
-//! segment from; the record of the last resize (`resize.json` beside
-//! the file, read by the same rule) is read with it.
+//! segment from; the record of the last resize (`resize.json` in the
+//! slice's directory, read by the same rule) is read with it. A
+//! container's quota file is in its quota directory (`etc/`, mounted at
+//! `/etc/cuslice` in it), or, for a container an older hook made, beside
+//! its record: `host::layout::open_quota_dir`, through the discovery.
 //!
 //! The answer for a PID is cached under (PID, start time), so a pass reads
 //! `/proc/<pid>/stat` once per process NVML lists, and the rest only for a
@@ -130,8 +133,8 @@ pub struct Slice {
     pub label: String,
     /// Its quota file, parsed (None: unreadable; see the note).
     pub quota: Option<Config>,
-    /// The record of its last resize (`resize.json` beside the quota
-    /// file), read with it; the judge gives it weight only while it holds
+    /// The record of its last resize (`resize.json` in its directory),
+    /// read with its quota file; the judge gives it weight only while it holds
     /// for the file (`ResizeRecord::applies_to`).
     pub resize: Option<ResizeRecord>,
     /// A session's quota file as it was read: where (its base as reached
@@ -1816,6 +1819,51 @@ pub mod tests {
             s.notes[n]
         );
         let _ = std::fs::remove_dir_all(&root);
+    }
+
+    /// A container's quota file in its quota directory (as the hook lays
+    /// it out now) and one where an older hook put it are both read, and
+    /// read again when a resize renames a new one into place.
+    #[test]
+    fn a_containers_quota_file_is_read_again_when_resized_in_its_quota_directory_or_an_older_hooks_place()
+     {
+        let root = tmp("quota-dir");
+        let meta = |id: &str, ns: u64| serde_json::json!({"id": id, "pid_ns": ns, "init_pid": 10, "init_start": 5});
+        // An older hook's: the quota file beside the record.
+        container(&root, "old", meta("old", 111), QUOTA);
+        // This hook's: in the quota directory (the older place left empty).
+        container(&root, "new", meta("new", 222), QUOTA);
+        let d = root.join("containers/new");
+        std::fs::create_dir(d.join("etc")).expect("mkdir");
+        std::fs::rename(d.join("quota.toml"), d.join("etc/quota.toml")).expect("mv");
+        let mut fp = FakeProc::default();
+        fp.procs.insert(10, p(1, 5, &[111, HOST], "/", "sh", &[]));
+        let mut s = Slices::new(&root, Some(HOST));
+        s.refresh(&fp);
+        assert!(s.notes.is_empty(), "{:?}", s.notes);
+        let memory = |s: &Slices, id: &str| {
+            s.containers
+                .get(id)
+                .and_then(|c| c.quota.as_ref())
+                .and_then(|q| q.all.memory)
+        };
+        assert_eq!(memory(&s, "old"), Some(1 << 30));
+        assert_eq!(memory(&s, "new"), Some(1 << 30));
+        // Resized: a new file renamed into place, in each's place.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let resized = QUOTA.replace("1GiB", "2GiB");
+        for q in [
+            d.join("etc/quota.toml"),
+            root.join("containers/old/quota.toml"),
+        ] {
+            let tmp = q.with_extension("new");
+            std::fs::write(&tmp, &resized).expect("write");
+            std::fs::rename(&tmp, &q).expect("rename");
+        }
+        s.refresh(&fp);
+        assert_eq!(memory(&s, "old"), Some(2 << 30));
+        assert_eq!(memory(&s, "new"), Some(2 << 30));
+        assert!(s.notes.is_empty(), "{:?}", s.notes);
     }
 
     #[test]

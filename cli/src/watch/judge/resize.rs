@@ -1,5 +1,5 @@
 //! Resize: a slice over a memory quota its last resize lowered (`cuslice
-//! resize`, its record `resize.json` beside the quota file) is, on the
+//! resize`, its record `resize.json` in the slice's directory) is, on the
 //! GPUs whose quota that resize lowered, given the resize's grace: within
 //! it the finding stands without being acted on (the shim already refuses
 //! every new allocation above the quota, and the tenant may be giving
