@@ -8,7 +8,7 @@
 //!   returns to service and the operator's clear.
 //! - [`probe`]: NVML's answers as the judge's inputs (the liveness query,
 //!   the memory checks, an event), and one look at a GPU.
-//! - [`file`]: what the health source publishes (`<root>/health/state.json`),
+//! - [`file`](mod@file): what the health source publishes (`<root>/health/state.json`),
 //!   its lock, and the operators' clears.
 //! - [`source`]: the health source of a long-running process: a thread
 //!   asleep in NVML's event wait, the GPUs asked now and then, changes
