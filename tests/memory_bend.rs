@@ -138,6 +138,44 @@ fn a_tenant_bursts_past_its_guarantee_only_into_memory_nobody_is_guaranteed() {
     a_holder.free();
 }
 
+/// A tenant whose process ends keeps its guarantee in the GPU's pool for
+/// a while (a restart: a crash loop, a reload, a job script's next step):
+/// another tenant bursting right after is held to the memory nobody is
+/// guaranteed, and the tenant's next process reaches its whole guarantee
+/// at once.
+#[test]
+fn a_restarting_tenant_finds_its_guarantee_kept_from_the_others_bursts() {
+    let host = Host::new("bend", "linger").context_overhead("1MiB");
+    let a = host.quota("a", "", "memory = \"512MiB\"");
+    let b = host.quota("b", "", "memory = \"256MiB\"\nmemory_max = \"1GiB\"");
+    // A's process uses its guarantee and ends.
+    let (r, err) = alloc(&host, &a, 500 * MIB);
+    assert_eq!(r, 0, "{err}");
+    // Right after, B asks for 700 MiB: 445 past its guarantee (with its
+    // context), of which only 256 are nobody's while A's 512 are kept.
+    let (r, err) = alloc(&host, &b, 700 * MIB);
+    assert_eq!(
+        r, 2,
+        "B took memory A is guaranteed, A between two processes: {err}"
+    );
+    assert!(err.contains("no tenant is guaranteed"), "{err}");
+    let path = cuslice_core::pool::path(&host.gpu_dir(), &common::FAKE_UUID);
+    let pool = cuslice_core::pool::Pool::open_read_only(&path).expect("the GPU's pool");
+    let entries = pool.entries();
+    assert!(
+        entries.iter().any(|e| e.name == "a"
+            && e.procs == 0
+            && e.guarantee == 512 * MIB
+            && e.lingering_since.is_some()),
+        "A's entry does not linger: {entries:?}"
+    );
+    // B takes what is nobody's, and holds it.
+    let _b = Holder::new(&host, &b, 500 * MIB);
+    // A's next process: its whole guarantee (511 MiB and its context).
+    let (r, err) = alloc(&host, &a, 511 * MIB);
+    assert_eq!(r, 0, "A, back, could not reach its guarantee: {err}");
+}
+
 #[test]
 fn an_allocation_waits_for_a_free_and_goes_on() {
     let host = Host::new("bend", "wait").context_overhead("1MiB");

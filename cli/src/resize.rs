@@ -677,9 +677,10 @@ fn shown_guarantee(g: u64, limit: u64) -> String {
 
 /// Writes the slice's new guarantee and most into its entry in the GPU
 /// `uuid`'s memory pool in `gpu_dir` (no entry: none of its processes
-/// uses that GPU; they join with the new values). Use past a lowered
-/// guarantee becomes burst there at once, whether the pool had room or
-/// not: the operator's resize is what the host goes by.
+/// uses that GPU; they join with the new values; an entry lingering after
+/// its last process keeps the new guarantee for the rest of its linger).
+/// Use past a lowered guarantee becomes burst there at once, whether the
+/// pool had room or not: the operator's resize is what the host goes by.
 fn write_pool(
     gpu_dir: &Path,
     new: &Config,
@@ -714,7 +715,13 @@ fn write_pool(
     let e = pool.entry(v.index).expect("a listed entry");
     e.guarantee.store(g, Ordering::Release);
     e.max.store(limit, Ordering::Release);
-    let need = used.saturating_sub(g);
+    // A lingering entry (no process) holds no burst: its memory went with
+    // its processes, whatever the segment still counts of them.
+    let need = if v.procs == 0 {
+        0
+    } else {
+        used.saturating_sub(g)
+    };
     let _ = e
         .burst
         .fetch_update(Ordering::AcqRel, Ordering::Acquire, |b| {

@@ -22,13 +22,27 @@
 //! needs memory back from anyone. Burst only grows under the lock (checked
 //! against the sum), and shrinks anywhere (a free, a dead process swept).
 //!
-//! An entry lives while a process of its tenant does: each process holds an
-//! OFD lock on its process slot's byte, and an entry with no live process
-//! is swept (its guarantee and burst leave the sum). Allocations waiting
-//! for memory (`memory_wait`) sleep on the wake-up word (a futex on the
-//! shared file) instead of polling: every free of every tenant on the GPU
-//! bumps it and wakes them, but only while the head's waiter count is
-//! above 0 (a fence and a load otherwise, see [`Pool::freed`]).
+//! An entry lives while a process of its tenant does, and lingers
+//! [`LINGER_NS`] after its last one is gone: each process holds an OFD lock
+//! on its process slot's byte; a sweep (at a join, or a reservation short
+//! of room: sweeps are lazy, under the file's lock, never on the
+//! allocation path) that finds an entry with no live process releases its
+//! burst at once (that memory went with the process) and stamps when
+//! ([`Entry::lingering_since`], CLOCK_MONOTONIC: host wide, the clock of
+//! the GPU segment); its guarantee stays in the sum, so that a process of
+//! the tenant that restarts (a crash loop, a reload, a job's next step)
+//! finds it whole instead of lent to another tenant's burst meanwhile. A
+//! process of the tenant joining within the linger takes the same entry
+//! back; a sweep after it frees the entry (its guarantee leaves the sum).
+//! Observers see a lingering entry with no process ([`EntryView::procs`]
+//! 0), its guarantee counted in [`Pool::room`] as a live one's. Where every
+//! entry is taken, a joining tenant takes the one that lingered longest.
+//!
+//! Allocations waiting for memory (`memory_wait`) sleep on the wake-up word
+//! (a futex on the shared file) instead of polling: every free of every
+//! tenant on the GPU bumps it and wakes them, but only while the head's
+//! waiter count is above 0 (a fence and a load otherwise, see
+//! [`Pool::freed`]).
 //!
 //! A waiter counts itself twice: in the head (what frees read) and in its
 //! process's slot (`Proc::waiting`), so that a process killed while it
@@ -52,6 +66,17 @@ const KEY_WORDS: usize = 8;
 
 const EMPTY: u32 = 0;
 const READY: u32 = 2;
+
+/// How long a tenant's entry keeps its guarantee in the pool once its last
+/// process is gone, before a sweep frees it. A process of a crash loop, a
+/// server's reload, a job script's next step comes back within seconds;
+/// without the linger, another tenant's burst could take its guarantee in
+/// between, and the tenant, back, would find it held by a borrower. A
+/// minute covers such restarts with room to spare (an image pulled again,
+/// a slow start of an interpreter) and costs little: a guarantee kept only
+/// delays bursts into it (what the others may borrow), never takes from
+/// another tenant's guarantee.
+pub const LINGER_NS: u64 = 60_000_000_000;
 
 #[repr(C, align(64))]
 pub struct Head {
@@ -77,6 +102,15 @@ pub struct Entry {
     pub burst: AtomicU64,
     /// The most it may use (`memory_max`; display and the watch's check).
     pub max: AtomicU64,
+    /// When the entry lost its last process (ns, CLOCK_MONOTONIC as the
+    /// sweep that found it so read it; 0: it has one, or no sweep has
+    /// looked since it lost it): it lingers, its guarantee kept, until
+    /// [`LINGER_NS`] after this. In what was padding: the layout and its
+    /// version are unchanged; an older library's sweep ignores it and
+    /// frees such an entry at once (its guarantee with it, as before), and
+    /// an older library's join that takes the entry back leaves it set,
+    /// which the next sweep of this one clears (the entry has a process).
+    pub lingering_since: AtomicU64,
 }
 
 #[repr(C, align(16))]
@@ -153,8 +187,13 @@ pub struct EntryView {
     pub guarantee: u64,
     pub burst: u64,
     pub max: u64,
-    /// Live processes of the tenant in the pool.
+    /// Processes of the tenant in the pool (slots in use: a process dead
+    /// since the last sweep still counts). 0: the entry lingers, or will
+    /// at the next sweep ([`LINGER_NS`]), its guarantee still counted.
     pub procs: u32,
+    /// When its linger started (CLOCK_MONOTONIC ns), where a sweep found
+    /// it without a process.
+    pub lingering_since: Option<u64>,
 }
 
 impl Pool {
@@ -232,6 +271,8 @@ impl Pool {
             }
             let mut free = None;
             let mut found = None;
+            // The entry that has lingered longest (its start, index).
+            let mut oldest: Option<(u64, usize)> = None;
             for i in 0..MAX_ENTRIES {
                 let Some(e) = self.entry(i) else { break };
                 match e.state.load(Ordering::Acquire) {
@@ -239,15 +280,28 @@ impl Pool {
                         found = Some(i);
                         break;
                     }
-                    READY => {}
+                    READY => {
+                        let since = e.lingering_since.load(Ordering::Acquire);
+                        if since != 0 && oldest.is_none_or(|(t, _)| since < t) {
+                            oldest = Some((since, i));
+                        }
+                    }
                     _ if free.is_none() => free = Some(i),
                     _ => {}
                 }
             }
+            // Every entry taken: one that only lingers gives way to a
+            // tenant with a process (its guarantee leaves the pool, as it
+            // did at once before the linger), so the linger never shuts a
+            // tenant out of the pool.
+            let free = free.or(oldest.map(|(_, i)| i));
             let i = match (found, free) {
                 (Some(i), _) => i,
                 (None, Some(i)) => {
                     let e = self.entry(i).expect("in bounds");
+                    // (A lingering entry given way is READY: readers skip
+                    // it while its key is rewritten.)
+                    e.state.store(EMPTY, Ordering::Release);
                     for (w, k) in e.key.iter().zip(key) {
                         w.store(k, Ordering::Relaxed);
                     }
@@ -263,6 +317,9 @@ impl Pool {
                 }
             };
             let e = self.entry(i).expect("in bounds");
+            // Its process is back (or it is new): no longer lingering, the
+            // same entry and guarantee, counted once.
+            e.lingering_since.store(0, Ordering::Release);
             e.guarantee.store(guarantee, Ordering::Release);
             e.max.store(max, Ordering::Release);
             let slot = self.shm.claim_first(MAX_PROCS, "pool process slot", |s| {
@@ -306,9 +363,20 @@ impl Pool {
         }
     }
 
-    /// Frees the slots of dead processes and the entries no live process
-    /// holds; how many of either. Under the file's lock.
+    /// Frees the slots of dead processes; starts the linger of the entries
+    /// that lost their last process (their burst released: the memory was
+    /// freed with the process) and frees those whose linger is over. How
+    /// many slots and entries it freed or released a burst of. Under the
+    /// file's lock.
     fn sweep_locked(&self) -> usize {
+        self.sweep_locked_at(crate::gpu::monotonic_ns())
+    }
+
+    /// [`sweep_locked`](Self::sweep_locked) at `now` (CLOCK_MONOTONIC ns,
+    /// read under the lock: a linger's start, stamped under it too, is
+    /// never after it, unless stamped in another time namespace or by a
+    /// tenant writing the file; see [`linger_over`]).
+    fn sweep_locked_at(&self, now: u64) -> usize {
         let in_use = |s: usize| {
             self.proc_slot(s)
                 .is_some_and(|p| p.state.load(Ordering::Acquire) != EMPTY)
@@ -316,31 +384,65 @@ impl Pool {
         let swept = self
             .shm
             .sweep_dead(MAX_PROCS, in_use, |s| self.free_proc(s));
-        let mut live = [0u32; MAX_ENTRIES];
-        for s in 0..MAX_PROCS {
-            if let Some(p) = self.proc_slot(s)
-                && p.state.load(Ordering::Acquire) != EMPTY
-                && let Some(n) = live.get_mut(p.entry.load(Ordering::Relaxed) as usize)
-            {
-                *n += 1;
-            }
-        }
-        let mut gone = 0;
+        let live = self.procs_per_entry();
+        let mut changed = 0;
         for (i, n) in live.iter().enumerate() {
-            if let Some(e) = self.entry(i)
-                && *n == 0
-                && e.state.load(Ordering::Acquire) != EMPTY
-            {
+            let Some(e) = self.entry(i) else { break };
+            let state = e.state.load(Ordering::Acquire);
+            if state == EMPTY {
+                continue;
+            }
+            if *n > 0 {
+                if e.lingering_since.load(Ordering::Acquire) != 0 {
+                    e.lingering_since.store(0, Ordering::Release);
+                }
+                continue;
+            }
+            let since = e.lingering_since.load(Ordering::Acquire);
+            if state != READY || (since != 0 && linger_over(since, now)) {
                 e.state.store(EMPTY, Ordering::Release);
                 e.burst.store(0, Ordering::Release);
                 e.guarantee.store(0, Ordering::Release);
-                gone += 1;
+                e.lingering_since.store(0, Ordering::Release);
+                changed += 1;
+                continue;
+            }
+            if since == 0 {
+                // 0 means "has a process": a clock at 0 never stamps it.
+                e.lingering_since.store(now.max(1), Ordering::Release);
+            }
+            // No process holds memory under it: its burst goes back now,
+            // and whatever wrote one since (a resize, a tenant) too.
+            if e.burst.swap(0, Ordering::AcqRel) != 0 {
+                changed += 1;
             }
         }
-        if swept + gone > 0 {
+        if swept + changed > 0 {
             self.freed();
         }
-        swept + gone
+        swept + changed
+    }
+
+    /// Per entry, how many process slots are in use under it (after a
+    /// sweep: live processes).
+    fn procs_per_entry(&self) -> [u32; MAX_ENTRIES] {
+        let mut n = [0u32; MAX_ENTRIES];
+        for s in 0..MAX_PROCS {
+            if let Some(p) = self.proc_slot(s)
+                && p.state.load(Ordering::Acquire) != EMPTY
+                && let Some(c) = n.get_mut(p.entry.load(Ordering::Relaxed) as usize)
+            {
+                *c += 1;
+            }
+        }
+        n
+    }
+
+    /// A sweep at `now`, under the lock: a linger's end without waiting
+    /// for it.
+    #[cfg(test)]
+    fn sweep_at(&self, now: u64) -> usize {
+        self.shm.with_flock(|| self.sweep_locked_at(now))
     }
 
     /// What live entries have taken together: guarantees and bursts.
@@ -372,6 +474,8 @@ impl Pool {
         };
         self.shm.with_flock(|| {
             let mut room = self.room();
+            // Short of room: dead processes' bursts and the entries whose
+            // linger is over may give it.
             if room < bytes && self.sweep_locked() > 0 {
                 room = self.room();
             }
@@ -434,17 +538,10 @@ impl Pool {
         })
     }
 
-    /// Live entries, for observers.
+    /// The entries in the pool, lingering ones among them (`procs` 0: their
+    /// guarantee is still counted), for observers.
     pub fn entries(&self) -> Vec<EntryView> {
-        let mut procs = [0u32; MAX_ENTRIES];
-        for s in 0..MAX_PROCS {
-            if let Some(p) = self.proc_slot(s)
-                && p.state.load(Ordering::Acquire) != EMPTY
-                && let Some(n) = procs.get_mut(p.entry.load(Ordering::Relaxed) as usize)
-            {
-                *n += 1;
-            }
-        }
+        let procs = self.procs_per_entry();
         (0..MAX_ENTRIES)
             .filter_map(|i| self.entry(i).map(|e| (i, e)))
             .filter(|(_, e)| e.state.load(Ordering::Acquire) == READY)
@@ -458,6 +555,10 @@ impl Pool {
                     burst: e.burst.load(Ordering::Acquire),
                     max: e.max.load(Ordering::Acquire),
                     procs: procs[i],
+                    lingering_since: match e.lingering_since.load(Ordering::Acquire) {
+                        0 => None,
+                        t => Some(t),
+                    },
                 }
             })
             .collect()
@@ -523,6 +624,15 @@ impl Drop for Waiting<'_> {
             sub_saturating(&self.pool.head().waiters, 1);
         }
     }
+}
+
+/// Whether a linger that started at `since` is over at `now`. A start
+/// after `now` is over too: stamped with another clock (a file kept across
+/// a reboot, a sweeper in a time namespace of its own) or written by a
+/// tenant, it could otherwise keep a guarantee for ever; a linger is only
+/// ever cut short this way, never drawn out.
+fn linger_over(since: u64, now: u64) -> bool {
+    since > now || now - since >= LINGER_NS
 }
 
 /// `a -= n`, stopping at 0.
@@ -659,7 +769,8 @@ mod tests {
     }
 
     /// A burst is given back as the tenant frees, and a tenant whose
-    /// processes are all gone leaves the pool (its guarantee too).
+    /// processes are all gone leaves the pool (its guarantee too) once its
+    /// linger is over.
     #[test]
     fn a_burst_is_given_back_as_it_is_freed_and_a_gone_tenant_leaves_the_pool() {
         let dir = TestDir::new("pool", "giveback");
@@ -685,7 +796,7 @@ mod tests {
             "back to its guarantee: no burst held"
         );
         // A third tenant joins (128 MiB guaranteed) and its process ends:
-        // its guarantee goes back to the pool at the next reservation.
+        // its guarantee lingers, then goes back to the pool.
         let c: &'static Pool = Box::leak(Box::new(Pool::open_or_create(&pool_path).expect("c")));
         let (_, cs) = c
             .join("t9", 0, 128 * MIB, 128 * MIB, 1024 * MIB, 9)
@@ -694,9 +805,19 @@ mod tests {
         assert_eq!(pool.entries().len(), 3);
         c.leave(cs);
         // A holds 100 MiB: 356 more need 200 MiB of burst, which only fits
-        // once the gone tenant's guarantee is back.
-        assert_eq!(seg.admit_or_burst(*d, *slot, 356 * MIB).0, Admit::Granted);
+        // once the gone tenant's guarantee is back: not within its linger.
+        let (r, room) = seg.admit_or_burst(*d, *slot, 356 * MIB);
+        assert_eq!((r, room), (Admit::Burst { short: 200 * MIB }, 128 * MIB));
+        assert_eq!(pool.entries().len(), 3, "{:?}", pool.entries());
+        let since = pool
+            .entries()
+            .iter()
+            .find(|e| e.name == "t9")
+            .and_then(|e| e.lingering_since)
+            .expect("t9 lingers");
+        pool.sweep_at(since + LINGER_NS);
         assert_eq!(pool.entries().len(), 2);
+        assert_eq!(seg.admit_or_burst(*d, *slot, 356 * MIB).0, Admit::Granted);
         assert_eq!(pool.room(), 56 * MIB);
         let _ = b;
     }
@@ -767,7 +888,13 @@ mod tests {
         );
         // A reservation short of room sweeps the dead process's slot.
         assert!(pool.reserve(entry, 2048 * MIB).is_err());
-        assert_eq!(pool.entries().len(), 1, "the dead tenant was swept");
+        let dead: Vec<u32> = pool
+            .entries()
+            .iter()
+            .filter(|e| e.name == "dead")
+            .map(|e| e.procs)
+            .collect();
+        assert_eq!(dead, [0], "the dead tenant's slot was swept (it lingers)");
         assert_eq!(
             h.waiters.load(Ordering::Acquire),
             1,
@@ -851,5 +978,117 @@ mod tests {
                 .load(Ordering::Acquire),
             0
         );
+    }
+
+    fn view(p: &Pool, name: &str) -> Option<EntryView> {
+        p.entries().into_iter().find(|e| e.name == name)
+    }
+
+    /// A tenant whose last process died keeps its guarantee in the pool
+    /// for the linger (what bursts may take leaves it out), its burst
+    /// released at once; its next process takes the same entry back,
+    /// counted once; a sweep after the linger frees it.
+    #[test]
+    fn a_gone_tenants_guarantee_lingers_and_its_next_process_takes_it_back() {
+        let dir = TestDir::new("pool", "linger");
+        let pool_path = path(dir.path(), &UUID);
+        let b = Pool::open_or_create(&pool_path).expect("b");
+        let (eb, _) = b
+            .join("b", 0, 256 * MIB, 1024 * MIB, 1024 * MIB, 2)
+            .expect("join b");
+        // A: 512 MiB guaranteed; its process bursts 100 MiB and dies (its
+        // descriptor closed: its slot's lock goes with it, as at a death).
+        let a = Pool::open_or_create(&pool_path).expect("a");
+        let (ea, _) = a
+            .join("a", 0, 512 * MIB, 1024 * MIB, 1024 * MIB, 1)
+            .expect("join a");
+        a.reserve(ea, 100 * MIB).expect("a's burst");
+        assert_eq!(b.room(), 156 * MIB);
+        drop(a);
+        // B, short of room, sweeps: A's burst comes back, its guarantee
+        // does not.
+        assert_eq!(b.reserve(eb, 300 * MIB), Err(256 * MIB));
+        let va = view(&b, "a").expect("a lingers");
+        assert_eq!((va.procs, va.guarantee, va.burst), (0, 512 * MIB, 0));
+        let since = va.lingering_since.expect("its linger's start");
+        assert_eq!(b.reserve(eb, 256 * MIB), Ok(()));
+        assert_eq!(b.room(), 0);
+        // Within the linger, a sweep keeps it.
+        b.sweep_at(since + LINGER_NS - 1);
+        assert_eq!(b.committed(), 1024 * MIB);
+        // A's next process: the same entry, its guarantee counted once.
+        let a2 = Pool::open_or_create(&pool_path).expect("a2");
+        let (ea2, _) = a2
+            .join("a", 0, 512 * MIB, 1024 * MIB, 1024 * MIB, 3)
+            .expect("join a again");
+        assert_eq!(ea2, ea);
+        assert_eq!(b.entries().len(), 2);
+        assert_eq!(b.committed(), 1024 * MIB);
+        let va = view(&b, "a").expect("a");
+        assert_eq!((va.procs, va.lingering_since), (1, None));
+        // Gone again: a sweep after the linger frees it.
+        drop(a2);
+        b.sweep_at(crate::gpu::monotonic_ns());
+        let since = view(&b, "a")
+            .and_then(|v| v.lingering_since)
+            .expect("a lingers again");
+        b.sweep_at(since + LINGER_NS - 1);
+        assert!(view(&b, "a").is_some(), "freed before its linger was over");
+        b.sweep_at(since + LINGER_NS);
+        assert_eq!(view(&b, "a"), None);
+        assert_eq!(b.room(), 512 * MIB);
+        // A start after the sweeper's clock (another clock's stamp, or a
+        // tenant's) ends the linger at once rather than never.
+        let c = Pool::open_or_create(&pool_path).expect("c");
+        c.join("c", 0, 64 * MIB, 64 * MIB, 1024 * MIB, 4)
+            .expect("join c");
+        drop(c);
+        let now = crate::gpu::monotonic_ns();
+        b.sweep_at(now);
+        assert!(view(&b, "c").is_some_and(|v| v.lingering_since == Some(now)));
+        b.sweep_at(now - 1);
+        assert_eq!(view(&b, "c"), None);
+    }
+
+    /// With every entry taken, a new tenant's process takes the entry that
+    /// lingered longest: the linger never shuts a tenant out of the pool.
+    #[test]
+    fn a_lingering_entry_gives_way_when_every_entry_is_taken() {
+        let dir = TestDir::new("pool", "full");
+        let pool_path = path(dir.path(), &UUID);
+        let open = || Pool::open_or_create(&pool_path).expect("pool");
+        let mut live = Vec::new();
+        for i in 0..MAX_ENTRIES - 2 {
+            let p = open();
+            p.join(&format!("live{i}"), 0, MIB, MIB, 1024 * MIB, 1)
+                .expect("join");
+            live.push(p);
+        }
+        for name in ["old", "young"] {
+            let p = open();
+            p.join(name, 0, MIB, MIB, 1024 * MIB, 1).expect("join");
+            drop(p);
+            live[0].sweep_at(crate::gpu::monotonic_ns());
+        }
+        assert_eq!(live[0].entries().len(), MAX_ENTRIES);
+        let new = open();
+        new.join("new", 0, MIB, MIB, 1024 * MIB, 1)
+            .expect("a new tenant joins a full pool");
+        let names: Vec<String> = live[0].entries().into_iter().map(|e| e.name).collect();
+        assert!(
+            names.contains(&"new".into())
+                && names.contains(&"young".into())
+                && !names.contains(&"old".into()),
+            "{names:?}"
+        );
+        let other = open();
+        let e = other
+            .join("another", 0, MIB, MIB, 1024 * MIB, 1)
+            .expect("the young one gives way too");
+        assert!(view(&other, "young").is_none(), "{e:?}");
+        let err = open()
+            .join("one-more", 0, MIB, MIB, 1024 * MIB, 1)
+            .expect_err("every entry has a live process");
+        assert!(err.0.contains("in use by live processes"), "{}", err.0);
     }
 }

@@ -390,7 +390,11 @@ impl Observer {
                 }
                 for (index, uuid) in gpus {
                     // What it publishes in the GPU's memory pool: its
-                    // guarantee and burst (absent: no entry there).
+                    // guarantee and burst (absent: no entry there). The
+                    // others' include the guarantees of entries lingering
+                    // after their last process (no burst): the pool keeps
+                    // them from bursts, so this tenant's room leaves them
+                    // out too.
                     let Ok(u) = parse_uuid(uuid) else {
                         continue;
                     };
