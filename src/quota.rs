@@ -854,7 +854,9 @@ impl Quota {
 
     /// What this container can still get on device `ordinal` beyond its
     /// use, where it has a guarantee below its limit: its guarantee, its
-    /// burst and the pool's room, less its use.
+    /// burst and the pool's room, less its use. For `cuMemGetInfo` and
+    /// NVML's memory info, never the allocation path: it may sweep the
+    /// pool ([`GpuPool::tidy`]).
     pub fn headroom(&self, ordinal: usize) -> Option<u64> {
         let dev = self.devs.get(ordinal)?;
         let u = self.seg.device_usage(dev.seg)?;
@@ -862,6 +864,11 @@ impl Quota {
             return None;
         }
         let link = self.seg.pool_link(dev.seg)?;
+        // A look at the room: dead processes' bursts and guarantees whose
+        // linger is over are swept first (at most ten times a second per
+        // process, never waiting for the lock), or a framework sizing its
+        // caches by the free memory would be told less than it can get.
+        link.pool.tidy();
         let burst = link
             .pool
             .entry(link.entry)

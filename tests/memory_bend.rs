@@ -176,6 +176,55 @@ fn a_restarting_tenant_finds_its_guarantee_kept_from_the_others_bursts() {
     assert_eq!(r, 0, "A, back, could not reach its guarantee: {err}");
 }
 
+/// The free memory a tenant that may burst sees (`cuMemGetInfo`) gets a
+/// dead process's burst back at its next look: a framework sizing its
+/// caches by it is not told less than it can get until some process joins
+/// the GPU's pool or is refused for want of room there.
+#[test]
+fn the_free_memory_a_tenant_sees_gets_a_dead_processs_burst_back() {
+    let host = Host::new("bend", "tidy").context_overhead("1MiB");
+    let a = host.quota("a", "", "memory = \"256MiB\"\nmemory_max = \"1GiB\"");
+    let b = host.quota("b", "", "memory = \"256MiB\"\nmemory_max = \"1GiB\"");
+    // B runs, asked for its free memory on demand.
+    let mut server = start(&host, &b, &["serve".into(), "0".into()]);
+    let mut ask = server.stdin.take().expect("stdin");
+    let mut lines = BufReader::new(server.stdout.take().expect("stdout")).lines();
+    assert_eq!(result(&mut lines), "held");
+    let mut free = || {
+        writeln!(ask, "info").expect("ask");
+        ask.flush().expect("flush");
+        let r = result(&mut lines);
+        field(&r, "free") as u64
+    };
+    // A bursts past its guarantee, and its process is killed (it never
+    // gives its burst back itself).
+    let a_holder = Holder::new(&host, &a, 600 * MIB);
+    let path = cuslice_core::pool::path(&host.gpu_dir(), &common::FAKE_UUID);
+    let pool = cuslice_core::pool::Pool::open_read_only(&path).expect("the GPU's pool");
+    let burst = |pool: &cuslice_core::pool::Pool| {
+        pool.entries()
+            .iter()
+            .find(|e| e.name == "a")
+            .map(|e| e.burst)
+            .expect("A's entry")
+    };
+    let a_burst = burst(&pool);
+    assert!(a_burst >= 344 * MIB, "A's burst: {a_burst}");
+    let before = free();
+    drop(a_holder);
+    // Past the pool's rate of tidying for B's process.
+    std::thread::sleep(Duration::from_millis(250));
+    let after = free();
+    assert_eq!(
+        after,
+        before + a_burst,
+        "B was not told of the memory A's dead process held past its guarantee"
+    );
+    assert_eq!(burst(&pool), 0, "A's burst still counted");
+    drop(ask);
+    let _ = server.wait();
+}
+
 #[test]
 fn an_allocation_waits_for_a_free_and_goes_on() {
     let host = Host::new("bend", "wait").context_overhead("1MiB");

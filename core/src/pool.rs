@@ -24,9 +24,9 @@
 //!
 //! An entry lives while a process of its tenant does, and lingers
 //! [`LINGER_NS`] after its last one is gone: each process holds an OFD lock
-//! on its process slot's byte; a sweep (at a join, or a reservation short
-//! of room: sweeps are lazy, under the file's lock, never on the
-//! allocation path) that finds an entry with no live process releases its
+//! on its process slot's byte; a sweep (at a join, a reservation short of
+//! room, or a look at the room, [`Pool::tidy`]: sweeps are lazy, under the
+//! file's lock, never on the allocation path) that finds an entry with no live process releases its
 //! burst at once (that memory went with the process) and stamps when
 //! ([`Entry::lingering_since`], CLOCK_MONOTONIC: host wide, the clock of
 //! the GPU segment); its guarantee stays in the sum, so that a process of
@@ -77,6 +77,12 @@ const READY: u32 = 2;
 /// delays bursts into it (what the others may borrow), never takes from
 /// another tenant's guarantee.
 pub const LINGER_NS: u64 = 60_000_000_000;
+
+/// How often one process may sweep the pool through [`Pool::tidy`]: a
+/// program that asks for the GPU's free memory in a loop sweeps at most
+/// ten times a second (a sweep tests the lock of every process slot in
+/// use, one `fcntl` each).
+pub const TIDY_EVERY_NS: u64 = 100_000_000;
 
 #[repr(C, align(64))]
 pub struct Head {
@@ -176,6 +182,9 @@ pub fn path(gpu_segment_dir: &Path, uuid: &[u8; 16]) -> PathBuf {
 pub struct Pool {
     shm: Shm,
     pub path: PathBuf,
+    /// When this process last swept through [`Pool::tidy`] (CLOCK_MONOTONIC
+    /// ns; 0: never): this mapping's own, not the file's.
+    tidied_at: AtomicU64,
 }
 
 /// A tenant's entry as observers see it.
@@ -204,6 +213,7 @@ impl Pool {
         Ok(Pool {
             shm,
             path: path.to_path_buf(),
+            tidied_at: AtomicU64::new(0),
         })
     }
 
@@ -214,6 +224,7 @@ impl Pool {
         Ok(Pool {
             shm,
             path: path.to_path_buf(),
+            tidied_at: AtomicU64::new(0),
         })
     }
 
@@ -223,6 +234,7 @@ impl Pool {
         Ok(Pool {
             shm,
             path: path.to_path_buf(),
+            tidied_at: AtomicU64::new(0),
         })
     }
 
@@ -436,6 +448,29 @@ impl Pool {
             }
         }
         n
+    }
+
+    /// Sweeps the pool where this process has not in the last
+    /// [`TIDY_EVERY_NS`] and nobody holds the pool's lock now (it never
+    /// waits for it); whether it swept. For the readers of the room
+    /// (`cuMemGetInfo`, NVML's memory info: what a framework sizes its
+    /// caches by), so that a dead process's burst and a guarantee whose
+    /// linger is over stop counting as taken as soon as someone looks,
+    /// not only at the next join or reservation short of room. Never on
+    /// the allocation path.
+    pub fn tidy(&self) -> bool {
+        self.tidy_at(crate::gpu::monotonic_ns())
+    }
+
+    /// [`tidy`](Self::tidy) as if at `now` (its rate only: the sweep reads
+    /// the clock under the lock, as every sweep does).
+    fn tidy_at(&self, now: u64) -> bool {
+        let last = self.tidied_at.load(Ordering::Relaxed);
+        if last != 0 && now.saturating_sub(last) < TIDY_EVERY_NS {
+            return false;
+        }
+        self.tidied_at.store(now.max(1), Ordering::Relaxed);
+        self.shm.try_with_flock(|| self.sweep_locked()).is_some()
     }
 
     /// A sweep at `now`, under the lock: a linger's end without waiting
@@ -1048,6 +1083,43 @@ mod tests {
         assert!(view(&b, "c").is_some_and(|v| v.lingering_since == Some(now)));
         b.sweep_at(now - 1);
         assert_eq!(view(&b, "c"), None);
+    }
+
+    /// A look at the room (`cuMemGetInfo`) tidies the pool: a dead
+    /// process's burst stops counting as taken at once, without waiting
+    /// for a join or a reservation short of room; at most once every
+    /// [`TIDY_EVERY_NS`] per process, and never waiting for a lock another
+    /// holds.
+    #[test]
+    fn a_look_at_the_room_gives_back_a_dead_processs_burst() {
+        let dir = TestDir::new("pool", "tidy");
+        let pool_path = path(dir.path(), &UUID);
+        let b = Pool::open_or_create(&pool_path).expect("b");
+        b.join("b", 0, 256 * MIB, 1024 * MIB, 1024 * MIB, 2)
+            .expect("join b");
+        let a = Pool::open_or_create(&pool_path).expect("a");
+        let (ea, _) = a
+            .join("a", 0, 512 * MIB, 1024 * MIB, 1024 * MIB, 1)
+            .expect("join a");
+        a.reserve(ea, 100 * MIB).expect("a's burst");
+        // A's process dies (its descriptor closed: its slot's lock goes).
+        drop(a);
+        assert_eq!(b.room(), 156 * MIB, "nothing swept before anyone looks");
+        // Another holds the pool's lock: no wait, no sweep.
+        let other = Pool::open_or_create(&pool_path).expect("other");
+        let t0 = 1_000_000_000_000;
+        assert!(
+            !other.shm.with_flock(|| b.tidy_at(t0)),
+            "swept under another's lock"
+        );
+        assert_eq!(b.room(), 156 * MIB);
+        // Within TIDY_EVERY_NS of that try: not again.
+        assert!(!b.tidy_at(t0 + TIDY_EVERY_NS - 1));
+        assert_eq!(b.room(), 156 * MIB);
+        assert!(b.tidy_at(t0 + TIDY_EVERY_NS));
+        assert_eq!(b.room(), 256 * MIB, "a's burst is back, its guarantee kept");
+        let va = view(&b, "a").expect("a lingers");
+        assert_eq!((va.procs, va.burst, va.guarantee), (0, 0, 512 * MIB));
     }
 
     /// With every entry taken, a new tenant's process takes the entry that

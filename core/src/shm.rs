@@ -530,6 +530,19 @@ impl Shm {
         r
     }
 
+    /// As [`Shm::with_flock`], but only where nobody holds the lock now:
+    /// None, and `f` not run, where another does (never waits for it).
+    pub fn try_with_flock<R>(&self, f: impl FnOnce() -> R) -> Option<R> {
+        // SAFETY: flock on our fd, not blocking.
+        if unsafe { libc::flock(self.fd, libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            return None;
+        }
+        let r = f();
+        // SAFETY: unlocking our fd.
+        unsafe { libc::flock(self.fd, libc::LOCK_UN) };
+        Some(r)
+    }
+
     /// True once the file was truncated under this mapping and the
     /// mapping was swapped for zero pages ([`crate::sigbus`], on in the
     /// host's commands only): what was read from it since is void.
