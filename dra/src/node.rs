@@ -76,7 +76,10 @@ use std::time::Duration;
 use cuslice_host::cdi;
 use cuslice_host::container::ClaimRecord;
 use cuslice_host::fs::Dir;
-use cuslice_host::layout::{CLAIM_RECORD, CLAIMS_DIR, Layout, QUOTA_FILE, SEGMENT_DIR};
+use cuslice_host::layout::{
+    CLAIM_RECORD, CLAIMS_DIR, Layout, QUOTA_FILE, RESIZE_RECORD, SEGMENT_DIR,
+};
+use cuslice_host::resize::{self, ResizeRecord};
 use serde::{Deserialize, Serialize};
 
 use crate::claim::{self, Allocation, ClaimRef, Driver, base_request};
@@ -169,6 +172,78 @@ impl Drop for NodeLock {
 /// The file name of claim `uid`'s CDI spec in the CDI directory.
 fn cdi_spec_name(uid: &str) -> String {
     cdi::file_name(CDI_KIND, uid)
+}
+
+/// The claim's quota file `fresh` (as this prepare writes it) with what a
+/// `cuslice resize` of the claim on this node set kept over it: where the
+/// claim's file in `dir` is still what that resize wrote (its record
+/// there applies to it), the same fields set again in `fresh`, and the
+/// record (which then applies to the new file too). Ok(None): no resize
+/// to keep (none, or the file written again since). Err: one to keep that
+/// could not be (the caller writes `fresh` and says so).
+fn keep_resize(dir: &Dir, fresh: &str) -> Result<Option<(String, ResizeRecord)>, String> {
+    use cuslice_core::config;
+    let absent = |e: &cuslice_host::fs::Error| e.not_found();
+    let rec_text = match dir.read_file(RESIZE_RECORD, resize::RECORD_MAX) {
+        Ok(t) => t,
+        Err(e) if absent(&e) => return Ok(None),
+        Err(e) => return Err(e.to_string()),
+    };
+    let text = match dir.read_file(QUOTA_FILE, config::MAX_FILE_BYTES) {
+        Ok(t) => t,
+        Err(e) if absent(&e) => return Ok(None),
+        Err(e) => return Err(e.to_string()),
+    };
+    let rec = ResizeRecord::parse(&dir.join(RESIZE_RECORD), &rec_text)?;
+    let now = config::parse_file(&dir.join(QUOTA_FILE), &text).map_err(|e| e.to_string())?;
+    if !rec.applies_to(&now) {
+        return Ok(None);
+    }
+    let shown = dir.join(QUOTA_FILE);
+    let mut table: toml::Table =
+        toml::from_str(fresh).map_err(|e| format!("{}: {e}", shown.display()))?;
+    for c in &rec.changes {
+        let limits = if c.entry == resize::ALL {
+            table.get_mut("all")
+        } else {
+            let want = c
+                .entry
+                .strip_prefix("device.")
+                .and_then(|u| config::parse_uuid(u).ok());
+            table
+                .get_mut("device")
+                .and_then(toml::Value::as_table_mut)
+                .and_then(|d| {
+                    d.iter_mut()
+                        .find(|(k, _)| want.is_some() && config::parse_uuid(k).ok() == want)
+                        .map(|(_, v)| v)
+                })
+        }
+        .and_then(toml::Value::as_table_mut)
+        .ok_or_else(|| {
+            format!(
+                "the resize changed [{}], which the claim's quota file no longer has",
+                c.entry
+            )
+        })?;
+        limits.insert(
+            c.field.clone(),
+            toml::Value::Integer(i64::try_from(c.to).unwrap_or(i64::MAX)),
+        );
+    }
+    let body = toml::to_string(&table).map_err(|e| format!("{}: {e}", shown.display()))?;
+    let comment = fresh
+        .lines()
+        .next()
+        .and_then(|l| l.strip_prefix("# "))
+        .unwrap_or("written by cuslice-dra-plugin");
+    let kept = format!("# {comment}; resized by `cuslice resize`, kept\n{body}");
+    // The shim's reader judges it, as it judges the claim's own file.
+    let cfg = config::parse_file(&shown, &kept).map_err(|e| e.to_string())?;
+    if !rec.applies_to(&cfg) {
+        return Err("the claim's quota file does not hold the resized limits".into());
+    }
+    Ok(Some((kept, rec)))
 }
 
 /// Who this process is, as it writes itself into the lock it holds.
@@ -404,7 +479,32 @@ impl Node {
             let root = Dir::keep_root(&self.cfg.root, 0o700)?;
             let dir = root.keep_dir(CLAIMS_DIR, 0o700)?.keep_dir(&c.uid, 0o700)?;
             dir.keep_dir(SEGMENT_DIR, 0o755)?;
-            dir.replace_file_synced(QUOTA_FILE, s.quota.as_bytes(), 0o444)?;
+            // Prepared again (another pod of the claim starting, the
+            // plugin restarted): an operator's `cuslice resize` of the
+            // claim on this node is kept over the claim's own limits, or
+            // a restart would undo it without a word (and leave the
+            // claim's containers' copies, which the resize wrote too,
+            // disagreeing with the claim's file).
+            let quota = match keep_resize(&dir, &s.quota) {
+                Ok(None) => s.quota.clone(),
+                Ok(Some((text, rec))) => {
+                    eprintln!(
+                        "cuslice-dra-plugin: claim {}: kept what `cuslice resize` set on this node at {}: {}",
+                        c.label(),
+                        resize::utc_time_of_day(rec.at_unix),
+                        rec.describe()
+                    );
+                    text
+                }
+                Err(e) => {
+                    eprintln!(
+                        "cuslice-dra-plugin: claim {}: the claim's own limits written again, not what `cuslice resize` set on this node: {e}",
+                        c.label()
+                    );
+                    s.quota.clone()
+                }
+            };
+            dir.replace_file_synced(QUOTA_FILE, quota.as_bytes(), 0o444)?;
             // Who the claim is for, for `cuslice status` (its row is the
             // claim's namespace/name, its pods say what runs there).
             let record = ClaimRecord {
@@ -670,6 +770,68 @@ mod tests {
                 .count(),
             0
         );
+    }
+
+    /// A claim resized on this node (`cuslice resize claim:...`, an
+    /// operator's override) keeps the resize when the kubelet prepares it
+    /// again (another pod of it starting, a restart): the resized fields
+    /// as the resize left them, the rest the claim's own. A resize whose
+    /// file was written again since (its record stale) is not kept.
+    #[test]
+    fn prepare_again_keeps_a_resize_of_the_claim_on_this_node() {
+        let t = tempfile::tempdir().expect("tmp");
+        let n = Node::open(config(t.path())).expect("open");
+        let uid = "11111111-2222-4333-8444-555555555555";
+        let again = || {
+            n.prepare(&claim(uid), &alloc("gpu-1", "16Gi", "20"), &gpus())
+                .expect("prepared")
+        };
+        again();
+        let dir = t.path().join("run/cuslice/claims").join(uid);
+        let quota = dir.join("quota.toml");
+        let own = fs::read_to_string(&quota).expect("quota");
+        let u = cuslice_core::config::parse_uuid(&gpus()[1].uuid).expect("uuid");
+        // What `cuslice resize claim:... --memory 8GiB` leaves: its record,
+        // then the file with the new quota.
+        let rec = ResizeRecord {
+            at_unix: 1_790_000_000.0,
+            grace_seconds: 30.0,
+            by_uid: 0,
+            changes: vec![resize::Change {
+                entry: resize::device_entry(&u),
+                field: "memory".into(),
+                from: Some(16 << 30),
+                to: 8 << 30,
+            }],
+        };
+        fs::write(dir.join("resize.json"), rec.to_json()).expect("record");
+        let resized = own.replace(
+            &format!("memory = {}", 16u64 << 30),
+            &format!("memory = {}", 8u64 << 30),
+        );
+        assert_ne!(resized, own);
+        fs::write(&quota, &resized).expect("resized");
+        again();
+        let kept = fs::read_to_string(&quota).expect("quota");
+        let cfg = cuslice_core::config::parse_file(Path::new("q"), &kept).expect("parses");
+        assert_eq!(
+            cfg.by_uuid[&u].memory,
+            Some(8 << 30),
+            "the resize undone: {kept}"
+        );
+        assert_eq!(cfg.by_uuid[&u].compute, Some(20));
+        assert!(cfg.latency);
+        assert_eq!(cfg.tenant_name(), "default/svc");
+        assert!(
+            rec.applies_to(&cfg),
+            "the record no longer speaks for the file"
+        );
+        assert_eq!(mode(&quota), 0o444);
+        // Written again since (by hand): the record is stale, the claim's
+        // own limits are written.
+        fs::write(&quota, own.replace("compute = 20", "compute = 30")).expect("by hand");
+        again();
+        assert_eq!(fs::read_to_string(&quota).expect("quota"), own);
     }
 
     #[test]
