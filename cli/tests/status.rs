@@ -675,6 +675,7 @@ fn the_grafana_dashboard_asks_for_metrics_the_exporter_serves() {
         "cuslice_memory_limit_bytes",
         "cuslice_compute_latency_class",
         "cuslice_compute_lease_mode",
+        "cuslice_gpu_health",
     ] {
         assert!(names.contains(want), "no panel asks for {want}: {names:?}");
     }
