@@ -11,6 +11,8 @@
 
 #[path = "../../tests/common/mod.rs"]
 mod common;
+#[path = "../../tests/common/watch.rs"]
+mod watch_host;
 
 use common::Proc;
 
@@ -370,17 +372,11 @@ fn without_a_source_a_command_judges_from_one_look() {
 }
 
 fn watch_config(h: &Host, extra: &str) -> PathBuf {
-    let p = h.dir.join("watch.toml");
-    std::fs::write(
-        &p,
-        format!(
-            "interval = \"250ms\"\nroot = \"{}\"\nhealth_poll = \"{POLL}\"\nhealth_check = \"{CHECK}\"\nhealth_quiet = \"{}s\"\n{extra}",
-            h.root().display(),
-            QUIET.as_secs()
-        ),
-    )
-    .expect("watch.toml");
-    p
+    let health = format!(
+        "health_poll = \"{POLL}\"\nhealth_check = \"{CHECK}\"\nhealth_quiet = \"{}s\"\n{extra}",
+        QUIET.as_secs()
+    );
+    watch_host::config(&h.dir, &h.root(), 250, &health)
 }
 
 /// `cuslice watch` runs the health source: each change one log line,

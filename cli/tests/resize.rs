@@ -11,6 +11,8 @@
 
 #[path = "../../tests/common/mod.rs"]
 mod common;
+#[path = "../../tests/common/watch.rs"]
+mod watch_host;
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::MetadataExt;
@@ -21,6 +23,7 @@ use std::sync::mpsc::{Receiver, channel};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::Proc;
 use cuslice_core::config::format_uuid;
 use cuslice_core::gpu::GpuSegment;
 use cuslice_core::segment::Segment;
@@ -109,34 +112,11 @@ impl Host {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
-    fn state(&self) -> Option<serde_json::Value> {
-        serde_json::from_slice(&std::fs::read(self.root().join("watch/state.json")).ok()?).ok()
-    }
-
     /// Starts `cuslice watch` (every 250 ms, this host's root, `extra`
     /// lines of watch.toml) and waits for its first pass.
-    fn watch(&self, extra: &str) -> Lines {
-        let cfg = self.dir.join("watch.toml");
-        std::fs::write(
-            &cfg,
-            format!(
-                "interval = \"{INTERVAL_MS}ms\"\nroot = \"{}\"\n{extra}\n",
-                self.root().display()
-            ),
-        )
-        .expect("watch.toml");
-        let mut c = self.cuslice();
-        c.args(["watch", "--config"]).arg(&cfg);
-        let w = Lines::spawn(c, false);
-        common::wait_for(
-            || format!("the watch never passed:\n{}", w.text()),
-            Duration::from_secs(20),
-            || {
-                self.state()
-                    .filter(|s| s["passes"].as_u64() >= Some(1) && s["running"] == true)
-            },
-        );
-        w
+    fn watch(&self, extra: &str) -> Proc {
+        let cfg = watch_host::config(&self.dir, &self.root(), INTERVAL_MS, extra);
+        watch_host::start(self.cuslice(), &cfg, &self.root())
     }
 }
 
@@ -147,19 +127,19 @@ impl Drop for Host {
 }
 
 /// A child in a process group of its own (dropping it kills the group),
-/// its stdout and stderr lines collected; with `stdin`, one it is asked
-/// questions on (`memtest serve`).
+/// its stdout and stderr lines collected, asked questions on its stdin
+/// (`memtest serve`).
 struct Lines {
     child: Child,
-    stdin: Option<ChildStdin>,
+    stdin: ChildStdin,
     lines: Arc<Mutex<Vec<String>>>,
     answers: Receiver<String>,
 }
 
 impl Lines {
-    fn spawn(mut c: Command, stdin: bool) -> Lines {
+    fn spawn(mut c: Command) -> Lines {
         use std::os::unix::process::CommandExt;
-        c.stdin(if stdin { Stdio::piped() } else { Stdio::null() })
+        c.stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0);
@@ -186,7 +166,7 @@ impl Lines {
             }
         });
         Lines {
-            stdin: child.stdin.take(),
+            stdin: child.stdin.take().expect("stdin"),
             child,
             lines,
             answers,
@@ -211,7 +191,7 @@ impl Lines {
 
     /// Asks `q` (a line of `memtest serve`), returns its answer.
     fn ask(&mut self, q: &str) -> String {
-        let stdin = self.stdin.as_mut().expect("stdin");
+        let stdin = &mut self.stdin;
         writeln!(stdin, "{q}").expect("ask");
         stdin.flush().expect("flush");
         self.answer()
@@ -249,15 +229,6 @@ impl Lines {
     fn pid(&self) -> u32 {
         self.child.id()
     }
-
-    /// Whether a line of its output contains `needle`.
-    fn saw(&self, needle: &str) -> bool {
-        self.lines
-            .lock()
-            .expect("lock")
-            .iter()
-            .any(|l| l.contains(needle))
-    }
 }
 
 impl Drop for Lines {
@@ -285,7 +256,7 @@ fn session(h: &Host, limits: &[&str], hold: u64) -> Lines {
         .arg("--")
         .arg(e.apps.join("memtest"))
         .args(["serve", &hold.to_string()]);
-    let s = Lines::spawn(c, true);
+    let s = Lines::spawn(c);
     assert_eq!(s.answer(), "R held", "{}", s.text());
     s
 }
@@ -552,7 +523,7 @@ fn container_of(
     c.args(["serve", &hold.to_string()])
         .env("LD_PRELOAD", &e.shim)
         .env("CUSLICE_CONFIG", &quota);
-    let p = Lines::spawn(c, true);
+    let p = Lines::spawn(c);
     assert_eq!(p.answer(), "R held", "{}", p.text());
     let start = cuslice_host::proc::stat(p.pid()).expect("stat").start;
     std::fs::write(
@@ -714,7 +685,7 @@ fn a_tenant_raising_its_own_quota_after_a_resize_is_put_back_to_the_resized_valu
     std::thread::sleep(Duration::from_millis(3 * INTERVAL_MS));
     assert_eq!(seg_entry(&seg).0, 2 * GIB, "{}", w.text());
     assert!(
-        w.saw("its quota file 2.0 GiB") && !w.saw("its quota file 4.0 GiB"),
+        w.text().contains("its quota file 2.0 GiB") && !w.text().contains("its quota file 4.0 GiB"),
         "{}",
         w.text()
     );
@@ -723,11 +694,12 @@ fn a_tenant_raising_its_own_quota_after_a_resize_is_put_back_to_the_resized_valu
 
 /// The watch's log line about the memory finding of session `run` whose
 /// action contains `action`.
-fn finding_line(w: &Lines, run: u32, action: &str) -> Option<String> {
+fn finding_line(w: &Proc, run: u32, action: &str) -> Option<String> {
     w.lines
         .lock()
         .expect("lock")
         .iter()
+        .map(|(_, l)| l)
         .find(|l| {
             l.contains(&format!("cuslice run {run} "))
                 && l.contains(" memory ")
@@ -824,7 +796,7 @@ fn a_tenant_over_its_lowered_quota_is_reported_again_when_the_grace_ends() {
     // Not before the grace ended.
     assert!(t0.elapsed() >= Duration::from_millis(1950), "{}", w.text());
     let lines = w.lines.lock().expect("lock").clone();
-    let at = |needle: &str| lines.iter().position(|l| l.contains(needle));
+    let at = |needle: &str| lines.iter().position(|(_, l)| l.contains(needle));
     assert!(
         at(within).is_some_and(|i| Some(i) < at(after)),
         "{}",
@@ -1039,7 +1011,7 @@ fn root_resizes_a_users_session_as_that_user_and_another_user_may_not() {
         .args(["--memory", "4GiB", "--"])
         .arg(e.apps.join("memtest"))
         .args(["serve", "0"]);
-    let mut s = Lines::spawn(c, true);
+    let mut s = Lines::spawn(c);
     assert_eq!(s.answer(), "R held", "{}", s.text());
     let run = s.pid();
     // Another user may not.

@@ -17,6 +17,8 @@
 
 #[path = "../../tests/common/mod.rs"]
 mod common;
+#[path = "../../tests/common/watch.rs"]
+mod watch_host;
 
 use common::Proc;
 
@@ -64,37 +66,16 @@ impl Host {
     }
 
     fn config(&self, extra: &str) -> PathBuf {
-        let p = self.dir.join("watch.toml");
-        std::fs::write(
-            &p,
-            format!(
-                "interval = \"{INTERVAL_MS}ms\"\nroot = \"{}\"\n{extra}\n",
-                self.root().display()
-            ),
-        )
-        .expect("write watch.toml");
-        p
+        watch_host::config(&self.dir, &self.root(), INTERVAL_MS, extra)
     }
 
     fn state(&self) -> Option<serde_json::Value> {
-        serde_json::from_slice(&std::fs::read(self.root().join("watch/state.json")).ok()?).ok()
+        watch_host::state(&self.root())
     }
 
     /// Starts the watch and waits for its first pass.
     fn watch(&self, extra: &str) -> Proc {
-        let cfg = self.config(extra);
-        let mut c = self.cuslice();
-        c.args(["watch", "--config"]).arg(&cfg);
-        let p = Proc::spawn(c, "watch");
-        common::wait_for(
-            || format!("the watch never passed:\n{}", p.text()),
-            Duration::from_secs(20),
-            || {
-                self.state()
-                    .filter(|s| s["passes"].as_u64() >= Some(1) && s["running"] == true)
-            },
-        );
-        p
+        watch_host::start(self.cuslice(), &self.config(extra), &self.root())
     }
 
     /// Waits until the watch's state shows an active finding of `kind`
