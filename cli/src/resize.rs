@@ -829,12 +829,8 @@ fn legacy_note(label: &str) -> String {
 /// read), its mode kept. The lines to show.
 fn write_claim_copy(ctr: &Found, text: &str) -> Result<Vec<String>, String> {
     let q = ctr.quota_file()?;
-    let mode = q
-        .dir
-        .stat(QUOTA_FILE)
-        .map(|st| st.st_mode & 0o7777)
-        .map_err(String::from)?;
-    q.dir.replace_file(QUOTA_FILE, text.as_bytes(), mode)?;
+    // The mode the OCI hook gives a container's quota file.
+    q.dir.replace_file(QUOTA_FILE, text.as_bytes(), 0o444)?;
     let label = format!("container {}", text::clean(&short_id(&ctr.name)));
     let mut out = vec![format!(
         "{}: written ({label}'s copy of the claim's quota file)",

@@ -246,6 +246,12 @@ fn keep_resize(dir: &Dir, fresh: &str) -> Result<Option<(String, ResizeRecord)>,
     Ok(Some((kept, rec)))
 }
 
+/// One line of the plugin's log; the claim's names in it come from the
+/// API server (or a claim file given by hand): cleaned for the terminal.
+fn log(line: &str) {
+    eprintln!("cuslice-dra-plugin: {}", cuslice_host::text::clean(line));
+}
+
 /// Who this process is, as it writes itself into the lock it holds.
 fn holder() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
@@ -488,19 +494,19 @@ impl Node {
             let quota = match keep_resize(&dir, &s.quota) {
                 Ok(None) => s.quota.clone(),
                 Ok(Some((text, rec))) => {
-                    eprintln!(
-                        "cuslice-dra-plugin: claim {}: kept what `cuslice resize` set on this node at {}: {}",
+                    log(&format!(
+                        "claim {}: kept what `cuslice resize` set on this node at {}: {}",
                         c.label(),
                         resize::utc_time_of_day(rec.at_unix),
                         rec.describe()
-                    );
+                    ));
                     text
                 }
                 Err(e) => {
-                    eprintln!(
-                        "cuslice-dra-plugin: claim {}: the claim's own limits written again, not what `cuslice resize` set on this node: {e}",
+                    log(&format!(
+                        "claim {}: the claim's own limits written again, not what `cuslice resize` set on this node: {e}",
                         c.label()
-                    );
+                    ));
                     s.quota.clone()
                 }
             };
