@@ -88,6 +88,10 @@ pub enum Short {
     /// Past its guarantee, and the GPU's pool has not that much that no
     /// tenant is guaranteed.
     Pool { short: u64, room: u64 },
+    /// Within its guarantee, but that part of it (`pending`) is still lent
+    /// out to tenants that burst before it arrived: it comes back as they
+    /// free.
+    Lent { pending: u64 },
     /// The driver: the GPU is full.
     Driver,
 }
@@ -97,6 +101,7 @@ impl Short {
         match self {
             Short::Quota { .. } => "under the quota",
             Short::Pool { .. } => "for memory no tenant is guaranteed",
+            Short::Lent { .. } => "for its guarantee, lent out to others' bursts, to come back",
             Short::Driver => "for the GPU to have room (the driver refused)",
         }
     }
@@ -749,6 +754,28 @@ impl Quota {
                     "out of memory on GPU {ordinal} ({}): asked for {bytes} bytes past this container's guarantee, {short} more than it holds of the memory no tenant is guaranteed, which has {room} bytes free (further refusals are not logged)",
                     format_uuid(&dev.uuid)
                 ),
+                Short::Lent { pending } => {
+                    // The error path only: who borrows it, from the pool.
+                    let borrowers = dev
+                        .pool
+                        .map(|(p, _)| {
+                            p.borrowers()
+                                .iter()
+                                .map(|(n, b)| format!("{n} {b}"))
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        })
+                        .unwrap_or_default();
+                    crate::error!(
+                        "out of memory on GPU {ordinal} ({}): asked for {bytes} bytes within this container's guarantee, {pending} bytes of which are still lent out to tenants that burst before it arrived ({}); they come back as those free (set memory_wait to wait for them; further refusals are not logged)",
+                        format_uuid(&dev.uuid),
+                        if borrowers.is_empty() {
+                            "none bursts now".to_string()
+                        } else {
+                            format!("borrowers, bytes: {borrowers}")
+                        }
+                    )
+                }
                 Short::Quota { used, limit } => crate::error!(
                     "out of memory under the quota on GPU {ordinal} ({}): asked for {bytes} bytes with {used} of {limit} bytes in use by this container (further refusals are not logged)",
                     format_uuid(&dev.uuid)
@@ -765,7 +792,17 @@ impl Quota {
         match self.seg.admit_or_burst(dev.seg, self.slot, bytes) {
             (Admit::Granted, _) => Ok(()),
             (Admit::Refused { used, limit }, _) => Err(Short::Quota { used, limit }),
-            (Admit::Burst { short }, room) => Err(Short::Pool { short, room }),
+            (Admit::Burst { short }, room) => {
+                let pending = self
+                    .seg
+                    .pool_link(dev.seg)
+                    .map_or(0, |l| l.pool.pending(l.entry));
+                if pending > 0 {
+                    Err(Short::Lent { pending })
+                } else {
+                    Err(Short::Pool { short, room })
+                }
+            }
         }
     }
 
@@ -846,7 +883,7 @@ impl Quota {
         let in_container = container > mine;
         match why {
             Short::Quota { .. } => in_container,
-            Short::Pool { .. } | Short::Driver => {
+            Short::Pool { .. } | Short::Lent { .. } | Short::Driver => {
                 in_container || dev.pool.is_some_and(|(p, _)| p.others_live())
             }
         }

@@ -396,3 +396,66 @@ fn an_unusable_pool_stops_only_a_tenant_that_needs_it() {
         "{err}"
     );
 }
+
+/// Issue 41's late arrival, on one 1 GiB GPU whose memory every process
+/// shares: C is guaranteed 512 MiB (holds 2); A, guaranteed 128 MiB,
+/// bursts into what nobody is guaranteed; B, guaranteed 256 MiB, starts
+/// after A's burst. B may take at once only what nobody reserved or holds
+/// (the rest of its guarantee is pending, lent to A), so C still reaches
+/// its whole guarantee beside A's burst; B's allocation past what it
+/// reserved is refused in one line naming the borrower, or, with
+/// `memory_wait`, waits for A's free and is granted. Before the pool knew
+/// a pending guarantee, B was granted at once out of C's and C's
+/// allocation was the driver's out of memory.
+#[test]
+fn a_late_arrival_never_takes_an_earlier_guarantee_and_gets_its_own_as_the_borrower_frees() {
+    let host = Host::new("bend", "late").context_overhead("1MiB");
+    let c = host.quota("c", "", "memory = \"512MiB\"");
+    let a = host.quota("a", "", "memory = \"128MiB\"\nmemory_max = \"1GiB\"");
+    let b = host.quota("b", "", "memory = \"256MiB\"");
+    let bw = host.quota("bw", "memory_wait = \"20s\"", "memory = \"256MiB\"");
+    let _c = Holder::new(&host, &c, 2 * MIB);
+    // A bursts: 380 MiB and its context, 253 MiB past its guarantee (384
+    // were nobody's).
+    let mut ha = Holder::new(&host, &a, 380 * MIB);
+    // B arrives: 131 MiB nobody reserved or holds; 200 MiB is past them.
+    let (r, err) = alloc(&host, &b, 200 * MIB);
+    assert_eq!(r, 2, "B was granted memory C is guaranteed: {err}");
+    assert!(
+        err.contains("still lent out") && err.contains("borrowers, bytes: a 26"),
+        "the refusal does not name the borrower: {err}"
+    );
+    // What B reserved it gets at once.
+    let (r, err) = alloc(&host, &b, 100 * MIB);
+    assert_eq!(r, 0, "{err}");
+    // C reaches its whole guarantee beside A's burst.
+    let (r, err) = alloc(&host, &c, 500 * MIB);
+    assert_eq!(
+        r, 0,
+        "C could not reach its guarantee after a late arrival: {err}"
+    );
+    // A waiting B is granted once A frees, not before.
+    let waiter = start(&host, &bw, &["timed".into(), (200 * MIB).to_string()]);
+    let path = cuslice_core::pool::path(&host.gpu_dir(), &common::FAKE_UUID);
+    let pool = cuslice_core::pool::Pool::open_read_only(&path).expect("the GPU's pool");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !pool
+        .entries()
+        .iter()
+        .any(|e| e.name == "bw" && e.pending > 0 && e.procs > 0)
+    {
+        assert!(Instant::now() < deadline, "{:?}", pool.entries());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let freed = ha.free();
+    let (r, err) = finish(waiter);
+    assert_eq!(field(&r, "timed"), 0, "{err}");
+    assert!(
+        field(&r, "done") >= freed,
+        "{r} granted before the free at {freed}"
+    );
+    assert!(
+        err.contains("lent out to others' bursts, to come back and was granted"),
+        "{err}"
+    );
+}

@@ -117,12 +117,27 @@ pub struct Entry {
     /// an older library's join that takes the entry back leaves it set,
     /// which the next sweep of this one clears (the entry has a process).
     pub lingering_since: AtomicU64,
+    /// The part of its guarantee it has not reserved yet, bytes: where the
+    /// tenant arrived (or its guarantee grew) while that memory was lent
+    /// to others' bursts, it reserved at once what was free and the rest
+    /// is pending, taken as the borrowers free ([`Pool::reserve`]) before
+    /// any new burst. Its *reserved* part is `guarantee - pending`. In
+    /// what was padding (an older library reads the whole guarantee as
+    /// reserved, as before).
+    pub pending: AtomicU64,
+    /// 1: registered by whoever made the slice ([`Pool::register`]: the
+    /// OCI hook, the DRA plugin): the entry and its guarantee stay, with
+    /// or without a process, until [`Pool::release`]. In what was padding.
+    pub held: AtomicU32,
 }
 
 #[repr(C, align(16))]
 pub struct Proc {
     pub state: AtomicU32,
     pub entry: AtomicU32,
+    /// 0: the slot of the slice's maker (`cuslice run`, [`Pool::register`]
+    /// with [`Maker::Process`]), which keeps the entry while it lives but
+    /// holds no memory and frees none.
     pub pid: AtomicU32,
     /// How many of the head's `waiters` are this process's threads: taken
     /// off the head when the slot is freed (a sweep, a claim, a leave), so
@@ -182,6 +197,11 @@ pub fn path(gpu_segment_dir: &Path, uuid: &[u8; 16]) -> PathBuf {
 pub struct Pool {
     shm: Shm,
     pub path: PathBuf,
+    /// The GPU's memory as this process's own driver (or root's NVML)
+    /// gives it, set at [`Pool::join`] / [`Pool::register`]: what every
+    /// decision of this process counts against. The head's `capacity` is
+    /// a tenant-writable copy for display (0 here: observers use it).
+    capacity: AtomicU64,
     /// When this process last swept through [`Pool::tidy`] (CLOCK_MONOTONIC
     /// ns; 0: never): this mapping's own, not the file's.
     tidied_at: AtomicU64,
@@ -194,8 +214,14 @@ pub struct EntryView {
     pub name: String,
     pub tag: u64,
     pub guarantee: u64,
+    /// The part of the guarantee still lent out to others' bursts (see
+    /// [`Entry::pending`]).
+    pub pending: u64,
     pub burst: u64,
     pub max: u64,
+    /// Registered by the slice's maker (root's hook or DRA plugin): kept
+    /// without a process until released.
+    pub held: bool,
     /// Processes of the tenant in the pool (slots in use: a process dead
     /// since the last sweep still counts). 0: the entry lingers, or will
     /// at the next sweep ([`LINGER_NS`]), its guarantee still counted.
@@ -213,6 +239,7 @@ impl Pool {
         Ok(Pool {
             shm,
             path: path.to_path_buf(),
+            capacity: AtomicU64::new(0),
             tidied_at: AtomicU64::new(0),
         })
     }
@@ -224,6 +251,7 @@ impl Pool {
         Ok(Pool {
             shm,
             path: path.to_path_buf(),
+            capacity: AtomicU64::new(0),
             tidied_at: AtomicU64::new(0),
         })
     }
@@ -234,6 +262,7 @@ impl Pool {
         Ok(Pool {
             shm,
             path: path.to_path_buf(),
+            capacity: AtomicU64::new(0),
             tidied_at: AtomicU64::new(0),
         })
     }
@@ -263,8 +292,13 @@ impl Pool {
 
     /// Registers this process under tenant `name` of slice `tag`, which is
     /// guaranteed `guarantee` bytes and may use `max`, on a GPU of
-    /// `capacity` bytes. Returns (entry, process slot). The last process of
-    /// a tenant to join sets its guarantee and max (a resize).
+    /// `capacity` bytes (as this process's driver gives it). Returns
+    /// (entry, process slot). The last process of a tenant to join sets
+    /// its guarantee and max (a resize), except in an entry its slice's
+    /// maker registered ([`Pool::register`]), whose guarantee is the
+    /// maker's. A guarantee that arrives while its memory is lent out is
+    /// reserved as far as the pool has room and pending for the rest
+    /// ([`Entry::pending`]).
     pub fn join(
         &self,
         name: &str,
@@ -274,78 +308,210 @@ impl Pool {
         capacity: u64,
         pid: u32,
     ) -> Result<(usize, usize), SegmentError> {
+        self.set_capacity(capacity);
+        self.shm.with_flock(|| {
+            self.sweep_locked();
+            let i = self.entry_locked(name, tag)?;
+            let e = self.entry(i).expect("in bounds");
+            if e.held.load(Ordering::Acquire) == 0 {
+                self.set_guarantee_locked(i, guarantee);
+                e.max.store(max, Ordering::Release);
+            }
+            let slot = self.claim_proc_locked(i, pid)?;
+            Ok((i, slot))
+        })
+    }
+
+    /// Registers the slice `name`/`tag` before any of its processes runs,
+    /// as whoever makes the slice (issue: "a guarantee belongs to its
+    /// slice, not to its processes"): its guarantee is reserved now as far
+    /// as the pool has room, the rest pending; it stays whole between the
+    /// slice's processes. Refuses a guarantee that could never fit: the
+    /// guarantees registered on the GPU would then exceed `capacity` (the
+    /// GPU's memory as NVML or the driver gives it, never the file's).
+    /// [`Maker::Root`] (the OCI hook, the DRA plugin): kept until
+    /// [`Pool::release`]. [`Maker::Process`] (`cuslice run`): kept while
+    /// the calling process lives, through a process slot of its own
+    /// (returned: give it back with [`Pool::leave`]), then as a tenant
+    /// whose last process is gone (the linger).
+    pub fn register(
+        &self,
+        name: &str,
+        tag: u64,
+        guarantee: u64,
+        max: u64,
+        capacity: u64,
+        maker: Maker,
+    ) -> Result<Registered, SegmentError> {
+        self.set_capacity(capacity);
+        self.shm.with_flock(|| {
+            self.sweep_locked();
+            let key = crate::gpu::layout::encode_name(name, tag);
+            let others: u64 = (0..MAX_ENTRIES)
+                .filter_map(|i| self.entry(i))
+                .filter(|e| e.state.load(Ordering::Acquire) == READY && key_of(e) != key)
+                .map(|e| e.guarantee.load(Ordering::Acquire))
+                .fold(0u64, u64::saturating_add);
+            if others.saturating_add(guarantee) > capacity {
+                return Err(SegmentError(format!(
+                    "{}: a guarantee of {guarantee} bytes does not fit: the GPU has {capacity} bytes and its other tenants are guaranteed {others}",
+                    self.path.display()
+                )));
+            }
+            let i = self.entry_locked(name, tag)?;
+            let e = self.entry(i).expect("in bounds");
+            self.set_guarantee_locked(i, guarantee);
+            e.max.store(max, Ordering::Release);
+            let slot = match maker {
+                Maker::Root => {
+                    e.held.store(1, Ordering::Release);
+                    None
+                }
+                Maker::Process => Some(self.claim_proc_locked(i, 0)?),
+            };
+            Ok(Registered {
+                entry: i,
+                slot,
+                pending: pending_of(e),
+            })
+        })
+    }
+
+    /// The slice `name`/`tag` is gone (the hook's poststop, the DRA
+    /// plugin's unprepare, the end of `cuslice run`): its entry is freed
+    /// now where no process of it is left (its guarantee leaves the sum),
+    /// else it becomes a tenant's entry like any other (freed after its
+    /// last process and the linger). Whether there was such an entry.
+    pub fn release(&self, name: &str, tag: u64) -> bool {
         let key = crate::gpu::layout::encode_name(name, tag);
         self.shm.with_flock(|| {
             self.sweep_locked();
-            let h = self.head();
-            if h.capacity.load(Ordering::Acquire) == 0 {
-                h.capacity.store(capacity, Ordering::Release);
-            }
-            let mut free = None;
-            let mut found = None;
-            // The entry that has lingered longest (its start, index).
-            let mut oldest: Option<(u64, usize)> = None;
-            for i in 0..MAX_ENTRIES {
-                let Some(e) = self.entry(i) else { break };
-                match e.state.load(Ordering::Acquire) {
-                    READY if key_of(e) == key => {
-                        found = Some(i);
-                        break;
-                    }
-                    READY => {
-                        let since = e.lingering_since.load(Ordering::Acquire);
-                        if since != 0 && oldest.is_none_or(|(t, _)| since < t) {
-                            oldest = Some((since, i));
-                        }
-                    }
-                    _ if free.is_none() => free = Some(i),
-                    _ => {}
-                }
-            }
-            // Every entry taken: one that only lingers gives way to a
-            // tenant with a process (its guarantee leaves the pool, as it
-            // did at once before the linger), so the linger never shuts a
-            // tenant out of the pool.
-            let free = free.or(oldest.map(|(_, i)| i));
-            let i = match (found, free) {
-                (Some(i), _) => i,
-                (None, Some(i)) => {
-                    let e = self.entry(i).expect("in bounds");
-                    // (A lingering entry given way is READY: readers skip
-                    // it while its key is rewritten.)
-                    e.state.store(EMPTY, Ordering::Release);
-                    for (w, k) in e.key.iter().zip(key) {
-                        w.store(k, Ordering::Relaxed);
-                    }
-                    e.burst.store(0, Ordering::Relaxed);
-                    e.state.store(READY, Ordering::Release);
-                    i
-                }
-                (None, None) => {
-                    return Err(SegmentError(format!(
-                        "{}: all {MAX_ENTRIES} tenant entries are in use by live processes",
-                        self.path.display()
-                    )));
-                }
+            let live = self.procs_per_entry();
+            let Some(i) = (0..MAX_ENTRIES).find(|&i| {
+                self.entry(i)
+                    .is_some_and(|e| e.state.load(Ordering::Acquire) == READY && key_of(e) == key)
+            }) else {
+                return false;
             };
             let e = self.entry(i).expect("in bounds");
-            // Its process is back (or it is new): no longer lingering, the
-            // same entry and guarantee, counted once.
-            e.lingering_since.store(0, Ordering::Release);
-            e.guarantee.store(guarantee, Ordering::Release);
-            e.max.store(max, Ordering::Release);
-            let slot = self.shm.claim_first(MAX_PROCS, "pool process slot", |s| {
-                if let Some(p) = self.proc_slot(s) {
-                    // A process that died after the sweep above left its
-                    // slot as it was: its waiters go back first.
-                    self.uncount_waiting(p);
-                    p.entry.store(i as u32, Ordering::Relaxed);
-                    p.pid.store(pid, Ordering::Relaxed);
-                    p.state.store(READY, Ordering::Release);
-                }
-            })?;
-            Ok((i, slot))
+            e.held.store(0, Ordering::Release);
+            if live[i] == 0 {
+                free_entry(e);
+                self.freed();
+            }
+            true
         })
+    }
+
+    /// Sets the capacity this process's decisions count against.
+    fn set_capacity(&self, capacity: u64) {
+        if capacity > 0 {
+            self.capacity.store(capacity, Ordering::Relaxed);
+        }
+        let h = self.head();
+        if h.capacity.load(Ordering::Acquire) == 0 {
+            h.capacity.store(capacity, Ordering::Release);
+        }
+    }
+
+    /// The entry of `name`/`tag`, made where there is none (in a free
+    /// entry, or the one that has lingered longest). Under the lock.
+    fn entry_locked(&self, name: &str, tag: u64) -> Result<usize, SegmentError> {
+        let key = crate::gpu::layout::encode_name(name, tag);
+        let mut free = None;
+        let mut found = None;
+        // The entry that has lingered longest (its start, index).
+        let mut oldest: Option<(u64, usize)> = None;
+        for i in 0..MAX_ENTRIES {
+            let Some(e) = self.entry(i) else { break };
+            match e.state.load(Ordering::Acquire) {
+                READY if key_of(e) == key => {
+                    found = Some(i);
+                    break;
+                }
+                READY => {
+                    let since = e.lingering_since.load(Ordering::Acquire);
+                    if since != 0 && oldest.is_none_or(|(t, _)| since < t) {
+                        oldest = Some((since, i));
+                    }
+                }
+                _ if free.is_none() => free = Some(i),
+                _ => {}
+            }
+        }
+        // Every entry taken: one that only lingers gives way to a tenant
+        // with a process (its guarantee leaves the pool, as it did at once
+        // before the linger), so the linger never shuts a tenant out of
+        // the pool.
+        let free = free.or(oldest.map(|(_, i)| i));
+        let i = match (found, free) {
+            (Some(i), _) => i,
+            (None, Some(i)) => {
+                let e = self.entry(i).expect("in bounds");
+                // (A lingering entry given way is READY: readers skip it
+                // while its key is rewritten.)
+                e.state.store(EMPTY, Ordering::Release);
+                for (w, k) in e.key.iter().zip(key) {
+                    w.store(k, Ordering::Relaxed);
+                }
+                e.burst.store(0, Ordering::Relaxed);
+                e.guarantee.store(0, Ordering::Relaxed);
+                e.pending.store(0, Ordering::Relaxed);
+                e.held.store(0, Ordering::Relaxed);
+                e.state.store(READY, Ordering::Release);
+                i
+            }
+            (None, None) => {
+                return Err(SegmentError(format!(
+                    "{}: all {MAX_ENTRIES} tenant entries are in use by live processes or registered slices",
+                    self.path.display()
+                )));
+            }
+        };
+        // Its process is back (or it is new): no longer lingering, the
+        // same entry and guarantee, counted once.
+        self.entry(i)
+            .expect("in bounds")
+            .lingering_since
+            .store(0, Ordering::Release);
+        Ok(i)
+    }
+
+    /// Claims a process slot under entry `i` for `pid` (0: the slice's
+    /// maker). Under the lock.
+    fn claim_proc_locked(&self, i: usize, pid: u32) -> Result<usize, SegmentError> {
+        self.shm.claim_first(MAX_PROCS, "pool process slot", |s| {
+            if let Some(p) = self.proc_slot(s) {
+                // A process that died after the last sweep left its slot
+                // as it was: its waiters go back first.
+                self.uncount_waiting(p);
+                p.entry.store(i as u32, Ordering::Relaxed);
+                p.pid.store(pid, Ordering::Relaxed);
+                p.state.store(READY, Ordering::Release);
+            }
+        })
+    }
+
+    /// Sets entry `i`'s guarantee to `g` (under the lock). What it already
+    /// reserved stays reserved (up to `g`); a larger guarantee takes the
+    /// rest from the entry's own burst first (memory it holds already),
+    /// then from what the pool has that nobody is guaranteed or waits for
+    /// ([`Pool::room`]); what is still missing is pending.
+    fn set_guarantee_locked(&self, i: usize, g: u64) {
+        let Some(e) = self.entry(i) else { return };
+        let reserved = reserved_of(e);
+        let (reserved, burst) = if g <= reserved {
+            (g, e.burst.load(Ordering::Acquire))
+        } else {
+            let burst = e.burst.load(Ordering::Acquire);
+            let from_burst = burst.min(g - reserved);
+            let room = self.room_excluding(Some(i));
+            let from_room = (g - reserved - from_burst).min(room);
+            (reserved + from_burst + from_room, burst - from_burst)
+        };
+        e.burst.store(burst, Ordering::Release);
+        e.guarantee.store(g, Ordering::Release);
+        e.pending.store(g - reserved, Ordering::Release);
     }
 
     /// Gives this process's slot back (normal exit). A thread of ours
@@ -410,12 +576,17 @@ impl Pool {
                 }
                 continue;
             }
+            if state == READY && e.held.load(Ordering::Acquire) != 0 {
+                // Its maker keeps it until it releases it: no linger, but
+                // no burst either without a process to hold it.
+                if e.burst.swap(0, Ordering::AcqRel) != 0 {
+                    changed += 1;
+                }
+                continue;
+            }
             let since = e.lingering_since.load(Ordering::Acquire);
             if state != READY || (since != 0 && linger_over(since, now)) {
-                e.state.store(EMPTY, Ordering::Release);
-                e.burst.store(0, Ordering::Release);
-                e.guarantee.store(0, Ordering::Release);
-                e.lingering_since.store(0, Ordering::Release);
+                free_entry(e);
                 changed += 1;
                 continue;
             }
@@ -480,46 +651,111 @@ impl Pool {
         self.shm.with_flock(|| self.sweep_locked_at(now))
     }
 
-    /// What live entries have taken together: guarantees and bursts.
+    /// What live entries have taken together: the part of their
+    /// guarantees they reserved, and their bursts. The pool's rule: never
+    /// more than the GPU's memory, whatever the order of arrival.
     pub fn committed(&self) -> u64 {
         (0..MAX_ENTRIES)
             .filter_map(|i| self.entry(i))
             .filter(|e| e.state.load(Ordering::Acquire) == READY)
-            .map(|e| {
-                e.guarantee
-                    .load(Ordering::Acquire)
-                    .saturating_add(e.burst.load(Ordering::Acquire))
-            })
+            .map(|e| reserved_of(e).saturating_add(e.burst.load(Ordering::Acquire)))
             .fold(0u64, u64::saturating_add)
     }
 
-    /// Memory no tenant is guaranteed or holds: what a burst can still take.
-    pub fn room(&self) -> u64 {
-        self.head()
-            .capacity
-            .load(Ordering::Acquire)
-            .saturating_sub(self.committed())
+    /// The guarantees still lent out (pending) of every live entry but
+    /// `except`.
+    fn pending_total(&self, except: Option<usize>) -> u64 {
+        (0..MAX_ENTRIES)
+            .filter(|&i| Some(i) != except)
+            .filter_map(|i| self.entry(i))
+            .filter(|e| e.state.load(Ordering::Acquire) == READY)
+            .map(pending_of)
+            .fold(0u64, u64::saturating_add)
     }
 
-    /// Adds `bytes` to entry `i`'s burst if the pool has room for them
-    /// (after sweeping dead tenants if it has not). Err: the room there is.
+    /// The GPU's memory this process counts against: what its driver (or
+    /// root's NVML) gave at join or register; an observer that gave none
+    /// reads the file's.
+    pub fn capacity(&self) -> u64 {
+        match self.capacity.load(Ordering::Relaxed) {
+            0 => self.head().capacity.load(Ordering::Acquire),
+            c => c,
+        }
+    }
+
+    /// Memory no tenant has reserved, holds or waits for: what a burst can
+    /// still take (a pending guarantee goes first).
+    pub fn room(&self) -> u64 {
+        self.room_excluding(None)
+    }
+
+    /// [`room`](Self::room), not counting entry `except`'s pending part.
+    fn room_excluding(&self, except: Option<usize>) -> u64 {
+        self.capacity()
+            .saturating_sub(self.committed())
+            .saturating_sub(self.pending_total(except))
+    }
+
+    /// Entry `i`'s guarantee still lent out (0: all of it reserved).
+    pub fn pending(&self, i: usize) -> u64 {
+        self.entry(i).map_or(0, pending_of)
+    }
+
+    /// Takes `bytes` more for entry `i`: first of its pending guarantee
+    /// (from memory nobody has reserved or holds: as borrowers free), then
+    /// as burst, only from what nobody reserved, holds or waits for
+    /// ([`Pool::room`]). A pending part taken stays taken even where the
+    /// rest is refused (it is the tenant's). Err: the room for a burst
+    /// there is (0 while its own guarantee is still partly pending: see
+    /// [`Pool::pending`]).
     pub fn reserve(&self, i: usize, bytes: u64) -> Result<(), u64> {
         let Some(e) = self.entry(i) else {
             return Err(0);
         };
         self.shm.with_flock(|| {
-            let mut room = self.room();
+            let want = bytes.min(pending_of(e));
+            let rest = bytes - want;
+            let short = |p: &Self| {
+                p.capacity().saturating_sub(p.committed()) < want
+                    || p.room_excluding(Some(i)) < rest
+            };
             // Short of room: dead processes' bursts and the entries whose
             // linger is over may give it.
-            if room < bytes && self.sweep_locked() > 0 {
-                room = self.room();
+            if short(self) {
+                self.sweep_locked();
             }
-            if room < bytes {
-                return Err(room);
+            if want > 0 {
+                let free = self.capacity().saturating_sub(self.committed());
+                let take = want.min(free);
+                if take > 0 {
+                    e.pending.fetch_sub(take, Ordering::AcqRel);
+                }
+                if take < want {
+                    return Err(0);
+                }
             }
-            e.burst.fetch_add(bytes, Ordering::AcqRel);
+            if rest > 0 {
+                let room = self.room_excluding(Some(i));
+                if room < rest {
+                    return Err(room);
+                }
+                e.burst.fetch_add(rest, Ordering::AcqRel);
+            }
             Ok(())
         })
+    }
+
+    /// The entries that hold a burst now (name, bytes), largest first: who
+    /// borrows what a pending guarantee waits for.
+    pub fn borrowers(&self) -> Vec<(String, u64)> {
+        let mut v: Vec<(String, u64)> = self
+            .entries()
+            .into_iter()
+            .filter(|e| e.burst > 0)
+            .map(|e| (e.name, e.burst))
+            .collect();
+        v.sort_by(|a, b| b.1.cmp(&a.1));
+        v
     }
 
     /// Memory was freed on this GPU: wakes whoever waits for it.
@@ -561,14 +797,15 @@ impl Pool {
     }
 
     /// Whether a process other than this one is registered in the pool
-    /// (one that may free memory; a process never waits for itself).
+    /// (one that may free memory; a process never waits for itself; a
+    /// slice's maker holds none).
     pub fn others_live(&self) -> bool {
         let own = self.shm.own();
         (0..MAX_PROCS).any(|s| {
             s != own
-                && self
-                    .proc_slot(s)
-                    .is_some_and(|p| p.state.load(Ordering::Acquire) != EMPTY)
+                && self.proc_slot(s).is_some_and(|p| {
+                    p.state.load(Ordering::Acquire) != EMPTY && p.pid.load(Ordering::Relaxed) != 0
+                })
                 && self.shm.slot_alive(s)
         })
     }
@@ -587,8 +824,10 @@ impl Pool {
                     name,
                     tag,
                     guarantee: e.guarantee.load(Ordering::Acquire),
+                    pending: pending_of(e),
                     burst: e.burst.load(Ordering::Acquire),
                     max: e.max.load(Ordering::Acquire),
+                    held: e.held.load(Ordering::Acquire) != 0,
                     procs: procs[i],
                     lingering_since: match e.lingering_since.load(Ordering::Acquire) {
                         0 => None,
@@ -668,6 +907,52 @@ impl Drop for Waiting<'_> {
 /// ever cut short this way, never drawn out.
 fn linger_over(since: u64, now: u64) -> bool {
     since > now || now - since >= LINGER_NS
+}
+
+/// Who registers a slice ([`Pool::register`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Maker {
+    /// Root's OCI hook or DRA plugin: the entry is kept until released.
+    Root,
+    /// A process that lives as long as the slice (`cuslice run`): the
+    /// entry is kept while it lives, through a process slot of its own.
+    Process,
+}
+
+/// A slice registered in the pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Registered {
+    pub entry: usize,
+    /// The maker's process slot ([`Maker::Process`]).
+    pub slot: Option<usize>,
+    /// The part of its guarantee lent out to others' bursts when it
+    /// registered: taken as they free.
+    pub pending: u64,
+}
+
+/// An entry's pending part, never more than its guarantee (a tenant may
+/// have written anything there).
+fn pending_of(e: &Entry) -> u64 {
+    e.pending
+        .load(Ordering::Acquire)
+        .min(e.guarantee.load(Ordering::Acquire))
+}
+
+/// What an entry has reserved of its guarantee.
+fn reserved_of(e: &Entry) -> u64 {
+    let g = e.guarantee.load(Ordering::Acquire);
+    g.saturating_sub(e.pending.load(Ordering::Acquire).min(g))
+}
+
+/// Empties an entry (under the lock): its guarantee and burst leave the
+/// sum.
+fn free_entry(e: &Entry) {
+    e.state.store(EMPTY, Ordering::Release);
+    e.burst.store(0, Ordering::Release);
+    e.guarantee.store(0, Ordering::Release);
+    e.pending.store(0, Ordering::Release);
+    e.held.store(0, Ordering::Release);
+    e.lingering_since.store(0, Ordering::Release);
 }
 
 /// `a -= n`, stopping at 0.
@@ -1162,5 +1447,194 @@ mod tests {
             .join("one-more", 0, MIB, MIB, 1024 * MIB, 1)
             .expect_err("every entry has a live process");
         assert!(err.0.contains("in use by live processes"), "{}", err.0);
+    }
+
+    /// A tenant that arrives while its guarantee is lent out (issue 41's
+    /// late arrival): it reserves at once only what nobody reserved or
+    /// holds, the rest is pending; the earlier tenant's guarantee is
+    /// reachable at once; the borrower keeps its burst; what the borrower
+    /// frees goes to the pending guarantee before any new burst.
+    #[test]
+    fn a_late_guarantee_is_pending_while_lent_out_and_taken_back_as_the_borrower_frees() {
+        let dir = TestDir::new("pool", "late");
+        let pool_path = path(dir.path(), &UUID);
+        // 1 GiB GPU. C is guaranteed 512 MiB (holds nothing yet); A is
+        // guaranteed 128 MiB and bursts into all that nobody is
+        // guaranteed: 384 MiB more.
+        let c = tenant(&dir, &pool_path, 0, 512 * MIB, 512 * MIB, 1);
+        let a = tenant(&dir, &pool_path, 1, 128 * MIB, 1024 * MIB, 1);
+        let (aseg, aslot, ad) = &a.procs[0];
+        assert_eq!(
+            aseg.admit_or_burst(*ad, *aslot, 512 * MIB).0,
+            Admit::Granted
+        );
+        // B, guaranteed 256 MiB, arrives now: nothing is free for it.
+        let b = tenant(&dir, &pool_path, 2, 256 * MIB, 256 * MIB, 1);
+        let (bseg, bslot, bd) = &b.procs[0];
+        let pool = bseg.pool_link(*bd).expect("linked").pool;
+        let e = view(pool, "t2").expect("B's entry");
+        assert_eq!((e.guarantee, e.pending), (256 * MIB, 256 * MIB));
+        assert!(pool.committed() <= 1024 * MIB, "{}", pool.committed());
+        // B is refused (the driver would have given it C's memory before).
+        assert!(matches!(
+            bseg.admit_or_burst(*bd, *bslot, 64 * MIB).0,
+            Admit::Burst { .. }
+        ));
+        assert_eq!(pool.borrowers(), vec![("t1".to_string(), 384 * MIB)]);
+        // C reaches all of its guarantee at once, beside the borrower.
+        let (cseg, cslot, cd) = &c.procs[0];
+        assert_eq!(
+            cseg.admit_or_burst(*cd, *cslot, 512 * MIB).0,
+            Admit::Granted
+        );
+        assert_eq!(used(&c) + used(&a), 1024 * MIB);
+        // A frees 200 MiB: they go to B's pending guarantee, not to a new
+        // burst (A's own, here).
+        aseg.credit(*ad, *aslot, 200 * MIB);
+        assert!(matches!(
+            aseg.admit_or_burst(*ad, *aslot, 8 * MIB).0,
+            Admit::Burst { .. }
+        ));
+        assert_eq!(
+            bseg.admit_or_burst(*bd, *bslot, 200 * MIB).0,
+            Admit::Granted
+        );
+        assert_eq!(view(pool, "t2").expect("B").pending, 56 * MIB);
+        assert!(matches!(
+            bseg.admit_or_burst(*bd, *bslot, 40 * MIB).0,
+            Admit::Burst { .. }
+        ));
+        // The borrower frees the rest of its burst: B reaches its whole
+        // guarantee; nobody ever held more than the GPU.
+        aseg.credit(*ad, *aslot, 184 * MIB);
+        assert_eq!(bseg.admit_or_burst(*bd, *bslot, 56 * MIB).0, Admit::Granted);
+        assert_eq!(view(pool, "t2").expect("B").pending, 0);
+        assert_eq!(used(&a) + used(&b) + used(&c), 896 * MIB);
+        assert!(pool.committed() <= 1024 * MIB);
+    }
+
+    /// A slice registered by its maker holds its guarantee before its first
+    /// process and between its processes (no linger runs out on it), and
+    /// leaves the pool when released; a guarantee that could never fit is
+    /// refused, counted against the capacity the maker gives, not the
+    /// file's.
+    #[test]
+    fn a_registered_slice_keeps_its_guarantee_without_a_process_until_released() {
+        let dir = TestDir::new("pool", "registered");
+        let pool_path = path(dir.path(), &UUID);
+        let root = Pool::open_or_create(&pool_path).expect("pool");
+        let r = root
+            .register("c", 7, 600 * MIB, 600 * MIB, 1024 * MIB, Maker::Root)
+            .expect("fits");
+        assert_eq!((r.pending, r.slot), (0, None));
+        // A forged capacity in the file changes nothing root decides.
+        root.head().capacity.store(1 << 62, Ordering::Release);
+        let err = root
+            .register("d", 0, 500 * MIB, 500 * MIB, 1024 * MIB, Maker::Root)
+            .expect_err("600 + 500 MiB guaranteed on a 1 GiB GPU");
+        assert!(err.0.contains("does not fit"), "{}", err.0);
+        // No process, long past any linger: still there.
+        root.sweep_at(crate::gpu::monotonic_ns() + 10 * LINGER_NS);
+        let e = view(&root, "c").expect("kept");
+        assert!(e.held && e.procs == 0 && e.guarantee == 600 * MIB, "{e:?}");
+        // A burster next to it gets only what is left.
+        let a = tenant(&dir, &pool_path, 1, 64 * MIB, 1024 * MIB, 1);
+        let (aseg, aslot, ad) = &a.procs[0];
+        let (r, room) = aseg.admit_or_burst(*ad, *aslot, 512 * MIB);
+        assert_eq!((r, room), (Admit::Burst { short: 448 * MIB }, 360 * MIB));
+        // A process of the slice joins (from the root-written quota file)
+        // and leaves: the guarantee is the maker's, and stays.
+        let p = Pool::open_or_create(&pool_path).expect("pool");
+        let (_, slot) = p.join("c", 7, MIB, MIB, 1024 * MIB, 42).expect("join");
+        assert_eq!(view(&p, "c").expect("c").guarantee, 600 * MIB);
+        p.leave(slot);
+        root.sweep_at(crate::gpu::monotonic_ns() + 10 * LINGER_NS);
+        assert_eq!(view(&root, "c").expect("kept").guarantee, 600 * MIB);
+        assert!(root.release("c", 7));
+        assert!(view(&root, "c").is_none());
+        assert_eq!(root.room(), 1024 * MIB - 64 * MIB);
+        // A maker process (`cuslice run`): kept while it lives, not a
+        // process others wait on.
+        let run = Pool::open_or_create(&pool_path).expect("pool");
+        let r = run
+            .register("r", 0, 256 * MIB, 256 * MIB, 1024 * MIB, Maker::Process)
+            .expect("fits");
+        assert!(r.slot.is_some());
+        assert!(!p.others_live() || a.procs.len() == 1);
+        run.sweep_at(crate::gpu::monotonic_ns() + 10 * LINGER_NS);
+        assert_eq!(view(&run, "r").expect("kept").guarantee, 256 * MIB);
+    }
+
+    /// The promise in any order: tenants arrive (some registered before
+    /// their first process, some not), burst, free and leave at random;
+    /// the tenants together never hold more than the GPU, and a tenant
+    /// below what it reserved of its guarantee always gets up to it at
+    /// once, and a pending part is only ever lent to bursts taken before
+    /// it arrived.
+    #[test]
+    fn guarantees_hold_in_any_order_of_arrival() {
+        let dir = TestDir::new("pool", "anyorder");
+        let pool_path = path(dir.path(), &UUID);
+        let spec = [(128, 1024), (192, 512), (256, 256), (64, 900), (300, 300)];
+        let mut ts: Vec<Option<Tenant>> = spec.iter().map(|_| None).collect();
+        let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut rnd = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let (mut granted, mut probes, mut pendings) = (0, 0, 0);
+        for step in 0..20_000 {
+            let t = rnd(ts.len() as u64) as usize;
+            if ts[t].is_none() {
+                if rnd(50) == 0 || step == 0 {
+                    let (g, m) = spec[t];
+                    ts[t] = Some(tenant(&dir, &pool_path, t, g * MIB, m * MIB, 2));
+                }
+                continue;
+            }
+            let tn = ts[t].as_mut().expect("arrived");
+            let p = rnd(2) as usize;
+            if rnd(3) > 0 || tn.held[p].is_empty() {
+                let size = (1 + rnd(96)) * MIB;
+                let (seg, slot, d) = &tn.procs[p];
+                if seg.admit_or_burst(*d, *slot, size).0 == Admit::Granted {
+                    tn.held[p].push(size);
+                    granted += 1;
+                }
+            } else {
+                let k = rnd(tn.held[p].len() as u64) as usize;
+                let size = tn.held[p].swap_remove(k);
+                let (seg, slot, d) = &tn.procs[p];
+                seg.credit(*d, *slot, size);
+            }
+            let total: u64 = ts.iter().flatten().map(used).sum();
+            assert!(total <= 1024 * MIB, "tenants hold {total} bytes of 1 GiB");
+            let q = rnd(ts.len() as u64) as usize;
+            let Some(tq) = ts[q].as_ref() else { continue };
+            let (seg, slot, d) = &tq.procs[0];
+            let link = seg.pool_link(*d).expect("linked");
+            let pending = link.pool.pending(link.entry);
+            if pending > 0 {
+                pendings += 1;
+            }
+            let short = (tq.guarantee - pending).saturating_sub(used(tq));
+            if short > 0 {
+                assert_eq!(
+                    seg.admit_or_burst(*d, *slot, short).0,
+                    Admit::Granted,
+                    "tenant {q} at {} of its {} reserved could not reach it",
+                    used(tq),
+                    tq.guarantee - pending
+                );
+                seg.credit(*d, *slot, short);
+                probes += 1;
+            }
+        }
+        assert!(
+            granted > 1000 && probes > 500 && pendings > 0,
+            "{granted} {probes} {pendings}"
+        );
     }
 }

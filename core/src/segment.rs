@@ -476,17 +476,30 @@ impl Segment {
         Some(&l.pool.entry(l.entry)?.burst)
     }
 
+    /// The part of device entry `d`'s guarantee still lent out to others'
+    /// bursts in its pool (0: none, or no pool): not yours to use until the
+    /// pool gives it back ([`crate::pool::Pool::reserve`]).
+    fn pending_of(&self, d: usize) -> u64 {
+        self.pool_link(d).map_or(0, |l| l.pool.pending(l.entry))
+    }
+
     /// What device entry `d` may hold now, its guarantee, and its limit:
-    /// the guarantee plus what it holds of the pool, never past `limit`.
-    /// Without a guarantee below the limit, the limit. Under the lock.
+    /// the guarantee (less its part still pending in the pool) plus what it
+    /// holds of the pool, never past `limit`. Without a guarantee below the
+    /// limit, the limit (less its pending part). Under the lock.
     fn cap(&self, d: usize, dev: &Device) -> (u64, u64, u64) {
         let limit = dev.limit.load(Ordering::Relaxed);
         let g = dev.guarantee.load(Ordering::Relaxed);
+        let pending = self.pending_of(d);
         if g == 0 || g >= limit {
-            return (limit, limit, limit);
+            return (limit.saturating_sub(pending), limit, limit);
         }
         let burst = self.burst_of(d).map_or(0, |b| b.load(Ordering::Acquire));
-        (g.saturating_add(burst).min(limit), g, limit)
+        (
+            g.saturating_sub(pending).saturating_add(burst).min(limit),
+            g,
+            limit,
+        )
     }
 
     /// Gives back to the pool what device entry `d` holds of it beyond its
