@@ -481,8 +481,18 @@ fn run(
     )?;
     dir.make_segment_dir()?;
     let quota = dir.write_quota(&text)?;
+    // The session's guarantee, registered before its program starts and
+    // kept while this process lives (host::guarantee).
+    let cfg = config::parse_file(&quota, &text).map_err(|e| e.to_string())?;
+    let visible = gpu
+        .as_deref()
+        .map(str::to_string)
+        .or_else(|| std::env::var("CUDA_VISIBLE_DEVICES").ok());
+    let held = register_run_guarantee(&cfg, visible.as_deref())?;
     cmd.env("CUSLICE_CONFIG", &quota);
-    let status = run_child(cmd)?;
+    let status = run_child(cmd);
+    host::guarantee::finish(&cfg, held);
+    let status = status?;
     drop(dir);
     if let Some(code) = status.code() {
         return Ok(ExitCode::from(code as u8));
@@ -497,6 +507,62 @@ fn run(
         return Ok(ExitCode::from(128 + sig as u8));
     }
     Ok(ExitCode::FAILURE)
+}
+
+/// Registers a session's memory guarantee on the GPUs its program will
+/// see (`visible`: `CUDA_VISIBLE_DEVICES` as given, host indices or UUIDs;
+/// None: every GPU) in their memory pools, checked against NVML's memory:
+/// one that cannot fit beside the others is refused in one line. Where
+/// NVML cannot be loaded nothing is registered: the program's first
+/// process registers it (docs/memory-quota.md).
+fn register_run_guarantee(
+    cfg: &config::Config,
+    visible: Option<&str>,
+) -> Result<Vec<host::guarantee::Registration>, String> {
+    if !cfg.has_memory() {
+        return Ok(vec![]);
+    }
+    let Ok(nvml) = host::nvml::Nvml::open() else {
+        return Ok(vec![]);
+    };
+    let picked = |index: u32, uuid: &str| match visible {
+        None => true,
+        Some(list) => list.split(',').map(str::trim).any(|v| {
+            v.parse::<u32>().is_ok_and(|i| i == index)
+                || (v.starts_with("GPU-") && uuid.starts_with(v))
+        }),
+    };
+    let mut gpus = vec![];
+    for d in nvml.devices()? {
+        if !picked(d.index, &d.uuid) {
+            continue;
+        }
+        let total = nvml
+            .memory_total(&d)
+            .map_err(|e| format!("GPU {}: cannot read its memory through NVML: {e}", d.index))?;
+        let uuid = config::parse_uuid(&d.uuid)
+            .map_err(|e| format!("NVML's GPU {} UUID {:?}: {e}", d.index, d.uuid))?;
+        gpus.push(host::guarantee::GpuMemory {
+            index: d.index,
+            uuid,
+            total,
+        });
+    }
+    let held = host::guarantee::register(
+        &cfg.gpu_segment_dir,
+        cfg,
+        &gpus,
+        cuslice_core::pool::Maker::Process,
+        None,
+    )
+    .map_err(|e| format!("the session's memory guarantee: {e}"))?;
+    for line in held.iter().filter_map(|r| r.pending_line()) {
+        eprintln!(
+            "cuslice: warning: {}",
+            host::text::clean_to(&line, host::text::LINE_MAX)
+        );
+    }
+    Ok(held)
 }
 
 fn main() -> ExitCode {

@@ -557,12 +557,8 @@ pub fn create(a: &HookArgs) -> Result<(), String> {
         })
         .unwrap_or_default();
     let cfg = config::parse_file(&label, &quota).map_err(|e| e.to_string())?;
-    check_gpu_health(
-        &a.root,
-        &cfg,
-        &gpu_minors(&linux.devices),
-        allow_unhealthy(&ann)?,
-    )?;
+    let minors = gpu_minors(&linux.devices);
+    check_gpu_health(&a.root, &cfg, &minors, allow_unhealthy(&ann)?)?;
     let gpus = gpu_segments_to_make(&cfg, &user)?;
     let pid = st
         .pid
@@ -603,6 +599,11 @@ pub fn create(a: &HookArgs) -> Result<(), String> {
         // flock, which a tenant can hold (the files are 0666), and a hook
         // stuck there must not hold up every other container's.
         make_segments(a, &st.id, &cfg, &gpus)?;
+        // The container's guarantee, registered before its first process
+        // (a DRA claim's is the plugin's, at prepare).
+        if a.claim.is_none() {
+            register_guarantee(a, &cfg, &minors)?;
+        }
         // The tenant check and the record it is made against, under the
         // root's lock (only a container that names its tenant takes it):
         // of two hooks naming one tenant at once, the second sees the
@@ -627,9 +628,84 @@ pub fn create(a: &HookArgs) -> Result<(), String> {
     })();
     if result.is_err() {
         // Nothing half-created stays behind.
+        if a.claim.is_none() {
+            release_guarantee(&a.root, &st.id, &cfg);
+        }
         let _ = remove_container(&layout, &st.id);
     }
     result
+}
+
+/// Registers the container's memory guarantee on each GPU it is given in
+/// that GPU's memory pool (`cuslice_host::guarantee`), checked against
+/// NVML's memory: a guarantee that cannot fit beside the others
+/// registered there is refused in one line. Where the hook cannot load
+/// NVML (no driver's library) nothing is registered: the container's
+/// first process registers it (docs/memory-quota.md).
+fn register_guarantee(a: &HookArgs, cfg: &config::Config, minors: &[u32]) -> Result<(), String> {
+    use crate::host::guarantee::{self, GpuMemory};
+    if !cfg.has_memory() {
+        return Ok(());
+    }
+    let Ok(nvml) = crate::host::nvml::Nvml::open() else {
+        return Ok(());
+    };
+    let devices = nvml.devices()?;
+    let host: Vec<HostGpu> = devices
+        .iter()
+        .map(|d| (d.index, d.uuid.clone(), nvml.minor_number(d).ok()))
+        .collect();
+    let named: Vec<[u8; 16]> = cfg.by_uuid.keys().copied().collect();
+    let mut gpus = vec![];
+    for (index, uuid, _) in container_gpus(&named, minors, &host) {
+        let d = devices
+            .iter()
+            .find(|d| d.index == *index)
+            .ok_or_else(|| format!("NVML's GPU {index}: no handle"))?;
+        let total = nvml
+            .memory_total(d)
+            .map_err(|e| format!("GPU {index}: cannot read its memory through NVML: {e}"))?;
+        let uuid = config::parse_uuid(uuid)
+            .map_err(|e| format!("NVML's GPU {index} UUID {uuid:?}: {e}"))?;
+        gpus.push(GpuMemory {
+            index: *index,
+            uuid,
+            total,
+        });
+    }
+    let root = Dir::keep_root(&a.root, 0o700)?;
+    root.keep_dir(GPU_DIR, 0o755)?;
+    let done = guarantee::register(
+        &a.root.join(GPU_DIR),
+        cfg,
+        &gpus,
+        cuslice_core::pool::Maker::Root,
+        Some(0o666),
+    )
+    .map_err(|e| format!("the container's memory guarantee: {e}"))?;
+    for line in done.iter().filter_map(|r| r.pending_line()) {
+        eprintln!(
+            "cuslice oci-hook: warning: {}",
+            crate::host::text::clean_to(&line, crate::host::text::LINE_MAX)
+        );
+    }
+    Ok(())
+}
+
+/// Releases the guarantee of container `id` (quota `cfg`) from the GPU
+/// memory pools under `root`: only a container's own slice (a claim's
+/// containers share the claim's, which the DRA plugin releases). What
+/// cannot be released is said, one line each.
+fn release_guarantee(root: &Path, id: &str, cfg: &config::Config) {
+    if cfg.slice.as_deref() != Some(container_slice(id).as_str()) {
+        return;
+    }
+    for e in crate::host::guarantee::release(&root.join(GPU_DIR), cfg) {
+        eprintln!(
+            "cuslice oci-hook: warning: the container's guarantee: {}",
+            crate::host::text::clean_to(&e, crate::host::text::LINE_MAX)
+        );
+    }
 }
 
 /// The directory of a process's cgroup in the cgroup v2 hierarchy: its
@@ -1359,6 +1435,19 @@ fn mount_into(
 pub fn poststop(a: &HookArgs) -> Result<(), String> {
     let st = read_state()?;
     check_id(&st.id)?;
+    // Its guarantee leaves the GPUs' pools: the quota file says whose
+    // (read without following a link, root's file, bounded).
+    let quota = Layout::new(&a.root)
+        .open()
+        .and_then(|r| r.open_dir(CONTAINERS_DIR))
+        .and_then(|d| d.open_dir(&st.id))
+        .and_then(|d| d.open_dir(QUOTA_DIR))
+        .and_then(|d| d.read_file(QUOTA_FILE, 1 << 20));
+    if let Ok(text) = quota
+        && let Ok(cfg) = config::parse_file(Path::new(QUOTA_FILE), &text)
+    {
+        release_guarantee(&a.root, &st.id, &cfg);
+    }
     remove_container(&Layout::new(&a.root), &st.id)
 }
 

@@ -73,11 +73,13 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use cuslice_core::config;
 use cuslice_host::cdi;
 use cuslice_host::container::ClaimRecord;
 use cuslice_host::fs::Dir;
+use cuslice_host::guarantee;
 use cuslice_host::layout::{
-    CLAIM_RECORD, CLAIMS_DIR, Layout, QUOTA_FILE, RESIZE_RECORD, SEGMENT_DIR,
+    CLAIM_RECORD, CLAIMS_DIR, GPU_DIR, Layout, QUOTA_FILE, RESIZE_RECORD, SEGMENT_DIR,
 };
 use cuslice_host::resize::{self, ResizeRecord};
 use serde::{Deserialize, Serialize};
@@ -182,7 +184,6 @@ fn cdi_spec_name(uid: &str) -> String {
 /// to keep (none, or the file written again since). Err: one to keep that
 /// could not be (the caller writes `fresh` and says so).
 fn keep_resize(dir: &Dir, fresh: &str) -> Result<Option<(String, ResizeRecord)>, String> {
-    use cuslice_core::config;
     let absent = |e: &cuslice_host::fs::Error| e.not_found();
     let rec_text = match dir.read_file(RESIZE_RECORD, resize::RECORD_MAX) {
         Ok(t) => t,
@@ -511,6 +512,30 @@ impl Node {
                 }
             };
             dir.replace_file_synced(QUOTA_FILE, quota.as_bytes(), 0o444)?;
+            // The claim's guarantee, registered in its GPU's memory pool
+            // before any of its containers runs, kept until unprepare
+            // (cuslice_host::guarantee): one that cannot fit beside the
+            // others registered there fails the prepare in one line.
+            let cfg =
+                config::parse_file(&dir.join(QUOTA_FILE), &quota).map_err(|e| e.to_string())?;
+            let uuid = config::parse_uuid(&s.gpu.uuid)
+                .map_err(|e| format!("GPU {} UUID {:?}: {e}", s.gpu.index, s.gpu.uuid))?;
+            root.keep_dir(GPU_DIR, 0o755)?;
+            let held = guarantee::register(
+                &self.cfg.root.join(GPU_DIR),
+                &cfg,
+                &[guarantee::GpuMemory {
+                    index: s.gpu.index,
+                    uuid,
+                    total: s.gpu.memory,
+                }],
+                cuslice_core::pool::Maker::Root,
+                Some(0o666),
+            )
+            .map_err(|e| format!("its memory guarantee: {e}"))?;
+            for line in held.iter().filter_map(|r| r.pending_line()) {
+                log(&format!("claim {}: {line}", c.label()));
+            }
             // Who the claim is for, for `cuslice status` (its row is the
             // claim's namespace/name, its pods say what runs there).
             let record = ClaimRecord {
@@ -556,6 +581,21 @@ impl Node {
             Err(e) => Err(e),
         };
         removed(Dir::open(&self.cfg.cdi_dir), &cdi_spec_name(uid))?;
+        // Its guarantee leaves its GPU's memory pool: the claim's quota
+        // file says whose (read without following a link, bounded).
+        let quota = self
+            .layout()
+            .open()
+            .and_then(|r| r.open_dir(CLAIMS_DIR))
+            .and_then(|d| d.open_dir(uid))
+            .and_then(|d| d.read_file(QUOTA_FILE, config::MAX_FILE_BYTES));
+        if let Ok(text) = quota
+            && let Ok(cfg) = config::parse_file(std::path::Path::new(QUOTA_FILE), &text)
+        {
+            for e in guarantee::release(&self.cfg.root.join(GPU_DIR), &cfg) {
+                log(&format!("claim {uid}: its memory guarantee: {e}"));
+            }
+        }
         let claims = self.layout().open().and_then(|r| r.open_dir(CLAIMS_DIR));
         removed(claims, uid)?;
         let had = st.claims.remove(uid).is_some();

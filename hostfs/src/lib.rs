@@ -33,6 +33,9 @@
 //!   directory), which `cuslice resize` writes and `cuslice
 //!   watch` and `cuslice status` read: what changed, when, and the grace a
 //!   tenant over a lowered memory quota is given.
+//! - [`guarantee`]: a slice's memory guarantee registered in each GPU's
+//!   memory pool by whoever makes the slice (the OCI hook, the DRA plugin,
+//!   `cuslice run`), checked against NVML's memory, released at its end.
 //! - [`cdi`]: the CDI specs root writes for the container runtimes (the
 //!   command's `cuslice.io/gpu=all`, the DRA plugin's per-claim ones):
 //!   typed, their names checked as CDI checks them, the version the
@@ -62,6 +65,7 @@ pub mod cdi;
 pub mod container;
 pub mod discover;
 pub mod fs;
+pub mod guarantee;
 pub mod health;
 pub mod inroot;
 pub mod layout;

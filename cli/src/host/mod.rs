@@ -15,6 +15,6 @@
 //! `cuslice-core`, never on each other.
 
 pub use cuslice_host::{
-    cdi, container, discover, fs, health, inroot, layout, nvml, proc, resize, run_dir, sys, text,
-    watch_state,
+    cdi, container, discover, fs, guarantee, health, inroot, layout, nvml, proc, resize, run_dir,
+    sys, text, watch_state,
 };
