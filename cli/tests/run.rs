@@ -703,3 +703,75 @@ fn status_finds_a_session_where_run_put_it_and_nothing_planted() {
         "the session's directory left behind"
     );
 }
+
+/// A session's guarantee is the session's, not its processes': `cuslice
+/// run` registers it in the GPU's memory pool before its program starts
+/// (here a program that never touches CUDA), checked against NVML's
+/// memory; a second session whose guarantee cannot fit beside it is
+/// refused in one line, before its program runs; the guarantee leaves the
+/// pool when the session ends.
+#[test]
+fn a_sessions_guarantee_is_registered_before_its_program_and_released_at_its_end() {
+    use std::io::Write;
+    use std::process::Stdio;
+    let gpu_dir = std::env::temp_dir().join(format!("cuslice-run-reg-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&gpu_dir);
+    let session = |memory: &str, prog: &[&str]| {
+        let mut c = cuslice();
+        c.env("CUSLICE_GPU_SEGMENT_DIR", &gpu_dir)
+            .env("FAKE_CUDA_MEM", "1GiB")
+            .args(["run", "--memory", memory, "--"])
+            .args(prog);
+        c
+    };
+    let mut first = session("600MiB", &["sh", "-c", "read x"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run");
+    let pool_path = cuslice_core::pool::path(&gpu_dir, &common::FAKE_UUID);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let entry = loop {
+        let found = cuslice_core::pool::Pool::open_read_only(&pool_path)
+            .ok()
+            .and_then(|p| p.entries().into_iter().find(|e| e.name.starts_with("run-")));
+        if let Some(e) = found {
+            break e;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no entry in {}",
+            pool_path.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert_eq!(
+        (entry.guarantee, entry.pending),
+        (600 << 20, 0),
+        "{entry:?}"
+    );
+    let out = session("600MiB", &["sh", "-c", "echo ran"])
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).is_empty(),
+        "the program ran"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("the session's memory guarantee") && err.contains("does not fit"),
+        "{err}"
+    );
+    writeln!(first.stdin.take().expect("stdin")).expect("end it");
+    assert!(first.wait().expect("wait").success());
+    let pool = cuslice_core::pool::Pool::open_read_only(&pool_path).expect("pool");
+    assert!(
+        !pool.entries().iter().any(|e| e.name == entry.name),
+        "{:?}",
+        pool.entries()
+    );
+    let _ = std::fs::remove_dir_all(&gpu_dir);
+}
