@@ -502,7 +502,7 @@ fn a_tenant_under_reporting_its_burst_in_the_gpus_memory_pool_is_found() {
     );
     assert!(
         f["what"].as_str().is_some_and(|w| w
-            .contains("> its guarantee and the burst it holds in the GPU's memory pool 256 MiB")),
+            .contains("> its guarantee and the burst it publishes in the GPU's memory pool 256 MiB")),
         "{f}"
     );
 }
