@@ -24,6 +24,7 @@ use common::Proc;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use cuslice_core::gpu::GpuSegment;
@@ -501,9 +502,121 @@ fn a_tenant_under_reporting_its_burst_in_the_gpus_memory_pool_is_found() {
         &watch,
     );
     assert!(
-        f["what"].as_str().is_some_and(|w| w
-            .contains("> its guarantee and the burst it holds in the GPU's memory pool 256 MiB")),
+        f["what"].as_str().is_some_and(|w| w.contains(
+            "> its guarantee and the burst it publishes in the GPU's memory pool 256 MiB"
+        )),
         "{f}"
+    );
+}
+
+/// The memory pool of this host's fake GPU (the one file there is).
+fn pool_file(h: &Host) -> PathBuf {
+    let pools: Vec<PathBuf> = std::fs::read_dir(h.gpu_dir())
+        .expect("gpu dir")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "memory"))
+        .collect();
+    assert_eq!(pools.len(), 1, "{pools:?}");
+    pools.into_iter().next().expect("one")
+}
+
+/// H2 of issue 41: a tenant writes 2^62 into its GPU's memory pool's
+/// capacity (the file is every tenant's) and its shim lets it take 12 GiB
+/// beside a tenant guaranteed 8 GiB on the 16 GiB fake GPU. The watch
+/// grants bursts from NVML's total, not the pool's: it finds the borrower
+/// and kills it, and the tenant beside keeps its memory. (Before the
+/// watch stopped reading the pool's capacity it said nothing.)
+#[test]
+fn a_burst_taken_through_a_forged_pool_capacity_is_found_and_killed() {
+    let h = Host::new("poolcap");
+    let beside = session(
+        &h,
+        &["--memory", "8GiB"],
+        "$M hold 104857600 & echo B $!; wait",
+    );
+    let b_pid = beside.pid("B");
+    beside.line("R held");
+    let pool = cuslice_core::pool::Pool::open_or_create(&pool_file(&h)).expect("pool");
+    assert_eq!(pool.head().capacity.load(Ordering::Acquire), 16 << 30);
+    pool.head().capacity.store(1 << 62, Ordering::Release);
+    let watch = h.watch("policy = \"kill\"");
+    let borrower = session(
+        &h,
+        &["--memory", "1GiB", "--memory-max", "13GiB"],
+        "$M hold 12884901888 & echo A $!; wait",
+    );
+    let a_pid = borrower.pid("A");
+    let (_, held) = borrower.line("R held");
+    let a_run = borrower.child.id();
+    let f = h.finding(
+        "memory",
+        &format!("cuslice run {a_run} "),
+        TWO_INTERVALS,
+        &watch,
+    );
+    assert!(held.elapsed() <= TWO_INTERVALS);
+    assert!(
+        f["what"].as_str().is_some_and(|w| w.contains(
+            "GPU 0 memory 12.0 GiB > its guarantee and the burst the watch granted it (from the room NVML showed beside the others' guarantees) 1.0 GiB"
+        )),
+        "{f}"
+    );
+    common::wait_for(
+        || format!("the borrower ({a_pid}) still alive:\n{}", watch.text()),
+        TWO_INTERVALS,
+        || (!alive(a_pid)).then_some(()),
+    );
+    assert!(
+        alive(b_pid),
+        "the tenant beside was killed:\n{}",
+        watch.text()
+    );
+}
+
+/// Issue 41: a tenant bursts legally (all the memory nobody is
+/// guaranteed), then a tenant whose guarantee that memory is registers.
+/// The late guarantee makes the burst inconvenient, not illegal: under
+/// `kill` nobody is killed and nothing is found. (Before, the watch held
+/// the borrower to the room the pool's entries left it and killed it.)
+#[test]
+fn a_legal_burst_is_not_killed_when_a_late_arrivals_guarantee_registers() {
+    let h = Host::new("lateguar");
+    let watch = h.watch("policy = \"kill\"");
+    let borrower = session(
+        &h,
+        &["--memory", "2GiB", "--memory-max", "12GiB"],
+        "$M hold 10737418240 & echo A $!; wait",
+    );
+    let a_pid = borrower.pid("A");
+    borrower.line("R held");
+    std::thread::sleep(TWO_INTERVALS);
+    let late = session(
+        &h,
+        &["--memory", "8GiB"],
+        "$M hold 104857600 & echo B $!; wait",
+    );
+    let b_pid = late.pid("B");
+    late.line("R held");
+    // The pool holds both: 2 + 8 GiB guaranteed and 8 GiB of burst, on a
+    // GPU of 16.
+    let pool = cuslice_core::pool::Pool::open_or_create(&pool_file(&h)).expect("pool");
+    let committed: u64 = pool.entries().iter().map(|e| e.guarantee + e.burst).sum();
+    assert!(committed > 16 << 30, "{:?}", pool.entries());
+    std::thread::sleep(4 * TWO_INTERVALS);
+    let s = h.state().expect("state");
+    assert!(
+        !s["findings"]
+            .as_array()
+            .is_some_and(|f| f.iter().any(|f| f["kind"] == "memory")),
+        "{s}\n{}",
+        watch.text()
+    );
+    assert!(alive(a_pid), "the borrower was killed:\n{}", watch.text());
+    assert!(
+        alive(b_pid),
+        "the late arrival was killed:\n{}",
+        watch.text()
     );
 }
 

@@ -1,11 +1,12 @@
 //! The only part of a pass that reads the host: NVML (who is on which GPU,
 //! with how much memory and SM time), `/proc` (whose each process is, and
 //! what tells whether it registered with the shim) and the segments
-//! (slots, tenant entries, memory quotas, the GPU segments' audit), into a
+//! (slots, tenant entries, memory quotas, each slice's own burst in the
+//! GPUs' memory pools, the GPU segments' audit), into a
 //! [`Snapshot`]. Nothing here judges or acts.
 //!
-//! A pass reads NVML (three calls per GPU; the process listing, NVML's
-//! dearest call, only when it may have changed), `/proc/<pid>/stat` of each
+//! A pass reads NVML (three calls per GPU, and its memory once; the
+//! process listing, NVML's dearest call, only when it may have changed), `/proc/<pid>/stat` of each
 //! process NVML lists (more of `/proc` only for a process not seen before,
 //! or where the verdict depends on it), one directory listing for the
 //! containers, and the segments of the slices (kept mapped between
@@ -18,7 +19,7 @@ use std::sync::atomic::Ordering;
 
 use cuslice_core::config::parse_uuid;
 use cuslice_core::gpu::{GpuSegment, MAX_PROCS, PROC_FREE, monotonic_ns};
-use cuslice_core::pool::{EntryView, Pool};
+use cuslice_core::pool::Pool;
 use cuslice_core::segment::Segment;
 
 use super::gpuseg;
@@ -160,6 +161,8 @@ pub struct Observer {
     caps: HashMap<u32, usize>,
     /// Per GPU index: the last process listing.
     listed: HashMap<u32, Listed>,
+    /// Per GPU index: its memory as NVML gave it (it does not change).
+    totals: HashMap<u32, u64>,
     /// (pid, start) -> its PID as it sees itself.
     inner: HashMap<(u32, u64), u32>,
     /// Processes (PID, start time) seen mapping their slice's segments.
@@ -180,6 +183,7 @@ impl Observer {
             sample_period: HashMap::new(),
             caps: HashMap::new(),
             listed: HashMap::new(),
+            totals: HashMap::new(),
             inner: HashMap::new(),
             mapping: HashSet::new(),
         }
@@ -324,10 +328,26 @@ impl Observer {
             let span = window.max(n.max(1) * period);
             (sum * period) as f64 / span as f64
         };
+        // Its memory: asked once (a GPU's memory does not change), and
+        // again after a failure.
+        let memory_total = match self.totals.get(&d.index) {
+            Some(t) => Some(*t),
+            None => match self.nvml.memory_total(d) {
+                Ok(t) => {
+                    self.totals.insert(d.index, t);
+                    Some(t)
+                }
+                Err(e) => {
+                    snap.errors.push(e);
+                    None
+                }
+            },
+        };
         let mut out = GpuSnap {
             index: d.index,
             uuid: d.uuid.clone(),
             uuid_bytes: parse_uuid(&d.uuid).ok(),
+            memory_total,
             procs: vec![],
         };
         for p in procs {
@@ -380,6 +400,26 @@ impl Observer {
             if s.quota.is_some() {
                 out.mem_entries = mem.map(Segment::raw_devices);
             }
+            // Its own entry in the memory pool of each GPU NVML listed (a
+            // slice with processes there or not: a guarantee registered
+            // ahead of its first process holds too): the burst it
+            // publishes. Only its own claim is read; the others' entries
+            // and the pool's capacity are tenant-writable and decide
+            // nothing (`judge::memory`).
+            if s.quota.as_ref().is_some_and(|q| q.has_memory()) {
+                for g in &snap.gpus {
+                    let Some(u) = g.uuid_bytes else { continue };
+                    let path = cuslice_core::pool::path(&s.gpu_dir, &u);
+                    if let Some(Ok(p)) = mapped(&mut self.pools, &path, pass, open_pool)
+                        && let Some(e) = p
+                            .entries()
+                            .into_iter()
+                            .find(|e| e.name == s.tenant && e.tag == s.tag)
+                    {
+                        out.pool.insert(g.index, PoolReading { burst: e.burst });
+                    }
+                }
+            }
             if let Some(gpus) = on_gpu.get(&s.id) {
                 if let Some(seg) = mem {
                     out.slots
@@ -387,38 +427,6 @@ impl Observer {
                             pid: p.pid,
                             alive: p.alive,
                         }));
-                }
-                for (index, uuid) in gpus {
-                    // What it publishes in the GPU's memory pool: its
-                    // guarantee and burst (absent: no entry there). The
-                    // others' include the guarantees of entries lingering
-                    // after their last process (no burst): the pool keeps
-                    // them from bursts, so this tenant's room leaves them
-                    // out too.
-                    let Ok(u) = parse_uuid(uuid) else {
-                        continue;
-                    };
-                    let path = cuslice_core::pool::path(&s.gpu_dir, &u);
-                    if let Some(Ok(p)) = mapped(&mut self.pools, &path, pass, open_pool) {
-                        let entries = p.entries();
-                        let held = |e: &EntryView| e.guarantee.saturating_add(e.burst);
-                        let mine = |e: &EntryView| e.name == s.tenant && e.tag == s.tag;
-                        if let Some(e) = entries.iter().find(|e| mine(e)) {
-                            let others = entries
-                                .iter()
-                                .filter(|e| !mine(e))
-                                .map(held)
-                                .fold(0u64, u64::saturating_add);
-                            let capacity = p.head().capacity.load(Ordering::Acquire);
-                            out.pool.insert(
-                                *index,
-                                PoolReading {
-                                    published: held(e),
-                                    room: capacity.saturating_sub(others),
-                                },
-                            );
-                        }
-                    }
                 }
                 for d in &self.devices {
                     let path = s.gpu_dir.join(format!("{}.seg", d.uuid));

@@ -54,6 +54,10 @@ pub struct GpuSnap {
     /// The UUID parsed (None: one cuslice cannot parse; such a GPU is not
     /// judged).
     pub uuid_bytes: Option<[u8; 16]>,
+    /// Its memory, bytes, as NVML gives it (None: NVML could not tell):
+    /// the capacity the memory rule grants bursts from, never the pool's
+    /// tenant-writable `capacity`.
+    pub memory_total: Option<u64>,
     /// The processes NVML lists on it that still run (a PID with no
     /// `/proc/<pid>/stat` is left out), in NVML's order.
     pub procs: Vec<ProcSnap>,
@@ -121,19 +125,19 @@ pub struct SliceSnap {
     /// Per GPU index it has processes on: its tenant's entry in that GPU's
     /// segment (absent: no such entry or segment).
     pub gpu_tenant: BTreeMap<u32, TenantReading>,
-    /// Per GPU index it has processes on: its entry in that GPU's memory
-    /// pool (absent: no entry).
+    /// Per GPU index NVML listed this pass (for a slice with a memory
+    /// quota): its own entry in that GPU's memory pool (absent: no entry).
     pub pool: BTreeMap<u32, PoolReading>,
 }
 
-/// A tenant's entry in a GPU's memory pool, and what the others hold.
+/// A tenant's own entry in a GPU's memory pool. The pool is writable by
+/// every tenant: what it says is only ever the tenant's own claim, which
+/// can lower what the watch lets it hold, never raise it. The other
+/// entries and the pool's `capacity` are not read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PoolReading {
-    /// What it publishes: its guarantee plus its burst.
-    pub published: u64,
-    /// The GPU's memory less every other tenant's guarantee and burst:
-    /// the most it can hold without taking another's guarantee.
-    pub room: u64,
+    /// The burst it publishes: bytes it holds past its guarantee.
+    pub burst: u64,
 }
 
 /// A process slot or entry in use.

@@ -69,6 +69,7 @@ pub fn gpu(index: u32, uuid: [u8; 16], procs: Vec<ProcSnap>) -> GpuSnap {
         index,
         uuid: format_uuid(&uuid),
         uuid_bytes: Some(uuid),
+        memory_total: Some(16 * G),
         procs,
     }
 }

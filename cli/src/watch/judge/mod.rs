@@ -9,8 +9,10 @@
 //!
 //! - [`registration`]: processes that went around the shim (first
 //!   sightings);
-//! - [`memory`]: a slice over its memory quota on a GPU, and which of its
-//!   processes to kill;
+//! - [`memory`]: a slice over its memory quota on a GPU (or, for one that
+//!   may burst, past the burst the watch granted it from NVML's figures,
+//!   or the one it publishes), and which of its processes to kill; its
+//!   history: the bursts granted, where each slice's guarantee counts;
 //! - [`resize`]: a memory finding on a GPU whose quota the slice's last
 //!   resize lowered: within the resize's grace, or after it;
 //! - [`compute`]: a slice over its share or its ceiling on a GPU (the
@@ -24,9 +26,10 @@
 //! [`verdict`] holds what they conclude and how a finding is worded;
 //! what the steps share about a tenant (whether the shim registers it,
 //! whether a limit is certain) is `tenant`'s. [`judge`] composes the
-//! rules, in the order their findings are logged: per GPU, per slice with
-//! processes on it, `unregistered` then `memory` (through `resize`), then `compute` for the
-//! GPU; then `memory_segment` per slice; then `gpu_segment` per GPU
+//! rules, in the order their findings are logged: per GPU, the memory
+//! grants for the GPU as a whole (`memory::grants`, no finding), then per
+//! slice with processes on it, `unregistered` then `memory` (through
+//! `resize`), then `compute` for the GPU; then `memory_segment` per slice; then `gpu_segment` per GPU
 //! segment file. No rule imports another: what one needs of another's
 //! history is an argument.
 
@@ -52,6 +55,7 @@ use crate::watch::snapshot::{GpuSnap, ProcSnap, Snapshot};
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct History {
     pub registration: registration::History,
+    pub memory: memory::History,
     pub compute: compute::History,
     pub segments: segments::History,
 }
@@ -62,8 +66,12 @@ pub fn judge(snap: &Snapshot, prev: &History, cfg: &WatchConfig) -> (Vec<Verdict
     let mut next = prev.clone();
     let mut out = vec![];
     next.registration.forget_gone(snap);
+    next.memory.forget_gone(snap);
     for gpu in &snap.gpus {
         let groups = groups(gpu);
+        // What each slice that may burst may hold here: decided for the
+        // GPU as a whole (every slice's guarantee, every process's use).
+        let held = memory::grants(snap, gpu, &groups, &prev.memory, &mut next.memory, cfg);
         for (id, procs) in &groups {
             let Some(slice) = snap.slices.get(*id) else {
                 continue;
@@ -79,7 +87,7 @@ pub fn judge(snap: &Snapshot, prev: &History, cfg: &WatchConfig) -> (Vec<Verdict
                 &mut next.registration,
             ));
             out.extend(
-                memory::memory(gpu, id, slice, procs, cfg)
+                memory::memory(gpu, id, slice, procs, held.get(*id), cfg)
                     .map(|v| resize::grace(v, gpu, slice, snap.now_unix)),
             );
         }
