@@ -712,9 +712,6 @@ fn write_pool(
         return Ok(vec![]);
     };
     let g = if guarantee == 0 { limit } else { guarantee };
-    let e = pool.entry(v.index).expect("a listed entry");
-    e.guarantee.store(g, Ordering::Release);
-    e.max.store(limit, Ordering::Release);
     // A lingering entry (no process) holds no burst: its memory went with
     // its processes, whatever the segment still counts of them.
     let need = if v.procs == 0 {
@@ -722,12 +719,21 @@ fn write_pool(
     } else {
         used.saturating_sub(g)
     };
-    let _ = e
-        .burst
-        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |b| {
-            (b < need).then_some(need)
-        });
-    pool.freed();
+    // A raised guarantee is reserved as far as the pool has room, the
+    // rest pending (never over-admitted); without the pool's lock.
+    // The room counted against NVML's memory, not the file's.
+    let capacity = crate::host::nvml::Nvml::open()
+        .and_then(|n| {
+            let text = config::format_uuid(uuid);
+            let d = n
+                .devices()?
+                .into_iter()
+                .find(|d| config::parse_uuid(&d.uuid).is_ok_and(|u| u == *uuid))
+                .ok_or_else(|| format!("NVML lists no GPU {text}"))?;
+            n.memory_total(&d)
+        })
+        .unwrap_or(0);
+    pool.resize_entry(v.index, g, limit, need, capacity);
     Ok((v.guarantee != g)
         .then(|| {
             format!(

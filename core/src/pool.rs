@@ -499,19 +499,38 @@ impl Pool {
     /// ([`Pool::room`]); what is still missing is pending.
     fn set_guarantee_locked(&self, i: usize, g: u64) {
         let Some(e) = self.entry(i) else { return };
-        let reserved = reserved_of(e);
-        let (reserved, burst) = if g <= reserved {
-            (g, e.burst.load(Ordering::Acquire))
-        } else {
-            let burst = e.burst.load(Ordering::Acquire);
-            let from_burst = burst.min(g - reserved);
-            let room = self.room_excluding(Some(i));
-            let from_room = (g - reserved - from_burst).min(room);
-            (reserved + from_burst + from_room, burst - from_burst)
-        };
+        let (reserved, burst) = regrant(
+            reserved_of(e),
+            e.burst.load(Ordering::Acquire),
+            g,
+            self.room_excluding(Some(i)),
+        );
         e.burst.store(burst, Ordering::Release);
         e.guarantee.store(g, Ordering::Release);
         e.pending.store(g - reserved, Ordering::Release);
+    }
+
+    /// Root's resize of entry `i` (`cuslice resize`): guarantee `g`, most
+    /// `max`, and a burst of at least `need` (use past a lowered
+    /// guarantee is burst at once, whether the pool had room or not: the
+    /// operator's resize is what the host goes by). A raised guarantee is
+    /// reserved as [`Pool::join`] reserves one, from the room left on a
+    /// GPU of `capacity` bytes (NVML's; 0: unknown, no room taken), the
+    /// rest pending. Without
+    /// the file's lock, which a tenant can hold: a few stores, racing at
+    /// worst one tenant's reservation made at the same instant (the sum
+    /// then over by what both took, until a free).
+    pub fn resize_entry(&self, i: usize, g: u64, max: u64, need: u64, capacity: u64) {
+        let Some(e) = self.entry(i) else { return };
+        let room = capacity
+            .saturating_sub(self.committed())
+            .saturating_sub(self.pending_total(Some(i)));
+        let (reserved, burst) = regrant(reserved_of(e), e.burst.load(Ordering::Acquire), g, room);
+        e.guarantee.store(g, Ordering::Release);
+        e.pending.store(g - reserved, Ordering::Release);
+        e.max.store(max, Ordering::Release);
+        e.burst.store(burst.max(need), Ordering::Release);
+        self.freed();
     }
 
     /// Gives this process's slot back (normal exit). A thread of ours
@@ -928,6 +947,20 @@ pub struct Registered {
     /// The part of its guarantee lent out to others' bursts when it
     /// registered: taken as they free.
     pub pending: u64,
+}
+
+/// An entry's (reserved, burst) once its guarantee becomes `g`: what it
+/// reserved stays reserved up to `g`; a larger guarantee takes the rest
+/// from its own burst first (memory it holds already), then from `room`
+/// (what nobody reserved, holds or waits for); what is still missing is
+/// pending (`g - reserved`).
+fn regrant(reserved: u64, burst: u64, g: u64, room: u64) -> (u64, u64) {
+    if g <= reserved {
+        return (g, burst);
+    }
+    let from_burst = burst.min(g - reserved);
+    let from_room = (g - reserved - from_burst).min(room);
+    (reserved + from_burst + from_room, burst - from_burst)
 }
 
 /// An entry's pending part, never more than its guarantee (a tenant may
@@ -1636,5 +1669,15 @@ mod tests {
             granted > 1000 && probes > 500 && pendings > 0,
             "{granted} {probes} {pendings}"
         );
+    }
+
+    #[test]
+    fn a_raised_guarantee_takes_its_own_burst_then_the_room_and_the_rest_is_pending() {
+        // Lowered: reserved down to it, burst untouched.
+        assert_eq!(regrant(500, 100, 300, 0), (300, 100));
+        // Raised by 300: 100 of its own burst, 150 of room, 50 pending.
+        assert_eq!(regrant(500, 100, 800, 150), (750, 0));
+        // Room enough: all reserved.
+        assert_eq!(regrant(500, 0, 800, 1000), (800, 0));
     }
 }
