@@ -74,6 +74,8 @@ pub fn render(s: &Snapshot) -> Result<String, std::fmt::Error> {
     let tenants = G::default();
     let mem_used = G::default();
     let mem_limit = G::default();
+    let mem_pending = G::default();
+    let mem_burst = G::default();
     let mem_peak = G::default();
     let refused = C::default();
     let proc_used = G::default();
@@ -137,6 +139,12 @@ pub fn render(s: &Snapshot) -> Result<String, std::fmt::Error> {
             }
             if let Some(q) = t.memory_limit_bytes {
                 mem_limit.get_or_create(&tl).set(q as i64);
+            }
+            if let Some(p) = t.memory_pending_bytes {
+                mem_pending.get_or_create(&tl).set(p as i64);
+            }
+            if let Some(b) = t.memory_burst_bytes {
+                mem_burst.get_or_create(&tl).set(b as i64);
             }
             if let Some(p) = t.memory_peak_bytes {
                 mem_peak.get_or_create(&tl).set(p as i64);
@@ -238,6 +246,18 @@ pub fn render(s: &Snapshot) -> Result<String, std::fmt::Error> {
         "memory_limit_bytes",
         "A tenant's memory quota on a GPU (absent: no quota)",
         mem_limit,
+    );
+    reg(
+        &mut r,
+        "memory_pending_bytes",
+        "The part of a tenant's memory guarantee on a GPU still lent out to tenants that burst before it arrived (taken back as they free)",
+        mem_pending,
+    );
+    reg(
+        &mut r,
+        "memory_burst_bytes",
+        "What a tenant holds past its memory guarantee on a GPU, as the GPU's memory pool says (a borrower)",
+        mem_burst,
     );
     reg(
         &mut r,
@@ -450,6 +470,8 @@ mod tests {
             memory_used_bytes: Some(1 << 30),
             memory_limit_bytes: None,
             memory_guarantee_bytes: None,
+            memory_pending_bytes: None,
+            memory_burst_bytes: None,
             memory_peak_bytes: None,
             memory_refused: None,
             share_percent: None,

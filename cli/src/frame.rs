@@ -81,16 +81,21 @@ fn gpu_pct(t: &TenantView) -> String {
     if unverified(t) { format!("<{p}") } else { p }
 }
 
-/// Used/quota; with a guarantee below the quota, used/guarantee-max.
+/// Used/quota; with a guarantee below the quota, used/guarantee-max; with
+/// part of the guarantee still lent out to others' bursts, `(-pending)`
+/// after it.
 fn memory(t: &TenantView) -> String {
     match (t.memory_used_bytes, t.memory_limit_bytes) {
         (None, None) => "-".into(),
         (u, l) => format!(
-            "{}/{}{}",
+            "{}/{}{}{}",
             u.map_or("-".into(), short_size),
             t.memory_guarantee_bytes
                 .map_or(String::new(), |g| format!("{}-", short_size(g))),
-            l.map_or("-".into(), short_size)
+            l.map_or("-".into(), short_size),
+            t.memory_pending_bytes
+                .filter(|p| *p > 0)
+                .map_or(String::new(), |p| format!("(-{})", short_size(p)))
         ),
     }
 }
@@ -435,6 +440,8 @@ mod tests {
             memory_used_bytes: Some(3 << 30),
             memory_limit_bytes: Some(4 << 30),
             memory_guarantee_bytes: None,
+            memory_pending_bytes: None,
+            memory_burst_bytes: None,
             memory_peak_bytes: None,
             memory_refused: None,
             share_percent: Some(30),
@@ -487,6 +494,21 @@ mod tests {
             watch: None,
             health: None,
         }
+    }
+
+    #[test]
+    fn the_memory_cell_shows_the_part_of_a_guarantee_still_lent_out() {
+        let mut t = tenant("b", "x", true);
+        t.memory_used_bytes = Some(1 << 30);
+        t.memory_limit_bytes = Some(20 << 30);
+        t.memory_pending_bytes = Some(19 << 30);
+        let (one, twenty) = (short_size(1 << 30), short_size(20 << 30));
+        assert_eq!(
+            memory(&t),
+            format!("{one}/{twenty}(-{})", short_size(19 << 30))
+        );
+        t.memory_pending_bytes = Some(0);
+        assert_eq!(memory(&t), format!("{one}/{twenty}"));
     }
 
     #[test]

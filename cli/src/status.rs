@@ -334,6 +334,13 @@ pub struct TenantView {
     /// What it is guaranteed on this GPU, where that is below its quota
     /// (`memory` under a `memory_max`; None: the quota is all of it).
     pub memory_guarantee_bytes: Option<u64>,
+    /// The part of its guarantee still lent out to others' bursts on this
+    /// GPU (its entry in the GPU's memory pool; None: no entry there):
+    /// taken back as the borrowers free.
+    pub memory_pending_bytes: Option<u64>,
+    /// What it holds past its guarantee on this GPU, as its entry in the
+    /// GPU's memory pool says (a borrower; None: no entry there).
+    pub memory_burst_bytes: Option<u64>,
     pub memory_peak_bytes: Option<u64>,
     pub memory_refused: Option<u64>,
     /// Guaranteed share of GPU time (None: no compute share on this GPU).
@@ -481,6 +488,9 @@ struct Reading {
     at: u64,
     gpus: Vec<GpuRead>,
     mems: Vec<MemRead>,
+    /// Per GPU UUID, the entries of its memory pools (one per GPU segment
+    /// directory).
+    pools: Vec<(String, Vec<cuslice_core::pool::EntryView>)>,
     nvml: Result<Vec<GpuInfo>, String>,
     /// Every GPU's health (None without NVML).
     health: Option<health::View>,
@@ -989,6 +999,26 @@ impl Observer {
                 Err(e) => errors.push(text::clean_to(&e, LINE_MAX)),
             }
         }
+        let mut pools = vec![];
+        let mut pool_files: Vec<PathBuf> = self
+            .src
+            .gpu_dirs
+            .iter()
+            .flat_map(|d| listed(d).into_iter().map(move |n| d.join(n)))
+            .filter(|p| p.extension().is_some_and(|x| x == "memory"))
+            .collect();
+        pool_files.sort();
+        for p in pool_files {
+            match cuslice_core::pool::Pool::open_read_only(&p) {
+                Ok(pool) => pools.push((
+                    p.file_stem()
+                        .map(|s| clean(&s.to_string_lossy()))
+                        .unwrap_or_default(),
+                    pool.entries(),
+                )),
+                Err(e) => errors.push(text::clean_to(&e.to_string(), LINE_MAX)),
+            }
+        }
         let mut mems = vec![];
         let given = !self.src.memory.is_empty();
         for m in self.src.memory_files() {
@@ -1036,6 +1066,7 @@ impl Observer {
             at: coregpu::monotonic_ns(),
             gpus,
             mems,
+            pools,
             nvml,
             health,
             errors,
@@ -1127,6 +1158,8 @@ impl Observer {
                         memory_used_bytes: None,
                         memory_limit_bytes: None,
                         memory_guarantee_bytes: None,
+                        memory_pending_bytes: None,
+                        memory_burst_bytes: None,
                         memory_peak_bytes: None,
                         memory_refused: None,
                         share_percent: Some(t.share),
@@ -1171,6 +1204,8 @@ impl Observer {
                             memory_used_bytes: None,
                             memory_limit_bytes: None,
                             memory_guarantee_bytes: None,
+                            memory_pending_bytes: None,
+                            memory_burst_bytes: None,
                             memory_peak_bytes: None,
                             memory_refused: None,
                             share_percent: None,
@@ -1222,6 +1257,20 @@ impl Observer {
                     row.runs = o.clone();
                 }
                 files.extend(m.file);
+            }
+            // What the GPU's memory pools say of each tenant: the part of
+            // its guarantee still lent out, its burst (the tenant's own
+            // entry, tenant-writable: shown, not judged).
+            for (row, _) in rows.values_mut() {
+                for (_, entries) in r.pools.iter().filter(|(u, _)| *u == uuid) {
+                    if let Some(e) = entries
+                        .iter()
+                        .find(|e| clean(&e.name) == row.name && e.tag == row.tag)
+                    {
+                        row.memory_pending_bytes = Some(e.pending);
+                        row.memory_burst_bytes = Some(e.burst);
+                    }
+                }
             }
             let mut tenants = vec![];
             for (_, (mut t, files)) in rows {
