@@ -184,6 +184,12 @@ pub struct Layout {
     pub param_names: [&'static str; 8],
 }
 
+/// Where the header's padding starts: 8 bytes after its fields that no
+/// check reads, zero in a segment this version made, free for a layout's
+/// own use (the memory segment's resize marks).
+pub const HEADER_SPARE: usize = std::mem::offset_of!(Header, params) + 4 * 8;
+const _: () = assert!(HEADER_SPARE + 8 == std::mem::size_of::<Header>());
+
 /// Slot locks live beyond the data, as a pure lock namespace.
 const LOCK_BASE: i64 = 1 << 40;
 const NO_SLOT: usize = usize::MAX;
@@ -388,6 +394,9 @@ impl Shm {
             // the rest.
             unsafe {
                 h.write(hdr);
+                // The padding a struct copy leaves undefined: zero, as
+                // layouts that use it expect of a fresh segment.
+                std::ptr::write_bytes(shm.base.add(HEADER_SPARE), 0, 8);
                 std::sync::atomic::fence(Ordering::Release);
                 (*h).magic = magic;
             }
