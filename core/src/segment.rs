@@ -29,8 +29,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-pub use crate::shm::{LockBusy, SegmentError};
 use crate::shm::{HEADER_SPARE, Header, Layout, ROOT_WAIT, Shm, TENANT_WAIT};
+pub use crate::shm::{LockBusy, SegmentError};
 
 pub const MAGIC: [u8; 8] = *b"CUSLMEM\0";
 pub const VERSION: u32 = 1;
@@ -335,10 +335,9 @@ impl Segment {
         limit: u64,
     ) -> Result<(usize, Option<u64>), SegmentError> {
         // Registration is rare (once per device per process at cuInit).
-        self.shm
-            .with_flock_bounded(TENANT_WAIT, || {
-                self.register_device_locked(uuid, guarantee, limit)
-            })?
+        self.shm.with_flock_bounded(TENANT_WAIT, || {
+            self.register_device_locked(uuid, guarantee, limit)
+        })?
     }
 
     /// The header's resize marks word.
@@ -743,11 +742,15 @@ impl Segment {
 
     /// A resize of entry `i`'s guarantee below its limit (0: none), marked
     /// as [`resize_device`](Self::resize_device) marks; the lock as there.
-    pub fn set_guarantee(&self, i: usize, guarantee: u64) -> Result<Option<LockBusy>, SegmentError> {
+    pub fn set_guarantee(
+        &self,
+        i: usize,
+        guarantee: u64,
+    ) -> Result<Option<LockBusy>, SegmentError> {
         let d = self.device_or_err(i)?;
-        let ((), busy) = self
-            .shm
-            .with_flock_or_without(ROOT_WAIT, || d.guarantee.store(guarantee, Ordering::Release));
+        let ((), busy) = self.shm.with_flock_or_without(ROOT_WAIT, || {
+            d.guarantee.store(guarantee, Ordering::Release)
+        });
         self.set_resized(i, true);
         Ok(busy)
     }
@@ -996,7 +999,10 @@ mod tests {
             new.register_device_with(&uuid, 1 << 30, 6 << 30).ok(),
             Some((0, None))
         );
-        assert!(!new.resized(0), "the mark is cleared once the figures agree");
+        assert!(
+            !new.resized(0),
+            "the mark is cleared once the figures agree"
+        );
         drop(new);
         let later = Segment::open_or_create(&p).expect("open");
         later.claim_slot(6).expect("slot");
@@ -1006,7 +1012,8 @@ mod tests {
         );
         assert_eq!(later.device_usage(0).map(|u| u.limit), Some(3 << 30));
         // Garbage in the spare word (an older version's padding) is no mark.
-        root.resized_word().store(0x1234_5678_ffff_ffff, Ordering::Release);
+        root.resized_word()
+            .store(0x1234_5678_ffff_ffff, Ordering::Release);
         assert!(!root.resized(0));
     }
 

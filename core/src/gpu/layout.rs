@@ -19,8 +19,8 @@ use std::mem::{offset_of, size_of};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
 
-pub use crate::shm::{LockBusy, SegmentError};
 use crate::shm::{Header, Layout, ROOT_WAIT, Shm, TENANT_WAIT};
+pub use crate::shm::{LockBusy, SegmentError};
 
 pub const MAGIC: [u8; 8] = *b"CUSLGPU\0";
 pub const VERSION: u32 = 1;
@@ -56,6 +56,10 @@ pub struct Sched {
     /// Processes sleeping on `lat_gen` (the waker skips the syscall at 0).
     pub lat_waiters: AtomicU32,
 }
+
+/// A tenant entry's index, and its previous (share, max) where a
+/// registration changed them.
+pub type Registered = (usize, Option<(u32, u32)>);
 
 /// A tenant entry's `state`.
 pub const EMPTY: u32 = 0;
@@ -419,7 +423,7 @@ impl GpuSegment {
         name: &str,
         tag: u64,
         spec: TenantSpec,
-    ) -> (Option<(usize, Option<(u32, u32)>)>, Option<LockBusy>) {
+    ) -> (Option<Registered>, Option<LockBusy>) {
         let share = spec.share.clamp(1, 100);
         let max = spec.max.clamp(share, 100);
         let class = if spec.latency {
@@ -712,7 +716,10 @@ mod tests {
         assert!(t.elapsed() < std::time::Duration::from_secs(30));
         let me = std::process::id();
         assert!(
-            e.0.starts_with(&format!("{}: its lock is held by pid {me}", g.path.display())),
+            e.0.starts_with(&format!(
+                "{}: its lock is held by pid {me}",
+                g.path.display()
+            )),
             "{e}"
         );
         let (r, busy) = g.update_tenant("a", 7, spec(30, 60));
