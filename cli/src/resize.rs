@@ -23,6 +23,14 @@
 //!    container's cgroup (`driver_memory_limit` "set: ..."), the new one,
 //!    and the container's record.
 //!
+//! Steps 3 and 4 take the segment's whole-file lock, which a tenant can
+//! take and keep (issue 41 H3: a kept lock hung the resize, the quota file
+//! and record already written): each waits at most 2 s for it, then
+//! writes all the same (a few atomic stores, sound without the lock: see
+//! `Shm::with_flock_or_without`) and says so in one line naming the file
+//! and the holder. Every step is applied, in this order, and the resize
+//! exits 0.
+//!
 //! Who may: root for a container or a claim (their files are root's,
 //! under the hook's root); root or the session's own user for a session
 //! (its files are the user's: root resizes one as that user, so every file
