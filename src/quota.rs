@@ -406,7 +406,7 @@ fn build(cfg: &Config, uuids: &[[u8; 16]]) -> Result<(), String> {
             .map_err(|e| e.to_string())?;
         if let Some(now) = resized {
             crate::warn!(
-                "GPU {i} ({}): the container's memory quota is {now} bytes in its segment ({}), not the {limit} bytes this process's configuration says: the segment's applies (a resize, or a quota file edited by hand that the host's watch will restore)",
+                "GPU {i} ({}): the container's memory quota is {now} bytes in its segment ({}), not the {limit} bytes this process's configuration says: the segment's applies (a live process of this slice registered it, or `cuslice resize` set it; with neither, a process takes its own)",
                 format_uuid(uuid),
                 path.display()
             );

@@ -745,6 +745,54 @@ fn a_corrupt_gpu_segment_header_fails_closed_at_start_up() {
     );
 }
 
+/// Issue 41 H4: a tenant keeping the GPU segment's whole-file lock (any
+/// tenant of the GPU can take it) stalled every other tenant's start on
+/// that GPU, silently and for as long as it liked. Now a start waits a
+/// bounded time, then fails closed with one line naming the file and the
+/// holder; once the lock is let go, tenants start again.
+#[test]
+fn a_tenant_keeping_the_gpu_segments_lock_holds_another_tenants_start_only_a_bounded_time() {
+    use std::os::fd::AsRawFd;
+    let h = Scene::new("kept-lock");
+    let env = h.container("t", "compute = 50");
+    let path = h.gpu_seg();
+    drop(GpuSegment::open_or_create(&path).expect("create"));
+    let held = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .expect("open");
+    // SAFETY: flock on the descriptor we just opened.
+    assert_eq!(unsafe { libc::flock(held.as_raw_fd(), libc::LOCK_EX) }, 0);
+    let o = finish(
+        "held",
+        victim(&env, 0.2),
+        Instant::now() + Duration::from_secs(30),
+    );
+    assert!(
+        !o.ok && o.result().is_none() && o.stderr.contains("cuInit(0) -> 800"),
+        "cuInit must fail closed\n{}",
+        o.show()
+    );
+    let line = one_error_line(&o.stderr);
+    assert!(
+        line.contains(&format!(
+            ": error: {}: its lock is held by pid {}, not let go within ",
+            path.display(),
+            std::process::id()
+        )),
+        "{}",
+        o.show()
+    );
+    drop(held);
+    finish(
+        "let go",
+        victim(&env, 0.2),
+        Instant::now() + Duration::from_secs(30),
+    )
+    .assert_clean("R victim violations=0 errors=0");
+}
+
 #[test]
 fn a_same_container_writer_cannot_crash_or_hang_its_siblings() {
     // Container x: two victims with a memory quota (no compute share: the

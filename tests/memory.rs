@@ -505,6 +505,50 @@ fn a_process_whose_quota_differs_from_its_segments_is_held_to_the_segments() {
     );
 }
 
+/// Issue 41 item 7: jobs one after another in one segment directory with
+/// bare LD_PRELOAD and a quota each from the environment: each is told,
+/// and held to, its own (the second was told the first's 2 GiB, with a
+/// warning that "the segment's applies"), silently.
+#[test]
+fn sequential_jobs_in_one_segment_get_each_its_own_quota() {
+    let s = Scene::new("sequential", "");
+    let seg = s.host.dir.join("seg").display().to_string();
+    let job = |limit: &str| {
+        let mut env = s.host.env(None);
+        env.extend([
+            ("CUSLICE_CONFIG", String::new()),
+            ("CUDA_DEVICE_MEMORY_LIMIT", limit.to_string()),
+            ("CUSLICE_CONTEXT_OVERHEAD", "1MiB".to_string()),
+            ("CUSLICE_SEGMENT_DIR", seg.clone()),
+            ("FAKE_CUDA_MEM", "16GiB".to_string()),
+        ]);
+        run_args(
+            "memtest",
+            &["info", "0"],
+            Opts {
+                env,
+                ..Opts::default()
+            },
+        )
+    };
+    for (limit, bytes) in [("2g", 2u64 << 30), ("8g", 8 << 30), ("1g", 1 << 30)] {
+        let r = job(limit);
+        r.assert_ok();
+        assert!(
+            r.results()
+                .contains(&format!("R cuDeviceTotalMem_v2 {bytes}").as_str()),
+            "{limit}: {}\n{}",
+            r.stdout,
+            r.stderr
+        );
+        assert!(
+            !r.stderr.contains("the segment's applies"),
+            "{limit}: {}",
+            r.stderr
+        );
+    }
+}
+
 /// The array table (16384 entries) full: the next array is destroyed again
 /// and refused, and its charge given back at once, not kept until exit;
 /// destroying the rest credits everything.

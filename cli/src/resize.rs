@@ -23,6 +23,14 @@
 //!    container's cgroup (`driver_memory_limit` "set: ..."), the new one,
 //!    and the container's record.
 //!
+//! Steps 3 and 4 take the segment's whole-file lock, which a tenant can
+//! take and keep (issue 41 H3: a kept lock hung the resize, the quota file
+//! and record already written): each waits at most 2 s for it, then
+//! writes all the same (a few atomic stores, sound without the lock: see
+//! `Shm::with_flock_or_without`) and says so in one line naming the file
+//! and the holder. Every step is applied, in this order, and the resize
+//! exits 0.
+//!
 //! Who may: root for a container or a claim (their files are root's,
 //! under the hook's root); root or the session's own user for a session
 //! (its files are the user's: root resizes one as that user, so every file
@@ -629,13 +637,24 @@ fn write_segment(t: &Target, new: &Config, gpu_dir: &Path) -> Result<(Vec<String
             continue;
         };
         let uuid = config::format_uuid(&r.uuid);
+        // A tenant keeping the segment's lock: root waits at most 2 s,
+        // then writes all the same (`Segment::resize_device`), said.
+        let kept = |b: Option<cuslice_core::shm::LockBusy>| {
+            b.map(|mut b| {
+                b.path = shown.clone();
+                format!("memory segment: written without its lock: {b}")
+            })
+        };
         if want != r.limit {
-            seg.restore_device(r.index, None, want);
+            let busy = seg
+                .resize_device(r.index, want)
+                .map_err(|e| e.to_string())?;
             out.push(format!(
                 "memory segment: GPU {uuid} quota {} (was {})",
                 config::format_size(want),
                 config::format_size(r.limit)
             ));
+            out.extend(kept(busy));
         }
         // A tenant that may burst: its guarantee, here and in the GPU's
         // memory pool.
@@ -644,12 +663,15 @@ fn write_segment(t: &Target, new: &Config, gpu_dir: &Path) -> Result<(Vec<String
             .device(r.index)
             .map_or(0, |d| d.guarantee.load(Ordering::Acquire));
         if guarantee != had {
-            seg.set_guarantee(r.index, guarantee);
+            let busy = seg
+                .set_guarantee(r.index, guarantee)
+                .map_err(|e| e.to_string())?;
             out.push(format!(
                 "memory segment: GPU {uuid} guarantee {} (was {})",
                 shown_guarantee(guarantee, want),
                 shown_guarantee(had, r.limit)
             ));
+            out.extend(kept(busy));
         }
         let used = seg.device_usage(r.index).map_or(r.used, |u| u.used);
         out.extend(write_pool(gpu_dir, new, &r.uuid, guarantee, want, used)?);
@@ -788,12 +810,12 @@ fn write_gpu_segments(
             e.to_string()
                 .replace(&*via.to_string_lossy(), &shown.to_string_lossy())
         })?;
-        if !g.tenants().iter().any(|t| t.name == name && t.tag == tag) {
+        // Only the slice's own entry, never a new one; the segment's
+        // lock waited for at most 2 s, then written without it, said.
+        let (found, busy) = g.update_tenant(&name, tag, spec);
+        let Some((_, before)) = found else {
             continue;
-        }
-        let (_, before) = g
-            .register(&name, tag, spec, cuslice_core::gpu::monotonic_ns())
-            .map_err(|e| e.to_string())?;
+        };
         if g.truncated() {
             return Err(format!(
                 "{}: the file was truncated while it was written",
@@ -808,6 +830,10 @@ fn write_gpu_segments(
                 ceiling(spec.max),
                 ceiling(max)
             ));
+        }
+        if let Some(mut b) = busy {
+            b.path = shown;
+            out.push(format!("GPU segment: written without its lock: {b}"));
         }
     }
     Ok(out)

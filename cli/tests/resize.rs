@@ -481,6 +481,82 @@ fn a_sessions_share_and_ceiling_are_resized_in_the_gpu_segment_it_runs_under() {
     assert!(err.contains("--grace: only applies with --memory"), "{err}");
 }
 
+/// Issue 41 H3: a tenant keeping the GPU segment's lock (any tenant of
+/// the GPU can take it), or its own memory segment's, hung root's resize
+/// of a slice on that GPU with no output, the quota file and record
+/// already rewritten and the segments not. Now the resize waits at most
+/// 2 s for each, writes all the same, and says which file's lock was kept
+/// and by whom.
+#[test]
+fn a_tenant_keeping_a_segments_lock_holds_roots_resize_only_a_bounded_time_and_it_says_so() {
+    use std::os::fd::AsRawFd;
+    let h = Host::new("kept-lock");
+    let s = session(&h, &["--memory", "4GiB", "--compute", "40"], 0);
+    let run = s.pid();
+    let name = format!("run-{run}");
+    let gpu_seg = h
+        .root()
+        .join("gpu")
+        .join(format!("{}.seg", format_uuid(&common::FAKE_UUID)));
+    let mem_seg = run_dir(&h, run).join("segment/memory.seg");
+    let hold = |p: &Path| {
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(p)
+            .expect("open");
+        // SAFETY: flock on the descriptor we just opened.
+        assert_eq!(unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) }, 0);
+        f
+    };
+    let held = (hold(&gpu_seg), hold(&mem_seg));
+    let mut c = h.cuslice();
+    c.arg("resize")
+        .args([&format!("run:{run}"), "--memory", "2GiB", "--compute", "60"])
+        .arg("--root")
+        .arg(h.root())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = c.spawn().expect("cuslice resize");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while child.try_wait().expect("try_wait").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("cuslice resize still waiting after 30 s for a lock a tenant keeps");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().expect("output");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}{stderr}");
+    let me = std::process::id();
+    for (what, p) in [("memory segment", &mem_seg), ("GPU segment", &gpu_seg)] {
+        let want = format!(
+            "{what}: written without its lock: {}: its lock is held by pid {me}, not let go within ",
+            p.display()
+        );
+        assert_eq!(
+            stdout.lines().filter(|l| l.starts_with(&want)).count(),
+            1,
+            "{want}\n{stdout}{stderr}"
+        );
+    }
+    // Applied all the same.
+    assert_eq!(seg_entry(&mem_seg).0, 2 * GIB, "{stdout}");
+    let share = GpuSegment::open_read_only(&gpu_seg)
+        .expect("gpu segment")
+        .tenants()
+        .into_iter()
+        .find(|t| t.name == name)
+        .map(|t| t.share);
+    assert_eq!(share, Some(60), "{stdout}");
+    drop(held);
+}
+
 /// A container as the OCI hook lays it out under the host's root: its
 /// quota file in its quota directory (`etc/quota.toml`, root's, 0444:
 /// `memory`, and a share), its record (naming a

@@ -699,6 +699,91 @@ fn a_process_of_a_run_session_that_bypasses_the_shim_is_reported_and_killed() {
     );
 }
 
+/// Issue 41 H1: a session's tenant keeping its memory segment's lock
+/// while the watch must repair that segment stopped the whole host's
+/// watch (its repair waited for the lock without bound), and a process
+/// around the shim 2 GiB over the session's quota stayed alive as long as
+/// the lock was held. Now the repair waits at most 2 s, puts the quota
+/// back all the same with one line naming the file and the holder, and
+/// the pass goes on to kill the process under `policy = "kill"`.
+#[test]
+fn a_tenant_keeping_its_segments_lock_while_it_is_repaired_stops_neither_the_watch_nor_a_kill() {
+    use std::os::fd::AsRawFd;
+    use std::sync::atomic::Ordering::Release;
+    let h = Host::new("keptlock");
+    let fifo = h.dir.join("go");
+    assert!(
+        Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .expect("mkfifo")
+            .success()
+    );
+    let s = session(
+        &h,
+        &["--memory", "1GiB"],
+        &format!(
+            "$M hold 104857600 & echo S $!; cat {} >/dev/null; $N 2147483648 & echo U $!; wait",
+            fifo.display()
+        ),
+    );
+    s.pid("S");
+    s.line("R held");
+    let run = s.child.id();
+    let watch = h.watch("policy = \"kill\"");
+    // The tenant takes its segment's lock and keeps it, and raises its
+    // quota there, so that the watch must repair the segment.
+    let path = run_seg(&h, run);
+    let held = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .expect("open");
+    // SAFETY: flock on the descriptor we just opened.
+    assert_eq!(unsafe { libc::flock(held.as_raw_fd(), libc::LOCK_EX) }, 0);
+    let seg = Segment::open_existing(&path).expect("segment");
+    seg.device(0).expect("dev").limit.store(100 << 30, Release);
+    std::fs::write(&fifo, b"go").expect("fifo");
+    let u = s.pid("U");
+    s.line("ATTACK noshim holding 2147483648 bytes");
+    common::wait_for(
+        || {
+            format!(
+                "the process 2 GiB over the quota ({u}) still alive:\n{}",
+                watch.text()
+            )
+        },
+        Duration::from_secs(30),
+        || (!alive(u)).then_some(()),
+    );
+    let me = std::process::id();
+    common::wait_for(
+        || format!("no line naming the kept lock:\n{}", watch.text()),
+        Duration::from_secs(30),
+        || {
+            watch
+                .text()
+                .lines()
+                .any(|l| {
+                    l.starts_with("cuslice watch: ")
+                        && l.contains("restored without its lock: ")
+                        && l.contains(&format!("memory.seg: its lock is held by pid {me}, "))
+                })
+                .then_some(())
+        },
+    );
+    assert_eq!(seg.device_usage(0).map(|u| u.limit), Some(1 << 30));
+    // The watch's passes go on while the lock is still kept.
+    let passes = || h.state().and_then(|s| s["passes"].as_u64()).unwrap_or(0);
+    let now = passes();
+    common::wait_for(
+        || format!("the watch's passes stopped at {now}:\n{}", watch.text()),
+        Duration::from_secs(30),
+        || (passes() >= now + 2).then_some(()),
+    );
+    drop(held);
+}
+
 #[test]
 fn tampered_segments_are_reported_and_restored_within_two_intervals() {
     let h = Host::new("tamper");

@@ -29,8 +29,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-pub use crate::shm::SegmentError;
-use crate::shm::{Header, Layout, Shm};
+use crate::shm::{HEADER_SPARE, Header, Layout, ROOT_WAIT, Shm, TENANT_WAIT};
+pub use crate::shm::{LockBusy, SegmentError};
 
 pub const MAGIC: [u8; 8] = *b"CUSLMEM\0";
 pub const VERSION: u32 = 1;
@@ -38,6 +38,13 @@ pub const MAX_DEVICES: usize = 16;
 pub const MAX_SLOTS: usize = 1024;
 /// `limit` value of a device without a memory quota.
 pub const UNLIMITED: u64 = u64::MAX;
+
+/// The header's spare word ([`HEADER_SPARE`]) holds which device entries
+/// `cuslice resize` set: this tag in the high half (a word left by an
+/// older version that did not zero the padding is taken for no mark), a
+/// bit per entry in the low half.
+const RESIZED_TAG: u64 = 0x5253_5a44 << 32;
+const _: () = assert!(MAX_DEVICES <= 32);
 
 const DEV_EMPTY: u32 = 0;
 const DEV_READY: u32 = 2;
@@ -310,6 +317,17 @@ impl Segment {
     /// [`register_device`](Self::register_device) with a guarantee below
     /// the limit (`memory` below `memory_max`; 0: none). A new entry takes
     /// it; an existing one keeps the segment's (as for the limit).
+    ///
+    /// The segment's figures hold only within the slice they belong to:
+    /// while another live process is registered in the segment, or where
+    /// `cuslice resize` set them ([`Segment::resize_device`]). An entry
+    /// with neither (a job that ended, and another in the same segment
+    /// directory with its own configuration) takes this process's limit
+    /// and guarantee, silently.
+    ///
+    /// Waits at most [`TENANT_WAIT`] for the segment's lock (another
+    /// process of the slice may keep it): then an error naming the file
+    /// and the holder.
     pub fn register_device_with(
         &self,
         uuid: &[u8; 16],
@@ -317,8 +335,54 @@ impl Segment {
         limit: u64,
     ) -> Result<(usize, Option<u64>), SegmentError> {
         // Registration is rare (once per device per process at cuInit).
-        self.shm
-            .with_flock(|| self.register_device_locked(uuid, guarantee, limit))
+        self.shm.with_flock_bounded(TENANT_WAIT, || {
+            self.register_device_locked(uuid, guarantee, limit)
+        })?
+    }
+
+    /// The header's resize marks word.
+    fn resized_word(&self) -> &AtomicU64 {
+        // SAFETY: HEADER_SPARE + 8 is the header's size, within the
+        // mapping; 8-aligned (56 of a page-aligned mapping); an atomic.
+        unsafe { self.shm.at::<AtomicU64>(HEADER_SPARE) }
+    }
+
+    /// Whether `cuslice resize` set entry `i`'s figures (and no process
+    /// has registered them since with its own configuration agreeing).
+    pub fn resized(&self, i: usize) -> bool {
+        let w = self.resized_word().load(Ordering::Acquire);
+        w & !0xffff_ffff == RESIZED_TAG && w & (1 << i) != 0
+    }
+
+    fn set_resized(&self, i: usize, on: bool) {
+        let _ = self
+            .resized_word()
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
+                let marks = if w & !0xffff_ffff == RESIZED_TAG {
+                    w & 0xffff_ffff
+                } else {
+                    0
+                };
+                let marks = if on {
+                    marks | 1 << i
+                } else {
+                    marks & !(1 << i)
+                };
+                let new = if marks == 0 { 0 } else { RESIZED_TAG | marks };
+                (new != w).then_some(new)
+            });
+    }
+
+    /// Whether a process other than this one is registered in the segment
+    /// and alive.
+    fn others_live(&self) -> bool {
+        (0..MAX_SLOTS).any(|i| {
+            i != self.shm.own()
+                && self
+                    .slot(i)
+                    .is_some_and(|s| s.state.load(Ordering::Acquire) != SLOT_FREE)
+                && self.slot_alive(i)
+        })
     }
 
     fn register_device_locked(
@@ -333,6 +397,18 @@ impl Segment {
             match d.state.load(Ordering::Acquire) {
                 DEV_READY if &device_uuid(d) == uuid => {
                     let have = d.limit.load(Ordering::Relaxed);
+                    let want_g = if guarantee < limit { guarantee } else { 0 };
+                    if have == limit && d.guarantee.load(Ordering::Relaxed) == want_g {
+                        // This process's configuration has what a resize
+                        // set: the mark has done its work.
+                        self.set_resized(i, false);
+                        return Ok((i, None));
+                    }
+                    if adopts(self.others_live(), self.resized(i)) {
+                        d.limit.store(limit, Ordering::Release);
+                        d.guarantee.store(want_g, Ordering::Release);
+                        return Ok((i, None));
+                    }
                     if have == limit {
                         return Ok((i, None));
                     }
@@ -644,11 +720,18 @@ impl Segment {
     /// The host watchdog's repair of entry `i`: its limit, and where given
     /// its UUID, and the READY state (a process registering that GPU finds
     /// it again, instead of a second entry that would split the quota).
-    pub fn restore_device(&self, i: usize, uuid: Option<&[u8; 16]>, limit: u64) -> bool {
-        let Some(d) = self.device(i) else {
-            return false;
-        };
-        self.shm.with_flock(|| {
+    ///
+    /// Root's: waits at most [`ROOT_WAIT`] for the segment's lock, then
+    /// writes all the same ([`Shm::with_flock_or_without`] says why that is
+    /// sound) and returns who kept the lock. Err: no such entry.
+    pub fn restore_device(
+        &self,
+        i: usize,
+        uuid: Option<&[u8; 16]>,
+        limit: u64,
+    ) -> Result<Option<LockBusy>, SegmentError> {
+        let d = self.device_or_err(i)?;
+        let ((), busy) = self.shm.with_flock_or_without(ROOT_WAIT, || {
             if let Some(uuid) = uuid {
                 store_uuid(d, uuid);
             }
@@ -657,17 +740,41 @@ impl Segment {
                 d.state.store(DEV_READY, Ordering::Release);
             }
         });
-        true
+        Ok(busy)
     }
 
-    /// A resize of entry `i`'s guarantee below its limit (0: none).
-    pub fn set_guarantee(&self, i: usize, guarantee: u64) -> bool {
-        let Some(d) = self.device(i) else {
-            return false;
-        };
-        self.shm
-            .with_flock(|| d.guarantee.store(guarantee, Ordering::Release));
-        true
+    /// `cuslice resize`'s new limit for entry `i`: as
+    /// [`restore_device`](Self::restore_device), and the entry marked as
+    /// resized, so that a process that starts while none of the slice
+    /// lives is held to it too (not only one that meets a live process).
+    pub fn resize_device(&self, i: usize, limit: u64) -> Result<Option<LockBusy>, SegmentError> {
+        let busy = self.restore_device(i, None, limit)?;
+        self.set_resized(i, true);
+        Ok(busy)
+    }
+
+    /// A resize of entry `i`'s guarantee below its limit (0: none), marked
+    /// as [`resize_device`](Self::resize_device) marks; the lock as there.
+    pub fn set_guarantee(
+        &self,
+        i: usize,
+        guarantee: u64,
+    ) -> Result<Option<LockBusy>, SegmentError> {
+        let d = self.device_or_err(i)?;
+        let ((), busy) = self.shm.with_flock_or_without(ROOT_WAIT, || {
+            d.guarantee.store(guarantee, Ordering::Release)
+        });
+        self.set_resized(i, true);
+        Ok(busy)
+    }
+
+    fn device_or_err(&self, i: usize) -> Result<&Device, SegmentError> {
+        self.device(i).ok_or_else(|| {
+            SegmentError(format!(
+                "{}: no device entry {i} (at most {MAX_DEVICES})",
+                self.path.display()
+            ))
+        })
     }
 
     /// Live-looking slots: (slot, pid, started, used per device, alive).
@@ -774,6 +881,14 @@ fn device_uuid(d: &Device) -> [u8; 16] {
     u
 }
 
+/// Whether a process registering a GPU whose entry holds other figures
+/// than its configuration takes its own: only where no other process of
+/// the segment lives and no resize set them (the figures are a finished
+/// job's, not the slice's).
+fn adopts(others_live: bool, resized: bool) -> bool {
+    !others_live && !resized
+}
+
 fn fmt_limit(l: u64) -> String {
     if l == UNLIMITED {
         "none".into()
@@ -828,6 +943,10 @@ mod tests {
         let (_dir, p) = tmp("limits");
         let s = Segment::open_or_create(&p).expect("open");
         assert_eq!(s.register_device(&[1; 16], 4 << 30).ok(), Some((0, None)));
+        // A live process of the slice (another open file description's
+        // slot) holds the segment's figures to the slice.
+        let live = Segment::open_or_create(&p).expect("open live");
+        live.claim_slot(9).expect("slot");
         // Another finite value (a resize raced the process's start): the
         // segment's stands, and is said.
         assert_eq!(
@@ -844,6 +963,108 @@ mod tests {
         s.register_device(&[2; 16], UNLIMITED).expect("unlimited");
         let e = s.register_device(&[2; 16], 1 << 30).expect_err("one");
         assert!(e.0.contains("which GPUs have a quota"), "{e}");
+    }
+
+    #[test]
+    fn a_finished_jobs_figures_give_way_to_the_next_unless_a_resize_set_them() {
+        let (_dir, p) = tmp("adopt");
+        let uuid = [3; 16];
+        {
+            let first = Segment::open_or_create(&p).expect("open");
+            let slot = first.claim_slot(1).expect("slot");
+            first.register_device_with(&uuid, 0, 2 << 30).expect("dev");
+            first.release_slot(slot);
+        }
+        // No process of the segment lives, nothing was resized: the next
+        // job's own figures, silently; its guarantee too.
+        let next = Segment::open_or_create(&p).expect("open");
+        next.claim_slot(2).expect("slot");
+        assert_eq!(
+            next.register_device_with(&uuid, 1 << 30, 8 << 30).ok(),
+            Some((0, None))
+        );
+        let u = next.device_usage(0).expect("usage");
+        assert_eq!((u.limit, u.guarantee), (8 << 30, 1 << 30));
+        // While it lives, a third with other figures is held to the
+        // segment's, which is said.
+        let third = Segment::open_or_create(&p).expect("open");
+        third.claim_slot(3).expect("slot");
+        assert_eq!(
+            third.register_device_with(&uuid, 0, 4 << 30).ok(),
+            Some((0, Some(8 << 30)))
+        );
+        drop((next, third));
+        // A resize's figure holds with nobody live too, until a process
+        // whose configuration has it registers.
+        let root = Segment::open_existing(&p).expect("root");
+        assert_eq!(root.resize_device(0, 6 << 30), Ok(None));
+        assert!(root.resized(0));
+        let old = Segment::open_or_create(&p).expect("open");
+        old.claim_slot(4).expect("slot");
+        assert_eq!(
+            old.register_device_with(&uuid, 1 << 30, 8 << 30).ok(),
+            Some((0, Some(6 << 30)))
+        );
+        drop(old);
+        let new = Segment::open_or_create(&p).expect("open");
+        new.claim_slot(5).expect("slot");
+        assert_eq!(
+            new.register_device_with(&uuid, 1 << 30, 6 << 30).ok(),
+            Some((0, None))
+        );
+        assert!(
+            !new.resized(0),
+            "the mark is cleared once the figures agree"
+        );
+        drop(new);
+        let later = Segment::open_or_create(&p).expect("open");
+        later.claim_slot(6).expect("slot");
+        assert_eq!(
+            later.register_device_with(&uuid, 0, 3 << 30).ok(),
+            Some((0, None))
+        );
+        assert_eq!(later.device_usage(0).map(|u| u.limit), Some(3 << 30));
+        // Garbage in the spare word (an older version's padding) is no mark.
+        root.resized_word()
+            .store(0x1234_5678_ffff_ffff, Ordering::Release);
+        assert!(!root.resized(0));
+    }
+
+    #[test]
+    fn a_tenant_keeping_the_segments_lock_holds_neither_root_nor_a_start_for_ever() {
+        use std::os::fd::AsRawFd;
+        let (_dir, p) = tmp("held");
+        let s = Segment::open_or_create(&p).expect("open");
+        s.register_device(&[4; 16], 1 << 30).expect("dev");
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&p)
+            .expect("open");
+        // SAFETY: flock on the descriptor we just opened.
+        assert_eq!(unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) }, 0);
+        let root = Segment::open_existing(&p).expect("root");
+        let t = std::time::Instant::now();
+        let busy = root
+            .restore_device(0, None, 2 << 30)
+            .expect("entry")
+            .expect("busy");
+        assert!(t.elapsed() < std::time::Duration::from_secs(20));
+        assert_eq!(busy.holder, Some(std::process::id()));
+        // Written all the same.
+        assert_eq!(s.device_usage(0).map(|u| u.limit), Some(2 << 30));
+        let e = s.register_device(&[5; 16], 1 << 30).expect_err("busy");
+        assert!(
+            e.0.starts_with(&format!(
+                "{}: its lock is held by pid {}",
+                p.display(),
+                std::process::id()
+            )),
+            "{e}"
+        );
+        drop(f);
+        assert_eq!(root.restore_device(0, None, 1 << 30), Ok(None));
+        assert!(root.restore_device(MAX_DEVICES, None, 1).is_err());
     }
 
     #[test]

@@ -12,6 +12,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 /// A segment error: one line naming the file and what is wrong with it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,6 +25,135 @@ impl fmt::Display for SegmentError {
 }
 
 impl std::error::Error for SegmentError {}
+
+/// How long root (`cuslice watch`, `cuslice resize`, the OCI hook) waits
+/// for a segment's whole-file lock, which any tenant of the segment can
+/// take and keep: the issue's bound ("at most 2 s"). An honest holder keeps
+/// it for a registration or a sweep, microseconds; 2 s covers one
+/// descheduled on a loaded host many times over.
+pub const ROOT_WAIT: Duration = Duration::from_secs(2);
+
+/// How long a starting tenant waits for that lock before it fails closed
+/// (cuInit refused, one line naming the file and the holder). Longer than
+/// root's: a false refusal costs a job its start, and a holder may be
+/// throttled by its cgroup's CPU quota or stopped for a moment (the
+/// watch's freeze); a start held 5 s by a hostile tenant is bounded, and
+/// said, instead of silent and for ever.
+pub const TENANT_WAIT: Duration = Duration::from_secs(5);
+
+/// A whole-file lock that another process kept past the bound: the file,
+/// its holder where the kernel tells it, and how long this one waited.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockBusy {
+    pub path: PathBuf,
+    /// The holder's pid as `/proc/locks` shows it to this process (None:
+    /// not found there, or in a PID namespace this one cannot see).
+    pub holder: Option<u32>,
+    pub waited: Duration,
+}
+
+impl fmt::Display for LockBusy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let who = match self.holder {
+            Some(pid) => format!("pid {pid}"),
+            None => "another process (holder unknown)".to_string(),
+        };
+        write!(
+            f,
+            "{}: its lock is held by {who}, not let go within {:.1} s",
+            self.path.display(),
+            self.waited.as_secs_f64()
+        )
+    }
+}
+
+impl std::error::Error for LockBusy {}
+
+impl From<LockBusy> for SegmentError {
+    fn from(b: LockBusy) -> SegmentError {
+        SegmentError(b.to_string())
+    }
+}
+
+/// The pid of the process holding a FLOCK on the file of device
+/// (`major`, `minor`) and inode `ino`, from the text of `/proc/locks`
+/// (lines `N: FLOCK ADVISORY WRITE PID MAJ:MIN:INODE 0 EOF`, device
+/// numbers in hex; a waiter's line has `->` after the number and is
+/// skipped). A pid of 0 is one the reader's PID namespace cannot see.
+pub fn flock_holder(locks: &str, major: u64, minor: u64, ino: u64) -> Option<u32> {
+    locks.lines().find_map(|l| {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        let [_, "FLOCK", _, _, pid, id, ..] = w.as_slice() else {
+            return None;
+        };
+        let mut parts = id.split(':');
+        let (Some(ma), Some(mi), Some(i), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return None;
+        };
+        let same = u64::from_str_radix(ma, 16).ok() == Some(major)
+            && u64::from_str_radix(mi, 16).ok() == Some(minor)
+            && i.parse::<u64>().ok() == Some(ino);
+        same.then(|| pid.parse::<u32>().ok())
+            .flatten()
+            .filter(|&p| p != 0)
+    })
+}
+
+/// Takes `fd`'s exclusive flock, waiting at most `wait`: polls without
+/// blocking, sleeping 1 ms at first and up to 20 ms between tries (a
+/// blocking flock cannot be given a deadline short of a signal). Ok(true):
+/// locked; Ok(false): flock itself failed otherwise than "held" (as the
+/// unbounded lock did, the caller runs on unlocked); Err: still held at
+/// the deadline, and who holds it.
+fn lock_within(fd: i32, path: &Path, wait: Duration) -> Result<bool, LockBusy> {
+    let start = Instant::now();
+    let mut nap = Duration::from_millis(1);
+    loop {
+        // SAFETY: flock on the caller's fd, not blocking.
+        if unsafe { libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return Ok(true);
+        }
+        let e = std::io::Error::last_os_error().raw_os_error();
+        if e != Some(libc::EWOULDBLOCK) && e != Some(libc::EINTR) {
+            return Ok(false);
+        }
+        let waited = start.elapsed();
+        if waited >= wait {
+            return Err(LockBusy {
+                path: path.to_path_buf(),
+                holder: holder_of(fd),
+                waited,
+            });
+        }
+        std::thread::sleep(nap.min(wait - waited));
+        nap = (nap * 2).min(Duration::from_millis(20));
+    }
+}
+
+/// Who holds `fd`'s file's flock, from `/proc/locks` (read once, at a
+/// deadline, bounded).
+fn holder_of(fd: i32) -> Option<u32> {
+    use std::io::Read;
+    // SAFETY: `stat` is a plain C struct, valid all zero.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat into that struct, on the caller's descriptor.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return None;
+    }
+    let mut text = String::new();
+    std::fs::File::open("/proc/locks")
+        .ok()?
+        .take(8 << 20)
+        .read_to_string(&mut text)
+        .ok()?;
+    let dev = st.st_dev;
+    // glibc's encoding of a device number (gnu_dev_major / gnu_dev_minor).
+    let major = ((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff);
+    let minor = (dev & 0xff) | ((dev >> 12) & !0xff);
+    flock_holder(&text, major, minor, st.st_ino)
+}
 
 fn os_err(path: &Path, what: &str) -> SegmentError {
     SegmentError(format!(
@@ -53,6 +183,12 @@ pub struct Layout {
     /// Names of `header.params` entries, for messages.
     pub param_names: [&'static str; 8],
 }
+
+/// Where the header's padding starts: 8 bytes after its fields that no
+/// check reads, zero in a segment this version made, free for a layout's
+/// own use (the memory segment's resize marks).
+pub const HEADER_SPARE: usize = std::mem::offset_of!(Header, params) + 4 * 8;
+const _: () = assert!(HEADER_SPARE + 8 == std::mem::size_of::<Header>());
 
 /// Slot locks live beyond the data, as a pure lock namespace.
 const LOCK_BASE: i64 = 1 << 40;
@@ -153,15 +289,23 @@ impl Shm {
         }
         // Until a Shm owns the fd, every error path closes it here.
         let mapped = Self::check_owner(fd, path, layout).and_then(|()| {
-            // Creation under an exclusive flock: two first processes cannot
-            // both initialise.
-            // SAFETY: flock on our fd.
-            if unsafe { libc::flock(fd, libc::LOCK_EX) } != 0 {
-                return Err(os_err(path, "cannot lock segment"));
+            // A file already whole (its size and header this layout's) is
+            // mapped without the lock: initialisation wrote the magic last,
+            // and never again, so there is nothing to wait for, and a
+            // tenant that keeps the lock cannot stall the others' open.
+            if Self::initialised(fd, path, layout)? {
+                return Self::map(fd, path, layout.header.total_size as usize, true);
             }
+            // Creation under an exclusive flock: two first processes cannot
+            // both initialise. Bounded (root's bound for everyone: an
+            // honest initialiser sizes the file and writes a header, well
+            // under it).
+            let locked = lock_within(fd, path, ROOT_WAIT)?;
             let r = Self::init_locked(fd, path, layout);
-            // SAFETY: unlocking our fd.
-            unsafe { libc::flock(fd, libc::LOCK_UN) };
+            if locked {
+                // SAFETY: unlocking our fd.
+                unsafe { libc::flock(fd, libc::LOCK_UN) };
+            }
             r
         });
         let shm = match mapped {
@@ -202,6 +346,25 @@ impl Shm {
         Ok(())
     }
 
+    /// Whether the file is already of `layout`'s size and starts with its
+    /// header, magic included (then nobody initialises it any more).
+    fn initialised(fd: i32, path: &Path, layout: &Layout) -> Result<bool, SegmentError> {
+        if fstat(fd, path)?.st_size as u64 != layout.header.total_size {
+            return Ok(false);
+        }
+        let mut h = std::mem::MaybeUninit::<Header>::zeroed();
+        let n = std::mem::size_of::<Header>();
+        // SAFETY: reading at most `n` bytes into a buffer of `n` bytes.
+        let got = unsafe { libc::pread(fd, h.as_mut_ptr().cast(), n, 0) };
+        if got != n as isize {
+            return Ok(false);
+        }
+        // SAFETY: zero-initialised and then filled: a Header is plain
+        // integers, valid for any bytes.
+        let h = unsafe { h.assume_init() };
+        Ok(h == layout.header)
+    }
+
     /// Sizes and maps the file, writing the header if it is new. Does not
     /// validate (the caller does, once a Shm owns the fd).
     fn init_locked(fd: i32, path: &Path, layout: &Layout) -> Result<Shm, SegmentError> {
@@ -231,6 +394,9 @@ impl Shm {
             // the rest.
             unsafe {
                 h.write(hdr);
+                // The padding a struct copy leaves undefined: zero, as
+                // layouts that use it expect of a fresh segment.
+                std::ptr::write_bytes(shm.base.add(HEADER_SPARE), 0, 8);
                 std::sync::atomic::fence(Ordering::Release);
                 (*h).magic = magic;
             }
@@ -520,7 +686,11 @@ impl Shm {
         }
     }
 
-    /// Exclusive whole-file flock for rare registrations.
+    /// Exclusive whole-file flock, waiting for it as long as it takes.
+    /// Every process of the segment can take and keep this lock: use it
+    /// nowhere a tenant may hold it against another tenant or root (only
+    /// the memory pool's calls are left, until they are converted); see
+    /// [`Shm::with_flock_bounded`].
     pub fn with_flock<R>(&self, f: impl FnOnce() -> R) -> R {
         // SAFETY: flock on our fd.
         unsafe { libc::flock(self.fd, libc::LOCK_EX) };
@@ -528,6 +698,48 @@ impl Shm {
         // SAFETY: unlocking our fd.
         unsafe { libc::flock(self.fd, libc::LOCK_UN) };
         r
+    }
+
+    /// `f` under the exclusive whole-file flock, waiting for it at most
+    /// `wait` ([`ROOT_WAIT`], [`TENANT_WAIT`]); Err, and `f` not run, where
+    /// another process keeps it that long: which file, its holder, how long.
+    pub fn with_flock_bounded<R>(
+        &self,
+        wait: Duration,
+        f: impl FnOnce() -> R,
+    ) -> Result<R, LockBusy> {
+        let locked = lock_within(self.fd, &self.path, wait)?;
+        let r = f();
+        if locked {
+            // SAFETY: unlocking our fd.
+            unsafe { libc::flock(self.fd, libc::LOCK_UN) };
+        }
+        Ok(r)
+    }
+
+    /// Root's writes of a few atomic stores: `f` under the flock where it
+    /// comes within `wait`, else `f` all the same, and the holder that kept
+    /// it. Sound without the lock: it only orders these stores after an
+    /// honest registration, which holds it for microseconds; a process
+    /// that keeps it past the bound is not registering, and could write
+    /// the same words of the mapping without any lock whatever the lock
+    /// said (the watch audits them every pass).
+    pub fn with_flock_or_without<R>(
+        &self,
+        wait: Duration,
+        f: impl FnOnce() -> R,
+    ) -> (R, Option<LockBusy>) {
+        match lock_within(self.fd, &self.path, wait) {
+            Ok(locked) => {
+                let r = f();
+                if locked {
+                    // SAFETY: unlocking our fd.
+                    unsafe { libc::flock(self.fd, libc::LOCK_UN) };
+                }
+                (r, None)
+            }
+            Err(busy) => (f(), Some(busy)),
+        }
     }
 
     /// As [`Shm::with_flock`], but only where nobody holds the lock now:
@@ -553,5 +765,138 @@ impl Shm {
     /// The fd, for a fork child that must not keep its parent's locks alive.
     pub fn raw_fd(&self) -> i32 {
         self.fd
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use crate::testdir::TestDir as Dir;
+
+    fn layout() -> Layout {
+        Layout {
+            what: "test segment",
+            header: Header {
+                magic: *b"CUSLTST\0",
+                version: 1,
+                header_size: std::mem::size_of::<Header>() as u32,
+                total_size: 4096,
+                params: [0; 8],
+            },
+            param_names: ["-"; 8],
+        }
+    }
+
+    /// Another open file description of `path` holding its flock, as a
+    /// tenant that took it and keeps it.
+    fn held(path: &Path) -> std::fs::File {
+        use std::os::fd::AsRawFd;
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .expect("open");
+        // SAFETY: flock on the descriptor we just opened.
+        assert_eq!(unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) }, 0);
+        f
+    }
+
+    #[test]
+    fn a_held_lock_is_given_up_on_within_the_bound_naming_the_file_and_our_pid() {
+        let d = Dir::new("shm-test", "busy");
+        let p = d.path().join("x.seg");
+        let s = Shm::open_or_create(&p, &layout(), 0o700).expect("open");
+        let h = held(&p);
+        let t = Instant::now();
+        let ran = std::cell::Cell::new(false);
+        let e = s
+            .with_flock_bounded(Duration::from_millis(200), || ran.set(true))
+            .expect_err("busy");
+        let took = t.elapsed();
+        assert!(!ran.get(), "f ran without the lock");
+        assert!(took >= Duration::from_millis(200), "{took:?}");
+        assert!(took < Duration::from_secs(10), "{took:?}");
+        assert_eq!(e.path, p);
+        assert_eq!(e.holder, Some(std::process::id()), "{e}");
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "{}: its lock is held by pid {}, not let go within {:.1} s",
+                p.display(),
+                std::process::id(),
+                e.waited.as_secs_f64()
+            )
+        );
+        // Root's write runs all the same, and says who held the lock.
+        let (r, busy) = s.with_flock_or_without(Duration::from_millis(50), || 7);
+        assert_eq!(r, 7);
+        assert_eq!(busy.map(|b| b.holder), Some(Some(std::process::id())));
+        // Let go: taken at once, and given back.
+        drop(h);
+        assert_eq!(s.with_flock_bounded(Duration::ZERO, || 1), Ok(1));
+        assert_eq!(s.with_flock_or_without(Duration::ZERO, || 2), (2, None));
+        assert_eq!(s.try_with_flock(|| 3), Some(3));
+    }
+
+    #[test]
+    fn a_lock_let_go_while_waiting_is_taken() {
+        let d = Dir::new("shm-test", "later");
+        let p = d.path().join("x.seg");
+        let s = Shm::open_or_create(&p, &layout(), 0o700).expect("open");
+        let h = held(&p);
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            drop(h);
+        });
+        assert_eq!(s.with_flock_bounded(Duration::from_secs(30), || 5), Ok(5));
+        t.join().expect("join");
+    }
+
+    #[test]
+    fn an_initialised_segment_opens_while_another_holds_its_lock_and_a_fresh_one_does_not() {
+        let d = Dir::new("shm-test", "open");
+        let p = d.path().join("x.seg");
+        drop(Shm::open_or_create(&p, &layout(), 0o700).expect("create"));
+        let h = held(&p);
+        Shm::open_or_create(&p, &layout(), 0o700).expect("opens without the lock");
+        drop(h);
+        // A file not yet initialised (empty) whose lock another keeps: the
+        // open waits at most root's bound, then fails naming the holder.
+        let q = d.path().join("fresh.seg");
+        let h = held(&q);
+        let t = Instant::now();
+        let e = Shm::open_or_create(&q, &layout(), 0o700)
+            .err()
+            .expect("busy");
+        assert!(t.elapsed() < Duration::from_secs(20));
+        assert!(
+            e.0.starts_with(&format!(
+                "{}: its lock is held by pid {}",
+                q.display(),
+                std::process::id()
+            )),
+            "{e}"
+        );
+        drop(h);
+        Shm::open_or_create(&q, &layout(), 0o700).expect("then initialised");
+    }
+
+    #[test]
+    fn the_flock_holder_is_read_from_proc_locks() {
+        let locks = "1: POSIX  ADVISORY  WRITE 10 08:01:99 0 EOF\n\
+                     2: FLOCK  ADVISORY  WRITE 4321 fd:02:1234 0 EOF\n\
+                     2: -> FLOCK  ADVISORY  WRITE 77 fd:02:1234 0 EOF\n\
+                     3: FLOCK  ADVISORY  WRITE 0 08:01:5 0 EOF\n";
+        assert_eq!(flock_holder(locks, 0xfd, 2, 1234), Some(4321));
+        // A POSIX lock is not a flock; another inode or device is not ours.
+        assert_eq!(flock_holder(locks, 8, 1, 99), None);
+        assert_eq!(flock_holder(locks, 0xfd, 2, 1235), None);
+        assert_eq!(flock_holder(locks, 0xfd, 3, 1234), None);
+        // A holder in a PID namespace the reader cannot see reads 0.
+        assert_eq!(flock_holder(locks, 8, 1, 5), None);
+        assert_eq!(flock_holder("garbage\n\n1: FLOCK", 0, 0, 0), None);
     }
 }

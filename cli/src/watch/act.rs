@@ -310,10 +310,15 @@ impl Executor {
                     || Err("the slice is gone".to_string()),
                     super::slices::Slice::open_mem_seg_for_repair,
                 );
+                // The file as the slice names it (the repair may go
+                // through a descriptor's path).
+                let shown = slices.get(&slice).and_then(|s| s.mem_seg.clone());
                 Some(
-                    match target.and_then(|t| restore_limit(t.path(), entry, uuid.as_ref(), limit))
-                    {
-                        Ok(()) => "restored".to_string(),
+                    match target.and_then(|t| {
+                        restore_limit(t.path(), shown.as_deref(), entry, uuid.as_ref(), limit)
+                    }) {
+                        Ok(None) => "restored".to_string(),
+                        Ok(Some(busy)) => format!("restored without its lock: {busy}"),
                         Err(e) => format!("not restored: {e}"),
                     },
                 )
@@ -461,22 +466,31 @@ fn signal(pid: u32, start: u64, sig: libc::c_int) -> Result<(), String> {
 /// Puts entry `dev` of the memory segment at `path` back: its limit, and
 /// with `uuid` (a GPU of this host) its UUID and READY state too (a plain
 /// store: admissions read the limit under the entry's lock, so the next
-/// one sees it).
+/// one sees it). The segment's lock is waited for at most 2 s
+/// (`Segment::restore_device`): a tenant keeping it gets the quota put
+/// back all the same, and the pass goes on; Some: who kept it (`shown`:
+/// the file named in that line).
 fn restore_limit(
     path: &Path,
+    shown: Option<&Path>,
     dev: usize,
     uuid: Option<&[u8; 16]>,
     limit: u64,
-) -> Result<(), String> {
+) -> Result<Option<String>, String> {
     let seg = Segment::open_existing(path).map_err(|e| e.to_string())?;
-    let restored = seg.restore_device(dev, uuid, limit);
+    let busy = match seg.restore_device(dev, uuid, limit) {
+        Ok(b) => b,
+        Err(_) => return Err("no such device entry".into()),
+    };
     if seg.truncated() {
-        Err("the file was truncated while it was written".into())
-    } else if restored {
-        Ok(())
-    } else {
-        Err("no such device entry".into())
+        return Err("the file was truncated while it was written".into());
     }
+    Ok(busy.map(|mut b| {
+        if let Some(s) = shown {
+            b.path = s.to_path_buf();
+        }
+        b.to_string()
+    }))
 }
 
 struct Active {

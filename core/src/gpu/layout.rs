@@ -19,8 +19,8 @@ use std::mem::{offset_of, size_of};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
 
-pub use crate::shm::SegmentError;
-use crate::shm::{Header, Layout, Shm};
+use crate::shm::{Header, Layout, ROOT_WAIT, Shm, TENANT_WAIT};
+pub use crate::shm::{LockBusy, SegmentError};
 
 pub const MAGIC: [u8; 8] = *b"CUSLGPU\0";
 pub const VERSION: u32 = 1;
@@ -56,6 +56,10 @@ pub struct Sched {
     /// Processes sleeping on `lat_gen` (the waker skips the syscall at 0).
     pub lat_waiters: AtomicU32,
 }
+
+/// A tenant entry's index, and its previous (share, max) where a
+/// registration changed them.
+pub type Registered = (usize, Option<(u32, u32)>);
 
 /// A tenant entry's `state`.
 pub const EMPTY: u32 = 0;
@@ -332,7 +336,9 @@ impl GpuSegment {
     /// creating it; sets its share, ceiling, burst and class (a change
     /// takes effect at once). Returns (index, previous (share, max) if it
     /// changed). The entry is found by both: another slice's entry of the
-    /// same name is never touched.
+    /// same name is never touched. Waits at most [`TENANT_WAIT`] for the
+    /// segment's lock, which any tenant of the GPU can take and keep: then
+    /// an error naming the file and the holder.
     pub fn register(
         &self,
         name: &str,
@@ -348,7 +354,7 @@ impl GpuSegment {
             CLASS_STANDARD
         };
         let encoded = encode_name(name, tag);
-        self.shm.with_flock(|| {
+        self.shm.with_flock_bounded(TENANT_WAIT, || {
             let mut empty = None;
             for i in 0..MAX_TENANTS {
                 let Some(t) = self.tenant(i) else { break };
@@ -403,6 +409,40 @@ impl GpuSegment {
             t.demand_pm.store(0, Ordering::Relaxed);
             t.state.store(READY, Ordering::Release);
             Ok((i, None))
+        })?
+    }
+
+    /// `cuslice resize`'s new share, ceiling, burst and class for the
+    /// registered tenant `name` of slice `tag`: never makes an entry.
+    /// Returns (its index and previous (share, max) if they changed; None
+    /// where it has no entry), and who kept the segment's lock past
+    /// [`ROOT_WAIT`]: root writes then without it, as the watch's repair
+    /// always does ([`Shm::with_flock_or_without`] says why that is sound).
+    pub fn update_tenant(
+        &self,
+        name: &str,
+        tag: u64,
+        spec: TenantSpec,
+    ) -> (Option<Registered>, Option<LockBusy>) {
+        let share = spec.share.clamp(1, 100);
+        let max = spec.max.clamp(share, 100);
+        let class = if spec.latency {
+            CLASS_LATENCY
+        } else {
+            CLASS_STANDARD
+        };
+        let encoded = encode_name(name, tag);
+        self.shm.with_flock_or_without(ROOT_WAIT, || {
+            let (i, t) = self
+                .ready_tenants()
+                .find(|(_, t)| name_words(t) == encoded)?;
+            t.burst_ns.store(spec.burst_ns, Ordering::Relaxed);
+            t.class.store(class, Ordering::Relaxed);
+            let old = (
+                t.share.swap(share, Ordering::AcqRel),
+                t.max.swap(max, Ordering::AcqRel),
+            );
+            Some((i, (old != (share, max)).then_some(old)))
         })
     }
 
@@ -653,6 +693,42 @@ mod tests {
         let (c, _) = g.register("shared", 0, spec(30, 100), 0).expect("c");
         assert!(c != a && c != b);
         assert_eq!(g.tenants().len(), 3);
+    }
+
+    /// Issue 41 H3/H4: a tenant keeping the GPU segment's lock makes
+    /// another's registration fail within its bound, naming the file and
+    /// the holder; root's resize of an entry waits its own bound, then
+    /// writes, and never makes an entry.
+    #[test]
+    fn a_kept_lock_bounds_registration_and_roots_update() {
+        use std::os::fd::AsRawFd;
+        let (_d, g) = seg("kept");
+        let (a, _) = g.register("a", 7, spec(50, 100), 0).expect("a");
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&g.path)
+            .expect("open");
+        // SAFETY: flock on the descriptor we just opened.
+        assert_eq!(unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) }, 0);
+        let t = std::time::Instant::now();
+        let e = g.register("b", 8, spec(10, 100), 0).expect_err("busy");
+        assert!(t.elapsed() < std::time::Duration::from_secs(30));
+        let me = std::process::id();
+        assert!(
+            e.0.starts_with(&format!(
+                "{}: its lock is held by pid {me}",
+                g.path.display()
+            )),
+            "{e}"
+        );
+        let (r, busy) = g.update_tenant("a", 7, spec(30, 60));
+        assert_eq!(r, Some((a, Some((50, 100)))));
+        assert_eq!(busy.and_then(|b| b.holder), Some(me));
+        assert_eq!((view(&g, a).share, view(&g, a).max), (30, 60));
+        drop(f);
+        assert_eq!(g.update_tenant("nobody", 7, spec(30, 60)), (None, None));
+        assert_eq!(g.tenants().len(), 1);
     }
 
     /// What a process of the previous build (which keys entries by their 64
