@@ -56,7 +56,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 pub use crate::shm::SegmentError;
-use crate::shm::{Header, Layout, Shm};
+use crate::shm::{Header, Layout, ROOT_WAIT, Shm, TENANT_WAIT};
 
 pub const MAGIC: [u8; 8] = *b"CUSLPOOL";
 pub const VERSION: u32 = 1;
@@ -309,7 +309,9 @@ impl Pool {
         pid: u32,
     ) -> Result<(usize, usize), SegmentError> {
         self.set_capacity(capacity);
-        self.shm.with_flock(|| {
+        // A tenant may keep the lock: a start waits a bounded time, then
+        // fails closed naming the file and the holder.
+        self.shm.with_flock_bounded(TENANT_WAIT, || {
             self.sweep_locked();
             let i = self.entry_locked(name, tag)?;
             let e = self.entry(i).expect("in bounds");
@@ -319,7 +321,7 @@ impl Pool {
             }
             let slot = self.claim_proc_locked(i, pid)?;
             Ok((i, slot))
-        })
+        })?
     }
 
     /// Registers the slice `name`/`tag` before any of its processes runs,
@@ -344,7 +346,13 @@ impl Pool {
         maker: Maker,
     ) -> Result<Registered, SegmentError> {
         self.set_capacity(capacity);
-        self.shm.with_flock(|| {
+        // Root (the hook, the plugin) waits at most ROOT_WAIT for a lock a
+        // tenant can keep, a session's maker as a starting tenant does.
+        let wait = match maker {
+            Maker::Root => ROOT_WAIT,
+            Maker::Process => TENANT_WAIT,
+        };
+        self.shm.with_flock_bounded(wait, || {
             self.sweep_locked();
             let key = crate::gpu::layout::encode_name(name, tag);
             let others: u64 = (0..MAX_ENTRIES)
@@ -374,17 +382,21 @@ impl Pool {
                 slot,
                 pending: pending_of(e),
             })
-        })
+        })?
     }
 
     /// The slice `name`/`tag` is gone (the hook's poststop, the DRA
     /// plugin's unprepare, the end of `cuslice run`): its entry is freed
     /// now where no process of it is left (its guarantee leaves the sum),
     /// else it becomes a tenant's entry like any other (freed after its
-    /// last process and the linger). Whether there was such an entry.
-    pub fn release(&self, name: &str, tag: u64) -> bool {
+    /// last process and the linger). Whether there was such an entry, and
+    /// the lock a tenant kept past [`ROOT_WAIT`] where one did: then it is
+    /// released without the lock (a few stores; a join of the slice at
+    /// that instant could find its entry freed under it, and makes it
+    /// afresh at its next start).
+    pub fn release(&self, name: &str, tag: u64) -> (bool, Option<crate::shm::LockBusy>) {
         let key = crate::gpu::layout::encode_name(name, tag);
-        self.shm.with_flock(|| {
+        self.shm.with_flock_or_without(ROOT_WAIT, || {
             self.sweep_locked();
             let live = self.procs_per_entry();
             let Some(i) = (0..MAX_ENTRIES).find(|&i| {
@@ -667,7 +679,9 @@ impl Pool {
     /// for it.
     #[cfg(test)]
     fn sweep_at(&self, now: u64) -> usize {
-        self.shm.with_flock(|| self.sweep_locked_at(now))
+        self.shm
+            .with_flock_bounded(TENANT_WAIT, || self.sweep_locked_at(now))
+            .expect("nobody keeps the lock in a test")
     }
 
     /// What live entries have taken together: the part of their
@@ -731,37 +745,41 @@ impl Pool {
         let Some(e) = self.entry(i) else {
             return Err(0);
         };
-        self.shm.with_flock(|| {
-            let want = bytes.min(pending_of(e));
-            let rest = bytes - want;
-            let short = |p: &Self| {
-                p.capacity().saturating_sub(p.committed()) < want
-                    || p.room_excluding(Some(i)) < rest
-            };
-            // Short of room: dead processes' bursts and the entries whose
-            // linger is over may give it.
-            if short(self) {
-                self.sweep_locked();
-            }
-            if want > 0 {
-                let free = self.capacity().saturating_sub(self.committed());
-                let take = want.min(free);
-                if take > 0 {
-                    e.pending.fetch_sub(take, Ordering::AcqRel);
+        // A tenant keeping the lock holds a burst a bounded time: refused
+        // then (past its guarantee, nothing taken).
+        self.shm
+            .with_flock_bounded(TENANT_WAIT, || {
+                let want = bytes.min(pending_of(e));
+                let rest = bytes - want;
+                let short = |p: &Self| {
+                    p.capacity().saturating_sub(p.committed()) < want
+                        || p.room_excluding(Some(i)) < rest
+                };
+                // Short of room: dead processes' bursts and the entries whose
+                // linger is over may give it.
+                if short(self) {
+                    self.sweep_locked();
                 }
-                if take < want {
-                    return Err(0);
+                if want > 0 {
+                    let free = self.capacity().saturating_sub(self.committed());
+                    let take = want.min(free);
+                    if take > 0 {
+                        e.pending.fetch_sub(take, Ordering::AcqRel);
+                    }
+                    if take < want {
+                        return Err(0);
+                    }
                 }
-            }
-            if rest > 0 {
-                let room = self.room_excluding(Some(i));
-                if room < rest {
-                    return Err(room);
+                if rest > 0 {
+                    let room = self.room_excluding(Some(i));
+                    if room < rest {
+                        return Err(room);
+                    }
+                    e.burst.fetch_add(rest, Ordering::AcqRel);
                 }
-                e.burst.fetch_add(rest, Ordering::AcqRel);
-            }
-            Ok(())
-        })
+                Ok(())
+            })
+            .unwrap_or(Err(0))
     }
 
     /// The entries that hold a burst now (name, bytes), largest first: who
@@ -1583,7 +1601,7 @@ mod tests {
         p.leave(slot);
         root.sweep_at(crate::gpu::monotonic_ns() + 10 * LINGER_NS);
         assert_eq!(view(&root, "c").expect("kept").guarantee, 600 * MIB);
-        assert!(root.release("c", 7));
+        assert_eq!(root.release("c", 7), (true, None));
         assert!(view(&root, "c").is_none());
         assert_eq!(root.room(), 1024 * MIB - 64 * MIB);
         // A maker process (`cuslice run`): kept while it lives, not a

@@ -147,7 +147,9 @@ pub fn release(gpu_dir: &Path, cfg: &Config) -> Vec<String> {
         }
         match Pool::open_existing(&p) {
             Ok(pool) => {
-                pool.release(&name, tag);
+                if let (_, Some(busy)) = pool.release(&name, tag) {
+                    errors.push(format!("{busy}: released without it"));
+                }
             }
             Err(e) => errors.push(e.to_string()),
         }
