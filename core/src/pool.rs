@@ -1698,4 +1698,39 @@ mod tests {
         // Room enough: all reserved.
         assert_eq!(regrant(500, 0, 800, 1000), (800, 0));
     }
+
+    /// H4 for the pool: a tenant keeping the pool file's lock holds
+    /// another tenant's start and burst only a bounded time (the start
+    /// then fails closed naming the file and the holder), and root's
+    /// release goes on without it.
+    #[test]
+    fn a_tenant_keeping_the_pools_lock_holds_a_start_and_a_release_only_a_bounded_time() {
+        let dir = TestDir::new("pool", "kept");
+        let pool_path = path(dir.path(), &UUID);
+        let root = Pool::open_or_create(&pool_path).expect("pool");
+        root.register("c", 1, 64 * MIB, 64 * MIB, 1024 * MIB, Maker::Root)
+            .expect("fits");
+        let hostile = Pool::open_or_create(&pool_path).expect("pool");
+        // SAFETY: flock on the hostile tenant's own descriptor.
+        assert_eq!(unsafe { libc::flock(hostile.raw_fd(), libc::LOCK_EX) }, 0);
+        let t0 = std::time::Instant::now();
+        let err = Pool::open_or_create(&pool_path)
+            .expect("pool")
+            .join("t", 0, 64 * MIB, 64 * MIB, 1024 * MIB, 1)
+            .expect_err("the lock is kept");
+        let waited = t0.elapsed();
+        assert!(
+            waited >= TENANT_WAIT && waited < TENANT_WAIT * 6,
+            "{waited:?}"
+        );
+        assert!(
+            err.0.contains(&pool_path.display().to_string())
+                && err.0.contains(&format!("pid {}", std::process::id())),
+            "{}",
+            err.0
+        );
+        let (found, busy) = root.release("c", 1);
+        assert!(found && busy.is_some());
+        assert!(view(&root, "c").is_none(), "released without the lock");
+    }
 }
