@@ -117,8 +117,15 @@ def cell(name, b_wait):
     open(sig, "w").close()
     ra = a.wait(timeout=150)
     for q in procs:
-        os.killpg(q.pid, 9)
-        q.wait()
+        # Ended as an operator would (SIGTERM: `cuslice run` forwards it
+        # and releases the session's guarantee at its end); a SIGKILLed
+        # session's guarantee would linger 60 s into the next cell.
+        os.killpg(q.pid, signal.SIGTERM)
+        try:
+            q.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(q.pid, signal.SIGKILL)
+            q.wait()
     la = open(os.path.join(d, "A.log")).read()
     lb = open(os.path.join(d, "B.log")).read()
     return ra, rb, la, lb
