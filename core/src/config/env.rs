@@ -300,7 +300,7 @@ pub(super) fn check_names<'a>(names: impl IntoIterator<Item = &'a str>) -> Resul
         // Only names that start like ours once upper-cased are judged,
         // so other programs' lower-case variables pass.
         let upper = n.to_ascii_uppercase();
-        if known.iter().any(|k| *k == upper) {
+        if known.contains(&upper) {
             return Err(ConfigError::new(format!(
                 "{}: not a variable cuslice reads (names are upper-case), so its limit would be dropped: expected {upper}",
                 shown_name(n)
