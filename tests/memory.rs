@@ -361,6 +361,37 @@ fn a_misspelt_limit_variable_fails_cuinit_with_one_line() {
 }
 
 #[test]
+fn a_limit_variable_in_another_case_fails_cuinit_naming_its_spelling() {
+    // `cuslice_memory=1GiB` alone would leave the program unlimited
+    // without a word (names are read as spelt): cuInit refuses, naming
+    // the variable and its upper-case spelling.
+    for (name, value) in [
+        ("cuslice_memory", "1GiB"),
+        ("Cuslice_Memory", "1GiB"),
+        ("cuda_device_memory_limit", "2g"),
+    ] {
+        let s = Scene::new(&format!("case-{name}"), "");
+        let mut env = s.host.env(None);
+        env.extend([("CUSLICE_CONFIG", String::new()), (name, value.to_string())]);
+        let r = run_args(
+            "memtest",
+            &["alloc", "1024"],
+            Opts {
+                env,
+                ..Opts::default()
+            },
+        );
+        assert_fails_closed_with(
+            &r,
+            &format!(
+                "{name}: not a variable cuslice reads (names are upper-case), so its limit would be dropped: expected {}",
+                name.to_ascii_uppercase()
+            ),
+        );
+    }
+}
+
+#[test]
 fn a_device_entry_no_visible_gpu_matches_is_said_not_dropped_silently() {
     // [device.3] in a process that sees two GPUs limits nothing: the shim
     // says so at the default log level, and the entries that match apply.

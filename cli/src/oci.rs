@@ -341,8 +341,10 @@ pub fn quota_from_annotations_with(
     ann: &BTreeMap<String, String>,
     host_gpus: &dyn Fn() -> Result<Vec<(u32, String)>, String>,
 ) -> Result<Option<String>, String> {
-    const KNOWN: [&str; 8] = [
+    const KNOWN: [&str; 10] = [
         "cuslice.io/memory",
+        "cuslice.io/memory-max",
+        "cuslice.io/memory-wait",
         "cuslice.io/compute",
         "cuslice.io/compute-max",
         "cuslice.io/compute-burst-ms",
@@ -1685,6 +1687,95 @@ mod tests {
         }
     }
 
+    /// `memory-max` (what a container may burst to past its guarantee)
+    /// and `memory-wait` (how long a refused allocation waits for a free)
+    /// reach the quota file as the shim reads them; a value out of range
+    /// is refused in one line naming the annotation.
+    #[test]
+    fn memory_max_and_memory_wait_annotations_reach_the_quota_file() {
+        let q = quota_from_annotations(
+            "x",
+            &ann(&[
+                ("cuslice.io/memory", "1GiB"),
+                ("cuslice.io/memory-max", "3GiB"),
+                ("cuslice.io/memory-wait", "30s"),
+            ]),
+        )
+        .expect("ok")
+        .expect("some");
+        let c = config::parse_file(Path::new("q"), &q).expect("parses");
+        assert_eq!(
+            (c.all.memory, c.all.memory_max),
+            (Some(1 << 30), Some(3 << 30))
+        );
+        assert_eq!(c.memory_wait_ms, Some(30_000));
+        // Per GPU, as the other limits: the burst with the guarantee.
+        let q = quota_from_annotations_with(
+            "x",
+            &ann(&[
+                ("cuslice.io/memory", "2g"),
+                ("cuslice.io/memory-max", "2g"),
+                ("cuslice.io/memory-wait", "0"),
+                ("cuslice.io/gpus", "1"),
+            ]),
+            &host_gpus,
+        )
+        .expect("ok")
+        .expect("some");
+        let c = config::parse_file(Path::new("q"), &q).expect("parses");
+        let host1 = config::parse_uuid(&host_uuid(1)).expect("uuid");
+        let l = c.by_uuid.get(&host1).expect("gpu 1");
+        assert_eq!((l.memory, l.memory_max), (Some(2 << 30), Some(2 << 30)));
+        assert_eq!(c.memory_wait_ms, Some(0));
+        for (kv, want) in [
+            (
+                [
+                    ("cuslice.io/memory", "2GiB"),
+                    ("cuslice.io/memory-max", "1GiB"),
+                ],
+                "annotation cuslice.io/memory-max=\"1GiB\": expected from cuslice.io/memory (the guarantee) to 1PiB",
+            ),
+            (
+                [
+                    ("cuslice.io/memory", "2GiB"),
+                    ("cuslice.io/memory-max", "2PiB"),
+                ],
+                "annotation cuslice.io/memory-max=\"2PiB\": expected from cuslice.io/memory (the guarantee) to 1PiB",
+            ),
+            (
+                [
+                    ("cuslice.io/memory", "2GiB"),
+                    ("cuslice.io/memory-max", "lots"),
+                ],
+                "annotation cuslice.io/memory-max=\"lots\": expected a size",
+            ),
+            (
+                [
+                    ("cuslice.io/memory", "2GiB"),
+                    ("cuslice.io/memory-wait", "2h"),
+                ],
+                "annotation cuslice.io/memory-wait=\"2h\": expected a duration like \"30s\", \"500ms\" or \"2m\" (whole numbers, at most 1h)",
+            ),
+            (
+                [
+                    ("cuslice.io/memory", "2GiB"),
+                    ("cuslice.io/memory-wait", "1.5s"),
+                ],
+                "annotation cuslice.io/memory-wait=\"1.5s\": expected a duration",
+            ),
+            (
+                [
+                    ("cuslice.io/memory", "2GiB"),
+                    ("cuslice.io/memory-wiat", "1s"),
+                ],
+                "annotation cuslice.io/memory-wiat: unknown",
+            ),
+        ] {
+            let e = quota_from_annotations("x", &ann(&kv)).expect_err("must fail");
+            assert!(e.starts_with(want) && !e.contains('\n'), "{e}");
+        }
+    }
+
     /// A host's GPUs as NVML lists them: indices 0-3.
     fn host_uuid(i: u32) -> String {
         format!("GPU-0000000{i}-1111-2222-3333-444444444444")
@@ -2110,6 +2201,14 @@ mod tests {
             (
                 ("cuslice.io/compute-burst-ms", "300"),
                 "annotation cuslice.io/compute-burst-ms=\"300\": only applies with cuslice.io/compute-max",
+            ),
+            (
+                ("cuslice.io/memory-max", "3GiB"),
+                "annotation cuslice.io/memory-max=\"3GiB\": only applies with cuslice.io/memory",
+            ),
+            (
+                ("cuslice.io/memory-wait", "30s"),
+                "annotation cuslice.io/memory-wait=\"30s\": only applies with cuslice.io/memory",
             ),
         ] {
             let e = quota_from_annotations("x", &ann(&[kv])).expect_err("must fail");

@@ -295,6 +295,185 @@ fn an_annotated_container_gets_its_slice() {
     );
 }
 
+/// A container annotated with a guarantee and a `memory-max` bursts past
+/// its guarantee while nothing else on the GPU is guaranteed, up to its
+/// `memory-max` and no further; what it sees as its total is its
+/// `memory-max`. (Issue 41: the hook refused both annotations as unknown.)
+#[test]
+fn an_annotated_container_bursts_past_its_guarantee_to_its_memory_max() {
+    // 1 GiB guaranteed less the 640 MiB context charge leaves 384 MiB: 2
+    // GiB is a burst (nobody else is on the fake 16 GiB GPU); 3 GiB with
+    // the context is past memory-max.
+    let script = "cat /etc/cuslice/quota.toml; memtest meminfo; \
+        memtest alloc 2147483648; memtest alloc 3221225472";
+    let b = bundle(
+        "burst",
+        serde_json::json!({"cuslice.io/memory": "1GiB", "cuslice.io/memory-max": "3GiB"}),
+        script,
+    );
+    let id = format!("cuslice-burst-{}", std::process::id());
+    let out = runc_run(&b, &id);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "runc run failed:\n{stdout}\n{stderr}");
+    assert!(stdout.contains("memory_max = 3221225472"), "{stdout}");
+    assert!(
+        stdout.contains(&format!(" total={} ", 3u64 << 30)),
+        "the container sees its memory-max as its total:\n{stdout}\n{stderr}"
+    );
+    assert!(
+        stdout.contains("R alloc=0\nR alloc=2"),
+        "a burst to 2 GiB granted, past memory-max refused:\n{stdout}\n{stderr}"
+    );
+    // Its guarantee and memory-max are what the GPU's pool knows of it.
+    let pool = cuslice_core::pool::Pool::open_read_only(&cuslice_core::pool::path(
+        &b.root.join("gpu"),
+        &common::FAKE_UUID,
+    ))
+    .expect("the GPU's memory pool");
+    let tenant = format!("ctr-{}", &id[..id.len().min(24)]);
+    assert!(
+        pool.entries()
+            .iter()
+            .any(|e| e.name == tenant && e.guarantee == 1 << 30 && e.max == 3 << 30),
+        "{:?}",
+        pool.entries()
+    );
+    assert!(
+        !b.root.join("containers").join(&id).exists(),
+        "per-container files left behind"
+    );
+}
+
+/// A container annotated with `memory-wait` whose burst is refused for
+/// want of memory (another tenant on the same GPU holds it) waits instead
+/// of failing, and is granted once the other tenant frees. The other
+/// tenant is a plain process under the shim on the host, in the same GPU
+/// directory as the container's hook (the host's `--root`).
+#[test]
+fn an_annotated_container_waits_for_another_tenants_free() {
+    const MIB: u64 = 1 << 20;
+    use std::io::{BufRead, BufReader, Write};
+    // (Not "ctr": a bundle's directory is cuslice-ctr-<pid>-<name>.)
+    let host = common::Host::new("ctr-host", "wait").context_overhead("1MiB");
+    // A 4 GiB GPU for both. B: 256 MiB guaranteed, holding 2.5 GiB.
+    let q = host.quota("b", "", "memory = \"256MiB\"\nmemory_max = \"4GiB\"");
+    let mut env = host.env(Some(&q));
+    common::set_env(&mut env, "FAKE_CUDA_MEM", "4GiB");
+    let opts = common::Opts {
+        args: vec!["freeon".into(), (2560 * MIB).to_string()],
+        env,
+        ..common::Opts::default()
+    };
+    let mut b_proc = common::command("memtest", &opts)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn B");
+    let mut b_in = b_proc.stdin.take().expect("stdin");
+    let mut b_out = BufReader::new(b_proc.stdout.take().expect("stdout")).lines();
+    let held = b_out.next().and_then(Result::ok);
+    assert_eq!(
+        held.as_deref(),
+        Some("R held"),
+        "B could not hold its burst"
+    );
+    // A: 1 GiB guaranteed (with B's 256 MiB, well within the GPU), its
+    // 640 MiB context within it; 2 GiB more is a 1664 MiB burst, past the
+    // 511 MiB that B's burst leaves, and within what B's free gives back.
+    let ctr = bundle_in(
+        "wait",
+        serde_json::json!({
+            "cuslice.io/memory": "1GiB",
+            "cuslice.io/memory-max": "3GiB",
+            "cuslice.io/memory-wait": "5m",
+        }),
+        "memtest timed 2147483648 </dev/null",
+        Some(&host.dir),
+    );
+    ctr.edit_spec(|spec| {
+        let env = spec["process"]["env"].as_array_mut().expect("env");
+        env.push("FAKE_CUDA_MEM=4GiB".into());
+        env.push("CUSLICE_LOG=info".into());
+    });
+    let id = format!("cuslice-wait-{}", std::process::id());
+    let mut runc = Command::new("runc")
+        .args(["run", "--bundle"])
+        .arg(ctr.dir.join("bundle"))
+        .arg(&id)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("runc run");
+    // Until A's allocation waits in the GPU's pool (or the container
+    // ended without waiting).
+    let pool_path = cuslice_core::pool::path(&host.gpu_dir(), &common::FAKE_UUID);
+    let waited = common::poll_until(std::time::Duration::from_secs(120), || {
+        let waiting = cuslice_core::pool::Pool::open_read_only(&pool_path)
+            .is_ok_and(|p| p.head().waiters.load(std::sync::atomic::Ordering::Acquire) > 0);
+        if waiting {
+            return Some(true);
+        }
+        runc.try_wait().ok().flatten().map(|_| false)
+    })
+    .unwrap_or(false);
+    // What the pool held, for a failure's message.
+    let pool_then = cuslice_core::pool::Pool::open_read_only(&pool_path)
+        .map(|p| {
+            format!(
+                "capacity {}, {:?}",
+                p.head().capacity.load(std::sync::atomic::Ordering::Acquire),
+                p.entries()
+            )
+        })
+        .unwrap_or_else(|e| e.to_string());
+    // B frees, whatever happened: the container then ends.
+    let _ = writeln!(b_in, "free").and_then(|()| b_in.flush());
+    let freed = b_out.next().and_then(Result::ok);
+    let out = runc.wait_with_output().expect("runc run");
+    drop(b_in);
+    let _ = b_proc.kill();
+    let _ = b_proc.wait();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        freed.as_deref().is_some_and(|l| l.starts_with("R freed=")),
+        "B did not free: {freed:?}"
+    );
+    assert!(
+        waited,
+        "the container's allocation never waited (pool: {pool_then}):\n{stdout}\n{stderr}"
+    );
+    assert!(out.status.success(), "runc run failed:\n{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("R timed=0 "),
+        "the container's allocation was not granted after the free:\n{stdout}\n{stderr}"
+    );
+    // Granted after B's free (CLOCK_MONOTONIC: the same in the container).
+    let ns = |text: &str, key: &str| -> Option<i64> {
+        text.split_whitespace()
+            .find_map(|w| w.strip_prefix(key))
+            .and_then(|v| v.parse().ok())
+    };
+    let (freed_at, done) = (
+        freed.as_deref().and_then(|l| ns(l, "freed=")),
+        ns(&stdout, "done="),
+    );
+    assert!(
+        freed_at.zip(done).is_some_and(|(f, d)| d >= f),
+        "granted before B freed ({freed_at:?}, {done:?}):\n{stdout}"
+    );
+    assert!(
+        stderr.contains("waited") && stderr.contains("was granted"),
+        "{stdout}\n{stderr}"
+    );
+    assert!(
+        !host.dir.join("containers").join(&id).exists(),
+        "per-container files left behind"
+    );
+}
+
 /// `cuslice resize` of a running container reaches the processes it starts
 /// afterwards: the hook mounts the quota file's directory (not the file,
 /// which a resize replaces by renaming a new one into place: a mount of

@@ -9,8 +9,10 @@
 //! In each: inside the container (the fake driver in its image) the quota
 //! holds and the quota file is read-only; `cuslice status` on the host sees
 //! the container live, with what it runs; its files are gone once podman
-//! removed it; a bad annotation fails creation with one line. A container
-//! with its own user namespace is refused at creation, with one line.
+//! removed it; a bad annotation fails creation with one line; a container
+//! annotated with `cuslice.io/memory-max` bursts past its guarantee. A
+//! container with its own user namespace is refused at creation, with one
+//! line.
 //!
 //! Nothing of the host's configuration is used or touched: the hooks get a
 //! private root (`--root`) and library (`--lib`), hooks.d is a private copy
@@ -383,6 +385,58 @@ fn bad_annotation(via: Via, tag: &str) {
         "{via:?}: left behind: {:?}",
         host.left()
     );
+}
+
+/// A container annotated with a guarantee and a `memory-max` bursts past
+/// its guarantee while nothing else on the GPU is guaranteed, up to its
+/// `memory-max` and no further, and sees its `memory-max` as its total.
+/// (Issue 41: the hook refused `cuslice.io/memory-max` as unknown.)
+fn burst(via: Via, tag: &str) {
+    let mut host = Host::new(tag, via);
+    let image = Image::build(tag);
+    let name = format!("cuslice-{tag}-{}", std::process::id());
+    // 1 GiB guaranteed less the 640 MiB context charge leaves 384 MiB: 2
+    // GiB is a burst (nobody else is on the fake 16 GiB GPU); 3 GiB with
+    // the context is past memory-max.
+    let out = host
+        .run(
+            &name,
+            &image,
+            &[
+                ("cuslice.io/memory", "1GiB"),
+                ("cuslice.io/memory-max", "3GiB"),
+                ("cuslice.io/memory-wait", "1s"),
+            ],
+            &[],
+            "memtest meminfo; memtest alloc 2147483648; memtest alloc 3221225472",
+        )
+        .output()
+        .expect("podman run");
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{via:?}:\n{stdout}\n{stderr}");
+    assert!(
+        stdout.contains(&format!(" total={} ", 3 * GIB)),
+        "{via:?}: the container sees its memory-max as its total:\n{stdout}\n{stderr}"
+    );
+    assert!(
+        stdout.contains("R alloc=0\nR alloc=2"),
+        "{via:?}: a burst to 2 GiB granted, past memory-max refused:\n{stdout}\n{stderr}"
+    );
+    assert!(
+        host.left().is_empty(),
+        "{via:?}: left behind: {:?}",
+        host.left()
+    );
+}
+
+#[test]
+fn podman_cdi_device_container_bursts_past_its_guarantee() {
+    burst(Via::Cdi, "cdi-burst");
+}
+
+#[test]
+fn podman_hooks_d_container_bursts_past_its_guarantee() {
+    burst(Via::HooksDir, "hooks-burst");
 }
 
 #[test]

@@ -266,7 +266,7 @@ async fn registration_prepare_restart_unprepare() {
         &[("memory", "16Gi"), ("compute", "20")],
         Some(
             serde_json::json!({"apiVersion": "gpu.cuslice.io/v1alpha1", "kind": "SliceConfig",
-            "computeMax": 40, "latency": true}),
+            "computeMax": 40, "latency": true, "memoryMax": "32Gi", "memoryWait": "30s"}),
         ),
     ));
     let p = start(t.path(), Arc::new(api.clone())).await;
@@ -344,16 +344,21 @@ async fn registration_prepare_restart_unprepare() {
     );
     assert!(!q.latency);
     let q = quota(INFER);
+    // Its opaque config's memoryMax (what it may burst to) and
+    // memoryWait (how long a refused allocation waits) reach its quota
+    // file as the shim reads them.
     assert_eq!(
         q.by_uuid[&u],
         cuslice_core::config::Limits {
             memory: Some(16 << 30),
-            memory_max: None,
+            memory_max: Some(32 << 30),
             compute: Some(20),
             compute_max: Some(40)
         }
     );
     assert!(q.latency);
+    assert_eq!(q.memory_wait_ms, Some(30_000));
+    assert_eq!(quota(TRAINER).memory_wait_ms, None);
     let spec = |uid: &str| t.path().join(format!("cdi/cuslice.io-claim_{uid}.json"));
     let s: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(spec(INFER)).expect("spec")).expect("json");

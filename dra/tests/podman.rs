@@ -3,7 +3,9 @@
 //! cuslice.io/claim=<uid>`), and the container gets that claim's slice: its
 //! quota file, read-only, and its memory quota holding inside (the fake
 //! driver in the image), accounted in the claim's own segment on the host;
-//! unprepared, nothing of the claim is left.
+//! with its opaque config's `memoryMax` and `memoryWait`, it bursts past
+//! its guarantee up to `memoryMax` and no further; unprepared, nothing of
+//! the claim is left.
 //!
 //! The spec's device nodes are left out here: the test host has no GPU
 //! (/dev/nvidia0 does not exist); on a GPU node they are the GPU's. The
@@ -93,7 +95,9 @@ fn podman_runs_a_prepared_claims_cdi_device_with_the_claims_slice() {
         "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.cuslice.io"}}]}},
         "status": {"allocation": {"devices": {"results": [{"request": "gpu", "driver": "gpu.cuslice.io",
             "pool": "node-1", "device": "gpu-0", "shareID": "9f0c6c3e-7b1a-4c55-8d7e-1f2a3b4c5d6e",
-            "consumedCapacity": {"memory": "1Gi", "compute": "30"}}]}}},
+            "consumedCapacity": {"memory": "1Gi", "compute": "30"}}],
+            "config": [{"source": "FromClaim", "requests": ["gpu"], "opaque": {"driver": "gpu.cuslice.io",
+                "parameters": {"memoryMax": "3Gi", "memoryWait": "2s"}}}]}}},
     });
     std::fs::write(t.0.join("claim.json"), claim.to_string()).expect("claim");
     let out = plugin(
@@ -123,11 +127,12 @@ fn podman_runs_a_prepared_claims_cdi_device_with_the_claims_slice() {
 
     let image = Image::build("dra");
     let name = format!("cuslice-dra-{}", std::process::id());
-    // 1 GiB less the 640 MiB context charge leaves 384 MiB: 400 MiB is
-    // refused, 200 MiB granted.
+    // 1 GiB guaranteed less the 640 MiB context charge leaves 384 MiB: 2
+    // GiB is a burst (nobody else is on the fake 16 GiB GPU); 3 GiB with
+    // the context is past memoryMax.
     let script = "cat /etc/cuslice/quota.toml; \
         if (echo x > /etc/cuslice/quota.toml) 2>/dev/null; then echo QUOTA writable; else echo QUOTA read-only; fi; \
-        memtest alloc 419430400; memtest alloc 209715200";
+        memtest alloc 2147483648; memtest alloc 3221225472";
     let mut c = Command::new("podman");
     c.args(["run", "--rm", "--name", &name]);
     c.arg("--label").arg(common::owner_label());
@@ -162,10 +167,14 @@ fn podman_runs_a_prepared_claims_cdi_device_with_the_claims_slice() {
         stdout.contains("tenant = \"team-a/trainer\"") && stdout.contains("memory = 1073741824"),
         "{stdout}"
     );
+    assert!(
+        stdout.contains("memory_max = 3221225472") && stdout.contains("memory_wait = \"2000ms\""),
+        "{stdout}"
+    );
     assert!(stdout.contains("QUOTA read-only"), "{stdout}");
     assert!(
-        stdout.contains("R alloc=2\nR alloc=0"),
-        "the claim's quota holds inside:\n{stdout}\n{stderr}"
+        stdout.contains("R alloc=0\nR alloc=2"),
+        "the claim bursts past its guarantee, and its memoryMax holds inside:\n{stdout}\n{stderr}"
     );
     // On the host: accounted in the claim's own segment.
     let seg = Segment::open_read_only(
@@ -178,8 +187,8 @@ fn podman_runs_a_prepared_claims_cdi_device_with_the_claims_slice() {
     let u = (0..cuslice_core::segment::MAX_DEVICES)
         .find_map(|d| seg.device_usage(d))
         .expect("a device in the claim's segment");
-    assert_eq!(u.limit, 1 << 30, "{u:?}");
-    assert!(u.peak >= 200 * MIB && u.refused >= 1, "{u:?}");
+    assert_eq!((u.guarantee, u.limit), (1 << 30, 3 << 30), "{u:?}");
+    assert!(u.peak >= 2048 * MIB && u.refused >= 1, "{u:?}");
     drop(seg);
     // Unprepared: nothing of the claim is left.
     let out = plugin(&t.0, &cli, &["unprepare", "--uid", UID]);

@@ -291,14 +291,29 @@ const LOOKALIKE_PREFIXES: [&str; 10] = [
 pub(super) fn check_names<'a>(names: impl IntoIterator<Item = &'a str>) -> Result<(), ConfigError> {
     let known = env_var_names();
     for n in names {
-        if !LOOKALIKE_PREFIXES.iter().any(|p| n.starts_with(p)) || known.iter().any(|k| k == n) {
+        if known.iter().any(|k| k == n) {
+            continue;
+        }
+        // Names are read as spelt, upper-case: `cuslice_memory` or
+        // `Cuda_Device_Memory_Limit` is a limit the user meant to set as
+        // surely as `CUSLICE_MEM` is, and would be dropped as silently.
+        // Only names that start like ours once upper-cased are judged,
+        // so other programs' lower-case variables pass.
+        let upper = n.to_ascii_uppercase();
+        if known.contains(&upper) {
+            return Err(ConfigError::new(format!(
+                "{}: not a variable cuslice reads (names are upper-case), so its limit would be dropped: expected {upper}",
+                shown_name(n)
+            )));
+        }
+        if !LOOKALIKE_PREFIXES.iter().any(|p| upper.starts_with(p)) {
             continue;
         }
         // The family it extends, the longest that matches (COMPUTE_MAX
         // before COMPUTE).
         let family = ENV_LIMIT_FAMILIES
             .iter()
-            .filter(|f| n.starts_with(&format!("{f}_")))
+            .filter(|f| upper.starts_with(&format!("{f}_")))
             .max_by_key(|f| f.len());
         let expected = match family {
             Some(f) => format!(

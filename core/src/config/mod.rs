@@ -123,7 +123,11 @@
 //! `CUSLICE_TENANT`, `CUSLICE_SEGMENT`, `CUSLICE_GPU_SEGMENT`,
 //! `CUSLICE_CONTEXT`, `CUDA_DEVICE_MEMORY_LIMIT`, `CUDA_DEVICE_SM_LIMIT`) is
 //! an error naming it, where the environment carries the limits (no quota
-//! file): a misspelt limit is never dropped silently.
+//! file): a misspelt limit is never dropped silently. Names are read as
+//! spelt, in upper case; one in another case that upper-cased is one of
+//! these or starts like one (`cuslice_memory`, `Cuslice_Memory`,
+//! `cuda_device_memory_limit`) is an error the same way, naming its
+//! spelling. Other variables, in any case, are not looked at.
 //!
 //! | variable | meaning |
 //! |----------|---------|

@@ -1071,6 +1071,64 @@ fn a_misspelt_limit_variable_is_an_error_not_a_limit_dropped() {
     check_env_names(all).expect("known names");
 }
 
+/// Names are read as spelt: a limit variable in another case
+/// (`cuslice_memory=1GiB`) would be dropped without a word, so it is an
+/// error naming it and its spelling; other programs' lower-case
+/// variables, and cuslice's own non-limit ones in any case, pass.
+#[test]
+fn a_limit_variable_in_another_case_is_an_error_naming_its_spelling() {
+    for (name, want) in [
+        (
+            "cuslice_memory",
+            "cuslice_memory: not a variable cuslice reads (names are upper-case), so its limit would be dropped: expected CUSLICE_MEMORY",
+        ),
+        (
+            "Cuslice_Memory",
+            "Cuslice_Memory: not a variable cuslice reads (names are upper-case), so its limit would be dropped: expected CUSLICE_MEMORY",
+        ),
+        (
+            "cuda_device_memory_limit",
+            "cuda_device_memory_limit: not a variable cuslice reads (names are upper-case), so its limit would be dropped: expected CUDA_DEVICE_MEMORY_LIMIT",
+        ),
+        (
+            "CUSLICE_MEMORY_max_2",
+            "CUSLICE_MEMORY_max_2: not a variable cuslice reads (names are upper-case), so its limit would be dropped: expected CUSLICE_MEMORY_MAX_2",
+        ),
+        (
+            "cuslice_memory_wait",
+            "cuslice_memory_wait: not a variable cuslice reads (names are upper-case), so its limit would be dropped: expected CUSLICE_MEMORY_WAIT",
+        ),
+        (
+            "cuslice_config",
+            "cuslice_config: not a variable cuslice reads (names are upper-case), so its limit would be dropped: expected CUSLICE_CONFIG",
+        ),
+        // Upper-cased, a lookalike that is none of ours: the family's
+        // spelling, as for the upper-case one.
+        (
+            "cuslice_memory_64",
+            "cuslice_memory_64: not a variable cuslice reads, so its limit would be dropped: expected CUSLICE_MEMORY or CUSLICE_MEMORY_<i>",
+        ),
+        ("cuslice_mem", "cuslice_mem: not a variable cuslice reads"),
+    ] {
+        let e = check_env_names(["HOME", "CUSLICE_MEMORY", name, "PATH"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with(want) && !e.contains('\n'), "{name}: {e}");
+    }
+    check_env_names([
+        "cuslice_log",
+        "Cuslice_Log",
+        "cuslice_disable",
+        "cuda_home",
+        "cuda_visible_devices",
+        "cudnn_memory",
+        "memory",
+        "slice_memory",
+        "http_proxy",
+    ])
+    .expect("not limit variables");
+}
+
 /// `slice`: which processes may share one tenant entry of the GPU segment
 /// (the hook, the DRA plugin and `cuslice run` write one per container,
 /// claim and session). Its tag is FNV-1a 64 of the string; none is 0.
