@@ -325,7 +325,9 @@ fn an_annotated_container_bursts_past_its_guarantee_to_its_memory_max() {
         stdout.contains("R alloc=0\nR alloc=2"),
         "a burst to 2 GiB granted, past memory-max refused:\n{stdout}\n{stderr}"
     );
-    // Its guarantee and memory-max are what the GPU's pool knows of it.
+    // The hook registered its guarantee in the GPU's pool at create (the
+    // pool file is there) and released it at poststop: nothing of it is
+    // left there once the container is gone.
     let pool = cuslice_core::pool::Pool::open_read_only(&cuslice_core::pool::path(
         &b.root.join("gpu"),
         &common::FAKE_UUID,
@@ -333,10 +335,8 @@ fn an_annotated_container_bursts_past_its_guarantee_to_its_memory_max() {
     .expect("the GPU's memory pool");
     let tenant = format!("ctr-{}", &id[..id.len().min(24)]);
     assert!(
-        pool.entries()
-            .iter()
-            .any(|e| e.name == tenant && e.guarantee == 1 << 30 && e.max == 3 << 30),
-        "{:?}",
+        !pool.entries().iter().any(|e| e.name == tenant),
+        "the container's guarantee outlived it: {:?}",
         pool.entries()
     );
     assert!(
