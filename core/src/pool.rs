@@ -791,7 +791,7 @@ impl Pool {
             .filter(|e| e.burst > 0)
             .map(|e| (e.name, e.burst))
             .collect();
-        v.sort_by(|a, b| b.1.cmp(&a.1));
+        v.sort_by_key(|e| std::cmp::Reverse(e.1));
         v
     }
 
