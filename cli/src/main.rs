@@ -548,14 +548,27 @@ fn register_run_guarantee(
             total,
         });
     }
-    let held = host::guarantee::register(
+    let held = match host::guarantee::register(
         &cfg.gpu_segment_dir,
         cfg,
         &gpus,
         cuslice_core::pool::Maker::Process,
         None,
-    )
-    .map_err(|e| format!("the session's memory guarantee: {e}"))?;
+    ) {
+        Ok(h) => h,
+        // A pool file this user cannot use (another user's in a shared
+        // /dev/shm): the program's shim applies its own rule to it (a
+        // tenant that may burst or wait is refused CUDA naming the file,
+        // one that may not runs on under its quota), said here once.
+        Err(e) if e.starts_with(host::guarantee::UNUSABLE) => {
+            eprintln!(
+                "cuslice: warning: the session's memory guarantee is not registered ahead: {}",
+                host::text::clean_to(&e, host::text::LINE_MAX)
+            );
+            vec![]
+        }
+        Err(e) => return Err(format!("the session's memory guarantee: {e}")),
+    };
     for line in held.iter().filter_map(|r| r.pending_line()) {
         eprintln!(
             "cuslice: warning: {}",

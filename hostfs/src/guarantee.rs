@@ -17,6 +17,11 @@ use std::path::Path;
 use cuslice_core::config::{self, Config};
 use cuslice_core::pool::{Maker, Pool};
 
+/// How [`register`]'s error starts where the pool file itself could not be
+/// used (another user's in a shared directory, a foreign file): not a
+/// refusal of the guarantee.
+pub const UNUSABLE: &str = "unusable GPU memory pool: ";
+
 /// A GPU as its maker sees it through NVML.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GpuMemory {
@@ -88,7 +93,7 @@ pub fn register(
         };
         let r = (|| {
             let p = gpu_dir.join(format!("{}.memory", config::format_uuid(&g.uuid)));
-            let pool = Pool::open_or_create(&p).map_err(|e| e.to_string())?;
+            let pool = Pool::open_or_create(&p).map_err(|e| format!("{UNUSABLE}{}", e.0))?;
             if let Some(mode) = mode {
                 // SAFETY: the pool's descriptor, live while the pool is.
                 let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(pool.raw_fd()) };
