@@ -2647,3 +2647,59 @@ fn a_tenant_held_to_its_ceiling_by_the_limiter_is_not_reported_from_sampled_util
         "a tenant within its ceiling was reported:\n{log}"
     );
 }
+
+/// Issue 41: a guarantee root registered for a container whose runtime
+/// died before its poststop (no container of it on the host) stays
+/// reserved for nobody; the watch releases it once no container or claim
+/// of it has been on the host for its grace, with one line. A session's
+/// guarantee beside it (a live slice) is kept.
+#[test]
+fn a_guarantee_whose_container_vanished_without_poststop_is_released_by_the_watch() {
+    let h = Host::new("orphan");
+    std::fs::create_dir_all(h.gpu_dir()).expect("gpu dir");
+    let path = cuslice_core::pool::path(&h.gpu_dir(), &common::FAKE_UUID);
+    let pool = cuslice_core::pool::Pool::open_or_create(&path).expect("pool");
+    pool.register(
+        "ctr-gone",
+        42,
+        4 << 30,
+        4 << 30,
+        16 << 30,
+        cuslice_core::pool::Maker::Root,
+    )
+    .expect("registered");
+    let live = session(
+        &h,
+        &["--memory", "2GiB"],
+        "$M hold 104857600 & echo P $!; wait",
+    );
+    live.pid("P");
+    live.line("R held");
+    let watch = h.watch("orphan_grace = \"1s\"");
+    common::wait_for(
+        || {
+            format!(
+                "the orphan's guarantee is still there: {:?}\n{}",
+                pool.entries(),
+                watch.text()
+            )
+        },
+        Duration::from_secs(30),
+        || (!pool.entries().iter().any(|e| e.name == "ctr-gone")).then_some(()),
+    );
+    common::wait_for(
+        || format!("no line for the release:\n{}", watch.text()),
+        Duration::from_secs(30),
+        || {
+            watch
+                .text()
+                .contains("released the guarantee of ctr-gone")
+                .then_some(())
+        },
+    );
+    assert!(
+        pool.entries().iter().any(|e| e.name.starts_with("run-")),
+        "the live session's entry went too: {:?}",
+        pool.entries()
+    );
+}

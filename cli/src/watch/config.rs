@@ -69,6 +69,12 @@ pub struct WatchConfig {
     pub health_poll: Duration,
     pub health_check: Duration,
     pub health_quiet: Duration,
+    /// How long a guarantee root registered in a GPU memory pool (the
+    /// hook's, the DRA plugin's) may have no container or claim of it on
+    /// the host before the watch releases it (its maker vanished without
+    /// poststop or unprepare): longer than the instant between the hook's
+    /// registration and its record.
+    pub orphan_grace: Duration,
 }
 
 impl Default for WatchConfig {
@@ -88,11 +94,12 @@ impl Default for WatchConfig {
             health_poll: health_source::DEFAULT_POLL,
             health_check: health_source::DEFAULT_CHECK,
             health_quiet: health_source::DEFAULT_QUIET,
+            orphan_grace: Duration::from_secs(60),
         }
     }
 }
 
-const KEYS: [&str; 14] = [
+const KEYS: [&str; 15] = [
     "interval",
     "policy",
     "repair",
@@ -107,6 +114,7 @@ const KEYS: [&str; 14] = [
     "health_poll",
     "health_check",
     "health_quiet",
+    "orphan_grace",
 ];
 
 const MIN_INTERVAL: Duration = Duration::from_millis(10);
@@ -273,6 +281,7 @@ pub fn parse(path: &Path, text: &str) -> Result<WatchConfig, String> {
             "health_quiet" => {
                 health_duration(v, health_source::QUIET_BOUNDS).map(|d| c.health_quiet = d)
             }
+            "orphan_grace" => duration_value(v).map(|d| c.orphan_grace = d),
             other => Err(format!(
                 "expected one of the keys {}, got unknown key {other:?}",
                 KEYS.join(", ")
@@ -368,6 +377,7 @@ health = false
 health_poll = "2s"
 health_check = 60
 health_quiet = "10m"
+orphan_grace = "30s"
 "#)
         .expect("parses");
         assert_eq!(
@@ -387,6 +397,7 @@ health_quiet = "10m"
                 health_poll: Duration::from_secs(2),
                 health_check: Duration::from_secs(60),
                 health_quiet: Duration::from_secs(600),
+                orphan_grace: Duration::from_secs(30),
             }
         );
         assert_eq!(
@@ -408,7 +419,7 @@ health_quiet = "10m"
         for (text, want) in [
             (
                 "polcy = \"kill\"",
-                "/etc/cuslice/watch.toml: expected one of the keys interval, policy, repair, memory_tolerance, process_allowance, compute_margin, compute_sustain, compute_wait, freeze_seconds, root, health, health_poll, health_check, health_quiet, got unknown key \"polcy\"",
+                "/etc/cuslice/watch.toml: expected one of the keys interval, policy, repair, memory_tolerance, process_allowance, compute_margin, compute_sustain, compute_wait, freeze_seconds, root, health, health_poll, health_check, health_quiet, orphan_grace, got unknown key \"polcy\"",
             ),
             (
                 "policy = \"nuke\"",

@@ -40,6 +40,7 @@ pub mod gpuseg;
 pub mod judge;
 pub mod log;
 pub mod observe;
+pub mod orphans;
 pub mod procfs;
 pub mod slices;
 pub mod snapshot;
@@ -106,6 +107,8 @@ pub struct Watch {
     last_cpu: f64,
     errors: Vec<String>,
     gpu_processes: u32,
+    /// Guarantees root registered whose container or claim is gone.
+    orphans: orphans::Orphans,
     /// `<root>/watch`, where the state is replaced after every pass.
     state_dir: Dir,
 }
@@ -146,6 +149,22 @@ impl Watch {
         );
         self.errors.extend(errors);
         self.history = next;
+
+        // Guarantees whose maker vanished (orphans.rs).
+        let live: std::collections::HashSet<(String, u64)> = self
+            .observer
+            .slices
+            .all()
+            .map(|s| (s.tenant.clone(), s.tag))
+            .collect();
+        for l in self.orphans.tidy(
+            &self.cfg.root.join(crate::host::layout::GPU_DIR),
+            &live,
+            cuslice_core::gpu::monotonic_ns(),
+            u64::try_from(self.cfg.orphan_grace.as_nanos()).unwrap_or(u64::MAX),
+        ) {
+            log(&l);
+        }
         self.last_pass = now_unix();
     }
 
@@ -286,6 +305,7 @@ pub fn run(a: WatchArgs) -> Result<(), String> {
         last_cpu: 0.0,
         errors: vec![],
         gpu_processes: 0,
+        orphans: orphans::Orphans::default(),
         state_dir,
     };
     let mut next = Instant::now();
