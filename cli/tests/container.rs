@@ -296,6 +296,65 @@ fn an_annotated_container_gets_its_slice() {
 }
 
 /// A container annotated with a guarantee and a `memory-max` bursts past
+
+/// Issue 41: a container's guarantee is the slice's, registered by the
+/// hook at create: it is in the GPU's memory pool (held, reserved, no
+/// process of it there) while the container runs a program that never
+/// touches CUDA, and leaves at poststop.
+#[test]
+fn a_containers_guarantee_is_in_the_gpus_pool_before_its_first_process() {
+    let b = bundle(
+        "registered",
+        serde_json::json!({"cuslice.io/memory": "2GiB"}),
+        // (No `sleep` in the image: until the test, having looked at the
+        // pool, drops a file into the container's quota directory, which
+        // is mounted at /etc/cuslice; bounded all the same.)
+        "i=0; while [ ! -e /etc/cuslice/go ] && [ $i -lt 20000000 ]; do i=$((i+1)); done",
+    );
+    let id = format!("cuslice-reg-{}", std::process::id());
+    let tenant = format!("ctr-{}", &id[..id.len().min(24)]);
+    let pool_path = cuslice_core::pool::path(&b.root.join("gpu"), &common::FAKE_UUID);
+    let seen = std::thread::scope(|sc| {
+        let watcher = sc.spawn(|| {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+            let mut seen = None;
+            while std::time::Instant::now() < deadline {
+                if seen.is_none()
+                    && let Ok(p) = cuslice_core::pool::Pool::open_read_only(&pool_path)
+                {
+                    seen = p.entries().into_iter().find(|e| e.name == tenant);
+                }
+                // Once seen, the container may go on (its quota directory
+                // is made an instant after the registration).
+                let go = b.root.join("containers").join(&id).join("etc/go");
+                if seen.is_some() && std::fs::write(go, "").is_ok() {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            seen
+        });
+        let out = runc_run(&b, &id);
+        assert!(
+            out.status.success(),
+            "runc run failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        watcher.join().expect("watcher")
+    });
+    let e = seen.expect("the container's guarantee never appeared in the GPU's pool");
+    assert!(
+        e.held && e.procs == 0 && e.guarantee == 2 << 30 && e.pending == 0,
+        "{e:?}"
+    );
+    let pool = cuslice_core::pool::Pool::open_read_only(&pool_path).expect("pool");
+    assert!(
+        !pool.entries().iter().any(|e| e.name == tenant),
+        "released at poststop: {:?}",
+        pool.entries()
+    );
+}
+
 /// its guarantee while nothing else on the GPU is guaranteed, up to its
 /// `memory-max` and no further; what it sees as its total is its
 /// `memory-max`. (Issue 41: the hook refused both annotations as unknown.)
