@@ -654,6 +654,36 @@ fn a_legal_burst_is_not_killed_when_a_late_arrivals_guarantee_registers() {
         "the late arrival was killed:\n{}",
         watch.text()
     );
+    // `status --json` shows the late arrival's pending part and the
+    // borrower's burst, from the GPU's memory pool.
+    let out = h
+        .cuslice()
+        .args(["status", "--json", "--interval", "0", "--containers-root"])
+        .arg(h.root().join("containers"))
+        .output()
+        .expect("status");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    let tenants: Vec<&serde_json::Value> = v["gpus"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|g| g["tenants"].as_array().into_iter().flatten())
+        .collect();
+    let of = |run: u32| {
+        tenants
+            .iter()
+            .find(|t| t["name"] == format!("run-{run}"))
+            .unwrap_or_else(|| panic!("no tenant run-{run}: {v}"))
+    };
+    assert!(
+        of(late.child.id())["memory_pending_bytes"].as_u64() > Some(0),
+        "{v}"
+    );
+    assert!(
+        of(borrower.child.id())["memory_burst_bytes"].as_u64() > Some(0),
+        "{v}"
+    );
 }
 
 #[test]
