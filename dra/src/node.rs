@@ -720,6 +720,46 @@ mod tests {
         assert!(!n.prepared().expect("checkpoint").contains_key(uid));
     }
 
+    /// A claim's guarantee is in its GPU's memory pool from prepare (held,
+    /// before any container), and leaves at unprepare; a plugin that died
+    /// halfway through an unprepare (the CDI spec and the directory
+    /// removed, the checkpoint entry, removed last, still there) finishes
+    /// it at the next: the entry goes, nothing is left. Its guarantee,
+    /// whose quota file went with the directory, is then the watch's to
+    /// release (`orphan_grace`).
+    #[test]
+    fn a_claims_guarantee_is_registered_at_prepare_and_a_half_done_unprepare_is_finished() {
+        let t = tempfile::tempdir().expect("tmp");
+        let n = Node::open(config(t.path())).expect("open");
+        let uid = "11111111-2222-4333-8444-666666666666";
+        n.prepare(&claim(uid), &alloc("gpu-1", "16Gi", "20"), &gpus())
+            .expect("prepared");
+        let u = cuslice_core::config::parse_uuid(&gpus()[1].uuid).expect("uuid");
+        let pool_path = cuslice_core::pool::path(&t.path().join("run/cuslice/gpu"), &u);
+        let entries = || {
+            cuslice_core::pool::Pool::open_read_only(&pool_path)
+                .expect("pool")
+                .entries()
+        };
+        let e = entries();
+        assert!(
+            e.len() == 1 && e[0].held && e[0].guarantee == 16 << 30 && e[0].procs == 0,
+            "{e:?}"
+        );
+        n.unprepare(uid).expect("unprepared");
+        assert!(entries().is_empty(), "{:?}", entries());
+        // Prepared again, then half unprepared by a plugin that died.
+        n.prepare(&claim(uid), &alloc("gpu-1", "16Gi", "20"), &gpus())
+            .expect("prepared");
+        fs::remove_file(t.path().join(format!("cdi/cuslice.io-claim_{uid}.json"))).expect("spec");
+        fs::remove_dir_all(t.path().join("run/cuslice/claims").join(uid)).expect("dir");
+        assert_eq!(n.prepared().expect("checkpoint").len(), 1);
+        drop(n);
+        let n = Node::open(config(t.path())).expect("reopen");
+        n.unprepare(uid).expect("finished");
+        assert!(n.prepared().expect("checkpoint").is_empty());
+    }
+
     #[test]
     fn prepare_writes_the_claims_files_and_unprepare_removes_them() {
         let t = tempfile::tempdir().expect("tmp");

@@ -719,17 +719,28 @@ async fn the_kube_client_reads_claims_from_the_api_server() {
 /// Whether claim `uid`'s files are on the node: its directory, its CDI
 /// spec and its checkpoint entry (all three or none, else a panic).
 fn on_node(t: &Path, uid: &str) -> bool {
-    let dir = t.join("run/cuslice/claims").join(uid).exists();
-    let spec = t.join(format!("cdi/cuslice.io-claim_{uid}.json")).exists();
-    let cp = std::fs::read_to_string(t.join("plugins").join(DRIVER).join("checkpoint.json"))
-        .expect("checkpoint");
-    let cp: serde_json::Value = serde_json::from_str(&cp).expect("json");
-    let entry = cp["claims"].get(uid).is_some();
+    let (dir, spec, entry) = claim_files(t, uid);
     assert!(
         dir == spec && spec == entry,
         "{uid}: directory {dir}, CDI spec {spec}, checkpoint entry {entry}"
     );
     dir
+}
+
+/// Whether claim `uid`'s directory, CDI spec and checkpoint entry are on
+/// the node. An unprepare removes them one after another (the checkpoint
+/// entry last, so that a plugin that dies in between finishes at its next
+/// start): a look while one runs may find some of them, which only
+/// settled states ([`on_node`]) may not.
+fn claim_files(t: &Path, uid: &str) -> (bool, bool, bool) {
+    let dir = t.join("run/cuslice/claims").join(uid).exists();
+    let spec = t.join(format!("cdi/cuslice.io-claim_{uid}.json")).exists();
+    // The checkpoint is replaced whole (renamed into place): a read sees
+    // the old or the new one.
+    let cp = std::fs::read_to_string(t.join("plugins").join(DRIVER).join("checkpoint.json"))
+        .expect("checkpoint");
+    let cp: serde_json::Value = serde_json::from_str(&cp).expect("json");
+    (dir, spec, cp["claims"].get(uid).is_some())
 }
 
 const JOB: &str = "aaaaaaaa-0000-4000-8000-000000000003";
@@ -927,9 +938,11 @@ async fn the_cleanup_runs_at_start_and_then_every_interval() {
     let gone_within = |uid: &'static str| {
         let t = t.path().to_path_buf();
         async move {
-            for _ in 0..250 {
-                if !on_node(&t, uid) {
-                    return true;
+            // Polled while the cleanup removes the claim's files one after
+            // another: gone once all three are, then settled.
+            for _ in 0..1500 {
+                if claim_files(&t, uid) == (false, false, false) {
+                    return !on_node(&t, uid);
                 }
                 tokio::time::sleep(std::time::Duration::from_millis(20)).await;
             }
