@@ -804,13 +804,21 @@ fn a_same_container_writer_cannot_crash_or_hang_its_siblings() {
     let x = h.container("x", "");
     let victims: Vec<Child> = (0..2).map(|_| victim(&x, 120.0)).collect();
     let path = h.mem_seg("x");
+    // Registered: a slot each and its GPU's entry, which the context's
+    // charge shows (a slot is claimed before the GPU is registered: under
+    // load, garbage written in between would fill the device entries
+    // before the second registers, and it would fail closed, rightly).
     let seg = wait_for(
         || "victims did not register".to_string(),
-        Duration::from_secs(15),
+        Duration::from_secs(60),
         || {
-            Segment::open_or_create(&path)
-                .ok()
-                .filter(|s| s.processes().iter().filter(|p| p.alive).count() == 2)
+            Segment::open_or_create(&path).ok().filter(|s| {
+                s.processes()
+                    .iter()
+                    .filter(|p| p.alive && p.used.iter().any(|u| *u > 0))
+                    .count()
+                    == 2
+            })
         },
     );
     let raw = Raw::map(&path);

@@ -109,7 +109,11 @@ pub fn flock_holder(locks: &str, major: u64, minor: u64, ino: u64) -> Option<u32
 /// the deadline, and who holds it.
 fn lock_within(fd: i32, path: &Path, wait: Duration) -> Result<bool, LockBusy> {
     let start = Instant::now();
-    let mut nap = Duration::from_millis(1);
+    // An honest holder keeps it for microseconds (a registration, a
+    // reservation): first looks come soon after, so that processes
+    // starting together wait about as long as a blocking lock made them;
+    // naps grow to 5 ms for a holder that keeps it.
+    let mut nap = Duration::from_micros(50);
     loop {
         // SAFETY: flock on the caller's fd, not blocking.
         if unsafe { libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) } == 0 {
@@ -128,7 +132,7 @@ fn lock_within(fd: i32, path: &Path, wait: Duration) -> Result<bool, LockBusy> {
             });
         }
         std::thread::sleep(nap.min(wait - waited));
-        nap = (nap * 2).min(Duration::from_millis(20));
+        nap = (nap * 2).min(Duration::from_millis(5));
     }
 }
 
