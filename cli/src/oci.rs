@@ -652,28 +652,15 @@ fn register_guarantee(a: &HookArgs, cfg: &config::Config, minors: &[u32]) -> Res
     let Ok(nvml) = crate::host::nvml::Nvml::open() else {
         return Ok(());
     };
-    let devices = nvml.devices()?;
-    let host: Vec<HostGpu> = devices
-        .iter()
-        .map(|d| (d.index, d.uuid.clone(), nvml.minor_number(d).ok()))
-        .collect();
-    let named: Vec<[u8; 16]> = cfg.by_uuid.keys().copied().collect();
     let mut gpus = vec![];
-    for (index, uuid, _) in container_gpus(&named, minors, &host) {
-        let d = devices
-            .iter()
-            .find(|d| d.index == *index)
-            .ok_or_else(|| format!("NVML's GPU {index}: no handle"))?;
+    for d in container_devices(&nvml, cfg, minors)? {
+        let index = d.index;
         let total = nvml
-            .memory_total(d)
+            .memory_total(&d)
             .map_err(|e| format!("GPU {index}: cannot read its memory through NVML: {e}"))?;
-        let uuid = config::parse_uuid(uuid)
-            .map_err(|e| format!("NVML's GPU {index} UUID {uuid:?}: {e}"))?;
-        gpus.push(GpuMemory {
-            index: *index,
-            uuid,
-            total,
-        });
+        let uuid = config::parse_uuid(&d.uuid)
+            .map_err(|e| format!("NVML's GPU {index} UUID {:?}: {e}", d.uuid))?;
+        gpus.push(GpuMemory { index, uuid, total });
     }
     let root = Dir::keep_root(&a.root, 0o700)?;
     root.keep_dir(GPU_DIR, 0o755)?;
@@ -826,6 +813,27 @@ fn container_gpus<'a>(named: &[[u8; 16]], minors: &[u32], host: &'a [HostGpu]) -
     host.iter().collect()
 }
 
+/// NVML's handles of the GPUs a container is given ([`container_gpus`]:
+/// named by its quota file, else its device nodes' minors, else all).
+fn container_devices(
+    nvml: &crate::host::nvml::Nvml,
+    cfg: &config::Config,
+    minors: &[u32],
+) -> Result<Vec<crate::host::nvml::DeviceHandle>, String> {
+    let devices = nvml.devices()?;
+    let host: Vec<HostGpu> = devices
+        .iter()
+        .map(|d| (d.index, d.uuid.clone(), nvml.minor_number(d).ok()))
+        .collect();
+    let named: Vec<[u8; 16]> = cfg.by_uuid.keys().copied().collect();
+    let mine = container_gpus(&named, minors, &host);
+    Ok(devices
+        .iter()
+        .filter(|d| mine.iter().any(|(i, _, _)| *i == d.index))
+        .cloned()
+        .collect())
+}
+
 /// What the hook does about its GPUs' health: the warnings to print (a
 /// degraded GPU, an unhealthy one the annotation allows), or the refusal,
 /// one line naming the first unhealthy GPU, why, since when and the
@@ -877,18 +885,7 @@ fn check_gpu_health(
     let Ok(nvml) = crate::host::nvml::Nvml::open() else {
         return Ok(());
     };
-    let devices = nvml.devices()?;
-    let host: Vec<HostGpu> = devices
-        .iter()
-        .map(|d| (d.index, d.uuid.clone(), nvml.minor_number(d).ok()))
-        .collect();
-    let named: Vec<[u8; 16]> = cfg.by_uuid.keys().copied().collect();
-    let mine = container_gpus(&named, minors, &host);
-    let handles: Vec<_> = devices
-        .iter()
-        .filter(|d| mine.iter().any(|(i, _, _)| *i == d.index))
-        .cloned()
-        .collect();
+    let handles = container_devices(&nvml, cfg, minors)?;
     let v = view::view(&Layout::new(root), &nvml, &handles, now_unix());
     let views: Vec<&view::GpuView> = v.gpus.iter().collect();
     for w in health_verdict(&views, allow)? {

@@ -295,8 +295,6 @@ fn an_annotated_container_gets_its_slice() {
     );
 }
 
-/// A container annotated with a guarantee and a `memory-max` bursts past
-
 /// Issue 41: a container's guarantee is the slice's, registered by the
 /// hook at create: it is in the GPU's memory pool (held, reserved, no
 /// process of it there) while the container runs a program that never
@@ -355,6 +353,7 @@ fn a_containers_guarantee_is_in_the_gpus_pool_before_its_first_process() {
     );
 }
 
+/// A container annotated with a guarantee and a `memory-max` bursts past
 /// its guarantee while nothing else on the GPU is guaranteed, up to its
 /// `memory-max` and no further; what it sees as its total is its
 /// `memory-max`. (Issue 41: the hook refused both annotations as unknown.)

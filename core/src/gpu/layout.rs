@@ -69,6 +69,19 @@ pub const READY: u32 = 2;
 pub const CLASS_STANDARD: u32 = 0;
 pub const CLASS_LATENCY: u32 = 1;
 
+/// A tenant's share (1..=100), ceiling (share..=100) and class word, as
+/// its entry holds them.
+fn normalized(spec: &TenantSpec) -> (u32, u32, u32) {
+    let share = spec.share.clamp(1, 100);
+    let max = spec.max.clamp(share, 100);
+    let class = if spec.latency {
+        CLASS_LATENCY
+    } else {
+        CLASS_STANDARD
+    };
+    (share, max, class)
+}
+
 #[repr(C, align(64))]
 pub struct Tenant {
     pub state: AtomicU32,
@@ -346,13 +359,7 @@ impl GpuSegment {
         spec: TenantSpec,
         now: u64,
     ) -> Result<(usize, Option<(u32, u32)>), SegmentError> {
-        let share = spec.share.clamp(1, 100);
-        let max = spec.max.clamp(share, 100);
-        let class = if spec.latency {
-            CLASS_LATENCY
-        } else {
-            CLASS_STANDARD
-        };
+        let (share, max, class) = normalized(&spec);
         let encoded = encode_name(name, tag);
         self.shm.with_flock_bounded(TENANT_WAIT, || {
             let mut empty = None;
@@ -424,13 +431,7 @@ impl GpuSegment {
         tag: u64,
         spec: TenantSpec,
     ) -> (Option<Registered>, Option<LockBusy>) {
-        let share = spec.share.clamp(1, 100);
-        let max = spec.max.clamp(share, 100);
-        let class = if spec.latency {
-            CLASS_LATENCY
-        } else {
-            CLASS_STANDARD
-        };
+        let (share, max, class) = normalized(&spec);
         let encoded = encode_name(name, tag);
         self.shm.with_flock_or_without(ROOT_WAIT, || {
             let (i, t) = self
