@@ -783,13 +783,22 @@ impl Pool {
     }
 
     /// The entries that hold a burst now (name, bytes), largest first: who
-    /// borrows what a pending guarantee waits for.
+    /// borrows what a pending guarantee waits for. The names are other
+    /// tenants' writing, for another tenant's log: control characters are
+    /// shown as `?`.
     pub fn borrowers(&self) -> Vec<(String, u64)> {
         let mut v: Vec<(String, u64)> = self
             .entries()
             .into_iter()
             .filter(|e| e.burst > 0)
-            .map(|e| (e.name, e.burst))
+            .map(|e| {
+                let name = e
+                    .name
+                    .chars()
+                    .map(|c| if c.is_control() { '?' } else { c })
+                    .collect();
+                (name, e.burst)
+            })
             .collect();
         v.sort_by_key(|e| std::cmp::Reverse(e.1));
         v
@@ -1732,5 +1741,21 @@ mod tests {
         let (found, busy) = root.release("c", 1);
         assert!(found && busy.is_some());
         assert!(view(&root, "c").is_none(), "released without the lock");
+    }
+
+    /// A borrower's name reaches another tenant's log line: whatever the
+    /// borrower wrote there, no control character gets through.
+    #[test]
+    fn a_borrowers_name_reaches_a_log_without_control_characters() {
+        let dir = TestDir::new("pool", "names");
+        let p = Pool::open_or_create(&path(dir.path(), &UUID)).expect("pool");
+        let (i, _) = p
+            .join("a\x1b[2Jb", 0, MIB, 8 * MIB, 1024 * MIB, 1)
+            .expect("join");
+        p.entry(i)
+            .expect("entry")
+            .burst
+            .store(MIB, Ordering::Release);
+        assert_eq!(p.borrowers(), vec![("a?[2Jb".to_string(), MIB)]);
     }
 }

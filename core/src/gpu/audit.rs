@@ -356,13 +356,7 @@ fn check_config(
     push: &mut impl FnMut(&'static str, String),
     fix: bool,
 ) {
-    let share = spec.share.clamp(1, 100);
-    let max = spec.max.clamp(share, 100);
-    let class = if spec.latency {
-        CLASS_LATENCY
-    } else {
-        CLASS_STANDARD
-    };
+    let (share, max, class) = super::layout::normalized(spec);
     let have = (
         t.share.load(Ordering::Relaxed),
         t.max.load(Ordering::Relaxed),

@@ -70,8 +70,8 @@ pub const CLASS_STANDARD: u32 = 0;
 pub const CLASS_LATENCY: u32 = 1;
 
 /// A tenant's share (1..=100), ceiling (share..=100) and class word, as
-/// its entry holds them.
-fn normalized(spec: &TenantSpec) -> (u32, u32, u32) {
+/// its entry holds them (registration, and the audit that checks them).
+pub(crate) fn normalized(spec: &TenantSpec) -> (u32, u32, u32) {
     let share = spec.share.clamp(1, 100);
     let max = spec.max.clamp(share, 100);
     let class = if spec.latency {
