@@ -552,25 +552,23 @@ impl Segment {
         Some(&l.pool.entry(l.entry)?.burst)
     }
 
-    /// The part of device entry `d`'s guarantee still lent out to others'
-    /// bursts in its pool (0: none, or no pool): not yours to use until the
-    /// pool gives it back ([`crate::pool::Pool::reserve`]).
-    fn pending_of(&self, d: usize) -> u64 {
-        self.pool_link(d).map_or(0, |l| l.pool.pending(l.entry))
-    }
-
     /// What device entry `d` may hold now, its guarantee, and its limit:
-    /// the guarantee (less its part still pending in the pool) plus what it
-    /// holds of the pool, never past `limit`. Without a guarantee below the
-    /// limit, the limit (less its pending part). Under the lock.
+    /// the guarantee (less its part still pending in the pool: lent out to
+    /// others' bursts, not its to use until the pool gives it back,
+    /// [`crate::pool::Pool::reserve`]) plus what it holds of the pool,
+    /// never past `limit`. Without a guarantee below the limit, the limit
+    /// (less its pending part). Under the lock; one look at the pool link.
     fn cap(&self, d: usize, dev: &Device) -> (u64, u64, u64) {
         let limit = dev.limit.load(Ordering::Relaxed);
         let g = dev.guarantee.load(Ordering::Relaxed);
-        let pending = self.pending_of(d);
+        let entry = self
+            .pool_link(d)
+            .and_then(|l| Some((l.pool, l.pool.entry(l.entry)?, l.entry)));
+        let pending = entry.map_or(0, |(p, _, i)| p.pending(i));
         if g == 0 || g >= limit {
             return (limit.saturating_sub(pending), limit, limit);
         }
-        let burst = self.burst_of(d).map_or(0, |b| b.load(Ordering::Acquire));
+        let burst = entry.map_or(0, |(_, e, _)| e.burst.load(Ordering::Acquire));
         (
             g.saturating_sub(pending).saturating_add(burst).min(limit),
             g,
