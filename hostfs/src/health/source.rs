@@ -560,17 +560,10 @@ fn run(
         // What a report's receiver reads (`Source::gpus`) is the health
         // that made the change.
         *lock(&shared.gpus) = gpus.clone();
-        for (i, change, cleared) in changes.iter().cloned() {
-            report(Report::Change(GpuChange {
-                index: gpus[i].index,
-                uuid: gpus[i].uuid.clone(),
-                change,
-                cleared,
-                quiet_seconds: cfg.quiet.as_secs_f64(),
-            }));
-        }
         // Written at a change, else every `check` (its heartbeat: a reader
-        // trusts it for two of them, `Published::fresh`).
+        // trusts it for two of them, `Published::fresh`); before the change
+        // is reported, so that whoever sees the line finds the file saying
+        // so (a test under load read the file between the two).
         if !changes.is_empty() || last_write.elapsed() + Duration::from_millis(100) >= cfg.check {
             let r = lock(&shared.publisher).write(&gpus, now, true);
             match r {
@@ -582,6 +575,15 @@ fn run(
                 Err(_) => {}
             }
             last_write = Instant::now();
+        }
+        for (i, change, cleared) in changes.iter().cloned() {
+            report(Report::Change(GpuChange {
+                index: gpus[i].index,
+                uuid: gpus[i].uuid.clone(),
+                change,
+                cleared,
+                quiet_seconds: cfg.quiet.as_secs_f64(),
+            }));
         }
     }
 }
