@@ -12,8 +12,11 @@
 #                                     NAME, under the same limits (other
 #                                     arguments go to `cargo nextest run`)
 #
-# The tests cannot see, or touch, the host's own cuslice: where the host
-# has any of
+# Installs what it lacks first (scripts/setup.sh --no-build: libclang,
+# runc, podman, tmux, pip, the pinned nextest; idempotent, needs root or
+# sudo for apt), so that on a fresh machine this one command is enough.
+#
+# The tests neither see nor touch the host's own cuslice state:
 #
 #   /etc/cuslice      a host-wide quota file (the shim prefers it to every
 #                     test's CUSLICE_CONFIG, by design: a container's
@@ -21,58 +24,112 @@
 #   /dev/shm/cuslice  live memory and GPU segments (the defaults)
 #   /run/cuslice      the OCI hook's and DRA plugin's state
 #
-# the tests run in a private mount namespace with an empty tmpfs over each
-# (as root: a mount namespace; otherwise a user namespace mapping the
-# caller to itself). The host's files are never read or written; processes
-# of the host's own tenants keep running as they were. Where the namespace
-# cannot be made, it says why and stops: it never runs the tests against
-# the host's state. (tests/common's `env()` refuses to run a test that
-# sees a host-wide quota file, for `cargo test` run by hand.)
+# - Every path a test uses is pinned to its own temporary directory (the
+#   tests' helpers set every directory the shim, the hook, the plugin and
+#   the watch would otherwise take by default).
+# - The tests run in a private mount namespace (as root a mount namespace;
+#   otherwise a user namespace mapping the caller to itself), with an
+#   empty tmpfs over each of the three the host has: the host's files are
+#   never read or written, its tenants' processes keep running as they
+#   were. Where the host has one of them and the namespace cannot be made,
+#   it says why and stops: it never runs the tests against the host's
+#   state.
+# - The check: after the run, each hiding tmpfs must still be empty, none
+#   of the three may have appeared on the host, and /etc/cdi and /run/cdi
+#   may hold no cuslice CDI spec they did not hold before; otherwise the
+#   run fails, naming what was left. (tests/common's `env()` also refuses
+#   to run a test that sees a host-wide quota file, for `cargo test` run
+#   by hand.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 hidden=(/etc/cuslice /dev/shm/cuslice /run/cuslice)
+cdi_dirs=(/etc/cdi /run/cdi /var/run/cdi)
 
-if [ -z "${CUSLICE_TESTS_PRIVATE:-}" ]; then
-    present=()
+# What of ours the host holds: the three directories (whether each exists,
+# and its entries) and the cuslice CDI specs.
+host_state() {
+    local d
     for d in "${hidden[@]}"; do
-        [ -e "$d" ] && present+=("$d")
+        if [ -e "$d" ]; then
+            echo "$d"
+            find "$d" -mindepth 1 2>/dev/null | sort
+        fi
     done
-    if [ ${#present[@]} -gt 0 ]; then
-        echo "test.sh: this host has ${present[*]}: running the tests in a private mount namespace with an empty tmpfs over each" >&2
-        ns=(unshare --mount --propagation private)
-        [ "$(id -u)" -eq 0 ] || ns=(unshare --user --map-current-user --mount --propagation private)
-        # (unshare says why where it cannot: the tests then do not run)
-        CUSLICE_TESTS_HIDE="${present[*]}" exec "${ns[@]}" bash -c '
-            for d in $CUSLICE_TESTS_HIDE; do
-                mount -t tmpfs -o mode=0755,size=256m cuslice-tests "$d" ||
-                    { echo "test.sh: cannot hide $d (see above); not running the tests" >&2; exit 1; }
-            done
-            exec env CUSLICE_TESTS_PRIVATE=1 bash scripts/test.sh "$@"' test.sh "$@"
-    fi
+    for d in "${cdi_dirs[@]}"; do
+        [ -d "$d" ] && find "$d" -maxdepth 1 -name '*cuslice*' 2>/dev/null | sort
+    done
+    true
+}
+
+# What the check found wrong, a line each (counted as failures in the
+# closing line).
+check=target/nextest/host-check
+junit=target/nextest/default/junit.xml
+
+if [ -n "${CUSLICE_TESTS_PRIVATE:-}" ]; then
+    # Inside: the tests themselves.
+    nextest=$(bash scripts/nextest.sh)
+    # The reaper every test process runs under (nextest's target runner),
+    # and what the tests start (the shim, the attack programs: each test
+    # process would otherwise build them itself, one at a time under
+    # cargo's lock).
+    cargo build --quiet -p cuslice-testkit -p cuslice -p cuslice-attacks
+    target=$(rustc -vV | sed -n 's/^host: //p')
+    runner_var="CARGO_TARGET_$(echo "$target" | tr 'a-z-' 'A-Z_')_RUNNER"
+    export "$runner_var=$PWD/target/debug/test-reaper"
+    # Positional arguments that are not options are test-name filters.
+    rc=0
+    "$nextest" nextest run --workspace --no-fail-fast "$@" || rc=$?
+    for d in ${CUSLICE_TESTS_HIDE:-}; do
+        left=$(find "$d" -mindepth 1 | head -3 | tr '\n' ' ')
+        [ -z "$left" ] || echo "host-state: the tests wrote into $d, a default the host uses: $left" >>"$check"
+    done
+    exit "$rc"
 fi
 
-nextest=$(bash scripts/nextest.sh)
-
-# The reaper every test process runs under (nextest's target runner), and
-# what the tests start (the shim, the attack programs: each test process
-# would otherwise build them itself, one at a time under cargo's lock).
-cargo build --quiet -p cuslice-testkit -p cuslice -p cuslice-attacks
-target=$(rustc -vV | sed -n 's/^host: //p')
-runner_var="CARGO_TARGET_$(echo "$target" | tr 'a-z-' 'A-Z_')_RUNNER"
-export "$runner_var=$PWD/target/debug/test-reaper"
-
-junit=target/nextest/default/junit.xml
-rm -f "$junit"
-# Positional arguments that are not options are test-name filters.
+bash scripts/setup.sh --no-build
+mkdir -p target/nextest
+rm -f "$junit" "$check"
+before=$(host_state)
+present=()
+for d in "${hidden[@]}"; do
+    [ -e "$d" ] && present+=("$d")
+done
+ns=(unshare --mount --propagation private)
+[ "$(id -u)" -eq 0 ] || ns=(unshare --user --map-current-user --mount --propagation private)
 rc=0
-"$nextest" nextest run --workspace --no-fail-fast "$@" || rc=$?
+if "${ns[@]}" true 2>/dev/null; then
+    [ ${#present[@]} -eq 0 ] ||
+        echo "test.sh: this host has ${present[*]}: the tests run in a private mount namespace with an empty tmpfs over each" >&2
+    CUSLICE_TESTS_HIDE="${present[*]}" "${ns[@]}" bash -c '
+        for d in $CUSLICE_TESTS_HIDE; do
+            mount -t tmpfs -o mode=0755,size=256m cuslice-tests "$d" ||
+                { echo "test.sh: cannot hide $d (see above); not running the tests" >&2; exit 1; }
+        done
+        exec env CUSLICE_TESTS_PRIVATE=1 bash scripts/test.sh "$@"' test.sh "$@" || rc=$?
+elif [ ${#present[@]} -gt 0 ]; then
+    "${ns[@]}" true || true # (unshare says why)
+    echo "test.sh: this host has ${present[*]} and no private mount namespace can be made (above): not running the tests against the host's state" >&2
+    exit 1
+else
+    echo "test.sh: no private mount namespace can be made here; the host has none of ${hidden[*]}, so the tests run in its namespace (the check below still holds)" >&2
+    CUSLICE_TESTS_PRIVATE=1 bash scripts/test.sh "$@" || rc=$?
+fi
+after=$(host_state)
+if [ "$before" != "$after" ]; then
+    changed=$({ diff <(echo "$before") <(echo "$after") || true; } |
+        sed -n 's/^> \(..*\)/appeared \1/p; s/^< \(..*\)/went \1/p' | head -8 | paste -sd, - | sed 's/,/, /g')
+    echo "host-state: the run changed the host's cuslice state: $changed" >>"$check"
+fi
 
 # The closing line: every test nextest ran, from its JUnit report (a test
-# killed at its time limit or leaking counts as failed, and is named).
+# killed at its time limit or leaking counts as failed, and is named), and
+# each thing the host-state check found, as a failure of its own.
 if [ -f "$junit" ]; then
     totals=0
-    python3 - "$junit" <<'PY' || totals=$?
+    python3 - "$junit" "$check" <<'PY' || totals=$?
+import os
 import sys
 import xml.etree.ElementTree as ET
 root = ET.parse(sys.argv[1]).getroot()
@@ -82,6 +139,8 @@ for case in root.iter("testcase"):
         failed.append(f'{case.get("classname")} {case.get("name")}')
     elif case.find("skipped") is None:
         passed += 1
+if os.path.exists(sys.argv[2]):
+    failed += [line.rstrip("\n") for line in open(sys.argv[2]) if line.strip()]
 for name in failed:
     print(f"FAILED {name}")
 print(f"{passed} passed, {len(failed)} failed")
@@ -89,6 +148,7 @@ sys.exit(1 if failed or passed == 0 else 0)
 PY
     [ "$rc" -ne 0 ] || rc=$totals
 else
+    [ ! -f "$check" ] || sed 's/^/FAILED /' "$check"
     echo "test.sh: nextest wrote no report ($junit): the tests did not run (exit status $rc)" >&2
     echo "0 passed, 0 failed"
     [ "$rc" -ne 0 ] || rc=1

@@ -380,7 +380,30 @@ pub fn command(prog: &str, opts: &Opts<'_>) -> Command {
     for (k, v) in &opts.env {
         cmd.env(k, v);
     }
+    pin_defaults(&mut cmd, &opts.env);
     cmd
+}
+
+/// A shim started without a quota file takes its segment directories by
+/// default: the host's own, /dev/shm/cuslice and /dev/shm/cuslice/gpu,
+/// which no test may write (scripts/test.sh fails the run if one does).
+/// Such a process gets directories of this test process's own instead (in
+/// its temporary directory, which the test harness gives each test), the
+/// same for every program the test starts, so that its programs still meet
+/// in them. A test that names a directory, or a quota file (which names
+/// them: tests/common/host.rs), keeps what it named.
+fn pin_defaults(cmd: &mut Command, env: &[(&str, String)]) {
+    let set = |k: &str| env.iter().any(|(n, v)| *n == k && !v.is_empty());
+    if set("CUSLICE_CONFIG") {
+        return;
+    }
+    let own = std::env::temp_dir().join(format!("cuslice-defaults-{}", std::process::id()));
+    if !set("CUSLICE_SEGMENT_DIR") {
+        cmd.env("CUSLICE_SEGMENT_DIR", own.join("segment"));
+    }
+    if !set("CUSLICE_GPU_SEGMENT_DIR") {
+        cmd.env("CUSLICE_GPU_SEGMENT_DIR", own.join("gpu"));
+    }
 }
 
 /// `prog` (a host command, the shim's library given as `CUSLICE_LIB`) on
