@@ -26,7 +26,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
 
 use crate::host::text;
-use crate::status::{GpuView, Observer, Snapshot};
+use crate::view::{GpuView, Snapshot, Viewer};
 
 type Labels = Vec<(String, String)>;
 type G = Family<Labels, Gauge>;
@@ -425,7 +425,7 @@ pub fn render(s: &Snapshot) -> Result<String, std::fmt::Error> {
 }
 
 /// Serves `GET /metrics` on `listen` until killed. Prints the bound address.
-pub fn serve(listen: &str, mut obs: Observer) -> Result<(), String> {
+pub fn serve(listen: &str, mut obs: Viewer) -> Result<(), String> {
     let server = tiny_http::Server::http(listen).map_err(|e| format!("--listen {listen}: {e}"))?;
     println!(
         "cuslice exporter listening on http://{}/metrics",
@@ -456,40 +456,17 @@ pub fn serve(listen: &str, mut obs: Observer) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::status::TenantView;
+    use crate::view::TenantView;
 
     fn tenant(name: &str, runs: &str) -> TenantView {
         TenantView {
             name: name.into(),
-            tag: 0,
             live: true,
             runs: runs.into(),
-            container: None,
             pids: vec![7],
             processes: 1,
             memory_used_bytes: Some(1 << 30),
-            memory_limit_bytes: None,
-            memory_guarantee_bytes: None,
-            memory_pending_bytes: None,
-            memory_burst_bytes: None,
-            memory_peak_bytes: None,
-            memory_refused: None,
-            share_percent: None,
-            ceiling_percent: None,
-            class: None,
-            mode: None,
-            gpu_time_seconds: None,
-            gpu_seconds: None,
-            throttled_seconds: None,
-            gpu_percent: None,
-            charged_percent: None,
-            unmeasured_percent: None,
-            unverified_percent: None,
-            throttled_percent: None,
-            waiting: 0,
-            last_active_seconds_ago: None,
-            ended_seconds_ago: None,
-            demand_percent: None,
+            ..TenantView::default()
         }
     }
 

@@ -6,7 +6,7 @@
 
 use crate::host::health::State;
 use crate::host::health::judge::{ago, utc};
-use crate::status::{GpuView, Snapshot, TenantView};
+use crate::view::{GpuView, Snapshot, TenantView};
 
 /// One line of a frame. `dim`: a tenant with no live process.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -211,7 +211,7 @@ fn health_line(g: &GpuView) -> Option<String> {
 
 /// Whose judgement the GPUs' health is: the health source's (and whether
 /// it is up), or why each is this reading's own look.
-pub fn health_source_line(h: &crate::status::HealthSource) -> String {
+pub fn health_source_line(h: &crate::view::HealthSource) -> String {
     match (&h.source, &h.note) {
         (Some(s), None) => format!(
             "health: {} pid {} {}, last wrote {} ago",
@@ -329,7 +329,7 @@ pub fn frame(s: &Snapshot, title: &str, width: usize, with_errors: bool) -> Vec<
 
 /// The watch's line and one row per active finding: `! KIND TENANT:
 /// what: action`.
-pub fn watch_lines(w: &crate::status::WatchView) -> Vec<String> {
+pub fn watch_lines(w: &crate::view::WatchView) -> Vec<String> {
     let st = &w.state;
     let mut out = vec![format!(
         "watch: {}  policy {}  repair {}  every {}s  last pass {:.1}s ago  {} finding{}",
@@ -426,7 +426,7 @@ pub fn details(s: &Snapshot) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::status::GpuView;
+    use crate::view::GpuView;
 
     fn tenant(name: &str, runs: &str, live: bool) -> TenantView {
         TenantView {

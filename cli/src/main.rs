@@ -15,9 +15,10 @@ mod health;
 mod host;
 mod limits;
 mod oci;
+mod readings;
 mod resize;
-mod status;
 mod top;
+mod view;
 mod watch;
 
 #[derive(Parser)]
@@ -72,7 +73,7 @@ enum Cmd {
         #[arg(long, default_value_t = 0.5, value_parser = status_interval)]
         interval: f64,
         /// Seconds a tenant with no live process is still listed (0 to 86400).
-        #[arg(long, default_value_t = status::DEFAULT_LINGER_SECONDS, value_parser = linger_seconds)]
+        #[arg(long, default_value_t = view::DEFAULT_LINGER_SECONDS, value_parser = linger_seconds)]
         linger: f64,
     },
     /// The status table, refreshed in place every interval, with each
@@ -88,7 +89,7 @@ enum Cmd {
         #[arg(long)]
         once: bool,
         /// Seconds a tenant with no live process is still listed (dimmed; 0 to 86400).
-        #[arg(long, default_value_t = status::DEFAULT_LINGER_SECONDS, value_parser = linger_seconds)]
+        #[arg(long, default_value_t = view::DEFAULT_LINGER_SECONDS, value_parser = linger_seconds)]
         linger: f64,
     },
     /// OCI runtime hook: `create` (createRuntime / prestart) gives a
@@ -137,7 +138,7 @@ enum Cmd {
         #[arg(long, default_value = "127.0.0.1:9836")]
         listen: String,
         /// Seconds a tenant with no live process is still exported (0 to 86400).
-        #[arg(long, default_value_t = status::DEFAULT_LINGER_SECONDS, value_parser = linger_seconds)]
+        #[arg(long, default_value_t = view::DEFAULT_LINGER_SECONDS, value_parser = linger_seconds)]
         linger: f64,
     },
 }
@@ -217,11 +218,11 @@ impl SourceArgs {
     /// (a typo would otherwise read as a tenant with nothing on it).
     /// Directories need not: a containers root or GPU directory appears
     /// with the first container or tenant.
-    fn sources(self) -> Result<status::Sources, String> {
+    fn sources(self) -> Result<view::Sources, String> {
         if let Some(m) = self.memory.iter().find(|m| !m.is_file()) {
             return Err(format!("--memory-segment {}: no such file", m.display()));
         }
-        Ok(status::Sources::resolve(
+        Ok(view::Sources::resolve(
             self.gpu_dir,
             self.memory,
             self.containers_root,
@@ -603,7 +604,7 @@ fn main() -> ExitCode {
             interval,
             linger,
         } => src.sources().and_then(|sources| {
-            let mut obs = status::Observer::new(sources, linger);
+            let mut obs = view::Viewer::new(sources, linger);
             let mut snap = obs.read();
             if interval > 0.0 {
                 std::thread::sleep(std::time::Duration::from_secs_f64(interval.min(3600.0)));
@@ -641,7 +642,7 @@ fn main() -> ExitCode {
             linger,
         } => src
             .sources()
-            .and_then(|s| top::run(status::Observer::new(s, linger), interval, once))
+            .and_then(|s| top::run(view::Viewer::new(s, linger), interval, once))
             .map(|()| ExitCode::SUCCESS),
         Cmd::Exporter {
             src,
@@ -649,7 +650,7 @@ fn main() -> ExitCode {
             linger,
         } => src
             .sources()
-            .and_then(|s| exporter::serve(&listen, status::Observer::new(s, linger)))
+            .and_then(|s| exporter::serve(&listen, view::Viewer::new(s, linger)))
             .map(|()| ExitCode::SUCCESS),
         Cmd::Watch { args } => watch::run(args).map(|()| ExitCode::SUCCESS),
         Cmd::Resize { args } => resize::resize(&args).map(|lines| {

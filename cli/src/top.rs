@@ -15,7 +15,7 @@ use crossterm::terminal::{self, ClearType};
 use crossterm::{cursor, execute, queue};
 
 use crate::frame::{Line, frame};
-use crate::status::{Observer, Snapshot};
+use crate::view::{Snapshot, Viewer};
 
 const TITLE: &str = "cuslice top";
 
@@ -189,7 +189,7 @@ fn wait_keys(d: Duration, snap: &Snapshot, hint: &str) -> std::io::Result<bool> 
     }
 }
 
-fn interactive(mut obs: Observer, dt: Duration) -> std::io::Result<()> {
+fn interactive(mut obs: Viewer, dt: Duration) -> std::io::Result<()> {
     for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
         // SAFETY: installing a handler that only stores to an atomic.
         unsafe { libc::signal(sig, on_signal as *const () as libc::sighandler_t) };
@@ -206,7 +206,7 @@ fn interactive(mut obs: Observer, dt: Duration) -> std::io::Result<()> {
 }
 
 /// Runs `top` until `q` (or a signal); with `once`, prints one frame.
-pub fn run(mut obs: Observer, interval: f64, once: bool) -> Result<(), String> {
+pub fn run(mut obs: Viewer, interval: f64, once: bool) -> Result<(), String> {
     let dt = Duration::from_secs_f64(interval.clamp(0.1, 3600.0));
     let stdout = std::io::stdout();
     if once {

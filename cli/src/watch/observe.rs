@@ -3,7 +3,10 @@
 //! what tells whether it registered with the shim) and the segments
 //! (slots, tenant entries, memory quotas, each slice's own burst in the
 //! GPUs' memory pools, the GPU segments' audit), into a
-//! [`Snapshot`]. Nothing here judges or acts.
+//! [`Snapshot`]. Nothing here judges or acts. NVML, the segments and the
+//! process state are read through `crate::readings` (which `status`,
+//! `top` and the exporter read through too), the slices through
+//! `slices` and `procfs`.
 //!
 //! A pass reads NVML (three calls per GPU, and its memory once; the
 //! process listing, NVML's dearest call, only when it may have changed), `/proc/<pid>/stat` of each
@@ -13,13 +16,10 @@
 //! passes). It spawns nothing.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
 
 use cuslice_core::config::parse_uuid;
-use cuslice_core::gpu::{GpuSegment, MAX_PROCS, PROC_FREE, monotonic_ns};
-use cuslice_core::pool::Pool;
+use cuslice_core::gpu::monotonic_ns;
 use cuslice_core::segment::Segment;
 
 use super::gpuseg;
@@ -31,138 +31,21 @@ use super::snapshot::{
 };
 use super::tenant;
 use crate::host::layout::Layout;
-use crate::host::nvml::{DeviceHandle, GpuProcess, Nvml, sample_period_us, sample_window_us};
+use crate::host::nvml::{DeviceHandle, Nvml};
+use crate::readings::procs::exiting;
+use crate::readings::segments::{entries, void_if_truncated};
+use crate::readings::{Readings, fd_file_id};
 
-/// At most this many passes between two listings of a GPU's processes
-/// (in between, a listing is reused while the GPU's memory in use stays
-/// the same to the byte).
-const FULL_LIST_EVERY: u64 = 10;
-
-/// A segment kept mapped between passes, with the file it maps.
-struct Mapped<T> {
-    seg: T,
-    id: (u64, u64),
-    used: u64,
-}
-
-fn file_id(p: &Path) -> Option<(u64, u64)> {
-    std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()))
-}
-
-/// A segment whose file can be truncated under its mapping.
-trait Voidable {
-    fn truncated(&self) -> bool;
-}
-
-impl Voidable for Segment {
-    fn truncated(&self) -> bool {
-        Segment::truncated(self)
-    }
-}
-
-impl Voidable for GpuSegment {
-    fn truncated(&self) -> bool {
-        GpuSegment::truncated(self)
-    }
-}
-
-impl Voidable for Pool {
-    fn truncated(&self) -> bool {
-        Pool::truncated(self)
-    }
-}
-
-/// Opens `path` with `open`, or reuses the mapping of the same file
-/// (never one whose file was truncated under it: that one reads zeros).
-fn mapped<'a, T: Voidable>(
-    cache: &'a mut HashMap<PathBuf, Mapped<T>>,
-    path: &Path,
-    pass: u64,
-    open: impl Fn(&Path) -> Result<T, String>,
-) -> Option<Result<&'a T, String>> {
-    let id = file_id(path)?;
-    if cache
-        .get(path)
-        .is_none_or(|m| m.id != id || m.seg.truncated())
-    {
-        match open(path) {
-            Ok(seg) => {
-                cache.insert(
-                    path.to_path_buf(),
-                    Mapped {
-                        seg,
-                        id,
-                        used: pass,
-                    },
-                );
-            }
-            Err(e) => {
-                cache.remove(path);
-                return Some(Err(e));
-            }
-        }
-    }
-    let m = cache.get_mut(path)?;
-    m.used = pass;
-    Some(Ok(&m.seg))
-}
-
-fn open_mem(p: &Path) -> Result<Segment, String> {
-    Segment::open_read_only(p).map_err(|e| e.to_string())
-}
-
-fn open_pool(p: &Path) -> Result<Pool, String> {
-    Pool::open_read_only(p).map_err(|e| e.to_string())
-}
-
-fn open_gpu(p: &Path) -> Result<GpuSegment, String> {
-    GpuSegment::open_read_only(p).map_err(|e| e.to_string())
-}
-
-/// Whether process `pid` is exiting (`PF_EXITING` in the flags of
-/// `/proc/<pid>/stat`): it gave its registration back and the driver has
-/// not torn its context down yet.
-fn exiting(pid: u32) -> bool {
-    const PF_EXITING: u64 = 0x4;
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            let rest = s.get(s.rfind(')')? + 2..)?;
-            // After the name: state ppid pgrp session tty_nr tpgid flags.
-            rest.split(' ').nth(6)?.parse::<u64>().ok()
-        })
-        .is_some_and(|f| f & PF_EXITING != 0)
-}
-
-/// A GPU's process listing and the memory in use when it was taken.
-struct Listed {
-    used: u64,
-    pass: u64,
-    procs: Vec<GpuProcess>,
-    /// Each listed process's start time when listed (None: gone already):
-    /// a PID reused since is not the process the listing names.
-    starts: Vec<Option<u64>>,
-}
-
-/// What the watch reads, and what it keeps between passes to read less.
+/// What the watch reads (through its [`Readings`], which keeps what saves
+/// reads between passes), and what it keeps of its own: the slices, and
+/// what it learnt of their processes.
 pub struct Observer {
-    nvml: Nvml,
+    readings: Readings,
     devices: Vec<DeviceHandle>,
     root: PathBuf,
     pub slices: Slices,
-    mem_segs: HashMap<PathBuf, Mapped<Segment>>,
-    gpu_segs: HashMap<PathBuf, Mapped<GpuSegment>>,
-    pools: HashMap<PathBuf, Mapped<Pool>>,
-    /// Per GPU index: the last utilization time stamp NVML gave (us).
-    last_sample: HashMap<u32, u64>,
-    /// Per GPU index: NVML's sampling period as seen so far (µs).
-    sample_period: HashMap<u32, u64>,
     /// Buffer sizes to start with, per GPU.
     caps: HashMap<u32, usize>,
-    /// Per GPU index: the last process listing.
-    listed: HashMap<u32, Listed>,
-    /// Per GPU index: its memory as NVML gave it (it does not change).
-    totals: HashMap<u32, u64>,
     /// (pid, start) -> its PID as it sees itself.
     inner: HashMap<(u32, u64), u32>,
     /// Processes (PID, start time) seen mapping their slice's segments.
@@ -172,18 +55,11 @@ pub struct Observer {
 impl Observer {
     pub fn new(nvml: Nvml, devices: Vec<DeviceHandle>, root: &Path) -> Observer {
         Observer {
-            nvml,
+            readings: Readings::new(Ok(nvml)),
             devices,
             root: root.to_path_buf(),
             slices: Slices::new(root, procfs::ns_inode("/proc/self/ns/pid")),
-            mem_segs: HashMap::new(),
-            gpu_segs: HashMap::new(),
-            pools: HashMap::new(),
-            last_sample: HashMap::new(),
-            sample_period: HashMap::new(),
             caps: HashMap::new(),
-            listed: HashMap::new(),
-            totals: HashMap::new(),
             inner: HashMap::new(),
             mapping: HashSet::new(),
         }
@@ -227,9 +103,7 @@ impl Observer {
         self.read_slices(&mut snap);
         self.read_registrations(&mut snap);
         self.audit_gpu_segments(&mut snap);
-        self.mem_segs.retain(|_, m| m.used + 8 > pass);
-        self.gpu_segs.retain(|_, m| m.used + 8 > pass);
-        self.pools.retain(|_, m| m.used + 8 > pass);
+        self.readings.maps.forget_unused(pass);
         snap
     }
 
@@ -237,86 +111,35 @@ impl Observer {
     /// where NVML could not list them (the error is in `snap.errors`).
     fn list_gpu(&mut self, d: &DeviceHandle, pass: u64, snap: &mut Snapshot) -> Option<GpuSnap> {
         let cap = self.caps.get(&d.index).copied().unwrap_or(64);
-        let last = self.last_sample.get(&d.index).copied().unwrap_or(0);
-        let samples = match self.nvml.process_utilization(d, last, cap) {
+        let sampled = match self.readings.samples(d, cap) {
             Ok(s) => s,
             Err(e) => {
                 snap.errors.push(e);
-                vec![]
+                self.readings.no_samples(d)
             }
         };
-        // Listing the processes is NVML's dearest call (about 20 ms of
-        // CPU with 64 processes on an H100, measured): the last listing
-        // is reused while it is provably current, and taken again when
-        // the GPU's memory in use moved (a process started, ended,
-        // allocated or freed), a listed process ended, a process the
-        // listing lacks ran kernels, or `FULL_LIST_EVERY` passes went
-        // by. What a reuse can miss until the next full listing: a
-        // process that starts in the same interval in which listed
-        // processes free (without ending) exactly what it takes, and
-        // then neither allocates nor launches.
-        let used = self.nvml.memory_used(d);
-        let current = match (self.listed.get(&d.index), used) {
-            (Some(l), Some(u)) => {
-                l.used == u
-                    && pass - l.pass < FULL_LIST_EVERY
-                    && l.procs
-                        .iter()
-                        .zip(&l.starts)
-                        .all(|(p, st)| Procfs.stat(p.pid).map(|x| x.start) == *st)
-                    && samples
-                        .iter()
-                        .all(|s| l.procs.iter().any(|p| p.pid == s.pid))
-            }
-            _ => false,
-        };
-        let procs = if current {
-            self.listed[&d.index].procs.clone()
-        } else {
-            match self.nvml.processes(d, cap) {
-                Ok(p) => {
-                    if let Some(u) = used {
-                        self.listed.insert(
-                            d.index,
-                            Listed {
-                                used: u,
-                                pass,
-                                starts: p
-                                    .iter()
-                                    .map(|q| Procfs.stat(q.pid).map(|x| x.start))
-                                    .collect(),
-                                procs: p.clone(),
-                            },
-                        );
-                    }
-                    p
-                }
-                Err(e) => {
-                    self.listed.remove(&d.index);
-                    snap.errors.push(e);
-                    return None;
-                }
+        // The last listing while it is provably current (see
+        // `Listings::processes`).
+        let procs = match self.readings.processes(d, pass, cap, &sampled) {
+            Ok(p) => p,
+            Err(e) => {
+                snap.errors.push(e);
+                return None;
             }
         };
+        self.readings.keep_samples(d, &sampled);
+        let samples = &sampled.samples;
         self.caps
             .insert(d.index, (procs.len().max(samples.len()) + 16).max(64));
         // SM time over the window: the samples times the period (see
-        // `sample_period_us`).
-        let period = sample_period_us(&samples, self.sample_period.get(&d.index).copied());
-        self.sample_period.insert(d.index, period);
-        // The window: from the last sampling instant of the previous pass
-        // to this pass's last one (a first pass, or one after samples were
-        // lost: the samples' own span).
-        let (window, newest) = match sample_window_us(&samples, last, period) {
-            Some((a, b)) => (b - a, Some(b)),
-            None => (0, None),
-        };
-        if let Some(m) = newest {
-            self.last_sample.insert(d.index, m.max(last));
-        }
+        // `sample_period_us`). The window: from the last sampling instant
+        // of the previous pass to this pass's last one (a first pass, or
+        // one after samples were lost: the samples' own span).
+        let period = sampled.period;
+        let window = sampled.window.map_or(0, |(a, b)| b - a);
         // Per PID: the sum of its samples and how many.
         let mut sm: HashMap<u32, (u64, u64)> = HashMap::new();
-        for s in &samples {
+        for s in samples {
             let e = sm.entry(s.pid).or_default();
             e.0 += u64::from(s.sm.min(100));
             e.1 += 1;
@@ -330,19 +153,11 @@ impl Observer {
         };
         // Its memory: asked once (a GPU's memory does not change), and
         // again after a failure.
-        let memory_total = match self.totals.get(&d.index) {
-            Some(t) => Some(*t),
-            None => match self.nvml.memory_total(d) {
-                Ok(t) => {
-                    self.totals.insert(d.index, t);
-                    Some(t)
-                }
-                Err(e) => {
-                    snap.errors.push(e);
-                    None
-                }
-            },
-        };
+        let memory_total = self
+            .readings
+            .memory_total(d)
+            .map_err(|e| snap.errors.push(e))
+            .ok();
         let mut out = GpuSnap {
             index: d.index,
             uuid: d.uuid.clone(),
@@ -395,7 +210,7 @@ impl Observer {
             let mem = s
                 .mem_seg
                 .as_deref()
-                .and_then(|p| mapped(&mut self.mem_segs, p, pass, open_mem))
+                .and_then(|p| self.readings.maps.mem.get(p, pass))
                 .and_then(Result::ok);
             if s.quota.is_some() {
                 out.mem_entries = mem.map(Segment::raw_devices);
@@ -410,7 +225,7 @@ impl Observer {
                 for g in &snap.gpus {
                     let Some(u) = g.uuid_bytes else { continue };
                     let path = cuslice_core::pool::path(&s.gpu_dir, &u);
-                    if let Some(Ok(p)) = mapped(&mut self.pools, &path, pass, open_pool)
+                    if let Some(Ok(p)) = self.readings.maps.pools.get(&path, pass)
                         && let Some(e) = p
                             .entries()
                             .into_iter()
@@ -430,7 +245,7 @@ impl Observer {
                 }
                 for d in &self.devices {
                     let path = s.gpu_dir.join(format!("{}.seg", d.uuid));
-                    let Some(Ok(g)) = mapped(&mut self.gpu_segs, &path, pass, open_gpu) else {
+                    let Some(Ok(g)) = self.readings.maps.gpu.get(&path, pass) else {
                         continue;
                     };
                     let Some(t) = g
@@ -440,17 +255,15 @@ impl Observer {
                     else {
                         continue;
                     };
-                    for i in 0..MAX_PROCS {
-                        let Some(e) = g.proc_entry(i) else { break };
-                        if e.state.load(Ordering::Acquire) != PROC_FREE
-                            && e.tenant.load(Ordering::Relaxed) as usize == t.index
-                        {
-                            out.slots.push(SlotReading {
-                                pid: e.pid.load(Ordering::Relaxed),
-                                alive: g.proc_alive(i),
-                            });
-                        }
-                    }
+                    out.slots
+                        .extend(
+                            entries(g, |i| i == t.index)
+                                .into_iter()
+                                .map(|e| SlotReading {
+                                    pid: e.pid,
+                                    alive: e.alive,
+                                }),
+                        );
                     if s.quota.is_some() && gpus.iter().any(|(i, _)| *i == d.index) {
                         out.gpu_tenant.insert(
                             d.index,
@@ -471,29 +284,22 @@ impl Observer {
     /// `id` maps: its memory segment and the GPU segments that hold its
     /// tenant's entry (its name and slice tag).
     fn segment_files(&mut self, id: &SliceId, pass: u64) -> Vec<(u64, u64)> {
-        let id_of = |fd: i32| {
-            // SAFETY: a segment's descriptor, live while the segment is.
-            let b = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
-            crate::host::sys::fstat(b)
-                .ok()
-                .map(|st| (st.st_dev, st.st_ino))
-        };
         let mut files = vec![];
         let Some(s) = self.slices.get(id) else {
             return files;
         };
         if let Some(p) = &s.mem_seg
-            && let Some(Ok(seg)) = mapped(&mut self.mem_segs, p, pass, open_mem)
+            && let Some(Ok(seg)) = self.readings.maps.mem.get(p, pass)
         {
-            files.extend(id_of(seg.raw_fd()));
+            files.extend(fd_file_id(seg.raw_fd()));
         }
         let (tenant, tag, dir) = (s.tenant.clone(), s.tag, s.gpu_dir.clone());
         for d in &self.devices {
             let path = dir.join(format!("{}.seg", d.uuid));
-            if let Some(Ok(g)) = mapped(&mut self.gpu_segs, &path, pass, open_gpu)
+            if let Some(Ok(g)) = self.readings.maps.gpu.get(&path, pass)
                 && g.tenants().iter().any(|t| t.name == tenant && t.tag == tag)
             {
-                files.extend(id_of(g.raw_fd()));
+                files.extend(fd_file_id(g.raw_fd()));
             }
         }
         files
@@ -578,19 +384,12 @@ impl Observer {
                     d.index,
                     &uuid,
                 );
-                let found = match mapped(&mut self.gpu_segs, &path, snap.pass, open_gpu) {
+                let found = match self.readings.maps.gpu.get(&path, snap.pass) {
                     Some(Ok(seg)) => {
                         let found = gpuseg::audit(seg, &expected, now);
-                        if seg.truncated() {
-                            // What it read past the file's new end was
-                            // zeros: no findings from it, and no repair.
-                            Err(format!(
-                                "{}: the file was truncated while it was read",
-                                path.display()
-                            ))
-                        } else {
-                            Ok(found)
-                        }
+                        // What it read past the file's new end was zeros:
+                        // no findings from it, and no repair.
+                        void_if_truncated(found, seg.truncated(), &path)
                     }
                     Some(Err(e)) => Err(e),
                     None => continue,
