@@ -3,7 +3,6 @@
 //! for both, and turned into quota-file values.
 
 use cuslice_core::config;
-use toml::{Table, Value};
 
 /// The limits as given: each an unparsed value.
 #[derive(Default, clap::Args)]
@@ -69,11 +68,12 @@ impl Names {
     }
 }
 
-/// The validated limits as quota-file values: (top-level keys, keys of a
-/// limits table such as `[all]`). Values, not text: the caller places them
-/// in its file and the `toml` crate writes it.
-pub fn to_toml(l: &Limits, n: &Names) -> Result<(Table, Table), String> {
-    let mut table = Table::new();
+/// The validated limits as quota-file values: (the file's top-level
+/// settings, everything else unset; the limits of a limits table such as
+/// `[all]`). Values, not text: the caller places them in its file and
+/// [`config::QuotaFile`] writes it.
+pub fn to_quota(l: &Limits, n: &Names) -> Result<(config::QuotaFile, config::Limits), String> {
+    let mut table = config::Limits::default();
     if let Some(m) = &l.memory {
         let bytes = config::parse_size(m).map_err(|e| format!("{}: {e}", n.label("memory", m)))?;
         if !(config::MIN_MEMORY..=config::MAX_MEMORY).contains(&bytes) {
@@ -82,24 +82,24 @@ pub fn to_toml(l: &Limits, n: &Names) -> Result<(Table, Table), String> {
                 n.label("memory", m)
             ));
         }
-        table.insert("memory".into(), integer(bytes));
+        table.memory = Some(bytes);
     }
     if let Some(x) = &l.memory_max {
         let label = n.label("memory-max", x);
         let bytes = config::parse_size(x).map_err(|e| format!("{label}: {e}"))?;
-        let Some(g) = table.get("memory").and_then(Value::as_integer) else {
+        let Some(g) = table.memory else {
             return Err(format!(
                 "{label}: only applies with {} (the guarantee it may burst past)",
                 n.name("memory")
             ));
         };
-        if bytes < g as u64 || bytes > config::MAX_MEMORY {
+        if bytes < g || bytes > config::MAX_MEMORY {
             return Err(format!(
                 "{label}: expected from {} (the guarantee) to 1PiB",
                 n.name("memory")
             ));
         }
-        table.insert("memory_max".into(), integer(bytes));
+        table.memory_max = Some(bytes);
     }
     let pct = |field: &str, v: &Option<String>| -> Result<Option<u8>, String> {
         v.as_deref()
@@ -119,13 +119,9 @@ pub fn to_toml(l: &Limits, n: &Names) -> Result<(Table, Table), String> {
             n.name("compute")
         ));
     }
-    if let Some(c) = c {
-        table.insert("compute".into(), integer(c.into()));
-    }
-    if let Some(m) = m {
-        table.insert("compute_max".into(), integer(m.into()));
-    }
-    let mut top = Table::new();
+    table.compute = c;
+    table.compute_max = m;
+    let mut top = config::QuotaFile::default();
     if let Some(w) = &l.memory_wait {
         let label = n.label("memory-wait", w);
         let ms = config::parse_wait(w).map_err(|e| format!("{label}: {e}"))?;
@@ -135,7 +131,7 @@ pub fn to_toml(l: &Limits, n: &Names) -> Result<(Table, Table), String> {
                 n.name("memory")
             ));
         }
-        top.insert("memory_wait".into(), Value::String(format!("{ms}ms")));
+        top.memory_wait_ms = Some(ms);
     }
     if let Some(b) = &l.compute_burst_ms {
         let ms = config::parse_burst(b)
@@ -147,7 +143,7 @@ pub fn to_toml(l: &Limits, n: &Names) -> Result<(Table, Table), String> {
                 n.name("compute-max")
             ));
         }
-        top.insert("compute_burst_ms".into(), integer(ms.into()));
+        top.compute_burst_ms = Some(ms);
     }
     if l.latency {
         if c.is_none() && m.is_none() {
@@ -159,26 +155,7 @@ pub fn to_toml(l: &Limits, n: &Names) -> Result<(Table, Table), String> {
                 n.name("compute-max")
             ));
         }
-        top.insert("latency".into(), Value::Boolean(true));
+        top.latency = true;
     }
     Ok((top, table))
-}
-
-/// A TOML integer. Every value here is validated first (at most 1 PiB of
-/// memory, 10 s of burst, 100 %), far below where i64 ends.
-fn integer(v: u64) -> Value {
-    Value::Integer(i64::try_from(v).unwrap_or(i64::MAX))
-}
-
-/// `file` as quota-file text under a `# comment` line saying who wrote it,
-/// checked the way the shim will read it (`label` names the file in the
-/// error): a file cuslice writes must load.
-pub fn render(comment: &str, file: &Table, label: &std::path::Path) -> Result<String, String> {
-    let body = toml::to_string(file)
-        .map_err(|e| format!("{}: cannot write the quota file: {e}", label.display()))?;
-    // A comment runs to the end of its line: one line, whatever it names.
-    let comment: String = comment.chars().filter(|c| !c.is_control()).collect();
-    let text = format!("# {comment}\n{body}");
-    config::parse_file(label, &text).map_err(|e| e.to_string())?;
-    Ok(text)
 }

@@ -329,8 +329,8 @@ fn run_quota(
     run_dir: &str,
     segment_dir: &Path,
     gpu_dir: Option<&Path>,
-    top: toml::Table,
-    all: toml::Table,
+    top: config::QuotaFile,
+    all: config::Limits,
     quota: &Path,
 ) -> Result<String, String> {
     // A quota file holds text: a path that is not UTF-8 cannot be written
@@ -343,29 +343,22 @@ fn run_quota(
             )
         })
     };
-    let mut file = toml::Table::new();
-    file.insert("tenant".into(), toml::Value::String(format!("run-{pid}")));
-    file.insert(
-        "slice".into(),
-        toml::Value::String(format!("run-{run_dir}")),
-    );
-    file.insert(
-        "segment_dir".into(),
-        toml::Value::String(utf8(segment_dir, "segment directory")?),
-    );
-    if let Some(d) = gpu_dir {
-        file.insert(
-            "gpu_segment_dir".into(),
-            toml::Value::String(utf8(d, "CUSLICE_GPU_SEGMENT_DIR")?),
-        );
-    }
-    file.extend(top);
-    file.insert("all".into(), toml::Value::Table(all));
-    limits::render(
+    let file = config::QuotaFile {
+        tenant: Some(format!("run-{pid}")),
+        slice: Some(format!("run-{run_dir}")),
+        segment_dir: Some(utf8(segment_dir, "segment directory")?),
+        gpu_segment_dir: gpu_dir
+            .map(|d| utf8(d, "CUSLICE_GPU_SEGMENT_DIR"))
+            .transpose()?,
+        all,
+        ..top
+    };
+    file.render(
         &format!("written by `cuslice run` for process {pid}"),
-        &file,
         quota,
     )
+    .map(|(text, _)| text)
+    .map_err(|e| e.to_string())
 }
 
 static CHILD: AtomicI32 = AtomicI32::new(0);
@@ -439,7 +432,7 @@ fn run(
     if let Some(g) = &gpu {
         cmd.env("CUDA_VISIBLE_DEVICES", check_gpus(g)?);
     }
-    let (top, all) = limits::to_toml(&limits, &limits::FLAGS)?;
+    let (top, all) = limits::to_quota(&limits, &limits::FLAGS)?;
     if all.is_empty() {
         // No limits: the program simply runs under the shim.
         let err = cmd.exec();
@@ -712,14 +705,14 @@ mod tests {
 
     const RUN_DIR: &str = "cuslice-run-42-0123456789abcdef";
 
-    fn limits() -> (toml::Table, toml::Table) {
+    fn limits() -> (config::QuotaFile, config::Limits) {
         let l = limits::Limits {
             memory: Some("1GiB".into()),
             compute_max: Some("40".into()),
             compute_burst_ms: Some("300".into()),
             ..limits::Limits::default()
         };
-        limits::to_toml(&l, &limits::FLAGS).expect("valid limits")
+        limits::to_quota(&l, &limits::FLAGS).expect("valid limits")
     }
 
     #[test]
@@ -761,7 +754,7 @@ mod tests {
             memory_wait: Some("30s".into()),
             ..limits::Limits::default()
         };
-        let (top, all) = limits::to_toml(&l, &limits::FLAGS).expect("valid");
+        let (top, all) = limits::to_quota(&l, &limits::FLAGS).expect("valid");
         let q = Path::new("/run/q.toml");
         let seg = Path::new("/tmp/seg");
         let text = run_quota(9, RUN_DIR, seg, None, top, all, q).expect("written");
@@ -771,7 +764,7 @@ mod tests {
             (Some(2 << 30), Some(6 << 30))
         );
         assert_eq!(c.memory_wait_ms, Some(30_000));
-        let bad = |l: limits::Limits| limits::to_toml(&l, &limits::FLAGS).expect_err("refused");
+        let bad = |l: limits::Limits| limits::to_quota(&l, &limits::FLAGS).expect_err("refused");
         let e = bad(limits::Limits {
             memory_max: Some("6GiB".into()),
             ..limits::Limits::default()

@@ -98,7 +98,6 @@ use std::path::{Path, PathBuf};
 
 use cuslice_core::config;
 use serde::Deserialize;
-use toml::{Table, Value};
 
 use crate::host::container::{self, ContainerMeta};
 use crate::host::fs::Dir;
@@ -387,30 +386,24 @@ pub fn quota_from_annotations_with(
         compute_burst_ms: get("cuslice.io/compute-burst-ms"),
         latency,
     };
-    let (top, limits) = crate::limits::to_toml(&given, &crate::limits::ANNOTATIONS)?;
+    let (top, limits) = crate::limits::to_quota(&given, &crate::limits::ANNOTATIONS)?;
     let no_limit = limits.is_empty();
     let tenant = match get("cuslice.io/tenant") {
         Some(t) => t,
         None => format!("ctr-{}", &id[..id.len().min(24)]),
     };
-    let mut file = Table::new();
-    file.insert("tenant".into(), Value::String(tenant));
-    file.insert("slice".into(), Value::String(container_slice(id)));
-    file.insert(
-        "segment_dir".into(),
-        Value::String("/run/cuslice/segment".into()),
-    );
-    file.insert(
-        "gpu_segment_dir".into(),
-        Value::String("/run/cuslice/gpu".into()),
-    );
-    file.extend(top);
+    let mut file = config::QuotaFile {
+        tenant: Some(tenant),
+        slice: Some(container_slice(id)),
+        segment_dir: Some(config::CONTAINER_SEGMENT_DIR.into()),
+        gpu_segment_dir: Some(config::CONTAINER_GPU_SEGMENT_DIR.into()),
+        ..top
+    };
     match get("cuslice.io/gpus").as_deref() {
         None | Some("all") | Some("") => {
-            file.insert("all".into(), Value::Table(limits));
+            file.all = limits;
         }
         Some(list) => {
-            let mut devices = Table::new();
             // The host's GPUs, listed once, at the first entry that asks.
             let mut listed: Option<Result<Vec<(u32, String)>, String>> = None;
             for g in list.split(',').map(str::trim) {
@@ -456,26 +449,23 @@ pub fn quota_from_annotations_with(
                     }
                     u
                 };
-                // A table keeps one entry per key: the same GPU twice (by
+                // A map keeps one entry per key: the same GPU twice (by
                 // index and by UUID, say) would otherwise pass unnoticed.
-                if devices
-                    .insert(config::format_uuid(&uuid), Value::Table(limits.clone()))
-                    .is_some()
-                {
+                if file.by_uuid.insert(uuid, limits).is_some() {
                     return Err(format!(
                         "annotation cuslice.io/gpus={list:?}: expected each GPU once, got {g:?} twice"
                     ));
                 }
             }
-            file.insert("device".into(), Value::Table(devices));
         }
     }
     // The same validation the shim applies: a file the hook writes must load.
-    let text = crate::limits::render(
-        &format!("written by `cuslice oci-hook` for container {id}"),
-        &file,
-        Path::new("annotations"),
-    )?;
+    let (text, _) = file
+        .render(
+            &format!("written by `cuslice oci-hook` for container {id}"),
+            Path::new("annotations"),
+        )
+        .map_err(|e| e.to_string())?;
     // A container marked for cuslice (the runtime's hook selector matches
     // any cuslice.io/ annotation) but given no limit would run with the
     // whole GPU under a quota file nothing inside can override.
@@ -1153,7 +1143,7 @@ fn binds(a: &HookArgs, id: &str) -> [Bind; 5] {
         Bind {
             src: ctr.quota_dir(),
             follow_src: false,
-            dst: "/etc/cuslice",
+            dst: config::CONTAINER_CONFIG_DIR,
             kind: Kind::Dir,
             ro: true,
         },
@@ -1163,14 +1153,14 @@ fn binds(a: &HookArgs, id: &str) -> [Bind; 5] {
                 None => ctr.segment_dir(),
             },
             follow_src: false,
-            dst: "/run/cuslice/segment",
+            dst: config::CONTAINER_SEGMENT_DIR,
             kind: Kind::Dir,
             ro: false,
         },
         Bind {
             src: layout.gpu_dir(),
             follow_src: false,
-            dst: "/run/cuslice/gpu",
+            dst: config::CONTAINER_GPU_SEGMENT_DIR,
             kind: Kind::Dir,
             ro: false,
         },

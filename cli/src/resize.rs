@@ -163,11 +163,7 @@ enum Field {
 
 impl Field {
     fn key(self) -> &'static str {
-        match self {
-            Field::Memory => "memory",
-            Field::Compute => "compute",
-            Field::ComputeMax => "compute_max",
-        }
+        self.limit().key()
     }
 
     fn flag(self) -> &'static str {
@@ -179,10 +175,15 @@ impl Field {
     }
 
     fn of(self, l: &Limits) -> Option<u64> {
+        self.limit().of(l)
+    }
+
+    /// The quota file's limit it is.
+    fn limit(self) -> config::LimitKey {
         match self {
-            Field::Memory => l.memory,
-            Field::Compute => l.compute.map(u64::from),
-            Field::ComputeMax => l.compute_max.map(u64::from),
+            Field::Memory => config::LimitKey::Memory,
+            Field::Compute => config::LimitKey::Compute,
+            Field::ComputeMax => config::LimitKey::ComputeMax,
         }
     }
 
@@ -213,11 +214,11 @@ fn given(a: &ResizeArgs) -> Result<Vec<(Field, u64)>, String> {
         compute_max: a.compute_max.clone(),
         ..limits::Limits::default()
     };
-    let (_, table) = limits::to_toml(&l, &limits::FLAGS)?;
+    let (_, table) = limits::to_quota(&l, &limits::FLAGS)?;
     let mut out = vec![];
     for f in [Field::Memory, Field::Compute, Field::ComputeMax] {
-        if let Some(v) = table.get(f.key()).and_then(toml::Value::as_integer) {
-            out.push((f, u64::try_from(v).unwrap_or(0)));
+        if let Some(v) = f.of(&table) {
+            out.push((f, v));
         }
     }
     if out.is_empty() {
@@ -468,27 +469,17 @@ fn become_user(uid: u32, gid: u32) -> Result<(), String> {
     Ok(())
 }
 
-/// The quota file's device key for `uuid` (the one it already has, in
-/// whatever case or form, else `GPU-...`).
-fn device_key(devices: &toml::Table, uuid: &[u8; 16]) -> String {
-    devices
-        .keys()
-        .find(|k| config::parse_uuid(k).ok().as_ref() == Some(uuid))
-        .cloned()
-        .unwrap_or_else(|| config::format_uuid(uuid))
-}
-
-/// The changes `fields` make to the quota file `old` (its text `table`,
-/// path `shown`) at `entry`: the table changed in place, and what changed
-/// (a field already at its value is left out).
+/// The changes `fields` make to the quota file `quota` (path `shown`) at
+/// `entry`: the file changed in place, and what changed (a field already
+/// at its value is left out).
 fn plan(
-    old: &Config,
-    table: &mut toml::Table,
+    quota: &mut config::QuotaEdit,
     entry: &Entry,
     fields: &[(Field, u64)],
     shown: &Path,
     label: &str,
 ) -> Result<Vec<Change>, String> {
+    let old = quota.config().clone();
     let mut changes = vec![];
     for &(f, to) in fields {
         let by_index: Vec<String> = old
@@ -565,28 +556,13 @@ fn plan(
         if from == Some(to) {
             continue;
         }
-        let limits_table = match entry {
-            Entry::All { .. } => table
-                .entry("all")
-                .or_insert_with(|| toml::Value::Table(toml::Table::new())),
-            Entry::Gpu(u) => {
-                let devices = table
-                    .entry("device")
-                    .or_insert_with(|| toml::Value::Table(toml::Table::new()))
-                    .as_table_mut()
-                    .ok_or_else(|| format!("{}: device: not a table", shown.display()))?;
-                let key = device_key(devices, u);
-                devices
-                    .entry(key)
-                    .or_insert_with(|| toml::Value::Table(toml::Table::new()))
-            }
-        }
-        .as_table_mut()
-        .ok_or_else(|| format!("{}: {}: not a table", shown.display(), entry.record_name()))?;
-        limits_table.insert(
-            f.key().into(),
-            toml::Value::Integer(i64::try_from(to).unwrap_or(i64::MAX)),
-        );
+        let to_entry = match entry {
+            Entry::All { .. } => config::LimitsEntry::All,
+            Entry::Gpu(u) => config::LimitsEntry::Gpu(*u),
+        };
+        quota
+            .set(to_entry, f.limit(), to)
+            .map_err(|e| e.to_string())?;
         changes.push(Change {
             entry: entry.record_name(),
             field: f.key().to_string(),
@@ -595,15 +571,6 @@ fn plan(
         });
     }
     Ok(changes)
-}
-
-/// The first comment line of a quota file (who wrote it), without `# `.
-fn first_comment(text: &str) -> Option<&str> {
-    text.lines()
-        .next()
-        .and_then(|l| l.strip_prefix('#'))
-        .map(str::trim)
-        .filter(|c| !c.is_empty())
 }
 
 /// Writes the new memory quota into the segment's entries it applies to
@@ -972,23 +939,22 @@ pub fn resize(a: &ResizeArgs) -> Result<Vec<String>, String> {
     let quota = t.found.quota_file()?;
     let shown = quota.shown.clone();
     let text_before = t.found.quota_text()?;
-    let old = config::parse_file(&shown, &text_before).map_err(|e| e.to_string())?;
-    let mut table: toml::Table =
-        toml::from_str(&text_before).map_err(|e| format!("{}: {e}", shown.display()))?;
-    let changes = plan(&old, &mut table, &entry, &fields, &shown, &label)?;
+    let mut quota_edit =
+        config::QuotaEdit::parse(&shown, &text_before).map_err(|e| e.to_string())?;
+    let changes = plan(&mut quota_edit, &entry, &fields, &shown, &label)?;
     if changes.is_empty() {
         return Ok(vec![format!(
             "{label}: nothing to change: {} already as given",
             shown.display()
         )]);
     }
-    let comment = match first_comment(&text_before) {
+    let comment = match quota_edit.comment() {
         Some(c) => format!("{c}; resized by `cuslice resize`"),
         None => "resized by `cuslice resize`".to_string(),
     };
-    let text_after = limits::render(&comment, &table, &shown)
+    let (text_after, new) = quota_edit
+        .render(&comment)
         .map_err(|e| format!("the resized quota file would not load: {e}"))?;
-    let new = config::parse_file(&shown, &text_after).map_err(|e| e.to_string())?;
     let rec = ResizeRecord {
         at_unix: record::now_unix(),
         grace_seconds: grace,
@@ -1092,12 +1058,8 @@ mod tests {
         }
     }
 
-    fn cfg(text: &str) -> (Config, toml::Table) {
-        let p = Path::new("/r/quota.toml");
-        (
-            config::parse_file(p, text).expect("quota"),
-            toml::from_str(text).expect("toml"),
-        )
+    fn cfg(text: &str) -> config::QuotaEdit {
+        config::QuotaEdit::parse(Path::new("/r/quota.toml"), text).expect("quota")
     }
 
     const UUID: &str = "GPU-8f3c2a1e-5b7d-4c2e-9a1b-0c3d4e5f6a7b";
@@ -1108,10 +1070,10 @@ mod tests {
         entry: &Entry,
         fields: &[(Field, u64)],
     ) -> Result<(Vec<Change>, Config), String> {
-        let (old, mut t) = cfg(text);
+        let mut t = cfg(text);
         let p = Path::new("/r/quota.toml");
-        let c = plan(&old, &mut t, entry, fields, p, "container x")?;
-        let new = limits::render("c", &t, p)?;
+        let c = plan(&mut t, entry, fields, p, "container x")?;
+        let (new, _) = t.render("c").map_err(|e| e.to_string())?;
         Ok((
             c,
             config::parse_file(p, &new).expect("renders a valid file"),
@@ -1253,21 +1215,22 @@ mod tests {
         let u = config::parse_uuid(UUID).expect("uuid");
         let lower = UUID.to_lowercase();
         let text = format!("[all]\nmemory = \"1GiB\"\n[device.\"{lower}\"]\nmemory = \"2GiB\"\n");
-        let (old, mut t) = cfg(&text);
+        let mut t = cfg(&text);
         let p = Path::new("/r/quota.toml");
-        let c = plan(
-            &old,
-            &mut t,
-            &Entry::Gpu(u),
-            &[(Field::Memory, 3 * G)],
-            p,
-            "x",
-        )
-        .expect("planned");
+        let c = plan(&mut t, &Entry::Gpu(u), &[(Field::Memory, 3 * G)], p, "x").expect("planned");
         assert_eq!(c[0].entry, format!("device.{UUID}"));
         assert_eq!(c[0].from, Some(2 * G));
-        let devices = t["device"].as_table().expect("devices");
-        assert_eq!(devices.keys().collect::<Vec<_>>(), [&lower]);
+        // The one entry, in its own spelling (bare: a UUID needs no quotes).
+        let (new, _) = t.render("c").expect("renders");
+        assert_eq!(
+            new.matches("[device.").collect::<Vec<_>>().len(),
+            1,
+            "{new}"
+        );
+        assert!(
+            new.contains(&format!("[device.{lower}]\nmemory = 3221225472\n")),
+            "{new}"
+        );
         // Made from [all] where the GPU has no entry of its own.
         let (_, new) = planned(
             "[all]\nmemory = \"1GiB\"\n",

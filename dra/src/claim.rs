@@ -21,16 +21,16 @@
 //! refused allocation waits, as the quota file's `memory_wait`; see
 //! docs/memory-quota.md), any other key an error.
 //! Configurations from the class come first, the claim's override them
-//! key by key. The quota file is built as TOML values and checked with
-//! `cuslice_core::config::parse_file`, the shim's own reader: a claim the
-//! shim would refuse is refused here, and one without limits never passes.
+//! key by key. The quota file is built with `cuslice_core::config::QuotaFile`
+//! and checked with `cuslice_core::config::parse_file`, the shim's own
+//! reader: a claim the shim would refuse is refused here, and one without
+//! limits never passes.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use cuslice_core::config;
 use serde::Deserialize;
-use toml::{Table, Value};
 
 use crate::gpus::Gpu;
 
@@ -324,69 +324,47 @@ pub fn slice(c: &ClaimRef, alloc: &Allocation, d: &Driver, gpus: &[Gpu]) -> Resu
             d.name
         ));
     }
-    let mut limits = Table::new();
-    limits.insert(
-        "memory".into(),
-        Value::Integer(i64::try_from(memory).unwrap_or(i64::MAX)),
-    );
-    if let Some(m) = s.memory_max {
-        if u128::from(m) < memory {
-            return Err(format!(
-                "opaque config of driver {}: memoryMax {} is below the claim's memory {}",
-                d.name,
-                config::format_size(m),
-                config::format_size(u64::try_from(memory).unwrap_or(u64::MAX))
-            ));
-        }
-        limits.insert(
-            "memory_max".into(),
-            Value::Integer(i64::try_from(m).unwrap_or(i64::MAX)),
-        );
+    if let Some(m) = s.memory_max
+        && u128::from(m) < memory
+    {
+        return Err(format!(
+            "opaque config of driver {}: memoryMax {} is below the claim's memory {}",
+            d.name,
+            config::format_size(m),
+            config::format_size(u64::try_from(memory).unwrap_or(u64::MAX))
+        ));
     }
-    limits.insert("compute".into(), Value::Integer(compute.into()));
-    if let Some(m) = s.compute_max {
-        limits.insert("compute_max".into(), Value::Integer(m.into()));
-    }
-    let mut devices = Table::new();
-    devices.insert(config::format_uuid(&uuid), Value::Table(limits));
-    let mut file = Table::new();
-    file.insert("tenant".into(), Value::String(tenant(c)));
-    // The claim's own slice: its containers share one entry of the GPU
-    // segment, which no other container or claim of the same tenant name
-    // can change.
-    file.insert("slice".into(), Value::String(format!("claim-{}", c.uid)));
-    file.insert(
-        "segment_dir".into(),
-        Value::String("/run/cuslice/segment".into()),
-    );
-    file.insert(
-        "gpu_segment_dir".into(),
-        Value::String("/run/cuslice/gpu".into()),
-    );
-    if s.latency {
-        file.insert("latency".into(), Value::Boolean(true));
-    }
-    if let Some(b) = s.burst_ms {
-        file.insert("compute_burst_ms".into(), Value::Integer(b.into()));
-    }
-    if let Some(w) = s.memory_wait_ms {
-        file.insert("memory_wait".into(), Value::String(format!("{w}ms")));
-    }
-    file.insert("device".into(), Value::Table(devices));
-    let body = toml::to_string(&file).map_err(|e| format!("cannot write the quota file: {e}"))?;
-    // One comment line, whatever the claim's names hold.
-    let comment: String = format!(
-        "written by cuslice-dra-plugin for ResourceClaim {} (uid {})",
-        c.label(),
-        c.uid
-    )
-    .chars()
-    .filter(|c| !c.is_control())
-    .collect();
-    let quota = format!("# {comment}\n{body}");
+    let limits = config::Limits {
+        memory: Some(u64::try_from(memory).unwrap_or(u64::MAX)),
+        memory_max: s.memory_max,
+        compute: Some(compute),
+        compute_max: s.compute_max,
+    };
+    let file = config::QuotaFile {
+        tenant: Some(tenant(c)),
+        // The claim's own slice: its containers share one entry of the GPU
+        // segment, which no other container or claim of the same tenant
+        // name can change.
+        slice: Some(format!("claim-{}", c.uid)),
+        segment_dir: Some(config::CONTAINER_SEGMENT_DIR.into()),
+        gpu_segment_dir: Some(config::CONTAINER_GPU_SEGMENT_DIR.into()),
+        latency: s.latency,
+        compute_burst_ms: s.burst_ms,
+        memory_wait_ms: s.memory_wait_ms,
+        by_uuid: [(uuid, limits)].into(),
+        ..config::QuotaFile::default()
+    };
     // The shim's reader is the judge: what it refuses, or a file that
     // would leave this GPU unlimited, is never handed out.
-    let cfg = config::parse_file(Path::new(cuslice_host::layout::QUOTA_FILE), &quota)
+    let (quota, cfg) = file
+        .render(
+            &format!(
+                "written by cuslice-dra-plugin for ResourceClaim {} (uid {})",
+                c.label(),
+                c.uid
+            ),
+            Path::new(cuslice_host::layout::QUOTA_FILE),
+        )
         .map_err(|e| e.to_string())?;
     let l = cfg.by_uuid.get(&uuid).copied().unwrap_or_default();
     let want_mem = u64::try_from(memory).ok();

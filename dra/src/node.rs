@@ -201,46 +201,36 @@ fn keep_resize(dir: &Dir, fresh: &str) -> Result<Option<(String, ResizeRecord)>,
         return Ok(None);
     }
     let shown = dir.join(QUOTA_FILE);
-    let mut table: toml::Table =
-        toml::from_str(fresh).map_err(|e| format!("{}: {e}", shown.display()))?;
+    let mut edit = config::QuotaEdit::parse(&shown, fresh).map_err(|e| e.to_string())?;
     for c in &rec.changes {
-        let limits = if c.entry == resize::ALL {
-            table.get_mut("all")
+        let entry = if c.entry == resize::ALL {
+            Some(config::LimitsEntry::All)
         } else {
-            let want = c
-                .entry
+            c.entry
                 .strip_prefix("device.")
-                .and_then(|u| config::parse_uuid(u).ok());
-            table
-                .get_mut("device")
-                .and_then(toml::Value::as_table_mut)
-                .and_then(|d| {
-                    d.iter_mut()
-                        .find(|(k, _)| want.is_some() && config::parse_uuid(k).ok() == want)
-                        .map(|(_, v)| v)
-                })
+                .and_then(|u| config::parse_uuid(u).ok())
+                .map(config::LimitsEntry::Gpu)
         }
-        .and_then(toml::Value::as_table_mut)
+        .filter(|e| edit.has(*e))
         .ok_or_else(|| {
             format!(
                 "the resize changed [{}], which the claim's quota file no longer has",
                 c.entry
             )
         })?;
-        limits.insert(
-            c.field.clone(),
-            toml::Value::Integer(i64::try_from(c.to).unwrap_or(i64::MAX)),
-        );
+        let key = config::LimitKey::from_key(&c.field).ok_or_else(|| {
+            format!(
+                "the resize changed {} in [{}], which is no limit of a quota file",
+                c.field, c.entry
+            )
+        })?;
+        edit.set(entry, key, c.to).map_err(|e| e.to_string())?;
     }
-    let body = toml::to_string(&table).map_err(|e| format!("{}: {e}", shown.display()))?;
-    let comment = fresh
-        .lines()
-        .next()
-        .and_then(|l| l.strip_prefix("# "))
-        .unwrap_or("written by cuslice-dra-plugin");
-    let kept = format!("# {comment}; resized by `cuslice resize`, kept\n{body}");
+    let comment = edit.comment().unwrap_or("written by cuslice-dra-plugin");
     // The shim's reader judges it, as it judges the claim's own file.
-    let cfg = config::parse_file(&shown, &kept).map_err(|e| e.to_string())?;
+    let (kept, cfg) = edit
+        .render(&format!("{comment}; resized by `cuslice resize`, kept"))
+        .map_err(|e| e.to_string())?;
     if !rec.applies_to(&cfg) {
         return Err("the claim's quota file does not hold the resized limits".into());
     }

@@ -187,13 +187,15 @@
 // and bounds, which entry applies to a GPU), `validate` (the checks both
 // sources share), `file` (the quota file), `env` (the environment
 // variables), `units` (sizes, percentages, milliseconds, switches, UUIDs, and
-// how a value is shown in a message). This documentation is the reference
-// for all of them.
+// how a value is shown in a message), `write` (the quota file built and
+// edited by cuslice itself, checked by `file`). This documentation is the
+// reference for all of them.
 mod env;
 mod file;
 mod types;
 mod units;
 mod validate;
+mod write;
 
 #[cfg(test)]
 mod tests;
@@ -206,6 +208,7 @@ pub use units::{
     MAX_COMPUTE_BURST_MS, MAX_COMPUTE_SLICE_MS, format_size, format_uuid, parse_burst,
     parse_percent, parse_size, parse_slice, parse_switch, parse_uuid, parse_wait,
 };
+pub use write::{LimitKey, LimitsEntry, QuotaEdit, QuotaFile};
 
 use env::{ENV_CONFIG, env_var_names, from_env};
 use file::read_file;

@@ -10,6 +10,16 @@ use super::units::one_line;
 
 /// Where the runtime hook mounts the quota file.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/cuslice/quota.toml";
+// Inside a container the OCI hook prepares (for itself or a DRA claim),
+// where it mounts what the container's shim uses; the quota files the hook
+// and the DRA plugin write name the two segment directories.
+/// The directory the quota file is mounted in ([`DEFAULT_CONFIG_PATH`]'s).
+pub const CONTAINER_CONFIG_DIR: &str = "/etc/cuslice";
+/// The container's (or its claim's) memory segment directory: its quota
+/// file's `segment_dir`.
+pub const CONTAINER_SEGMENT_DIR: &str = "/run/cuslice/segment";
+/// The host's GPU segment directory: its quota file's `gpu_segment_dir`.
+pub const CONTAINER_GPU_SEGMENT_DIR: &str = "/run/cuslice/gpu";
 /// Where the shared-memory segments live unless configured otherwise.
 pub const DEFAULT_SEGMENT_DIR: &str = "/dev/shm/cuslice";
 /// Where the per-GPU scheduling segments live by default (one file per GPU,
