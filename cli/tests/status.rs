@@ -1111,7 +1111,7 @@ fn tenant_in(text: &str, name: &str) -> serde_json::Value {
 fn status_shows_a_launch_bound_loop_alone_its_kernels_time_not_its_time_in_flight() {
     let e = common::env();
     let h = common::Host::new("status", "decode-alone");
-    let mut decode = decode_alone(&h, "7", &[]);
+    let mut decode = decode_alone(&h, "60", &[]);
     let fake_nvml = e.fake.join("libnvidia-ml.so.1");
     let no_nvml = h.dir.join("no-such-libnvidia-ml.so.1");
     let with = status_on(&h, &h.mem_seg("decode"), &fake_nvml, true);
@@ -1178,7 +1178,7 @@ fn status_over_an_interval_longer_than_nvmls_buffer_does_not_take_lost_samples_f
     let h = common::Host::new("status", "decode-long");
     // 50 ms periods: the fake keeps 1.6 s of samples.
     let sample = [("FAKE_NVML_SAMPLE_MS", "50")];
-    let mut decode = decode_alone(&h, "12", &sample);
+    let mut decode = decode_alone(&h, "60", &sample);
     let fake_nvml = e.fake.join("libnvidia-ml.so.1");
     let out = status_over(&h, &h.mem_seg("decode"), &fake_nvml, true, "7", &sample);
     let _ = decode.kill();
