@@ -525,11 +525,13 @@ fn sigkill_of_the_lease_holder_under_load() {
         wait_for(
             || {
                 format!(
-                    "kill {k}: the lease of the killed holder (pid {pid}, slot {slot}) was not handed over within 1 s: {:?}",
+                    "kill {k}: the lease of the killed holder (pid {pid}, slot {slot}) was not handed over within 10 s: {:?}",
                     GpuView::of(&gpu)
                 )
             },
-            Duration::from_secs(1),
+            // (Milliseconds on an idle machine: `takeovers` says; the
+            // bound is one a loaded machine meets.)
+            Duration::from_secs(10),
             || {
                 let v = GpuView::of(&gpu);
                 (v.handovers > at_kill.handovers && v.lease_pid != Some(pid)).then_some(())
@@ -542,16 +544,17 @@ fn sigkill_of_the_lease_holder_under_load() {
             wait_for(
                 || {
                     format!(
-                        "kill {k}: tenant {n} got no GPU time within 2 s of the kill: {:?}",
+                        "kill {k}: tenant {n} got no GPU time within 20 s of the kill: {:?}",
                         GpuView::of(&gpu)
                     )
                 },
-                Duration::from_secs(2),
+                Duration::from_secs(20),
                 || (GpuView::of(&gpu).tenant(n).used_ns > before).then_some(()),
             );
         }
     }
     sleep_ms(1600);
+    let stopped = monotonic_ns();
     std::fs::write(&stop, b"").expect("stop file");
 
     for (i, s) in survivors.into_iter().enumerate() {
@@ -559,11 +562,20 @@ fn sigkill_of_the_lease_holder_under_load() {
         d.assert_ok(&format!("survivor of tenant {}", names[i]));
         let p = progress(&d);
         for (k, &t) in kill_times.iter().enumerate() {
-            let (a, b) = (count_at(&p, t), count_at(&p, t + 1_500_000_000));
+            // From the kill to the next one (or the stop), by which the
+            // test saw every tenant charged GPU time again, and at least
+            // 1.5 s (a loaded machine stretches the first).
+            let end = kill_times
+                .get(k + 1)
+                .copied()
+                .unwrap_or(stopped)
+                .max(t + 1_500_000_000);
+            let (a, b) = (count_at(&p, t), count_at(&p, end));
             assert!(
                 b > a,
-                "survivor of tenant {} completed no kernel in the 1.5 s after kill {k} ({a} -> {b}):\n{}",
+                "survivor of tenant {} completed no kernel between kill {k} and {:.1} s after it ({a} -> {b}):\n{}",
                 names[i],
+                (end - t) as f64 / 1e9,
                 d.dump()
             );
         }
@@ -1129,7 +1141,7 @@ fn exit_while_a_launch_waits_for_tokens() {
                     GpuView::of(&gpu)
                 )
             },
-            Duration::from_secs(10),
+            Duration::from_secs(30),
             || {
                 let waiting = GpuView::of(&gpu)
                     .tenants
