@@ -594,15 +594,23 @@ fn sigkill_of_the_lease_holder_under_load() {
     }
     assert_gpu_empty(&h, "after the lease-holder kills");
     h.assert_device_empty("after the lease-holder kills", false);
-    // Nothing stale keeps a newcomer off the GPU.
+    // Nothing stale keeps a newcomer off the GPU: it gets what the same
+    // program without the shim gets right after (on an idle machine both
+    // ~100 %; a CPU-starved one leaves the GPU idle while either is off
+    // the CPU, so 80 % of that, or 80 % outright).
     let probe = spin_result(
         &h.run(&quotas[0], "spin", &["0.5", "1000000", "4"])
             .finish(Duration::from_secs(20)),
     );
+    let native = spin_result(
+        &h.plain("spin", &["0.5", "1000000", "4"])
+            .finish(Duration::from_secs(20)),
+    );
     let frac = 100.0 * probe.busy / probe.wall.max(1.0);
+    let native_frac = 100.0 * native.busy / native.wall.max(1.0);
     assert!(
-        frac >= 80.0,
-        "a newcomer alone got {frac:.1} % of the GPU:\n{}",
+        frac >= 80.0 || frac >= 0.8 * native_frac,
+        "a newcomer alone got {frac:.1} % of the GPU, the same without the shim {native_frac:.1} %:\n{}",
         probe.stdout
     );
     eprintln!(
