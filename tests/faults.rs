@@ -525,11 +525,13 @@ fn sigkill_of_the_lease_holder_under_load() {
         wait_for(
             || {
                 format!(
-                    "kill {k}: the lease of the killed holder (pid {pid}, slot {slot}) was not handed over within 1 s: {:?}",
+                    "kill {k}: the lease of the killed holder (pid {pid}, slot {slot}) was not handed over within 10 s: {:?}",
                     GpuView::of(&gpu)
                 )
             },
-            Duration::from_secs(1),
+            // (Milliseconds on an idle machine: `takeovers` says; the
+            // bound is one a loaded machine meets.)
+            Duration::from_secs(10),
             || {
                 let v = GpuView::of(&gpu);
                 (v.handovers > at_kill.handovers && v.lease_pid != Some(pid)).then_some(())
@@ -542,16 +544,17 @@ fn sigkill_of_the_lease_holder_under_load() {
             wait_for(
                 || {
                     format!(
-                        "kill {k}: tenant {n} got no GPU time within 2 s of the kill: {:?}",
+                        "kill {k}: tenant {n} got no GPU time within 20 s of the kill: {:?}",
                         GpuView::of(&gpu)
                     )
                 },
-                Duration::from_secs(2),
+                Duration::from_secs(20),
                 || (GpuView::of(&gpu).tenant(n).used_ns > before).then_some(()),
             );
         }
     }
     sleep_ms(1600);
+    let stopped = monotonic_ns();
     std::fs::write(&stop, b"").expect("stop file");
 
     for (i, s) in survivors.into_iter().enumerate() {
@@ -559,11 +562,20 @@ fn sigkill_of_the_lease_holder_under_load() {
         d.assert_ok(&format!("survivor of tenant {}", names[i]));
         let p = progress(&d);
         for (k, &t) in kill_times.iter().enumerate() {
-            let (a, b) = (count_at(&p, t), count_at(&p, t + 1_500_000_000));
+            // From the kill to the next one (or the stop), by which the
+            // test saw every tenant charged GPU time again, and at least
+            // 1.5 s (a loaded machine stretches the first).
+            let end = kill_times
+                .get(k + 1)
+                .copied()
+                .unwrap_or(stopped)
+                .max(t + 1_500_000_000);
+            let (a, b) = (count_at(&p, t), count_at(&p, end));
             assert!(
                 b > a,
-                "survivor of tenant {} completed no kernel in the 1.5 s after kill {k} ({a} -> {b}):\n{}",
+                "survivor of tenant {} completed no kernel between kill {k} and {:.1} s after it ({a} -> {b}):\n{}",
                 names[i],
+                (end - t) as f64 / 1e9,
                 d.dump()
             );
         }
@@ -582,15 +594,23 @@ fn sigkill_of_the_lease_holder_under_load() {
     }
     assert_gpu_empty(&h, "after the lease-holder kills");
     h.assert_device_empty("after the lease-holder kills", false);
-    // Nothing stale keeps a newcomer off the GPU.
+    // Nothing stale keeps a newcomer off the GPU: it gets what the same
+    // program without the shim gets right after (on an idle machine both
+    // ~100 %; a CPU-starved one leaves the GPU idle while either is off
+    // the CPU, so 80 % of that, or 80 % outright).
     let probe = spin_result(
         &h.run(&quotas[0], "spin", &["0.5", "1000000", "4"])
             .finish(Duration::from_secs(20)),
     );
+    let native = spin_result(
+        &h.plain("spin", &["0.5", "1000000", "4"])
+            .finish(Duration::from_secs(20)),
+    );
     let frac = 100.0 * probe.busy / probe.wall.max(1.0);
+    let native_frac = 100.0 * native.busy / native.wall.max(1.0);
     assert!(
-        frac >= 80.0,
-        "a newcomer alone got {frac:.1} % of the GPU:\n{}",
+        frac >= 80.0 || frac >= 0.8 * native_frac,
+        "a newcomer alone got {frac:.1} % of the GPU, the same without the shim {native_frac:.1} %:\n{}",
         probe.stdout
     );
     eprintln!(
@@ -1129,7 +1149,7 @@ fn exit_while_a_launch_waits_for_tokens() {
                     GpuView::of(&gpu)
                 )
             },
-            Duration::from_secs(10),
+            Duration::from_secs(30),
             || {
                 let waiting = GpuView::of(&gpu)
                     .tenants

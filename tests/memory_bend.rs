@@ -212,9 +212,14 @@ fn the_free_memory_a_tenant_sees_gets_a_dead_processs_burst_back() {
     assert!(a_burst >= 344 * MIB, "A's burst: {a_burst}");
     let before = free();
     drop(a_holder);
-    // Past the pool's rate of tidying for B's process.
-    std::thread::sleep(Duration::from_millis(250));
-    let after = free();
+    // Past the pool's rate of tidying for B's process (250 ms on an idle
+    // machine): asked again until it is, up to 30 s.
+    let t = Instant::now();
+    let mut after = free();
+    while after != before + a_burst && t.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(50));
+        after = free();
+    }
     assert_eq!(
         after,
         before + a_burst,
@@ -225,12 +230,29 @@ fn the_free_memory_a_tenant_sees_gets_a_dead_processs_burst_back() {
     let _ = server.wait();
 }
 
+/// Waits (up to 60 s) until an allocation waits in `host`'s GPU's pool.
+fn waiting(host: &Host) {
+    let path = cuslice_core::pool::path(&host.gpu_dir(), &common::FAKE_UUID);
+    let pool = cuslice_core::pool::Pool::open_read_only(&path).expect("the GPU's pool");
+    let t = Instant::now();
+    while pool.head().waiters.load(Ordering::Acquire) == 0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "no allocation waited in the GPU's pool"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 #[test]
 fn an_allocation_waits_for_a_free_and_goes_on() {
     let host = Host::new("bend", "wait").context_overhead("1MiB");
     let q = host.quota("w", "memory_wait = \"5s\"", "memory = \"64MiB\"");
     let mut holder = Holder::new(&host, &q, 48 * MIB);
     let waiter = start(&host, &q, &["timed".into(), (48 * MIB).to_string()]);
+    // Freed 300 ms after the allocation is seen waiting (in the GPU's
+    // pool), however late a loaded machine started it.
+    waiting(&host);
     std::thread::sleep(Duration::from_millis(300));
     let freed = holder.free();
     let (r, err) = finish(waiter);
@@ -239,8 +261,10 @@ fn an_allocation_waits_for_a_free_and_goes_on() {
     assert!(done - asked >= 250_000_000, "it did not wait: {r}");
     let woke_ms = (done - freed) as f64 / 1e6;
     println!("woken {woke_ms:.2} ms after the free");
+    // Woken by the free (well under a millisecond on an idle machine), not
+    // at its 5 s deadline: the bound is one a loaded machine meets.
     assert!(
-        (0.0..200.0).contains(&woke_ms),
+        (0.0..2000.0).contains(&woke_ms),
         "granted {woke_ms} ms after the free"
     );
     assert!(
@@ -259,8 +283,10 @@ fn a_wait_ends_at_its_deadline_and_never_waits_for_its_own_memory() {
     assert_eq!(field(&r, "timed"), 2, "{err}");
     let waited = (field(&r, "done") - field(&r, "asked")) as f64 / 1e6;
     println!("refused {:.2} ms after its 300 ms deadline", waited - 300.0);
+    // Not before its deadline; after it, by a bound a loaded machine
+    // meets (an idle one: a few milliseconds).
     assert!(
-        (300.0..1000.0).contains(&waited),
+        (300.0..3000.0).contains(&waited),
         "waited {waited} ms: {err}"
     );
     assert!(
@@ -343,6 +369,8 @@ fn a_burst_refused_by_the_pool_waits_for_another_tenant_to_free() {
     // 145 MiB of burst and only 67 are nobody's.
     let mut hb = Holder::new(&host, &b, 700 * MIB);
     let waiter = start(&host, &a, &["timed".into(), (400 * MIB).to_string()]);
+    // Freed 300 ms after the allocation is seen waiting.
+    waiting(&host);
     std::thread::sleep(Duration::from_millis(300));
     let freed = hb.free();
     let (r, err) = finish(waiter);

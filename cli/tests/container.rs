@@ -873,7 +873,7 @@ fn containers_cannot_reach_each_others_slice() {
             .any(|p| p.alive && p.used.iter().sum::<u64>() >= HELD)
             .then_some(())
     };
-    let b_held = common::poll_until(std::time::Duration::from_secs(20), b_holds).is_some();
+    let b_held = common::poll_until(std::time::Duration::from_secs(60), b_holds).is_some();
     let script = format!(
         "CUSLICE_MEMORY=100GiB CUSLICE_CONFIG=/tmp/none.toml memtest alloc 367001600; \
          CUSLICE_MEMORY=100GiB memtest alloc 419430400; echo --; \
@@ -1069,7 +1069,7 @@ fn a_container_given_a_live_containers_tenant_is_refused_and_the_tenants_share_s
             .unwrap_or_default()
     };
     // Until A's process has registered (and holds its memory: it runs).
-    let a_runs = common::poll_until(std::time::Duration::from_secs(20), || {
+    let a_runs = common::poll_until(std::time::Duration::from_secs(60), || {
         entries().iter().any(|e| e.2 >= 1).then_some(())
     })
     .is_some();
@@ -1137,16 +1137,20 @@ fn per_container_files_are_private_on_the_host() {
     let b = bundle_in(
         "perm",
         serde_json::json!({"cuslice.io/memory": "1GiB"}),
-        "memtest alloc 1048576",
+        // Runs until the test has seen the files (it drops a file into the
+        // container's quota directory, mounted at /etc/cuslice), bounded
+        // all the same (no `sleep` in the image).
+        "memtest alloc 1048576; i=0; while [ ! -e /etc/cuslice/go ] && [ $i -lt 20000000 ]; do i=$((i+1)); done",
         Some(&shared),
     );
     // Look at the files while the container runs: the poststop hook
-    // removes them. Poll from a thread while runc runs.
+    // removes them. Poll from a thread while runc runs; once seen, the
+    // container may end.
     let watcher = {
         let probe = probe.clone();
         let gpu = shared.join("gpu");
         std::thread::spawn(move || {
-            common::poll_until(std::time::Duration::from_secs(20), || {
+            let seen = common::poll_until(std::time::Duration::from_secs(60), || {
                 use std::os::unix::fs::MetadataExt;
                 let m = |p: &Path| {
                     std::fs::metadata(p).map(|m| (m.permissions().mode() & 0o7777, m.uid()))
@@ -1165,7 +1169,9 @@ fn per_container_files_are_private_on_the_host() {
                     }
                     _ => None,
                 }
-            })
+            });
+            let _ = std::fs::write(probe.join("etc").join("go"), "");
+            seen
         })
     };
     let out = runc_run(&b, &id);
@@ -1838,7 +1844,13 @@ fn a_container_whose_gpu_is_unhealthy_is_refused_unless_its_annotation_allows_it
     let mut lines = std::io::BufRead::lines(std::io::BufReader::new(
         follow.stdout.take().expect("stdout"),
     ));
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    // The source publishes its first judgement once it watches the GPUs'
+    // XID events: the XID comes after that, as an event.
+    common::wait_for(
+        || format!("{}: the health source never published", b.root.display()),
+        std::time::Duration::from_secs(60),
+        || b.root.join("health/state.json").exists().then_some(()),
+    );
     std::fs::write(&inject, "1 xid 48\n").expect("inject");
     let change = lines.next().and_then(Result::ok).unwrap_or_default();
     assert!(change.contains("healthy -> unhealthy: XID 48"), "{change}");

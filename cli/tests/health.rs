@@ -95,6 +95,39 @@ impl Host {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// The health source's published state (None: none yet).
+    fn published(&self) -> Option<serde_json::Value> {
+        serde_json::from_slice(&std::fs::read(self.root().join("health/state.json")).ok()?).ok()
+    }
+
+    /// Waits until the source has published `n` more times (it writes at
+    /// every check, 500 ms here, and at every change): what must not be
+    /// said is checked over looks the source made, however slow the
+    /// machine, not over a fixed sleep.
+    fn after_writes(&self, n: usize) {
+        let mut last: Option<f64> = None;
+        let mut seen = 0;
+        common::wait_for(
+            || {
+                format!(
+                    "not {n} more writes of the health state: {:?}",
+                    self.published()
+                )
+            },
+            Duration::from_secs(60),
+            || {
+                let at = self.published().and_then(|v| v["updated_unix"].as_f64());
+                if at.is_some() && at != last {
+                    if last.is_some() {
+                        seen += 1;
+                    }
+                    last = at;
+                }
+                (seen >= n).then_some(())
+            },
+        );
+    }
+
     fn clear(&self, gpu: &str) -> String {
         let root = self.root().display().to_string();
         self.output(&["health", "--root", &root, "clear", gpu])
@@ -164,15 +197,16 @@ fn each_xid_class_does_what_it_says_and_no_gpu_flaps_back_inside_the_quiet_perio
     let p = h.follow();
     // Non-critical XIDs (application errors, an unclassified one) take
     // nothing out: no change at all.
+    // A degraded class: shown, in service. Injected after them, and said
+    // after them: the one change said once it is (no fixed wait for
+    // what must not be said).
     h.inject("0 xid 13\n0 xid 31\n0 xid 43\n1 xid 109\n");
-    std::thread::sleep(Duration::from_millis(800));
-    assert_eq!(p.changes(), Vec::<String>::new(), "{}", p.text());
-    // A degraded class: shown, in service.
     h.inject("0 xid 94\n");
     p.wait_line(&format!(
         "GPU 0 ({}): healthy -> degraded: XID 94: contained ECC error",
         uuid(0)
     ));
+    assert_eq!(p.changes().len(), 1, "{}", p.text());
     // An unhealthy class: out of service, and it stays out until the quiet
     // period has passed, though the GPU answers every query meanwhile.
     h.inject("0 xid 48\n");
@@ -184,8 +218,11 @@ fn each_xid_class_does_what_it_says_and_no_gpu_flaps_back_inside_the_quiet_perio
         "GPU 0 ({}): unhealthy -> healthy: nothing seen for the quiet period (3s)",
         uuid(0)
     ));
+    // (Times are when the test read each line: 1 s of slack for a loaded
+    // machine that read the first late; a source that did not wait would
+    // be back at its next poll, 200 ms.)
     assert!(
-        back.duration_since(out) >= QUIET - Duration::from_millis(300),
+        back.duration_since(out) >= QUIET - Duration::from_secs(1),
         "back in service {:?} after it was taken out (quiet period {QUIET:?}):\n{}",
         back.duration_since(out),
         p.text()
@@ -246,7 +283,8 @@ fn queries_that_start_failing_a_lost_gpu_and_an_operators_clear() {
         uuid(0)
     ));
     // A GPU that falls off the bus without an event: every query answers
-    // GPU_IS_LOST; seen within a poll.
+    // GPU_IS_LOST; seen within a poll (200 ms) on an idle machine: the
+    // bound asserted is one a loaded machine meets.
     let at = Instant::now();
     h.inject("0 lost\n");
     let seen = p.wait_line(&format!(
@@ -254,14 +292,26 @@ fn queries_that_start_failing_a_lost_gpu_and_an_operators_clear() {
         uuid(0)
     ));
     assert!(
-        seen.duration_since(at) < Duration::from_secs(2),
+        seen.duration_since(at) < Duration::from_secs(10),
         "{:?}",
         seen.duration_since(at)
     );
     // A clear while it is still lost does not return it: what is seen
     // after the clear's time still counts, and it is seen at every look.
+    let applied = || {
+        h.published()
+            .and_then(|v| v["gpus"][0]["judge"]["cleared_unix"].as_f64())
+    };
+    let before = applied();
     h.clear(&uuid(0));
-    std::thread::sleep(Duration::from_millis(1500));
+    // The source applied it (its published judgement has the new clear's
+    // time), then looked again.
+    common::wait_for(
+        || format!("the clear never applied: {:?}\n{}", h.published(), p.text()),
+        Duration::from_secs(30),
+        || (applied() != before).then_some(()),
+    );
+    h.after_writes(2);
     assert_eq!(
         p.matching("cleared by an operator").len(),
         1,
@@ -322,7 +372,8 @@ fn memory_checks_retirement_remapping_and_ecc_counts() {
         "GPU 1 ({}): its XID events cannot be watched (nvmlDeviceRegisterEvents: Not Supported (3))",
         uuid(1)
     ));
-    std::thread::sleep(Duration::from_millis(1500));
+    // A few checks (every 500 ms) made: no change said.
+    h2.after_writes(3);
     assert_eq!(p2.changes(), Vec::<String>::new(), "{}", p2.text());
     let text = h2.output(&["health", "--root", &h2.root().display().to_string()]);
     assert!(
@@ -499,8 +550,8 @@ fn the_watch_logs_each_change_once_and_status_top_and_the_exporter_show_it() {
         "{body}"
     );
     // Each change said once over the whole run (the source's judgement
-    // was not said again at every pass).
-    std::thread::sleep(Duration::from_secs(1));
+    // was not said again at every pass): a few of its writes more.
+    h.after_writes(2);
     let log = w.stop();
     assert_eq!(
         log.matches("healthy -> unhealthy (lost): XID 79").count(),
@@ -562,7 +613,19 @@ fn a_restarted_watch_keeps_a_gpu_out_and_health_false_runs_none() {
     c.args(["watch", "--config"]).arg(&cfg);
     let mut w = Proc::spawn(c, "cuslice watch");
     w.wait_line("GPU health off");
-    std::thread::sleep(Duration::from_millis(500));
+    // A few passes of the watch, which run no source.
+    let passes = || watch_host::state(&h2.root()).and_then(|s| s["passes"].as_u64());
+    common::wait_for(
+        || {
+            format!(
+                "the watch did not pass: {:?}\n{}",
+                watch_host::state(&h2.root()),
+                w.text()
+            )
+        },
+        Duration::from_secs(60),
+        || (passes()? >= 3).then_some(()),
+    );
     let log = w.stop();
     assert!(!log.contains("health: "), "{log}");
     assert!(!Path::new(&h2.root().join("health")).exists());

@@ -1111,7 +1111,7 @@ fn tenant_in(text: &str, name: &str) -> serde_json::Value {
 fn status_shows_a_launch_bound_loop_alone_its_kernels_time_not_its_time_in_flight() {
     let e = common::env();
     let h = common::Host::new("status", "decode-alone");
-    let mut decode = decode_alone(&h, "7", &[]);
+    let mut decode = decode_alone(&h, "60", &[]);
     let fake_nvml = e.fake.join("libnvidia-ml.so.1");
     let no_nvml = h.dir.join("no-such-libnvidia-ml.so.1");
     let with = status_on(&h, &h.mem_seg("decode"), &fake_nvml, true);
@@ -1178,16 +1178,25 @@ fn status_over_an_interval_longer_than_nvmls_buffer_does_not_take_lost_samples_f
     let h = common::Host::new("status", "decode-long");
     // 50 ms periods: the fake keeps 1.6 s of samples.
     let sample = [("FAKE_NVML_SAMPLE_MS", "50")];
-    let mut decode = decode_alone(&h, "12", &sample);
+    let mut decode = decode_alone(&h, "60", &sample);
     let fake_nvml = e.fake.join("libnvidia-ml.so.1");
     let out = status_over(&h, &h.mem_seg("decode"), &fake_nvml, true, "7", &sample);
+    // The same over 1.5 s, within the buffer, right after: what the loop
+    // ran meanwhile (9.6 % of the time on an idle machine; a CPU-starved
+    // loop falls behind its schedule and runs less).
+    let short = status_over(&h, &h.mem_seg("decode"), &fake_nvml, true, "1.5", &sample);
     let _ = decode.kill();
     let _ = decode.wait();
     let t = tenant_in(&out, "decode");
     let gpu = t["gpu_percent"].as_f64().unwrap_or_else(|| panic!("{t}"));
-    // Lost periods taken for idle: 1.6 s of 7 counted, ~2 %.
+    let s = tenant_in(&short, "decode");
+    let within = s["gpu_percent"].as_f64().unwrap_or_else(|| panic!("{s}"));
+    eprintln!("GPU % over 7 s: {gpu:.2}, over 1.5 s within the buffer: {within:.2}");
+    // Lost periods taken for idle: 1.6 s of 7 counted, ~2 % (a quarter of
+    // what the loop ran). Scaled: about what it ran, as over a short
+    // interval.
     assert!(
-        (9.6 - 5.0..=9.6 + 5.0).contains(&gpu),
-        "GPU % {gpu} for kernels 9.6 % of the time: {t}"
+        gpu <= 9.6 + 5.0 && (gpu >= 9.6 - 5.0 || gpu >= 0.6 * within),
+        "GPU % {gpu} over 7 s, {within} over 1.5 s within NVML's buffer, for kernels 9.6 % of the time (idle machine): {t}\n{s}"
     );
 }

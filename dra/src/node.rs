@@ -946,11 +946,13 @@ mod tests {
         // Released while a prepare waits: it goes on then.
         cfg.lock_wait = Duration::from_secs(10);
         let n = Node::open(cfg).expect("open");
+        // (The start taken before the releasing thread sleeps: a loaded
+        // machine may run this thread late, not the release early.)
+        let start = Instant::now();
         let release = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(300));
             drop(held);
         });
-        let start = Instant::now();
         n.prepare(&claim(uid), &alloc("gpu-0", "1Gi", "1"), &gpus())
             .expect("prepared once released");
         assert!(start.elapsed() >= Duration::from_millis(250));

@@ -174,7 +174,8 @@ async fn start_node(t: &Path, node: Arc<Node>, claims: Arc<dyn ClaimSource>) -> 
         .await
     });
     let (reg, _) = paths(t);
-    for _ in 0..200 {
+    // Up to 60 s (a loaded machine), returning once both are there.
+    for _ in 0..6000 {
         if reg.exists() && dra_sock.exists() {
             break;
         }
@@ -967,7 +968,7 @@ async fn the_cleanup_runs_at_start_and_then_every_interval() {
         claims.clone(),
         std::time::Duration::from_millis(200),
     ));
-    for _ in 0..250 {
+    for _ in 0..3000 {
         if lookups() > before {
             break;
         }

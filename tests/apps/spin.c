@@ -7,6 +7,8 @@
  * its GPU keeps it busy on a loaded host. Prints a progress line every
  * 100 ms:
  *   P <ms since start> <GPU ms of its kernels completed>
+ * (first: S <CLOCK_MONOTONIC ms at its start>, so that a test can place
+ * another process's, or its own, moments in this run's time)
  * and at the end: R launched=N busy_ms=B wall_ms=W
  *   spin SECONDS KERNEL_NS [BATCH [graph] [ahead]] */
 #include "app.h"
@@ -50,6 +52,7 @@ int main(int argc, char **argv) {
     CHECK(cuEventCreate(&ev[0], CU_EVENT_DISABLE_TIMING));
     CHECK(cuEventCreate(&ev[1], CU_EVENT_DISABLE_TIMING));
     double t0 = now_ms(), next = t0 + 100;
+    printf("S %.3f\n", t0);
     unsigned long long launched = 0, done = 0, batches = 0;
     for (;;) {
         for (int i = 0; i < batch; i++) {

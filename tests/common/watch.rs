@@ -44,3 +44,31 @@ pub fn start(mut cuslice: Command, cfg: &Path, root: &Path) -> Proc {
     );
     p
 }
+
+/// The watch's pass count in its state under `root` (waited for, up to
+/// 60 s: none yet, or the file being replaced).
+pub fn passes(root: &Path) -> u64 {
+    common::wait_for(
+        || format!("no pass count in the watch's state: {:?}", state(root)),
+        Duration::from_secs(60),
+        || state(root)?["passes"].as_u64(),
+    )
+}
+
+/// Waits (up to 60 s) until the watch under `root` has made `n` whole
+/// passes from now (the one under way, if any, not counted): what must
+/// not happen is checked over passes that ran, however slow the machine,
+/// not over a fixed sleep.
+pub fn after_passes(root: &Path, n: u64) {
+    let until = passes(root) + n + 1;
+    common::wait_for(
+        || {
+            format!(
+                "the watch stopped passing before pass {until}: {:?}",
+                state(root)
+            )
+        },
+        Duration::from_secs(60),
+        || (state(root)?["passes"].as_u64()? >= until).then_some(()),
+    );
+}
