@@ -34,9 +34,12 @@ struct Scene {
 impl Scene {
     fn new(name: &str, quota_toml: &str) -> Scene {
         let host = Host::new("mem", name);
+        // Both directories named: the shim's defaults are the host's own
+        // (/dev/shm/cuslice), which no test may write.
         let text = format!(
-            "segment_dir = \"{}\"\n{quota_toml}",
-            host.dir.join("seg").display()
+            "segment_dir = \"{}\"\ngpu_segment_dir = \"{}\"\n{quota_toml}",
+            host.dir.join("seg").display(),
+            host.gpu_dir().display()
         );
         std::fs::write(host.dir.join("quota.toml"), text).expect("write quota");
         Scene { host }
@@ -505,8 +508,9 @@ fn a_process_whose_quota_differs_from_its_segments_is_held_to_the_segments() {
     std::fs::write(
         s.host.dir.join("other.toml"),
         format!(
-            "segment_dir = \"{}\"\ncontext_overhead = \"1MiB\"\n[all]\nmemory = \"1GiB\"\n",
-            s.host.dir.join("seg").display()
+            "segment_dir = \"{}\"\ngpu_segment_dir = \"{}\"\ncontext_overhead = \"1MiB\"\n[all]\nmemory = \"1GiB\"\n",
+            s.host.dir.join("seg").display(),
+            s.host.gpu_dir().display()
         ),
     )
     .expect("write");
