@@ -5,7 +5,7 @@
 use std::ffi::{CStr, c_char, c_void};
 use std::sync::atomic::Ordering;
 
-use super::{LOADING, Meter, now_ns};
+use super::{Loaded, SHARED, now_ns};
 use crate::sys::CUcontext;
 
 pub const CUPTI_SUCCESS: i32 = 0;
@@ -167,7 +167,7 @@ pub fn load_api(h: *mut c_void) -> Result<Api, String> {
     }
 }
 
-impl Meter {
+impl Loaded {
     /// CUPTI's words for `r`.
     pub fn error(&self, r: i32) -> String {
         if let Some(f) = self.api.result_string {
@@ -226,23 +226,28 @@ impl Meter {
     /// our buffers back), then CUPTI is detached (`finalize`). True where
     /// it is detached; false where the program's own profiler has CUPTI
     /// (or the meter stopped), or the program keeps CUPTI attached
-    /// (`super::keeps_attached`, said once): it is left alone. The check
-    /// and the detach are made under `LOADING`, which the program's
+    /// (`super::keeps_attached`, said once: `said`, the meter's thread's):
+    /// it is left alone. The check and the detach are made under
+    /// `loading`, which the program's
     /// registration, subscription and profiler initialisation take before
     /// they reach CUPTI: a program that makes one of those calls meanwhile
     /// makes it after the detach (CUPTI attaches again for it), never
     /// before it. Err: `cuptiFinalize`'s error.
-    pub fn detach(&self, finalize: unsafe extern "C" fn() -> i32) -> Result<bool, i32> {
-        let _g = LOADING.lock().unwrap_or_else(|e| e.into_inner());
+    pub fn detach(
+        &self,
+        finalize: unsafe extern "C" fn() -> i32,
+        said: &mut u8,
+    ) -> Result<bool, i32> {
+        let _g = SHARED.loading.lock().unwrap_or_else(|e| e.into_inner());
         if super::program_profiles() || self.lost.load(Ordering::Acquire) {
             return Ok(false);
         }
-        if super::keeps_attached() {
+        if super::keeps_attached(said) {
             return Ok(false);
         }
         // SAFETY: CUPTI calls: the flush delivers buffers to `completed` on
         // this thread (our callbacks: the program's registration waits for
-        // `LOADING`); then the detach, recording off and flushed.
+        // `loading`); then the detach, recording off and flushed.
         let r = unsafe {
             (self.api.flush_all)(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
             finalize()

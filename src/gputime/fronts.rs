@@ -11,17 +11,17 @@ use super::cupti::{
     CUPTI_ERROR_UNKNOWN, CallbackFunc, Completed, ProfilerInit, Requested, Subscribe, Subscribe2,
     cast,
 };
-use super::{CALLBACKS, LOADING, METER, PROFILES, PROGRAM, STARTED, now_ns};
+use super::{CALLBACKS, PROFILES, SHARED, now_ns};
 
 /// The program registers its own activity callbacks (a profiler: PyTorch's,
 /// Nsight's in-process part): the meter steps aside for good, and the call
 /// goes on to CUPTI.
 fn program_registers() {
-    let _g = LOADING.lock().unwrap_or_else(|e| e.into_inner());
-    if PROGRAM.fetch_or(PROFILES, Ordering::AcqRel) & PROFILES != 0 {
+    let _g = SHARED.loading.lock().unwrap_or_else(|e| e.into_inner());
+    if SHARED.program.fetch_or(PROFILES, Ordering::AcqRel) & PROFILES != 0 {
         return;
     }
-    match METER.get() {
+    match SHARED.loaded.get() {
         Some(m) if !m.lost.swap(true, Ordering::AcqRel) => {
             if m.recording() {
                 // Ours off and delivered before the program's callbacks
@@ -33,7 +33,7 @@ fn program_registers() {
         }
         Some(_) => return,
         // Started, CUPTI not loaded yet: it never will be.
-        None if STARTED.load(Ordering::Acquire) => {}
+        None if SHARED.started.load(Ordering::Acquire) => {}
         None => return,
     }
     crate::info!(
@@ -59,12 +59,26 @@ const FRONT_NAMES: [&CStr; 4] = [
     c"cuptiSubscribe_v2",
 ];
 
-/// Per entry point: CUPTI's function for the program's calls, once found;
-/// and the real address the dlsym hook found for the name when it handed
-/// ours out (a program that opened libcupti privately, as Python's ctypes
-/// does, is not reached through `RTLD_NEXT`).
-static FRONT_REAL: [AtomicUsize; 4] = [const { AtomicUsize::new(0) }; 4];
-static FRONT_SEEN: [AtomicUsize; 4] = [const { AtomicUsize::new(0) }; 4];
+/// Per entry point (by `Front`), in `super::Shared::fronts`: written by
+/// the dlsym hook (`front_for`) and the fronts, read by the fronts, on the
+/// program's threads.
+pub(super) struct Fronts {
+    /// CUPTI's function for the program's calls, once found.
+    real: [AtomicUsize; 4],
+    /// The real address the dlsym hook found for the name when it handed
+    /// ours out (a program that opened libcupti privately, as Python's
+    /// ctypes does, is not reached through `RTLD_NEXT`).
+    seen: [AtomicUsize; 4],
+}
+
+impl Fronts {
+    pub(super) const fn new() -> Self {
+        Fronts {
+            real: [const { AtomicUsize::new(0) }; 4],
+            seen: [const { AtomicUsize::new(0) }; 4],
+        }
+    }
+}
 
 /// Our exports, by `Front`.
 fn front_hooks() -> [*mut c_void; 4] {
@@ -83,15 +97,16 @@ fn front_hooks() -> [*mut c_void; 4] {
 /// Null: there is none (no CUPTI in the process).
 fn front_real(f: Front) -> *mut c_void {
     let i = f as usize;
-    let p = FRONT_REAL[i].load(Ordering::Acquire);
+    let fronts = &SHARED.fronts;
+    let p = fronts.real[i].load(Ordering::Acquire);
     if p != 0 {
         return p as *mut c_void;
     }
     // What the program's own lookup found comes first: a program that
     // opened a libcupti of its own privately calls that library, not the
     // meter's.
-    let seen = FRONT_SEEN[i].load(Ordering::Acquire);
-    let meter = METER.get().and_then(|m| match f {
+    let seen = fronts.seen[i].load(Ordering::Acquire);
+    let meter = SHARED.loaded.get().and_then(|m| match f {
         Front::Register => Some(m.api.register as *mut c_void),
         Front::Subscribe => m.api.subscribe.map(|s| s as *mut c_void),
         Front::ProfilerInit => m.api.profiler_init.map(|s| s as *mut c_void),
@@ -103,7 +118,7 @@ fn front_real(f: Front) -> *mut c_void {
         (seen, _) => seen as *mut c_void,
     };
     if !p.is_null() {
-        FRONT_REAL[i].store(p as usize, Ordering::Release);
+        fronts.real[i].store(p as usize, Ordering::Release);
     }
     p
 }
@@ -115,8 +130,12 @@ pub fn front_for(name: &CStr, real: *mut c_void) -> Option<*mut c_void> {
     let i = FRONT_NAMES.iter().position(|n| *n == name)?;
     let ours = front_hooks()[i];
     if real != ours {
-        let _ =
-            FRONT_SEEN[i].compare_exchange(0, real as usize, Ordering::AcqRel, Ordering::Acquire);
+        let _ = SHARED.fronts.seen[i].compare_exchange(
+            0,
+            real as usize,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
     }
     Some(ours)
 }
@@ -148,12 +167,12 @@ pub unsafe extern "C" fn cuptiActivityRegisterCallbacks(
 }
 
 /// The program uses CUPTI's callback API or range profiler: from now on
-/// the meter never detaches CUPTI (set under `LOADING`, so that a detach
+/// the meter never detaches CUPTI (set under `loading`, so that a detach
 /// under way ends before the program's call reaches CUPTI, and none
 /// begins after).
 fn program_uses_cupti() {
-    let _g = LOADING.lock().unwrap_or_else(|e| e.into_inner());
-    PROGRAM.fetch_or(CALLBACKS, Ordering::AcqRel);
+    let _g = SHARED.loading.lock().unwrap_or_else(|e| e.into_inner());
+    SHARED.program.fetch_or(CALLBACKS, Ordering::AcqRel);
 }
 
 /// The program's `cuptiSubscribe` (exported so that the meter sees that

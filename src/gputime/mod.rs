@@ -10,7 +10,10 @@
 //!   process's concurrent kernels counted once);
 //! - `cadence`: when to probe and how long to rest (pure, unit-tested);
 //! - `ratio`: the ratio estimate probes teach (pure, unit-tested);
-//! - `thread`: the meter's thread that drives them;
+//! - `thread`: the meter's thread that drives them (its state its own,
+//!   `thread::Meter`; every word it shares with the program's threads and
+//!   CUPTI's callbacks is in one static, `SHARED`, which says who writes
+//!   and who reads each);
 //! - `fronts`: the CUPTI entry points the shim exports in front of
 //!   CUPTI's, to see a program use CUPTI itself.
 //!
@@ -156,43 +159,99 @@ pub trait Sink: Sync {
     fn activity(&self) -> (u64, u64);
 }
 
-struct Meter {
-    api: Api,
-    path: String,
-    sink: &'static dyn Sink,
-    /// The current or last recording: from `since` (our clock; kernels
-    /// launched before are not in the records) to `until` (`u64::MAX`
-    /// while it goes on: recording now).
-    since: AtomicU64,
-    until: AtomicU64,
-    /// CUPTI's clock minus ours.
-    offset: AtomicI64,
-    /// Given up for good (the tenant's profiler took CUPTI, or CUPTI failed).
-    lost: AtomicBool,
-    /// Records seen (the records-stopped check).
-    records: AtomicU64,
-    /// Per CUDA ordinal: end of the GPU time already counted (the union of
-    /// a process's concurrent kernels is charged once).
-    covered: Box<[AtomicU64]>,
-    pool: Mutex<Vec<usize>>,
+/// Every word the meter shares between threads, in one static: who writes
+/// each and who reads it is said at the field. What only the meter's thread
+/// uses is its own (`thread::Meter`, passed by `&mut`), not here.
+///
+/// - The launch and allocation paths (`window`, `recording`, `usable`,
+///   `given_up`, `coming`, `want_probe`, `cancel_probe`, `load_cupti`,
+///   `note_graph_launch`, `graphs_launched`) reach their words without a
+///   lock: atomics, and `loaded`, a `OnceLock` read with one acquire load.
+/// - CUPTI's buffer callbacks (`records`), which run on the driver's
+///   threads, reach `loaded` the same way.
+/// - Built in a const: nothing is allocated or initialised lazily, so a
+///   call that comes back into the shim, an exit handler or a fork child
+///   finds it whole (a fork child only marks `loaded` lost:
+///   `after_fork_child`).
+struct Shared {
+    /// How the program uses CUPTI itself, as far as the shim sees it (bits,
+    /// set once, never cleared): `PROFILES`, `CALLBACKS`, `GRAPHS`.
+    /// Written by the launch path (`GRAPHS`) and the fronts (`PROFILES`,
+    /// `CALLBACKS`, under `loading`); read by the launch path
+    /// (`graphs_launched`), `start`, and the meter's thread (whether it
+    /// steps aside, whether it keeps CUPTI attached).
+    program: AtomicU8,
+    /// Held while the meter loads CUPTI and registers its callbacks, and
+    /// while the program's own registration makes the meter step aside:
+    /// whichever comes second sees the first. Also held around each detach
+    /// and attach between probes (`Loaded::detach`, `Loaded::attach`), and
+    /// by the fronts before the program's calls reach CUPTI. Taken by the
+    /// meter's thread and by the program's threads in the fronts; never by
+    /// the launch or allocation paths.
+    loading: Mutex<()>,
+    /// The meter's thread runs (it loads CUPTI when first wanted). Written
+    /// once by `start`; read by `coming` (the launch path) and the fronts.
+    started: AtomicBool,
+    /// CUPTI is to be loaded (the process's GPU was shared). Written by the
+    /// launch path (`load_cupti`); read by the meter's thread until it is
+    /// set.
+    load: AtomicBool,
+    /// When the process last asked for a probe (our clock; 0: never or
+    /// cancelled). Written by the launch path (`want_probe`,
+    /// `cancel_probe`); read by the meter's thread (`wanted`) and the
+    /// launch path (`coming`). Kept outside `Loaded`, which exists only
+    /// once CUPTI is loaded.
+    wanted_at: AtomicU64,
+    /// The next probe begins no sooner than this (our clock; the thread's
+    /// cadence). Written by the meter's thread; read by `coming`.
+    rest_until: AtomicU64,
+    /// CUPTI, loaded, and the words of its recording (`Loaded`, which says
+    /// who writes and reads each). Set once, by the meter's thread; read
+    /// by everyone.
+    loaded: OnceLock<Loaded>,
+    /// The program exits (`thread::at_program_exit`): set by the exit
+    /// handler; read by the meter's thread, which stops for it.
+    exiting: AtomicBool,
+    /// The meter's thread has stopped (for the exit, or for good). Set by
+    /// the meter's thread; read by the exit handler, which waits for it.
+    stopped: AtomicBool,
+    /// For the exit report: written by the meter's thread, read by
+    /// `summary` (the program's exit).
+    report: Report,
+    /// Where the program's calls to the fronts go on to. Written by the
+    /// dlsym hook and the fronts, read by the fronts (the program's
+    /// threads); the meter's thread never touches them.
+    fronts: fronts::Fronts,
 }
 
-impl Meter {
-    fn recording(&self) -> bool {
-        self.until.load(Ordering::Acquire) == u64::MAX
-    }
-}
+static SHARED: Shared = Shared {
+    program: AtomicU8::new(0),
+    loading: Mutex::new(()),
+    started: AtomicBool::new(false),
+    load: AtomicBool::new(false),
+    wanted_at: AtomicU64::new(0),
+    rest_until: AtomicU64::new(0),
+    loaded: OnceLock::new(),
+    exiting: AtomicBool::new(false),
+    stopped: AtomicBool::new(false),
+    report: Report {
+        rests_longer: AtomicU64::new(0),
+        rests_cut: AtomicU64::new(0),
+        recorded_ns: AtomicU64::new(0),
+        loading: Spent::new(),
+        switching_on: Spent::new(),
+        detaching: Spent::new(),
+    },
+    fronts: fronts::Fronts::new(),
+};
 
-static METER: OnceLock<Meter> = OnceLock::new();
-
-/// How the program uses CUPTI itself, as far as the shim sees it (bits,
-/// set once, never cleared):
-/// - `PROFILES`: it registered its own activity callbacks (a profiler):
-///   the meter steps aside for good (even before it started: then it
-///   never starts);
+/// `Shared::program`'s bits:
+/// - `PROFILES`: the program registered its own activity callbacks (a
+///   profiler): the meter steps aside for good (even before it started:
+///   then it never starts);
 /// - `CALLBACKS`: it called CUPTI's callback API (`cuptiSubscribe`, `_v2`)
 ///   or range profiler (`cuptiProfilerInitialize`): CUPTI is never
-///   detached again (set under `LOADING`);
+///   detached again (set under `loading`);
 /// - `GRAPHS`: it launched a CUDA graph (`note_graph_launch`): CUPTI is
 ///   never detached again, and a holder alone under a ceiling is not
 ///   probed (`crate::compute`'s `hold_ppm`). On an H200 (driver 580,
@@ -203,55 +262,82 @@ static METER: OnceLock<Meter> = OnceLock::new();
 ///   notes (12.4 Update 1) list "a crash when cuptiFinalize is used for
 ///   applications using CUDA Graph" as fixed, so older CUPTIs, the ones
 ///   frameworks ship, have it.
-static PROGRAM: AtomicU8 = AtomicU8::new(0);
 const PROFILES: u8 = 1;
 const CALLBACKS: u8 = 2;
 const GRAPHS: u8 = 4;
-/// Which of `CALLBACKS` and `GRAPHS` has been said to keep CUPTI attached.
-static SAID: AtomicU8 = AtomicU8::new(0);
 
-/// Held while the meter loads CUPTI and registers its callbacks, and while
-/// the program's own registration makes the meter step aside: whichever
-/// comes second sees the first.
-static LOADING: Mutex<()> = Mutex::new(());
-/// When the process last asked for a probe (our clock; 0: never or
-/// cancelled), and whether CUPTI is to be loaded (its GPU was shared).
-/// Kept outside `Meter`, which exists only once CUPTI is loaded.
-static WANTED_AT: AtomicU64 = AtomicU64::new(0);
-static LOAD: AtomicBool = AtomicBool::new(false);
-/// Unless `CUSLICE_METER_DETACH=0`: CUPTI is detached between probes (read
-/// once, by `start`).
-static DETACH: AtomicBool = AtomicBool::new(false);
-/// The next probe begins no sooner than this (our clock; the thread's
-/// cadence, for `coming`).
-static REST_UNTIL: AtomicU64 = AtomicU64::new(0);
+/// CUPTI, once the meter's thread loaded it, and the words of its
+/// recording (`Shared::loaded`: set once, then shared).
+struct Loaded {
+    /// CUPTI's entry points (read-only: the meter's thread, the buffer
+    /// callbacks, the fronts).
+    api: Api,
+    /// Where what is measured goes (read-only; called on the meter's
+    /// thread and in the buffer callbacks).
+    sink: &'static dyn Sink,
+    /// The current or last recording: from `since` (our clock; kernels
+    /// launched before are not in the records) to `until` (`u64::MAX`
+    /// while it goes on: recording now). Written by the meter's thread
+    /// (and `until` by the fronts when the program's profiler takes
+    /// CUPTI); read by the launch path (`window`, `recording`) and the
+    /// buffer callbacks (`since`).
+    since: AtomicU64,
+    until: AtomicU64,
+    /// CUPTI's clock minus ours. Written by the meter's thread
+    /// (`calibrate`); read by the buffer callbacks.
+    offset: AtomicI64,
+    /// Given up for good (the tenant's profiler took CUPTI, or CUPTI
+    /// failed). Set by the meter's thread, the fronts
+    /// (`program_registers`) and a fork child; read by everyone.
+    lost: AtomicBool,
+    /// Records seen (the records-stopped check). Added to by the buffer
+    /// callbacks; read by the meter's thread.
+    records: AtomicU64,
+    /// Per CUDA ordinal: end of the GPU time already counted (the union of
+    /// a process's concurrent kernels is charged once). Advanced by the
+    /// buffer callbacks; reset by the meter's thread as a probe begins.
+    covered: Box<[AtomicU64]>,
+    /// Record buffers CUPTI gave back, for it to fill again: taken and
+    /// given back by the buffer callbacks (CUPTI's threads, and the meter's
+    /// thread in a flush).
+    pool: Mutex<Vec<usize>>,
+}
+
+impl Loaded {
+    fn recording(&self) -> bool {
+        self.until.load(Ordering::Acquire) == u64::MAX
+    }
+}
+
 /// For the exit report: rests lengthened, and cut short; wall time
 /// recorded; time the meter's thread spent in CUPTI loading it (`dlopen`
 /// and the first registration), switching recording on at each probe
 /// (registering again where it was detached, enabling: one per probe),
 /// and detaching it after a probe. Where CUPTI makes the program's
-/// launches wait meanwhile, these bound that wait.
-static RESTS_LONGER: AtomicU64 = AtomicU64::new(0);
-static RESTS_CUT: AtomicU64 = AtomicU64::new(0);
-static RECORDED_NS: AtomicU64 = AtomicU64::new(0);
-static LOADING_SPENT: Spent = Spent::new();
-static SWITCHING_ON: Spent = Spent::new();
-static DETACHING: Spent = Spent::new();
-/// The meter's thread runs (it loads CUPTI when first wanted).
-static STARTED: AtomicBool = AtomicBool::new(false);
+/// launches wait meanwhile, these bound that wait. Written by the meter's
+/// thread only; read by `summary`.
+struct Report {
+    rests_longer: AtomicU64,
+    rests_cut: AtomicU64,
+    recorded_ns: AtomicU64,
+    loading: Spent,
+    switching_on: Spent,
+    detaching: Spent,
+}
 
 /// A probe begins only while the process asked for one this recently (it
 /// launches, and needs it).
 const WANT_FRESH_NS: u64 = 50_000_000;
 
 fn program_profiles() -> bool {
-    PROGRAM.load(Ordering::Acquire) & PROFILES != 0
+    SHARED.program.load(Ordering::Acquire) & PROFILES != 0
 }
 
 /// Whether the program keeps CUPTI attached between probes (its own
-/// callback or profiler API, or graph launches; said once each).
-fn keeps_attached() -> bool {
-    let p = PROGRAM.load(Ordering::Acquire);
+/// callback or profiler API, or graph launches; said once each: `said`,
+/// the meter's thread's, holds which of `CALLBACKS` and `GRAPHS` was).
+fn keeps_attached(said: &mut u8) -> bool {
+    let p = SHARED.program.load(Ordering::Acquire);
     for (bit, why) in [
         (
             CALLBACKS,
@@ -263,7 +349,8 @@ fn keeps_attached() -> bool {
         ),
     ] {
         if p & bit != 0 {
-            if SAID.fetch_or(bit, Ordering::Relaxed) & bit == 0 {
+            if *said & bit == 0 {
+                *said |= bit;
                 crate::info!("{why}");
             }
             return true;
@@ -303,19 +390,18 @@ pub fn start(devices: usize, sink: &'static dyn Sink) {
             "CUSLICE_METER={v} is ignored: the meter records kernels in probes only (continuous and always recording were experiments, removed)"
         ),
     }
-    DETACH.store(
-        detach_setting(std::env::var_os("CUSLICE_METER_DETACH")),
-        Ordering::Relaxed,
-    );
+    let detach = detach_setting(std::env::var_os("CUSLICE_METER_DETACH"));
     let spawned = std::thread::Builder::new()
         .name("cuslice-meter".into())
         .spawn(move || {
-            if thread::load(devices, sink) {
-                thread::run();
+            // The thread's own state, made once CUPTI is loaded, owned by
+            // it from then on.
+            if let Some(mut meter) = thread::load(devices, sink, detach) {
+                meter.run();
             }
         });
     match spawned {
-        Ok(_) => STARTED.store(true, Ordering::Release),
+        Ok(_) => SHARED.started.store(true, Ordering::Release),
         Err(e) => crate::warn!(
             "cannot start the GPU time meter's thread ({e}): charging wall time in flight"
         ),
@@ -345,7 +431,7 @@ fn detach_setting(v: Option<std::ffi::OsString>) -> bool {
 /// the records. None where the meter is not loaded or has stopped for good.
 #[inline]
 pub fn window() -> Option<(u64, u64)> {
-    let m = METER.get()?;
+    let m = SHARED.loaded.get()?;
     if m.lost.load(Ordering::Acquire) {
         return None;
     }
@@ -357,7 +443,8 @@ pub fn window() -> Option<(u64, u64)> {
 /// Whether the meter records now.
 #[inline]
 pub fn recording() -> bool {
-    METER
+    SHARED
+        .loaded
         .get()
         .is_some_and(|m| m.recording() && !m.lost.load(Ordering::Acquire))
 }
@@ -366,28 +453,34 @@ pub fn recording() -> bool {
 /// load and, once per process, an or.
 #[inline]
 pub fn note_graph_launch() {
-    if PROGRAM.load(Ordering::Relaxed) & GRAPHS == 0 {
-        PROGRAM.fetch_or(GRAPHS, Ordering::Relaxed);
+    if SHARED.program.load(Ordering::Relaxed) & GRAPHS == 0 {
+        SHARED.program.fetch_or(GRAPHS, Ordering::Relaxed);
     }
 }
 
 /// Whether the program has launched a CUDA graph (see `GRAPHS`).
 #[inline]
 pub fn graphs_launched() -> bool {
-    PROGRAM.load(Ordering::Relaxed) & GRAPHS != 0
+    SHARED.program.load(Ordering::Relaxed) & GRAPHS != 0
 }
 
 /// Whether a ratio learned from probes may stand in for records: the
 /// meter works (loaded, not given up).
 #[inline]
 pub fn usable() -> bool {
-    METER.get().is_some_and(|m| !m.lost.load(Ordering::Acquire))
+    SHARED
+        .loaded
+        .get()
+        .is_some_and(|m| !m.lost.load(Ordering::Acquire))
 }
 
 /// Whether the meter has stopped for good.
 #[inline]
 pub fn given_up() -> bool {
-    METER.get().is_some_and(|m| m.lost.load(Ordering::Acquire))
+    SHARED
+        .loaded
+        .get()
+        .is_some_and(|m| m.lost.load(Ordering::Acquire))
 }
 
 /// Whether a probe the process asked for is coming: asked for within the
@@ -396,16 +489,18 @@ pub fn given_up() -> bool {
 /// its measurement is on its way.
 #[inline]
 pub fn coming(now: u64) -> bool {
-    if !STARTED.load(Ordering::Acquire) || recording() || given_up() {
+    if !SHARED.started.load(Ordering::Acquire) || recording() || given_up() {
         return false;
     }
-    let at = WANTED_AT.load(Ordering::Relaxed);
-    at != 0 && now.saturating_sub(at) < WANT_FRESH_NS && now >= REST_UNTIL.load(Ordering::Relaxed)
+    let at = SHARED.wanted_at.load(Ordering::Relaxed);
+    at != 0
+        && now.saturating_sub(at) < WANT_FRESH_NS
+        && now >= SHARED.rest_until.load(Ordering::Relaxed)
 }
 
 /// Whether a probe is wanted at `now` (asked for within `WANT_FRESH_NS`).
 fn wanted(now: u64) -> bool {
-    let at = WANTED_AT.load(Ordering::Relaxed);
+    let at = SHARED.wanted_at.load(Ordering::Relaxed);
     at != 0 && now.saturating_sub(at) < WANT_FRESH_NS
 }
 
@@ -414,8 +509,8 @@ fn wanted(now: u64) -> bool {
 /// wanted.
 #[inline]
 pub fn load_cupti() {
-    if !LOAD.load(Ordering::Relaxed) {
-        LOAD.store(true, Ordering::Relaxed);
+    if !SHARED.load.load(Ordering::Relaxed) {
+        SHARED.load.store(true, Ordering::Relaxed);
     }
 }
 
@@ -426,7 +521,7 @@ pub fn load_cupti() {
 #[inline]
 pub fn want_probe(now: u64) {
     load_cupti();
-    WANTED_AT.store(now, Ordering::Relaxed);
+    SHARED.wanted_at.store(now, Ordering::Relaxed);
 }
 
 /// The process stops launching for a while (it waits for the lease or its
@@ -434,7 +529,7 @@ pub fn want_probe(now: u64) {
 /// measure nothing).
 #[inline]
 pub fn cancel_probe() {
-    WANTED_AT.store(0, Ordering::Relaxed);
+    SHARED.wanted_at.store(0, Ordering::Relaxed);
 }
 
 /// How often something took how long (ns): a count, the sum, the longest.
@@ -486,15 +581,16 @@ impl Spent {
 /// time recorded, and the time spent loading CUPTI, switching recording on
 /// and detaching CUPTI.
 pub fn summary() -> Option<String> {
-    METER.get()?;
+    SHARED.loaded.get()?;
+    let r = &SHARED.report;
     let mut s = format!(
         "recorded kernels in {} probes, {:.0} ms in all",
-        SWITCHING_ON.count(),
-        RECORDED_NS.load(Ordering::Relaxed) as f64 / 1e6
+        r.switching_on.count(),
+        r.recorded_ns.load(Ordering::Relaxed) as f64 / 1e6
     );
     let (longer, cut) = (
-        RESTS_LONGER.load(Ordering::Relaxed),
-        RESTS_CUT.load(Ordering::Relaxed),
+        r.rests_longer.load(Ordering::Relaxed),
+        r.rests_cut.load(Ordering::Relaxed),
     );
     if longer > 0 {
         s.push_str(&format!(
@@ -502,9 +598,9 @@ pub fn summary() -> Option<String> {
         ));
     }
     for (what, spent) in [
-        ("loading CUPTI", &LOADING_SPENT),
-        ("switching recording on", &SWITCHING_ON),
-        ("detaching CUPTI", &DETACHING),
+        ("loading CUPTI", &r.loading),
+        ("switching recording on", &r.switching_on),
+        ("detaching CUPTI", &r.detaching),
     ] {
         if let Some(x) = spent.said() {
             s.push_str(&format!("; {what} {x}"));
@@ -517,7 +613,7 @@ pub fn summary() -> Option<String> {
 /// flush its records; it charges wall time in flight (CUDA in a child of a
 /// process that initialised it is not supported anyway).
 pub fn after_fork_child() {
-    if let Some(m) = METER.get() {
+    if let Some(m) = SHARED.loaded.get() {
         m.lost.store(true, Ordering::Release);
     }
 }

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use super::cupti::{
     CUPTI_ERROR_MAX_LIMIT_REACHED, CUPTI_SUCCESS, KIND_CONCURRENT_KERNEL, KIND_KERNEL,
 };
-use super::{LOADING, METER, Meter, now_ns};
+use super::{Loaded, SHARED, now_ns};
 use crate::sys::CUcontext;
 
 /// One record buffer (CUPTI wants 8-byte alignment).
@@ -42,7 +42,7 @@ pub fn uncounted(
     (e > from).then_some((from, e))
 }
 
-impl Meter {
+impl Loaded {
     /// Registers our buffer callbacks (CUPTI attaches).
     pub fn register(&self) -> i32 {
         // SAFETY: CUPTI call with our two callbacks (valid for the process).
@@ -52,9 +52,9 @@ impl Meter {
     /// Before a probe where CUPTI was detached: our callbacks registered
     /// again (CUPTI attaches anew). False, the meter stopped for good,
     /// where the program's own profiler took CUPTI meanwhile or the
-    /// registration failed (said).
-    pub fn attach(&self) -> bool {
-        let _g = LOADING.lock().unwrap_or_else(|e| e.into_inner());
+    /// registration failed (said, naming the library at `path`).
+    pub fn attach(&self, path: &str) -> bool {
+        let _g = SHARED.loading.lock().unwrap_or_else(|e| e.into_inner());
         if super::program_profiles() || self.lost.load(Ordering::Acquire) {
             self.lost.store(true, Ordering::Release);
             return false;
@@ -63,7 +63,7 @@ impl Meter {
         if r != CUPTI_SUCCESS {
             crate::warn!(
                 "{}: cannot register activity callbacks again: {}; charging wall time in flight",
-                self.path,
+                path,
                 self.error(r)
             );
             self.lost.store(true, Ordering::Release);
@@ -79,7 +79,7 @@ pub unsafe extern "C" fn requested(
     size: *mut usize,
     max_records: *mut usize,
 ) {
-    let Some(m) = METER.get() else { return };
+    let Some(m) = SHARED.loaded.get() else { return };
     let reused = m.pool.lock().unwrap_or_else(|e| e.into_inner()).pop();
     let p = reused.unwrap_or_else(|| {
         match std::alloc::Layout::from_size_align(BUFFER_BYTES, BUFFER_ALIGN) {
@@ -107,7 +107,7 @@ pub unsafe extern "C" fn completed(
     _size: usize,
     valid: usize,
 ) {
-    let Some(m) = METER.get() else { return };
+    let Some(m) = SHARED.loaded.get() else { return };
     if buf.is_null() {
         return;
     }
