@@ -1,7 +1,7 @@
 //! The latency class: a latency process's privilege budget
 //! ([`privilege_refill`]), its stamps of work in flight (its launches and
 //! synchronising calls), and standard tenants holding back while a stamp
-//! lies ahead ([`GpuSegment::latency_hold`]) and keeping short queues
+//! lies ahead ([`GpuSegment::take_latency_hold`]) and keeping short queues
 //! while a latency tenant is live.
 
 use super::*;
@@ -115,8 +115,9 @@ impl GpuSegment {
     /// For a standard tenant's process at the end of a pass: Some(until)
     /// while a latency tenant has work in flight (launch nothing new before
     /// then, or before a wake-up on `latency_word`). One load while none
-    /// has (the hint in `Sched`).
-    pub fn latency_hold(&self, now: u64) -> Option<u64> {
+    /// has (the hint in `Sched`). Not a mere query: a hint that names no
+    /// tenant with work in flight (stale or corrupt) is cleared.
+    pub fn take_latency_hold(&self, now: u64) -> Option<u64> {
         let s = self.sched();
         let hint = s.lat_until.load(Ordering::Acquire);
         if hint <= now {

@@ -142,7 +142,7 @@ impl GpuSegment {
         if let Some(until) = self.ceiling_hold(t, now, slice) {
             return Acquire::Wait { until };
         }
-        if let Some(until) = self.defer_to_tenant_ahead(tenant, t, now, slice) {
+        if let Some(until) = self.yield_to_tenant_ahead(tenant, t, now, slice) {
             return Acquire::Wait { until };
         }
         self.grant(slot, tenant, t, now, slice)
@@ -228,10 +228,12 @@ impl GpuSegment {
     /// goes before ours (`t`, index `tenant`), until when to wait. One goes
     /// first with a smaller virtual time, ties going to the one served
     /// longest ago, then to the lower index, if its ceiling admits it and a
-    /// live process of it waits. Sweeps dead processes now and then
-    /// ([`Self::sweep_if_due`]): that tenant's waiters may all be dead
-    /// (killed while waiting).
-    fn defer_to_tenant_ahead(
+    /// live process of it waits. Not a mere query: it refills the bucket
+    /// of each tenant ahead that it weighs, ends the recharge of one whose
+    /// ceiling admits it ([`admit_by_ceiling`]), and sweeps dead processes
+    /// now and then ([`Self::sweep_if_due`]): that tenant's waiters may all
+    /// be dead (killed while waiting).
+    fn yield_to_tenant_ahead(
         &self,
         tenant: usize,
         t: &Tenant,

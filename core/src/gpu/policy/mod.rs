@@ -36,7 +36,7 @@
 //! stands (`settle_lease`: ours already; a holder that keeps it, or one
 //! that lost it, [`judge_holder`], taken over), the ceiling (`ceiling_hold`,
 //! [`ceiling_wait`]), whose turn it is by virtual time
-//! (`defer_to_tenant_ahead`), the grant (`grant`). At a slice end the
+//! (`yield_to_tenant_ahead`), the grant (`grant`). At a slice end the
 //! holder asks [`GpuSegment::decide_release`] whether to drain and release
 //! or renew.
 //!
@@ -62,7 +62,7 @@
 //!   freely, and stamps how long its work is in flight (`active_until`:
 //!   each launch for `LATENCY_LINGER_NS`, a synchronising call until it
 //!   returns, then `LATENCY_SYNC_TAIL_NS`). While such a stamp lies
-//!   ahead, other tenants launch nothing new ([`GpuSegment::latency_hold`]), and while a latency tenant is live
+//!   ahead, other tenants launch nothing new ([`GpuSegment::take_latency_hold`]), and while a latency tenant is live
 //!   they keep their queues short (the shim's business), so its kernels
 //!   find the GPU at the next kernel boundary. The first privilege is a
 //!   budget per process ([`privilege_refill`]: up to

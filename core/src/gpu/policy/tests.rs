@@ -947,7 +947,7 @@ fn garbage_anywhere_never_panics() {
         a.note_busy(t, rnd(), Some(rnd()), now);
         a.latency_stamp(t, rnd());
         a.latency_sync_begin(p, t, now);
-        let _ = a.latency_hold(now);
+        let _ = a.take_latency_hold(now);
         let _ = a.latency_present();
         a.latency_sync_end(p, t, now + 1);
         a.release_proc(p, now + 100 * SLICE);
@@ -1300,31 +1300,37 @@ fn others_hold_back_while_a_latency_tenant_has_work_in_flight() {
     let b = GpuSegment::open_or_create(&g.path).expect("b");
     b.claim_proc(s, 2).expect("q");
     assert!(b.latency_present());
-    assert_eq!(b.latency_hold(MS), None, "nothing in flight yet");
+    assert_eq!(b.take_latency_hold(MS), None, "nothing in flight yet");
     // A launch: in flight for one linger.
     a.latency_stamp(l, MS + LATENCY_LINGER_NS);
-    assert_eq!(b.latency_hold(MS), Some(MS + LATENCY_LINGER_NS));
-    assert_eq!(b.latency_hold(MS + LATENCY_LINGER_NS), None);
+    assert_eq!(b.take_latency_hold(MS), Some(MS + LATENCY_LINGER_NS));
+    assert_eq!(b.take_latency_hold(MS + LATENCY_LINGER_NS), None);
     // A synchronising call: until it returns (however long, up to the
     // cap), then one linger.
     a.latency_sync_begin(p, l, 2 * MS);
-    assert!(b.latency_hold(2 * MS + 5 * MS).is_some());
+    assert!(b.take_latency_hold(2 * MS + 5 * MS).is_some());
     let sleeper = g.sched().lat_waiters.fetch_add(1, Ordering::Relaxed);
     assert!(a.latency_sync_end(p, l, 8 * MS), "sleepers are woken");
     g.sched().lat_waiters.store(sleeper, Ordering::Relaxed);
-    assert_eq!(b.latency_hold(8 * MS), Some(8 * MS + LATENCY_SYNC_TAIL_NS));
-    assert_eq!(b.latency_hold(9 * MS), None);
+    assert_eq!(
+        b.take_latency_hold(8 * MS),
+        Some(8 * MS + LATENCY_SYNC_TAIL_NS)
+    );
+    assert_eq!(b.take_latency_hold(9 * MS), None);
     // Two threads in calls: the first to return does not end it.
     a.latency_sync_begin(p, l, 10 * MS);
     a.latency_sync_begin(p, l, 10 * MS);
     a.latency_sync_end(p, l, 11 * MS);
-    assert!(b.latency_hold(12 * MS).is_some());
+    assert!(b.take_latency_hold(12 * MS).is_some());
     a.latency_sync_end(p, l, 12 * MS);
-    assert_eq!(b.latency_hold(13 * MS), None);
+    assert_eq!(b.take_latency_hold(13 * MS), None);
     // Never past the cap, even if the call does not return.
     a.latency_sync_begin(p, l, 20 * MS);
-    assert!(b.latency_hold(20 * MS + LATENCY_SYNC_CAP_NS - 1).is_some());
-    assert_eq!(b.latency_hold(20 * MS + LATENCY_SYNC_CAP_NS), None);
+    assert!(
+        b.take_latency_hold(20 * MS + LATENCY_SYNC_CAP_NS - 1)
+            .is_some()
+    );
+    assert_eq!(b.take_latency_hold(20 * MS + LATENCY_SYNC_CAP_NS), None);
 }
 
 #[test]
@@ -1336,7 +1342,7 @@ fn a_latency_tenant_over_its_share_holds_nobody_back() {
     assert!(!a.latency_privileged(l));
     assert!(!a.latency_present());
     a.latency_stamp(l, now + LATENCY_LINGER_NS);
-    assert_eq!(a.latency_hold(now), None);
+    assert_eq!(a.take_latency_hold(now), None);
     assert_eq!(a.route(l, now, SLICE), Route::Lease);
 }
 
@@ -1349,23 +1355,26 @@ fn a_latency_process_that_dies_in_a_synchronising_call_holds_nobody_back() {
         d.latency_sync_begin(q, l, MS);
     } // dies inside the call (its slot lock goes with its descriptor)
     let obs = GpuSegment::open_or_create(&g.path).expect("obs");
-    assert!(obs.latency_hold(2 * MS).is_some(), "in flight until swept");
+    assert!(
+        obs.take_latency_hold(2 * MS).is_some(),
+        "in flight until swept"
+    );
     assert_eq!(obs.reclaim_dead(), 1);
     assert_eq!(g.tenant(l).expect("l").in_sync.load(Ordering::Relaxed), 0);
     // Its stamp (the call's cap) still lies ahead, but nothing renews
     // it and the live process of the tenant is not in a call: the
     // tenant's next call ends it.
     assert!(obs.latency_present(), "the tenant's other process lives");
-    assert!(obs.latency_hold(3 * MS).is_some());
+    assert!(obs.take_latency_hold(3 * MS).is_some());
     assert_eq!(
-        obs.latency_hold(MS + LATENCY_SYNC_CAP_NS),
+        obs.take_latency_hold(MS + LATENCY_SYNC_CAP_NS),
         None,
         "bounded by the cap"
     );
     drop(_live);
     obs.reclaim_dead();
     assert!(!obs.latency_present(), "no live latency process");
-    assert_eq!(obs.latency_hold(3 * MS), None);
+    assert_eq!(obs.take_latency_hold(3 * MS), None);
 }
 
 #[test]
@@ -1378,7 +1387,7 @@ fn latency_values_nobody_writes_hold_nobody_back() {
         .active_until
         .store(u64::MAX, Ordering::Relaxed);
     s.lat_until.store(u64::MAX, Ordering::Relaxed);
-    assert_eq!(a.latency_hold(MS), None);
+    assert_eq!(a.take_latency_hold(MS), None);
     assert_eq!(
         s.lat_until.load(Ordering::Relaxed),
         0,
