@@ -1,6 +1,6 @@
 //! The run directory of a `cuslice run` session: where it goes, what it is
 //! called, how it is made and removed. `cuslice run` makes it, `cuslice
-//! watch` finds it (watch/slices.rs, `load_run`), `cuslice status` lists
+//! watch` finds it (watch/slices/kinds.rs, `load_run`), `cuslice status` lists
 //! the segments in it: all three through this one rule.
 //!
 //! - **Where**: `$XDG_RUNTIME_DIR`, else `$TMPDIR`, else `/tmp` (a variable

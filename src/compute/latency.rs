@@ -36,7 +36,7 @@ impl Gpu {
         }
         let begin = now_ns();
         let mut now = begin;
-        while let Some(until) = self.seg.latency_hold(now) {
+        while let Some(until) = self.seg.take_latency_hold(now) {
             let s = self.seg.sched();
             let generation = s.lat_gen.load(Ordering::Acquire);
             s.lat_waiters.fetch_add(1, Ordering::AcqRel);

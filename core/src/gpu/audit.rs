@@ -43,8 +43,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use super::bounds::{
-    self, CLOCK_AHEAD_NS, DEADLINE_AHEAD_NS, MAX_DEBT_NS, MAX_SAVED_NS, MAX_SYNCING, PERCENT,
-    STAMP_AHEAD_NS,
+    self, CLOCK_AHEAD_NS, DEADLINE_AHEAD_NS, MAX_DEBT_NS, MAX_SAVED_NS, MAX_SYNCING, STAMP_AHEAD_NS,
 };
 use super::layout::*;
 
@@ -262,11 +261,13 @@ fn check_tenants(
                 what,
             })
         };
+        // Its share and ceiling as a registration would have written them.
+        let registrable = share_and_ceiling(v.share, v.max);
         // By name and tag: another slice's entry of the same name is its
         // own slice's business (a non-zero tag is never a finding).
         if let Some(e) = expected.iter().find(|e| e.name == v.name && e.tag == v.tag) {
             check_config(t, &e.spec, &mut push, fix);
-        } else if !PERCENT.contains(&v.share) || v.max < v.share.min(100) || v.max > 100 {
+        } else if registrable != (v.share, v.max) {
             // An unknown tenant is not judged on its values, except ones
             // no registration can produce.
             push(
@@ -277,9 +278,9 @@ fn check_tenants(
                 ),
             );
             if fix {
-                let share = bounds::percent(v.share);
+                let (share, max) = registrable;
                 t.share.store(share, Ordering::Relaxed);
-                t.max.store(v.max.clamp(share, 100), Ordering::Relaxed);
+                t.max.store(max, Ordering::Relaxed);
             }
         }
         let c = counted[v.index];

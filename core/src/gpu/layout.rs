@@ -69,11 +69,18 @@ pub const READY: u32 = 2;
 pub const CLASS_STANDARD: u32 = 0;
 pub const CLASS_LATENCY: u32 = 1;
 
+/// A share (1..=100) and ceiling (share..=100) as registration writes
+/// them: the one clamp of both, for a quota file's ([`normalized`]) and
+/// for an entry the audit finds out of range (`audit::check_tenants`).
+pub(crate) fn share_and_ceiling(share: u32, max: u32) -> (u32, u32) {
+    let share = share.clamp(1, 100);
+    (share, max.clamp(share, 100))
+}
+
 /// A tenant's share (1..=100), ceiling (share..=100) and class word, as
 /// its entry holds them (registration, and the audit that checks them).
 pub(crate) fn normalized(spec: &TenantSpec) -> (u32, u32, u32) {
-    let share = spec.share.clamp(1, 100);
-    let max = spec.max.clamp(share, 100);
+    let (share, max) = share_and_ceiling(spec.share, spec.max);
     let class = if spec.latency {
         CLASS_LATENCY
     } else {
