@@ -5,12 +5,14 @@
 //!
 //! - [`sys`]: the descriptor-level calls everything else is made of
 //!   (`openat` close-on-exec, `fstat`/`fstatat` without following,
-//!   `fchmod`, the effective uid, file type names).
+//!   `fchmod`, the effective uid, file type names, the one
+//!   `/proc/self/fd/N` path maker for mount(2)).
 //! - [`fs`]: the one safe-fs primitive for the host's own directories: a
 //!   directory held by its descriptor, entries created, opened, read,
 //!   replaced and removed in it by plain name without following links or
 //!   blocking on a FIFO, modes set explicitly and checked, reads bounded,
-//!   kinds and owners checked on the descriptor.
+//!   kinds and owners checked on the descriptor; segment files opened
+//!   there for core to map (`Dir::open_segment`, core's `from_fd`).
 //! - [`inroot`]: paths inside a container's root file system, walked from
 //!   the root's descriptor without following links (the OCI hook), and the
 //!   container user's access to them.
