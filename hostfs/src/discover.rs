@@ -450,7 +450,10 @@ impl PinnedSegment {
         owner: Option<(u32, &str)>,
     ) -> Result<Segment, String> {
         let shown = self.shown();
-        let fd = self.dir.open_segment(&self.name, writable)?;
+        let fd = self
+            .dir
+            .open_segment(&self.name, writable)
+            .map_err(|e| open_failed(&e, &shown, "memory segment"))?;
         if owner.is_some() {
             fs::check_fd(fd.as_fd(), Kind::File, owner).map_err(|e| named(&shown, e))?;
         }
@@ -472,6 +475,20 @@ impl PinnedSegment {
     /// [`PinnedSegment::open`]; valid while this lives.
     pub fn path(&self) -> &Path {
         &self.via
+    }
+}
+
+/// Why the segment file `shown` (core's `what`: "memory segment", "GPU
+/// memory pool") could not be opened, in the words core's own open says
+/// it.
+pub fn open_failed(e: &fs::Error, shown: &Path, what: &str) -> String {
+    match e.errno() {
+        Some(n) => format!(
+            "{}: cannot open {what}: {}",
+            shown.display(),
+            std::io::Error::from_raw_os_error(n)
+        ),
+        None => e.to_string(),
     }
 }
 
@@ -605,6 +622,15 @@ mod tests {
                 seg.shown().display()
             )),
             "{e}"
+        );
+        // What cannot be opened is said as core's open says it.
+        let missing = PinnedSegment::at(Dir::open(&t.0).expect("dir"), "missing.seg");
+        assert_eq!(
+            missing.open(false).err().expect("missing"),
+            format!(
+                "{}: cannot open memory segment: No such file or directory (os error 2)",
+                t.0.join("missing.seg").display()
+            )
         );
         let me = crate::sys::euid();
         seg.check(Some((me, "our"))).expect("a file of ours");

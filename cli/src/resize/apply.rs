@@ -14,7 +14,7 @@ use cuslice_core::segment::{READY_STATE, UNLIMITED};
 
 use super::target::Target;
 use crate::host::container::short_id;
-use crate::host::discover::{Found, Places, SESSION};
+use crate::host::discover::{self, Found, Places, SESSION};
 use crate::host::fs::Dir;
 use crate::host::layout::{CONTAINER_RECORD, QUOTA_FILE};
 use crate::host::text;
@@ -160,7 +160,7 @@ fn write_pool(
     // From the directory held open, without following a link.
     let pool = d
         .open_segment(&file, true)
-        .map_err(String::from)
+        .map_err(|e| discover::open_failed(&e, &shown, "GPU memory pool"))
         .and_then(|fd| cuslice_core::pool::Pool::from_fd(fd, &shown).map_err(|e| e.to_string()))?;
     let (name, tag) = (new.tenant_name(), new.slice_tag());
     let Some(v) = pool
