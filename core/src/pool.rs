@@ -256,6 +256,21 @@ impl Pool {
         })
     }
 
+    /// An existing pool from `fd`, a descriptor of it the caller opened
+    /// (the host's file layer, from its directory's descriptor without
+    /// following a link: `Dir::open_segment`), whoever owns it, never
+    /// creating it: writable where `fd` was opened read-write, else
+    /// read-only (see [`Shm::from_fd`]). `path` names it in messages.
+    pub fn from_fd(fd: std::os::fd::OwnedFd, path: &Path) -> Result<Pool, SegmentError> {
+        let shm = Shm::from_fd(fd, path, &layout())?;
+        Ok(Pool {
+            shm,
+            path: path.to_path_buf(),
+            capacity: AtomicU64::new(0),
+            tidied_at: AtomicU64::new(0),
+        })
+    }
+
     /// Opens an existing pool read-only (`cuslice status`, the watch).
     pub fn open_read_only(path: &Path) -> Result<Pool, SegmentError> {
         let shm = Shm::open_read_only(path, &layout())?;

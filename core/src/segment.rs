@@ -180,6 +180,20 @@ impl Segment {
         })
     }
 
+    /// An existing segment from `fd`, a descriptor of it the caller opened
+    /// (the host's file layer, from its directory's descriptor without
+    /// following a link: `Dir::open_segment`), whoever owns it, never
+    /// creating it: writable where `fd` was opened read-write, else
+    /// read-only (see [`Shm::from_fd`]). `path` names it in messages.
+    pub fn from_fd(fd: std::os::fd::OwnedFd, path: &Path) -> Result<Segment, SegmentError> {
+        let shm = Shm::from_fd(fd, path, &layout())?;
+        Ok(Segment {
+            shm,
+            path: path.to_path_buf(),
+            pools: Default::default(),
+        })
+    }
+
     /// Opens an existing segment read-only (for `cuslice status`).
     pub fn open_read_only(path: &Path) -> Result<Segment, SegmentError> {
         let shm = Shm::open_read_only(path, &layout())?;

@@ -8,6 +8,7 @@
 
 use std::ffi::CString;
 use std::fmt;
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -478,21 +479,36 @@ impl Shm {
         if fd < 0 {
             return Err(os_err(path, &format!("cannot open {}", layout.what)));
         }
+        // SAFETY: open just returned this descriptor; nothing else owns it.
+        Self::from_fd(unsafe { OwnedFd::from_raw_fd(fd) }, path, layout)
+    }
+
+    /// An existing segment from `fd`, a descriptor of it the caller opened
+    /// (the host's file layer: by a plain name from its directory's
+    /// descriptor, without following a link or blocking on a FIFO), never
+    /// creating it and whoever owns it: mapped read-write where `fd` was
+    /// opened for reading and writing, else read-only. The file must be a
+    /// regular file of the layout's size and header; `path` names it in
+    /// messages.
+    pub fn from_fd(fd: OwnedFd, path: &Path, layout: &Layout) -> Result<Shm, SegmentError> {
+        // SAFETY: F_GETFL on a descriptor we own.
+        let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
+        if flags < 0 {
+            return Err(os_err(path, &format!("cannot use {}", layout.what)));
+        }
+        let writable = flags & libc::O_ACCMODE == libc::O_RDWR;
         let size = layout.header.total_size as usize;
-        match fstat(fd, path) {
-            Ok(st) if st.st_mode & libc::S_IFMT != libc::S_IFREG => {
-                // SAFETY: closing our own fd (no Shm owns it yet).
-                unsafe { libc::close(fd) };
+        // Until a Shm owns it, `fd` closes itself on every error path.
+        match fstat(fd.as_raw_fd(), path)? {
+            st if st.st_mode & libc::S_IFMT != libc::S_IFREG => {
                 return Err(SegmentError(format!(
                     "{}: {} is not a regular file",
                     path.display(),
                     layout.what
                 )));
             }
-            Ok(st) if st.st_size as u64 == size as u64 => {}
-            Ok(st) => {
-                // SAFETY: closing our own fd (no Shm owns it yet).
-                unsafe { libc::close(fd) };
+            st if st.st_size as u64 == size as u64 => {}
+            st => {
                 return Err(SegmentError(format!(
                     "{}: not a cuslice {} of this version (size {}, expected {size})",
                     path.display(),
@@ -500,21 +516,10 @@ impl Shm {
                     st.st_size
                 )));
             }
-            Err(e) => {
-                // SAFETY: as above.
-                unsafe { libc::close(fd) };
-                return Err(e);
-            }
         }
-        let shm = match Self::map(fd, path, size, writable) {
-            Ok(s) => s,
-            Err(e) => {
-                // SAFETY: as above.
-                unsafe { libc::close(fd) };
-                return Err(e);
-            }
-        };
-        // From here the Shm owns (and on error closes) the fd.
+        let shm = Self::map(fd.as_raw_fd(), path, size, writable)?;
+        // The Shm owns (and on error closes) the descriptor from here.
+        let _ = fd.into_raw_fd();
         shm.validate(layout)?;
         Ok(shm)
     }
@@ -886,6 +891,44 @@ mod tests {
         );
         drop(h);
         Shm::open_or_create(&q, &layout(), 0o700).expect("then initialised");
+    }
+
+    #[test]
+    fn a_segment_is_opened_from_a_descriptor_writable_as_the_descriptor_was_opened() {
+        use std::os::fd::OwnedFd;
+        let d = Dir::new("shm-test", "from-fd");
+        let p = d.path().join("x.seg");
+        drop(Shm::open_or_create(&p, &layout(), 0o700).expect("create"));
+        let open = |write: bool| -> OwnedFd {
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(write)
+                .open(&p)
+                .expect("open")
+                .into()
+        };
+        let shown = Path::new("/shown/x.seg");
+        let rw = Shm::from_fd(open(true), shown, &layout()).expect("read-write");
+        assert!(rw.writable);
+        assert_eq!(rw.path, shown);
+        let ro = Shm::from_fd(open(false), shown, &layout()).expect("read-only");
+        assert!(!ro.writable);
+        assert!(
+            ro.claim_first(1, "slot", |_| ()).is_err(),
+            "opened read-only"
+        );
+        // What is not a segment of this layout is refused, named as given.
+        let q = d.path().join("short.seg");
+        std::fs::write(&q, b"x").expect("write");
+        let f: OwnedFd = std::fs::File::open(&q).expect("open").into();
+        let e = Shm::from_fd(f, shown, &layout()).err().expect("refused");
+        assert_eq!(
+            e.0,
+            "/shown/x.seg: not a cuslice test segment of this version (size 1, expected 4096)"
+        );
+        let dir: OwnedFd = std::fs::File::open(d.path()).expect("open").into();
+        let e = Shm::from_fd(dir, shown, &layout()).err().expect("refused");
+        assert_eq!(e.0, "/shown/x.seg: test segment is not a regular file");
     }
 
     #[test]

@@ -143,13 +143,8 @@ pub fn read_quota(
     shown: &Path,
     owner: Option<(u32, &str)>,
 ) -> Result<Config, String> {
-    let text = fs::read_checked_at(
-        Some(dir),
-        Path::new(QUOTA_FILE),
-        owner,
-        config::MAX_FILE_BYTES,
-    )
-    .map_err(|e| format!("{}: {e}", shown.display()))?;
+    let text = fs::read_checked_at(dir, Path::new(QUOTA_FILE), owner, config::MAX_FILE_BYTES)
+        .map_err(|e| format!("{}: {e}", shown.display()))?;
     config::parse_file(shown, &text).map_err(|e| e.to_string())
 }
 

@@ -27,15 +27,16 @@
 //! Every file is opened from the directory's descriptor without following
 //! a link or blocking on a FIFO, and read bounded. The memory segment is
 //! `segment/memory.seg` in the directory (nowhere else), reached from it
-//! without following a link; it is opened by core's `shm` through
-//! `/proc/self/fd/<segment directory>/memory.seg`, so the directory
-//! checked is the one read.
+//! without following a link; the directory is held and the segment opened
+//! from its descriptor ([`PinnedSegment::open`]), so the directory checked
+//! is the one read.
 
-use std::ffi::OsStr;
-use std::os::fd::{AsFd, AsRawFd};
+use std::ffi::{OsStr, OsString};
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 
 use cuslice_core::config::{self, Config};
+use cuslice_core::segment::Segment;
 
 use crate::container::{self, ClaimRecord, ContainerMeta, RECORD_MAX};
 use crate::fs::{self, Dir, Kind};
@@ -396,33 +397,98 @@ impl Found {
     }
 
     /// Its memory segment's directory, opened from its directory without
-    /// following a link (checked to be `owner`'s where given), and the
-    /// path to open the segment by while it is held:
-    /// `/proc/self/fd/<segment directory>/memory.seg`.
+    /// following a link (checked to be `owner`'s where given), held: the
+    /// segment is opened from it ([`PinnedSegment::open`]).
     pub fn segment(&self, owner: Option<(u32, &str)>) -> Result<PinnedSegment, String> {
         let d = self.dir()?;
         let seg = d
             .open_dir_checked(SEGMENT_DIR, owner)
             .map_err(|e| named(&self.paths.segment_dir(), e))?;
-        let via = PathBuf::from(format!("/proc/self/fd/{}", seg.as_fd().as_raw_fd()))
-            .join(MEMORY_SEGMENT);
-        Ok(PinnedSegment { _dir: seg, via })
+        Ok(PinnedSegment::at(seg, MEMORY_SEGMENT))
     }
 }
 
-/// A memory segment's directory held open, and the path its segment is
-/// opened by while this lives.
+/// A segment's directory held open, and the segment's name in it: the
+/// segment is opened from the directory's descriptor, so that the
+/// directory checked is the one read (its owner cannot swap a link in
+/// between).
 #[derive(Debug)]
 pub struct PinnedSegment {
-    _dir: Dir,
+    dir: Dir,
+    name: OsString,
+    /// `/proc/self/fd/<dir>/<name>`: see [`PinnedSegment::path`].
     via: PathBuf,
 }
 
 impl PinnedSegment {
-    /// `/proc/self/fd/<its directory>/memory.seg`: its last component a
-    /// plain name (core opens it without following a link).
+    /// The segment `name` (a plain name) in `dir`, held.
+    pub fn at(dir: Dir, name: impl Into<OsString>) -> PinnedSegment {
+        let name = name.into();
+        let via = crate::sys::fd_path(dir.as_fd()).join(&name);
+        PinnedSegment { dir, name, via }
+    }
+
+    /// The segment's path, as shown.
+    pub fn shown(&self) -> PathBuf {
+        self.dir.join(&self.name)
+    }
+
+    /// The memory segment, mapped read-write where `writable` (whoever
+    /// owns it), else read-only: opened from the held directory without
+    /// following a link or blocking ([`Dir::open_segment`], core's
+    /// [`Segment::from_fd`]). Errors name [`PinnedSegment::shown`].
+    pub fn open(&self, writable: bool) -> Result<Segment, String> {
+        self.open_owned(writable, None)
+    }
+
+    /// [`PinnedSegment::open`], the file checked on the descriptor it is
+    /// mapped from to be a regular file owned by `owner` where given (a
+    /// session's segment: its user's, for the watch's repair).
+    pub fn open_owned(
+        &self,
+        writable: bool,
+        owner: Option<(u32, &str)>,
+    ) -> Result<Segment, String> {
+        let shown = self.shown();
+        let fd = self
+            .dir
+            .open_segment(&self.name, writable)
+            .map_err(|e| open_failed(&e, &shown, "memory segment"))?;
+        if owner.is_some() {
+            fs::check_fd(fd.as_fd(), Kind::File, owner).map_err(|e| named(&shown, e))?;
+        }
+        Segment::from_fd(fd, &shown).map_err(|e| e.to_string())
+    }
+
+    /// Whether the segment is there as a regular file owned by `owner`
+    /// where given, checked on a descriptor opened from the held directory
+    /// (no link followed, never blocking), without mapping it; Err names
+    /// it and says what is wrong.
+    pub fn check(&self, owner: Option<(u32, &str)>) -> Result<(), String> {
+        let fd = self.dir.open_segment(&self.name, false)?;
+        fs::check_fd(fd.as_fd(), Kind::File, owner).map_err(|e| named(&self.shown(), e))
+    }
+
+    /// `/proc/self/fd/<its directory>/<name>`, the path the segment was
+    /// opened by before [`PinnedSegment::open`]: left only for the watch's
+    /// repair target (`cli/src/watch/slices.rs`), which is moving to
+    /// [`PinnedSegment::open`]; valid while this lives.
     pub fn path(&self) -> &Path {
         &self.via
+    }
+}
+
+/// Why the segment file `shown` (core's `what`: "memory segment", "GPU
+/// memory pool") could not be opened, in the words core's own open says
+/// it.
+pub fn open_failed(e: &fs::Error, shown: &Path, what: &str) -> String {
+    match e.errno() {
+        Some(n) => format!(
+            "{}: cannot open {what}: {}",
+            shown.display(),
+            std::io::Error::from_raw_os_error(n)
+        ),
+        None => e.to_string(),
     }
 }
 
@@ -546,6 +612,41 @@ mod tests {
         assert!(c1.has_segment() && c1.record_id().is_some() && c1.entry.is_some());
         let seg = c1.segment(None).expect("segment");
         assert_eq!(std::fs::read(seg.path()).expect("read"), b"seg");
+        assert_eq!(seg.shown(), c1.paths.memory_segment());
+        // Opened from its directory's descriptor: "seg" is no segment,
+        // said naming the file as shown.
+        let e = seg.open(false).err().expect("not a segment");
+        assert!(
+            e.starts_with(&format!(
+                "{}: not a cuslice memory segment",
+                seg.shown().display()
+            )),
+            "{e}"
+        );
+        // What cannot be opened is said as core's open says it.
+        let missing = PinnedSegment::at(Dir::open(&t.0).expect("dir"), "missing.seg");
+        assert_eq!(
+            missing.open(false).err().expect("missing"),
+            format!(
+                "{}: cannot open memory segment: No such file or directory (os error 2)",
+                t.0.join("missing.seg").display()
+            )
+        );
+        let me = crate::sys::euid();
+        seg.check(Some((me, "our"))).expect("a file of ours");
+        let e = seg.check(Some((me + 1, SESSION))).expect_err("another's");
+        assert!(
+            e.ends_with(&format!("not by the session's uid {}", me + 1)),
+            "{e}"
+        );
+        let e = seg
+            .open_owned(false, Some((me + 1, SESSION)))
+            .err()
+            .expect("another's");
+        assert!(
+            e.ends_with(&format!("not by the session's uid {}", me + 1)),
+            "{e}"
+        );
         // The link: listed (its entry is there, a change to watch), never
         // opened.
         let c2 = &c[1];

@@ -5,9 +5,10 @@
 //! root: a path joined under the root file system and handed to
 //! `mkdir`/`open`/`mount` follows whatever symlinks the image put there
 //! (`/etc -> /host/etc`, `cuslice -> ../../../../etc`), and the hook would
-//! write on the host. Here every component is opened relative to its
-//! parent's descriptor with `openat(O_PATH|O_NOFOLLOW)` and checked with
-//! `fstat`: a symlink, wherever it points (dangling included), is refused,
+//! write on the host. Here the path is a walk of [`Dir`]s from the root's
+//! descriptor: every component is opened relative to its parent's
+//! descriptor with `openat(O_PATH|O_NOFOLLOW)` ([`Dir::open_path`]) and
+//! checked with `fstat`: a symlink, wherever it points (dangling included), is refused,
 //! and so is anything that is not the kind of file expected. What is
 //! missing is created relative to its parent's descriptor (`mkdirat`,
 //! `openat(O_CREAT|O_EXCL|O_NOFOLLOW)`), then opened again the same way, so
@@ -28,6 +29,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
+use crate::fs::{self, Dir};
 use crate::sys::openat;
 pub use crate::sys::{Kind, fstat, type_name};
 
@@ -116,23 +118,20 @@ pub fn open(root: BorrowedFd, path: &str, kind: Kind, create: bool) -> Result<Ow
             "container path {path:?}: expected an absolute path without . or .."
         ));
     }
-    let mut cur: Option<OwnedFd> = None;
+    let root = walk_from(root)?;
+    let mut cur: Option<Dir> = None;
     let mut shown = String::new();
     for (i, comp) in comps.iter().enumerate() {
         shown.push('/');
         shown.push_str(comp);
-        let want = if i + 1 == comps.len() {
-            kind
-        } else {
-            Kind::Dir
-        };
+        let last = i + 1 == comps.len();
+        let want = if last { kind } else { Kind::Dir };
         let name = cstring(comp.as_bytes(), &format!("container path {shown}"))?;
-        let dir = cur.as_ref().map_or(root, AsFd::as_fd);
-        let reopen = || openat(dir, &name, libc::O_PATH | libc::O_NOFOLLOW, 0);
-        let fd = match reopen() {
-            Ok(fd) => fd,
-            Err(e) if e.raw_os_error() == Some(libc::ENOENT) && create => {
-                make(dir, &name, want).map_err(|e| {
+        let dir = cur.as_ref().unwrap_or(&root);
+        let fd = match dir.open_path(comp) {
+            Ok((fd, _)) => fd,
+            Err(e) if e.not_found() && create => {
+                make(dir.as_fd(), &name, want).map_err(|e| {
                     format!(
                         "container path {shown}: cannot create {}: {e}",
                         want.expected()
@@ -140,17 +139,45 @@ pub fn open(root: BorrowedFd, path: &str, kind: Kind, create: bool) -> Result<Ow
                 })?;
                 // Opened again without following: a symlink put there since
                 // mkdirat/openat is caught by the check below.
-                reopen().map_err(|e| format!("container path {shown}: {e}"))?
+                dir.open_path(comp)
+                    .map(|(fd, _)| fd)
+                    .map_err(|e| format!("container path {shown}: {}", os_text(&e)))?
             }
-            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+            Err(e) if e.not_found() => {
                 return Err(format!("container path {shown} does not exist"));
             }
-            Err(e) => return Err(format!("container path {shown}: cannot open it: {e}")),
+            Err(e) => {
+                return Err(format!(
+                    "container path {shown}: cannot open it: {}",
+                    os_text(&e)
+                ));
+            }
         };
         check(fd.as_fd(), &shown, want)?;
-        cur = Some(fd);
+        if last {
+            return Ok(fd);
+        }
+        cur = Some(Dir::from_fd(fd, &shown).map_err(|e| format!("container path {e}"))?);
     }
-    cur.ok_or_else(|| format!("container path {path:?} is empty"))
+    Err(format!("container path {path:?} is empty"))
+}
+
+/// The container's root (`root`, the caller's descriptor) as a [`Dir`] to
+/// walk from: a descriptor of its own, named `/` in messages.
+fn walk_from(root: BorrowedFd) -> Result<Dir, String> {
+    let fd = root
+        .try_clone_to_owned()
+        .map_err(|e| format!("container root: cannot duplicate its descriptor: {e}"))?;
+    Dir::from_fd(fd, "/").map_err(|e| format!("container root {e}"))
+}
+
+/// The system's words for what failed in `e` (the component itself is
+/// named by the caller, as inside the container).
+fn os_text(e: &fs::Error) -> String {
+    match e.errno() {
+        Some(n) => io::Error::from_raw_os_error(n).to_string(),
+        None => e.to_string(),
+    }
 }
 
 /// Creates `name` in `dir`: a directory (mode 0755), or an empty regular
@@ -247,21 +274,23 @@ pub fn check_search(root: BorrowedFd, path: &str, user: &User) -> Result<(), Str
     if !user.may(&st, X) {
         return Err(denied(user, "/", &st, X));
     }
-    let mut cur: Option<OwnedFd> = None;
+    let root = walk_from(root)?;
+    let mut cur: Option<Dir> = None;
     let mut shown = String::new();
     for comp in comps.iter().take(comps.len().saturating_sub(1)) {
         shown.push('/');
         shown.push_str(comp);
-        let name = cstring(comp.as_bytes(), &format!("container path {shown}"))?;
-        let dir = cur.as_ref().map_or(root, AsFd::as_fd);
-        let fd = openat(dir, &name, libc::O_PATH | libc::O_NOFOLLOW, 0)
-            .map_err(|e| format!("container path {shown}: cannot open it: {e}"))?;
+        cstring(comp.as_bytes(), &format!("container path {shown}"))?;
+        let dir = cur.as_ref().unwrap_or(&root);
+        let (fd, _) = dir
+            .open_path(comp)
+            .map_err(|e| format!("container path {shown}: cannot open it: {}", os_text(&e)))?;
         check(fd.as_fd(), &shown, Kind::Dir)?;
         let st = fstat(fd.as_fd()).map_err(|e| format!("container path {shown}: {e}"))?;
         if !user.may(&st, X) {
             return Err(denied(user, &shown, &st, X));
         }
-        cur = Some(fd);
+        cur = Some(Dir::from_fd(fd, &shown).map_err(|e| format!("container path {e}"))?);
     }
     Ok(())
 }

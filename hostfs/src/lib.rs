@@ -5,15 +5,17 @@
 //!
 //! - [`sys`]: the descriptor-level calls everything else is made of
 //!   (`openat` close-on-exec, `fstat`/`fstatat` without following,
-//!   `fchmod`, the effective uid, file type names).
+//!   `fchmod`, the effective uid, file type names, the one
+//!   `/proc/self/fd/N` path maker for mount(2)).
 //! - [`fs`]: the one safe-fs primitive for the host's own directories: a
 //!   directory held by its descriptor, entries created, opened, read,
 //!   replaced and removed in it by plain name without following links or
 //!   blocking on a FIFO, modes set explicitly and checked, reads bounded,
-//!   kinds and owners checked on the descriptor.
-//! - [`inroot`]: paths inside a container's root file system, walked from
-//!   the root's descriptor without following links (the OCI hook), and the
-//!   container user's access to them.
+//!   kinds and owners checked on the descriptor; segment files opened
+//!   there for core to map (`Dir::open_segment`, core's `from_fd`).
+//! - [`inroot`]: paths inside a container's root file system, walked as
+//!   [`fs::Dir`]s from the root's descriptor without following links (the
+//!   OCI hook), and the container user's access to them.
 //! - [`layout`]: where the host's files are, as types: the hook's root
 //!   (`/run/cuslice`) with its containers (a container's quota file in a
 //!   directory of its own, the one mounted into it), claims, GPU segments,
@@ -54,7 +56,7 @@
 //!   and the DRA plugin share.
 //!
 //! No two modules import each other: `sys`, `text`, `proc` and `cdi` stand
-//! alone; `fs` is on `sys`; `inroot` on `sys` and `text`; `layout` on
+//! alone; `fs` is on `sys`; `inroot` on `fs`, `sys` and `text`; `layout` on
 //! `fs`; `run_dir` on `fs` and `layout`; `container` on `fs`, `layout`,
 //! `proc` and `text`; `resize` on `fs` and `layout`; `discover` on
 //! `container`, `fs`, `layout`, `resize` and `sys`; `watch_state` on `fs`,

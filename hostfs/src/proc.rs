@@ -1,7 +1,12 @@
 //! What the host side reads of a process in `/proc` that every host
 //! command shares: the OCI hook records a container's init and namespace
 //! with these, the watch maps processes to slices with them, `cuslice
-//! resize` finds a `cuslice run` session's directory with them.
+//! resize` finds a `cuslice run` session's directory with them, `cuslice
+//! status` tells a tenant's host processes with them.
+//!
+//! Paths here are the kernel's (`/proc/<pid>/...`), read by path: procfs
+//! holds no link a tenant planted; the links it makes (`fd/N`, `ns/*`,
+//! `exe`, `root`) are followed where what they lead to is what is asked.
 
 use std::path::PathBuf;
 
@@ -23,6 +28,46 @@ pub struct Stat {
 /// when there is no such process (or it cannot be read).
 pub fn stat(pid: u32) -> Option<Stat> {
     parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// The cgroup of process `pid` ([`cgroup_of`] its `/proc/<pid>/cgroup`);
+/// None where it cannot be read or names none.
+pub fn cgroup(pid: u32) -> Option<String> {
+    cgroup_of(&cgroup_text(pid)?)
+}
+
+/// The text of `/proc/<pid>/cgroup` (the OCI hook parses its v2 line for
+/// the driver's memory limit too); None where it cannot be read.
+pub fn cgroup_text(pid: u32) -> Option<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()
+}
+
+/// Whether process `pid` is exiting (`PF_EXITING` in the flags of
+/// `/proc/<pid>/stat`): it gave its registration back and the driver has
+/// not torn its context down yet.
+pub fn exiting(pid: u32) -> bool {
+    const PF_EXITING: u64 = 0x4;
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            let rest = s.get(s.rfind(')')? + 2..)?;
+            // After the name: state ppid pgrp session tty_nr tpgid flags.
+            rest.split(' ').nth(6)?.parse::<u64>().ok()
+        })
+        .is_some_and(|f| f & PF_EXITING != 0)
+}
+
+/// Whether process `pid` holds one of `files` (device, inode) open among
+/// its first [`MAX_FDS`] descriptors. Each `/proc/<pid>/fd/N` is stat'ed
+/// following it, on purpose: it is the kernel's link to the open file,
+/// and the file is what is compared.
+pub fn holds_open(pid: u32, files: &[(u64, u64)]) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|rd| {
+        rd.flatten()
+            .take(MAX_FDS)
+            .any(|e| std::fs::metadata(e.path()).is_ok_and(|m| files.contains(&(m.dev(), m.ino()))))
+    })
 }
 
 /// The inode of a namespace file.

@@ -1,9 +1,10 @@
 //! The descriptor-level calls the rest of this crate is made of, in one
 //! place: `openat` (always close-on-exec), `fstat` and `fstatat` without
-//! following a link, `fchmod`, the effective uid, and what a file type is
-//! called in a message. [`fs`](crate::fs) (the host's own directories) and
-//! [`inroot`](crate::inroot) (a container's root file system) both build on
-//! this module and on nothing of each other.
+//! following a link, `fchmod`, the effective uid, what a file type is
+//! called in a message, and a descriptor's `/proc/self/fd` path
+//! ([`fd_path`]). [`fs`](crate::fs) (the host's own directories) and
+//! [`inroot`](crate::inroot) (a container's root file system) both build
+//! on this module and on nothing of each other.
 
 use std::ffi::CStr;
 use std::io;
@@ -126,6 +127,16 @@ pub fn mkdirat(dir: BorrowedFd, name: &CStr, mode: libc::mode_t) -> io::Result<(
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// `/proc/self/fd/N`, the path by which the kernel reaches what descriptor
+/// N of this process refers to (its mount and inode), whatever names lead
+/// there now: for what takes only a path (mount(2) of a bind mount's
+/// source and target, the OCI hook's). The one place such a path is
+/// made; a file below a held directory is opened from the directory's
+/// descriptor ([`crate::fs::Dir`]), never through this.
+pub fn fd_path(fd: BorrowedFd) -> std::path::PathBuf {
+    std::path::PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()))
 }
 
 /// The effective uid: whose the files this process makes are.

@@ -8,17 +8,17 @@
 //! escaped by [`clean`] where it is read.
 
 use std::collections::BTreeMap;
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 
 use cuslice_core::config::{self, format_uuid};
-use cuslice_core::segment::{MAX_DEVICES, Segment, UNLIMITED};
+use cuslice_core::segment::{MAX_DEVICES, UNLIMITED};
 use serde::Serialize;
 
 use super::fd_file_id;
 use super::segments::void_if_truncated;
 use crate::host::container::{self, ContainerMeta, short_id};
-use crate::host::discover::{self, Found, Places};
+use crate::host::discover::{self, Found, PinnedSegment, Places};
 use crate::host::fs::{Dir, Kind};
 use crate::host::layout::{self, Layout, MEMORY_SEGMENT, QUOTA_FILE, SliceKind};
 use crate::host::resize::{self, ResizeRecord};
@@ -193,17 +193,12 @@ impl MemFile {
     }
 
     /// Its own directory, opened through the layer (no link on the way
-    /// below `base`), held by what is returned, and the path to open the
-    /// segment by while it is held: so that the directory checked is the
-    /// one read (a run directory's owner could swap a link in between
-    /// otherwise).
-    fn pinned(&self) -> Result<(Box<dyn std::fmt::Debug>, PathBuf), String> {
+    /// below `base`) and held, the segment to be opened from it: so that
+    /// the directory checked is the one read (a run directory's owner
+    /// could swap a link in between otherwise).
+    fn pinned(&self) -> Result<PinnedSegment, String> {
         let (base, rel) = match self {
-            MemFile::Slice(f) => {
-                let seg = f.segment(None)?;
-                let via = seg.path().to_path_buf();
-                return Ok((Box::new(seg), via));
-            }
+            MemFile::Slice(f) => return f.segment(None),
             MemFile::Given { base, rel } => (base, rel),
         };
         let (Some(dir), Some(name)) = (rel.parent(), rel.file_name()) else {
@@ -215,8 +210,7 @@ impl MemFile {
         let d = Dir::open(base)
             .and_then(|b| b.open_dir_beneath(dir))
             .map_err(|e| e.to_string())?;
-        let via = PathBuf::from(format!("/proc/self/fd/{}", d.as_fd().as_raw_fd())).join(name);
-        Ok((Box::new(d), via))
+        Ok(PinnedSegment::at(d, name))
     }
 }
 
@@ -382,13 +376,8 @@ fn resized(mem: &MemFile, devices: &mut [DeviceView]) -> (Option<ResizeRecord>, 
 
 pub fn read_mem(mem: &MemFile) -> Result<MemRead, String> {
     let path = &mem.path();
-    // Through its pinned directory (the file itself is opened without
-    // following a link by core).
-    let (_dir, via) = mem.pinned()?;
-    let s = Segment::open_read_only(&via).map_err(|e| {
-        e.to_string()
-            .replace(&*via.to_string_lossy(), &path.to_string_lossy())
-    })?;
+    // From its pinned directory, without following a link.
+    let s = mem.pinned()?.open(false)?;
     let mut uuids = BTreeMap::new();
     let mut devices = vec![];
     for d in 0..MAX_DEVICES {
@@ -452,6 +441,7 @@ pub fn read_mem(mem: &MemFile) -> Result<MemRead, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cuslice_core::segment::Segment;
 
     /// A segment found in a run directory whose owner then swaps the
     /// segment's directory for a link to another slice's (a race an
@@ -473,12 +463,12 @@ mod tests {
         // Read while pinned: the directory checked is the one read, even
         // with the swap made between the open of the directory and of the
         // file.
-        let (dir, via) = mem.pinned().expect("pinned");
+        let pinned = mem.pinned().expect("pinned");
         std::fs::rename(t.join("run/segment"), t.join("run/old")).expect("move away");
         std::os::unix::fs::symlink(t.join("victim/segment"), t.join("run/segment")).expect("link");
-        let s = Segment::open_read_only(&via).expect("through the pinned directory");
+        let s = pinned.open(false).expect("through the pinned directory");
         assert_eq!(s.device_usage(0).map(|u| u.limit), Some(1 << 30));
-        drop(dir);
+        drop(pinned);
         // After the swap, a new reading refuses the link.
         let e = read_mem(&mem).err().expect("a link on the way is refused");
         assert!(e.contains("symlink") || e.contains("symbolic link"), "{e}");

@@ -4,10 +4,10 @@
 //! is first seen, and the slices' own processes.
 
 use std::ffi::CString;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::path::PathBuf;
 
-pub use crate::host::proc::{Stat, cgroup_of, ns_inode};
+pub use crate::host::proc::{Stat, ns_inode};
 
 pub trait ProcSource {
     fn stat(&self, pid: u32) -> Option<Stat>;
@@ -45,7 +45,6 @@ impl ProcSource for Procfs {
     }
 
     fn pid_namespaces(&self, pid: u32) -> Vec<u64> {
-        use std::os::unix::fs::MetadataExt;
         let mine = ns_inode("/proc/self/ns/pid");
         let Ok(c) = CString::new(format!("/proc/{pid}/ns/pid")) else {
             return vec![];
@@ -60,12 +59,11 @@ impl ProcSource for Procfs {
         let mut out = vec![];
         // A process may nest PID namespaces (32 levels at most).
         for _ in 0..33 {
-            let Ok(f) = std::fs::File::open(format!("/proc/self/fd/{}", cur.as_raw_fd())) else {
+            let Ok(st) = crate::host::sys::fstat(cur.as_fd()) else {
                 break;
             };
-            let Ok(m) = f.metadata() else { break };
-            out.push(m.ino());
-            if Some(m.ino()) == mine {
+            out.push(st.st_ino);
+            if Some(st.st_ino) == mine {
                 break;
             }
             // SAFETY: NS_GET_PARENT on a namespace descriptor we own; it
@@ -81,7 +79,7 @@ impl ProcSource for Procfs {
     }
 
     fn cgroup(&self, pid: u32) -> Option<String> {
-        cgroup_of(&std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?)
+        crate::host::proc::cgroup(pid)
     }
 
     fn inner_pid(&self, pid: u32) -> Option<u32> {
@@ -116,7 +114,7 @@ impl ProcSource for Procfs {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::host::proc::{parse_stat, uid_of};
+    use crate::host::proc::{cgroup_of, parse_stat, uid_of};
 
     #[test]
     fn stat_fields_are_counted_after_the_name() {
