@@ -416,16 +416,15 @@ impl Found {
 pub struct PinnedSegment {
     dir: Dir,
     name: OsString,
-    /// `/proc/self/fd/<dir>/<name>`: see [`PinnedSegment::path`].
-    via: PathBuf,
 }
 
 impl PinnedSegment {
     /// The segment `name` (a plain name) in `dir`, held.
     pub fn at(dir: Dir, name: impl Into<OsString>) -> PinnedSegment {
-        let name = name.into();
-        let via = crate::sys::fd_path(dir.as_fd()).join(&name);
-        PinnedSegment { dir, name, via }
+        PinnedSegment {
+            dir,
+            name: name.into(),
+        }
     }
 
     /// The segment's path, as shown.
@@ -467,14 +466,6 @@ impl PinnedSegment {
     pub fn check(&self, owner: Option<(u32, &str)>) -> Result<(), String> {
         let fd = self.dir.open_segment(&self.name, false)?;
         fs::check_fd(fd.as_fd(), Kind::File, owner).map_err(|e| named(&self.shown(), e))
-    }
-
-    /// `/proc/self/fd/<its directory>/<name>`, the path the segment was
-    /// opened by before [`PinnedSegment::open`]: left only for the watch's
-    /// repair target (`cli/src/watch/slices.rs`), which is moving to
-    /// [`PinnedSegment::open`]; valid while this lives.
-    pub fn path(&self) -> &Path {
-        &self.via
     }
 }
 
@@ -611,7 +602,7 @@ mod tests {
         );
         assert!(c1.has_segment() && c1.record_id().is_some() && c1.entry.is_some());
         let seg = c1.segment(None).expect("segment");
-        assert_eq!(std::fs::read(seg.path()).expect("read"), b"seg");
+        assert!(seg.check(None).is_ok(), "a regular file, held");
         assert_eq!(seg.shown(), c1.paths.memory_segment());
         // Opened from its directory's descriptor: "seg" is no segment,
         // said naming the file as shown.

@@ -198,16 +198,16 @@ pub fn create(a: &HookArgs) -> Result<(), String> {
         .pid
         .filter(|p| *p > 0)
         .ok_or("the OCI state has no container pid")?;
+    let init = u32::try_from(pid).ok();
+    // Read once: the record's cgroup and the driver's memory limit's.
+    let cgroup_text = init
+        .and_then(crate::host::proc::cgroup_text)
+        .unwrap_or_default();
     let meta = ContainerMeta {
         pid_ns: crate::host::proc::ns_inode(&format!("/proc/{pid}/ns/pid")),
-        cgroup: std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
-            .ok()
-            .and_then(|t| crate::host::proc::cgroup_of(&t)),
-        init_pid: u32::try_from(pid).ok(),
-        init_start: std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .ok()
-            .and_then(|t| crate::host::proc::parse_stat(&t))
-            .map(|s| s.start),
+        cgroup: crate::host::proc::cgroup_of(&cgroup_text),
+        init_pid: init,
+        init_start: init.and_then(crate::host::proc::stat).map(|s| s.start),
         claim: a.claim.clone(),
         ..meta
     };
@@ -222,7 +222,6 @@ pub fn create(a: &HookArgs) -> Result<(), String> {
             a.lib.display()
         ));
     }
-    let cgroup_text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
     let meta = ContainerMeta {
         driver_memory_limit: driver_memory_limits(&cfg, &cgroup_text),
         ..meta

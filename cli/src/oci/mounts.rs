@@ -73,11 +73,13 @@ pub(super) fn binds(a: &HookArgs, id: &str) -> [Bind; 5] {
     ]
 }
 
-/// `/proc/self/fd/N`: the path mount(2) resolves to what descriptor N
-/// refers to (its mount and inode), whatever names lead there.
+/// `/proc/self/fd/N` (`host::sys::fd_path`): the path mount(2) resolves
+/// to what descriptor N refers to (its mount and inode), whatever names
+/// lead there.
 fn fd_path(fd: BorrowedFd) -> CString {
+    use std::os::unix::ffi::OsStringExt;
     // A decimal number never contains NUL.
-    CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd())).unwrap_or_default()
+    CString::new(crate::host::sys::fd_path(fd).into_os_string().into_vec()).unwrap_or_default()
 }
 
 pub(super) fn mount(

@@ -9,11 +9,10 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use cuslice_core::gpu::audit::Expected;
-use cuslice_core::segment::Segment;
 
 use super::config::{Policy, WatchConfig};
 use super::gpuseg::{self, Finding};
@@ -310,13 +309,8 @@ impl Executor {
                     || Err("the slice is gone".to_string()),
                     super::slices::Slice::open_mem_seg_for_repair,
                 );
-                // The file as the slice names it (the repair may go
-                // through a descriptor's path).
-                let shown = slices.get(&slice).and_then(|s| s.mem_seg.clone());
                 Some(
-                    match target.and_then(|t| {
-                        restore_limit(t.path(), shown.as_deref(), entry, uuid.as_ref(), limit)
-                    }) {
+                    match target.and_then(|t| restore_limit(&t, entry, uuid.as_ref(), limit)) {
                         Ok(None) => "restored".to_string(),
                         Ok(Some(busy)) => format!("restored without its lock: {busy}"),
                         Err(e) => format!("not restored: {e}"),
@@ -463,21 +457,19 @@ fn signal(pid: u32, start: u64, sig: libc::c_int) -> Result<(), String> {
     Ok(())
 }
 
-/// Puts entry `dev` of the memory segment at `path` back: its limit, and
+/// Puts entry `dev` of the memory segment `target` back: its limit, and
 /// with `uuid` (a GPU of this host) its UUID and READY state too (a plain
 /// store: admissions read the limit under the entry's lock, so the next
 /// one sees it). The segment's lock is waited for at most 2 s
 /// (`Segment::restore_device`): a tenant keeping it gets the quota put
-/// back all the same, and the pass goes on; Some: who kept it (`shown`:
-/// the file named in that line).
+/// back all the same, and the pass goes on; Some: who kept it.
 fn restore_limit(
-    path: &Path,
-    shown: Option<&Path>,
+    target: &super::slices::RepairTarget,
     dev: usize,
     uuid: Option<&[u8; 16]>,
     limit: u64,
 ) -> Result<Option<String>, String> {
-    let seg = Segment::open_existing(path).map_err(|e| e.to_string())?;
+    let seg = target.open()?;
     let busy = match seg.restore_device(dev, uuid, limit) {
         Ok(b) => b,
         Err(_) => return Err("no such device entry".into()),
@@ -485,10 +477,9 @@ fn restore_limit(
     if seg.truncated() {
         return Err("the file was truncated while it was written".into());
     }
+    // Named as the slice names it.
     Ok(busy.map(|mut b| {
-        if let Some(s) = shown {
-            b.path = s.to_path_buf();
-        }
+        b.path = target.path().to_path_buf();
         b.to_string()
     }))
 }

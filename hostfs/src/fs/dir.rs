@@ -170,7 +170,7 @@ impl Dir {
     ) -> Result<Dir, String> {
         let name = name.as_ref();
         component(&self.path, name)?;
-        let fd = super::open_checked(Some(self.fd.as_fd()), Path::new(name), Kind::Dir, owner)?;
+        let fd = super::open_checked(self.fd.as_fd(), Path::new(name), Kind::Dir, owner)?;
         Ok(Dir {
             fd,
             path: self.path.join(name),

@@ -184,18 +184,13 @@ pub fn check_fd(fd: BorrowedFd, kind: Kind, owner: Option<(u32, &str)>) -> Resul
     Ok(())
 }
 
-/// Opens `path`, relative to `at` (a directory descriptor) or as it is,
-/// without following a link in its last component (a link there is an
-/// error, wherever it points) and without blocking (a FIFO), read-only;
-/// checked on the descriptor to be `kind` and owned by `owner` where given.
-/// Errors say only what is wrong; the caller names the path.
-///
-/// `at` None (a path opened as it is) is left only for the watch's repair
-/// target (`cli/src/watch/slices.rs`), moving to
-/// [`crate::discover::PinnedSegment::open`]; then this takes a directory
-/// and a plain name, as [`Dir`]'s openers do.
+/// Opens `path` relative to `at` (a directory descriptor), without
+/// following a link in its last component (a link there is an error,
+/// wherever it points) and without blocking (a FIFO), read-only; checked on
+/// the descriptor to be `kind` and owned by `owner` where given. Errors say
+/// only what is wrong; the caller names the path.
 pub fn open_checked(
-    at: Option<BorrowedFd>,
+    at: BorrowedFd,
     path: &Path,
     kind: Kind,
     owner: Option<(u32, &str)>,
@@ -205,9 +200,9 @@ pub fn open_checked(
     if kind == Kind::Dir {
         flags |= libc::O_DIRECTORY;
     }
-    let base = at.map_or(libc::AT_FDCWD, |d| d.as_raw_fd());
+    let base = at.as_raw_fd();
     // SAFETY: openat with a NUL-terminated path and a descriptor the
-    // caller holds (or AT_FDCWD); the descriptor is owned below.
+    // caller holds; the descriptor is owned below.
     let fd = unsafe { libc::openat(base, c.as_ptr(), flags | libc::O_CLOEXEC) };
     if fd < 0 {
         let e = io::Error::last_os_error();
@@ -249,7 +244,7 @@ pub fn read_checked_at(
     owner: Option<(u32, &str)>,
     max: u64,
 ) -> Result<String, String> {
-    let fd = open_checked(Some(dir), name, Kind::File, owner)?;
+    let fd = open_checked(dir, name, Kind::File, owner)?;
     let mut bytes = Vec::new();
     io::Read::read_to_end(
         &mut io::Read::take(std::fs::File::from(fd), max + 1),

@@ -91,16 +91,17 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use cuslice_core::config::{self, Config};
+use cuslice_core::segment::Segment;
 
 use super::procfs::ProcSource;
 use crate::host::container::{describe, short_id};
 use crate::host::discover::{self, FileId, Found, PinnedSegment, Places, SESSION};
-use crate::host::fs::{self, Kind};
 use crate::host::layout::{self, Layout, SliceDir};
 use crate::host::resize::ResizeRecord;
 use crate::host::text;
 
 use kinds::*;
+pub use repair::RepairTarget;
 
 /// Whose a host process is.
 #[derive(Debug, Clone, PartialEq, Eq)]

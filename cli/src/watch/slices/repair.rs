@@ -7,17 +7,27 @@ use super::*;
 /// [`Slice::open_mem_seg_for_repair`].
 #[derive(Debug)]
 pub struct RepairTarget {
-    /// The segment's directory, pinned (None: a container's, by path).
-    _dir: Option<PinnedSegment>,
+    /// A session's: its directory pinned, and its user, whose the file
+    /// must be (None: a container's or a claim's, by path, root's).
+    pinned: Option<(PinnedSegment, u32)>,
+    /// The file, as the slice names it.
     path: PathBuf,
 }
 
 impl RepairTarget {
-    /// The path to open the segment by, valid while this lives:
-    /// `/proc/self/fd/<its directory>/memory.seg` for a session (its
-    /// last component a plain name, opened without following a link).
+    /// The file, as the slice names it.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The segment, mapped read-write: a session's opened from its pinned
+    /// directory without following a link, checked its user's on the
+    /// descriptor it is mapped from.
+    pub fn open(&self) -> Result<Segment, String> {
+        match &self.pinned {
+            Some((s, uid)) => s.open_owned(true, Some((*uid, SESSION))),
+            None => Segment::open_existing(&self.path).map_err(|e| e.to_string()),
+        }
     }
 }
 
@@ -38,7 +48,7 @@ impl Slice {
         let path = self.mem_seg.as_deref().ok_or("no memory segment")?;
         let Some(uid) = self.mem_seg_owner else {
             return Ok(RepairTarget {
-                _dir: None,
+                pinned: None,
                 path: path.to_path_buf(),
             });
         };
@@ -53,11 +63,10 @@ impl Slice {
         // (the user's XDG_RUNTIME_DIR may be a link), not itself a link,
         // the user's own; its segment directory likewise, held open.
         let s = discover::run(base, run_name, run_dir, Some(uid))?.segment(owner)?;
-        fs::open_checked(None, s.path(), Kind::File, owner)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+        s.check(owner)?;
         Ok(RepairTarget {
-            path: s.path().to_path_buf(),
-            _dir: Some(s),
+            pinned: Some((s, uid)),
+            path: path.to_path_buf(),
         })
     }
 }
