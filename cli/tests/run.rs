@@ -26,7 +26,14 @@ fn with_env(mut c: Command) -> Command {
         )
         .env("CUSLICE_LIB", &e.shim)
         .env("FAKE_CUDA_CTX_OVERHEAD", "1MiB")
-        .env("CUSLICE_CONTEXT_OVERHEAD", "1MiB");
+        .env("CUSLICE_CONTEXT_OVERHEAD", "1MiB")
+        // The GPU segments and memory pools in a directory of this test's
+        // own, not the host's default (/dev/shm/cuslice/gpu), which no
+        // test may write; a test naming its own sets it again.
+        .env(
+            "CUSLICE_GPU_SEGMENT_DIR",
+            std::env::temp_dir().join(format!("cuslice-run-gpu-{}", std::process::id())),
+        );
     c
 }
 
