@@ -5,7 +5,7 @@
  * cuslice_nvml.h, which it includes and they call too. Written for
  * cuslice; checked against NVIDIA's nvml.h by the ABI test in
  * hookgen/tests/abi.rs. No @hook annotations: the shim neither exports nor
- * calls these. hostfs/build.rs turns every function declared here and in
+ * calls these. host/build.rs turns every function declared here and in
  * cuslice_nvml.h into a function-pointer type (hookgen::loader_bindings)
  * for the host file layer's NVML loader, which loads NVML itself. See
  * README.md beside this file.
@@ -97,7 +97,7 @@ nvmlReturn_t nvmlDeviceSetMemoryLimits_v1(nvmlDevice_t device, nvmlSetMemoryLimi
 
 nvmlReturn_t nvmlDeviceGetMemoryLimits_v1(nvmlDevice_t device, nvmlGetMemoryLimits_v1_t *limits);
 
-/* GPU health (hostfs/src/health/): the XID events the health source waits
+/* GPU health (host/src/gpu/health/): the XID events the health source waits
  * for, and the checks of a GPU's memory it makes now and then. */
 
 /* A set of devices' events, waited on together. */

@@ -4,7 +4,7 @@
 //! and clients. The file descriptor set is kept too: tests/wire.rs reads the
 //! field numbers and method paths from it.
 //!
-//! (NVML's declarations are the host file layer's: hostfs/build.rs.)
+//! (NVML's declarations are the host file layer's: host/build.rs.)
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let files = [

@@ -25,8 +25,8 @@ use prometheus_client::registry::Registry;
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
 
-use crate::host::text;
 use crate::view::{GpuView, Snapshot, Viewer};
+use cuslice_host::text;
 
 type Labels = Vec<(String, String)>;
 type G = Family<Labels, Gauge>;

@@ -4,9 +4,9 @@
 //! columns leave, and every line is cut to the width, so that nothing
 //! wraps (80 columns included).
 
-use crate::host::health::State;
-use crate::host::health::judge::{ago, utc};
 use crate::view::{GpuView, Snapshot, TenantView};
+use cuslice_host::gpu::health::State;
+use cuslice_host::gpu::health::judge::{ago, utc};
 
 /// One line of a frame. `dim`: a tenant with no live process.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -193,7 +193,7 @@ fn health_line(g: &GpuView) -> Option<String> {
         .health
         .as_ref()
         .filter(|h| h.health.state != State::Healthy)?;
-    let now = crate::host::watch_state::now_unix();
+    let now = cuslice_host::watch_state::now_unix();
     Some(format!(
         "  ! {} since {} ({}){}: {}{}",
         h.health.state,
@@ -370,7 +370,7 @@ pub fn details(s: &Snapshot) -> String {
             c.tenant,
             c.container
                 .as_ref()
-                .map(|m| format!(", container {}", crate::host::container::describe(m)))
+                .map(|m| format!(", container {}", cuslice_host::container::describe(m)))
                 .unwrap_or_default()
         ));
         if let Some(l) = c

@@ -9,12 +9,12 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::host::health::judge::{ago, utc};
-use crate::host::health::source::{self, Config, Report, Source, now_unix, parse_duration};
-use crate::host::health::view::{self, View};
-use crate::host::health::{State, file};
-use crate::host::layout::{DEFAULT_ROOT, Layout};
-use crate::host::nvml::Nvml;
+use cuslice_host::gpu::health::judge::{ago, utc};
+use cuslice_host::gpu::health::source::{self, Config, Report, Source, now_unix, parse_duration};
+use cuslice_host::gpu::health::view::{self, View};
+use cuslice_host::gpu::health::{State, file};
+use cuslice_host::gpu::nvml::Nvml;
+use cuslice_host::layout::{DEFAULT_ROOT, Layout};
 
 #[derive(clap::Args)]
 pub struct HealthArgs {

@@ -12,7 +12,6 @@ use cuslice_core::config;
 mod exporter;
 mod frame;
 mod health;
-mod host;
 mod limits;
 mod oci;
 mod readings;
@@ -179,7 +178,7 @@ enum CdiCmd {
 /// spec newer than its CDI library knows (podman 4.3, Debian 12's, knows
 /// up to 0.5.0).
 fn cdi_spec(cuslice: &Path, root: Option<&Path>, lib: Option<&Path>) -> Result<String, String> {
-    use host::cdi;
+    use cuslice_host::cdi;
     let hooks = cdi::OciHooks {
         cuslice,
         root,
@@ -450,7 +449,7 @@ fn run(
     // exclusively under an unpredictable name, held open (the watch finds
     // it among this process's descriptors) and removed when the program
     // ends: the host file layer's run_dir.
-    let dir = host::run_dir::RunDir::create()?;
+    let dir = cuslice_host::run_dir::RunDir::create()?;
     // Each run is its own tenant; the GPU segment directory is the host's,
     // shared with every other tenant of the GPU. Empty counts as unset, as
     // for every variable the shim reads.
@@ -476,7 +475,7 @@ fn run(
     dir.make_segment_dir()?;
     let quota = dir.write_quota(&text)?;
     // The session's guarantee, registered before its program starts and
-    // kept while this process lives (host::guarantee).
+    // kept while this process lives (cuslice_host::guarantee).
     let cfg = config::parse_file(&quota, &text).map_err(|e| e.to_string())?;
     let visible = gpu
         .as_deref()
@@ -485,7 +484,7 @@ fn run(
     let held = register_run_guarantee(&cfg, visible.as_deref())?;
     cmd.env("CUSLICE_CONFIG", &quota);
     let status = run_child(cmd);
-    host::guarantee::finish(&cfg, held);
+    cuslice_host::guarantee::finish(&cfg, held);
     let status = status?;
     drop(dir);
     if let Some(code) = status.code() {
@@ -512,11 +511,11 @@ fn run(
 fn register_run_guarantee(
     cfg: &config::Config,
     visible: Option<&str>,
-) -> Result<Vec<host::guarantee::Registration>, String> {
+) -> Result<Vec<cuslice_host::guarantee::Registration>, String> {
     if !cfg.has_memory() {
         return Ok(vec![]);
     }
-    let Ok(nvml) = host::nvml::Nvml::open() else {
+    let Ok(nvml) = cuslice_host::gpu::nvml::Nvml::open() else {
         return Ok(vec![]);
     };
     let picked = |index: u32, uuid: &str| match visible {
@@ -536,13 +535,13 @@ fn register_run_guarantee(
             .map_err(|e| format!("GPU {}: cannot read its memory through NVML: {e}", d.index))?;
         let uuid = config::parse_uuid(&d.uuid)
             .map_err(|e| format!("NVML's GPU {} UUID {:?}: {e}", d.index, d.uuid))?;
-        gpus.push(host::guarantee::GpuMemory {
+        gpus.push(cuslice_host::guarantee::GpuMemory {
             index: d.index,
             uuid,
             total,
         });
     }
-    let held = match host::guarantee::register(
+    let held = match cuslice_host::guarantee::register(
         &cfg.gpu_segment_dir,
         cfg,
         &gpus,
@@ -554,10 +553,10 @@ fn register_run_guarantee(
         // /dev/shm): the program's shim applies its own rule to it (a
         // tenant that may burst or wait is refused CUDA naming the file,
         // one that may not runs on under its quota), said here once.
-        Err(e) if e.starts_with(host::guarantee::UNUSABLE) => {
+        Err(e) if e.starts_with(cuslice_host::guarantee::UNUSABLE) => {
             eprintln!(
                 "cuslice: warning: the session's memory guarantee is not registered ahead: {}",
-                host::text::clean_to(&e, host::text::LINE_MAX)
+                cuslice_host::text::clean_to(&e, cuslice_host::text::LINE_MAX)
             );
             vec![]
         }
@@ -566,7 +565,7 @@ fn register_run_guarantee(
     for line in held.iter().filter_map(|r| r.pending_line()) {
         eprintln!(
             "cuslice: warning: {}",
-            host::text::clean_to(&line, host::text::LINE_MAX)
+            cuslice_host::text::clean_to(&line, cuslice_host::text::LINE_MAX)
         );
     }
     Ok(held)
@@ -648,7 +647,10 @@ fn main() -> ExitCode {
         Cmd::Watch { args } => watch::run(args).map(|()| ExitCode::SUCCESS),
         Cmd::Resize { args } => resize::resize(&args).map(|lines| {
             for l in lines {
-                println!("{}", host::text::clean_to(&l, host::text::LINE_MAX));
+                println!(
+                    "{}",
+                    cuslice_host::text::clean_to(&l, cuslice_host::text::LINE_MAX)
+                );
             }
             ExitCode::SUCCESS
         }),
@@ -692,7 +694,7 @@ fn main() -> ExitCode {
             // runtime's log and name what the container's spec says.
             eprintln!(
                 "cuslice: {}",
-                host::text::clean_to(&e, host::text::LINE_MAX)
+                cuslice_host::text::clean_to(&e, cuslice_host::text::LINE_MAX)
             );
             ExitCode::from(125)
         }

@@ -147,7 +147,7 @@ pub struct Nvml {
 
 #[derive(Default)]
 struct NvmlState {
-    nvml: Option<cuslice_host::nvml::Nvml>,
+    nvml: Option<cuslice_host::gpu::nvml::Nvml>,
     /// The last description of each GPU (by index).
     seen: std::collections::BTreeMap<u32, Gpu>,
     /// What was said about GPUs left out.
@@ -160,7 +160,7 @@ impl Inventory for Nvml {
         let st = &mut *st;
         if st.nvml.is_none() {
             st.nvml =
-                Some(cuslice_host::nvml::Nvml::open().map_err(|e| {
+                Some(cuslice_host::gpu::nvml::Nvml::open().map_err(|e| {
                     format!("cannot load NVML ({e}): is the NVIDIA driver installed?")
                 })?);
         }
@@ -193,8 +193,8 @@ impl Inventory for Nvml {
 /// One GPU as NVML describes it; every error names the GPU by index and
 /// UUID.
 fn describe(
-    nvml: &cuslice_host::nvml::Nvml,
-    d: &cuslice_host::nvml::DeviceHandle,
+    nvml: &cuslice_host::gpu::nvml::Nvml,
+    d: &cuslice_host::gpu::nvml::DeviceHandle,
 ) -> Result<Gpu, String> {
     let of = |e: String| format!("GPU {} ({}): {e}", d.index, d.uuid);
     let memory = nvml.memory_total(d).map_err(of)?;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use clap::Parser;
 use cuslice_dra::{api, claim, cleanup, gpus, node, publish, server};
-use cuslice_host::health::source as health;
+use cuslice_host::gpu::health::source as health;
 
 #[derive(Parser)]
 #[command(

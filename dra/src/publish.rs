@@ -16,7 +16,7 @@
 //! - The slice is owned by its Node (an ownerReference with the Node's
 //!   UID), so that deleting the node deletes its slice. A Node that cannot
 //!   be read leaves the slice without an owner, said once.
-//! - GPU health (`cuslice_host::health`, the plugin's own health source):
+//! - GPU health (`cuslice_host::gpu::health`, the plugin's own health source):
 //!   an unhealthy GPU's device carries a taint ([`crate::slice::health_taint`]:
 //!   NoSchedule, NoExecute for a lost GPU). A change of a GPU's health wakes
 //!   the loop at once, so the slice is republished within a second of the
@@ -288,19 +288,19 @@ pub async fn publish_with(
 
 /// The GPUs' health, as the plugin's health source judges it.
 pub trait HealthSource: Send + Sync {
-    fn gpus(&self) -> Vec<cuslice_host::health::file::GpuHealth>;
+    fn gpus(&self) -> Vec<cuslice_host::gpu::health::file::GpuHealth>;
 }
 
-impl HealthSource for cuslice_host::health::source::Source {
-    fn gpus(&self) -> Vec<cuslice_host::health::file::GpuHealth> {
-        cuslice_host::health::source::Source::gpus(self)
+impl HealthSource for cuslice_host::gpu::health::source::Source {
+    fn gpus(&self) -> Vec<cuslice_host::gpu::health::file::GpuHealth> {
+        cuslice_host::gpu::health::source::Source::gpus(self)
     }
 }
 
 /// The taints of the unhealthy GPUs among `health`, by UUID.
 pub fn health_taints(
     driver: &str,
-    health: &[cuslice_host::health::file::GpuHealth],
+    health: &[cuslice_host::gpu::health::file::GpuHealth],
 ) -> BTreeMap<String, DeviceTaint> {
     health
         .iter()

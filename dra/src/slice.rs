@@ -21,7 +21,7 @@
 //! | `productName` | string | NVML's name ("NVIDIA H200"); absent if NVML gave none |
 //! | `cudaComputeCapability` | version | the CUDA compute capability as a semantic version, 9.0 as `9.0.0` (the name and form of NVIDIA's own DRA driver); absent where the inventory file gives none |
 //!
-//! An unhealthy GPU (`cuslice_host::health`) gets a device taint
+//! An unhealthy GPU (`cuslice_host::gpu::health`) gets a device taint
 //! ([`health_taint`]): key `<driver>/unhealthy`, the cause as its value
 //! (`xid-48`, `lost`, ...), effect `NoSchedule` (`NoExecute` for a lost
 //! GPU: its pods are evicted), added when it became unhealthy; where the
@@ -134,8 +134,8 @@ pub fn taint_key(driver: &str) -> String {
 /// (the pods using it are evicted), else NoSchedule; added when it became
 /// unhealthy (whole seconds: the API server keeps no more, and the slice
 /// must read back as it was sent).
-pub fn health_taint(driver: &str, h: &cuslice_host::health::Health) -> Option<DeviceTaint> {
-    if h.state != cuslice_host::health::State::Unhealthy {
+pub fn health_taint(driver: &str, h: &cuslice_host::gpu::health::Health) -> Option<DeviceTaint> {
+    if h.state != cuslice_host::gpu::health::State::Unhealthy {
         return None;
     }
     Some(DeviceTaint {
@@ -361,7 +361,7 @@ mod tests {
 
     #[test]
     fn an_unhealthy_gpu_is_tainted_or_withdrawn() {
-        use cuslice_host::health::{Cause, Health, State};
+        use cuslice_host::gpu::health::{Cause, Health, State};
         let gpu = |i: u32| Gpu {
             index: i,
             uuid: format!("GPU-{i}"),

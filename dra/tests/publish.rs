@@ -404,10 +404,10 @@ async fn an_api_server_that_refuses_the_slice_is_an_error_naming_it() {
 }
 
 /// A GPU judged unhealthy by XID `xid` at `at` (Unix time).
-fn sick(uuid: &str, xid: u64, at: f64) -> cuslice_host::health::file::GpuHealth {
-    let mut judge = cuslice_host::health::Judge::new(at - 10.0, 300.0);
-    judge.observe(&cuslice_host::health::Input::Xid(xid), at);
-    cuslice_host::health::file::GpuHealth {
+fn sick(uuid: &str, xid: u64, at: f64) -> cuslice_host::gpu::health::file::GpuHealth {
+    let mut judge = cuslice_host::gpu::health::Judge::new(at - 10.0, 300.0);
+    judge.observe(&cuslice_host::gpu::health::Input::Xid(xid), at);
+    cuslice_host::gpu::health::file::GpuHealth {
         index: 1,
         uuid: uuid.into(),
         events: true,
@@ -505,7 +505,7 @@ struct Plugin {
     state: Arc<Mutex<State>>,
     inject: std::path::PathBuf,
     root: std::path::PathBuf,
-    _source: Arc<cuslice_host::health::source::Source>,
+    _source: Arc<cuslice_host::gpu::health::source::Source>,
     _dir: tempfile::TempDir,
 }
 
@@ -533,7 +533,7 @@ impl Plugin {
             .expect("runtime");
         let wake = Arc::new(tokio::sync::Notify::new());
         let w = wake.clone();
-        let cfg = cuslice_host::health::source::Config {
+        let cfg = cuslice_host::gpu::health::source::Config {
             root: root.clone(),
             writer: "cuslice-dra-plugin".into(),
             poll: Duration::from_millis(200),
@@ -541,10 +541,10 @@ impl Plugin {
             quiet,
         };
         let source = Arc::new(
-            cuslice_host::health::source::Source::start(
+            cuslice_host::gpu::health::source::Source::start(
                 cfg,
                 Box::new(move |r| {
-                    if let cuslice_host::health::source::Report::Change(_) = r {
+                    if let cuslice_host::gpu::health::source::Report::Change(_) = r {
                         w.notify_one();
                     }
                 }),
@@ -665,10 +665,10 @@ fn an_operators_clear_lifts_a_lost_gpus_taint_before_the_quiet_period() {
     p.until("gpu-0 tainted NoExecute", Duration::from_secs(30), |s| {
         effect(s) == Some(("NoExecute".into(), Some("xid-79".into())))
     });
-    cuslice_host::health::file::request_clear(
+    cuslice_host::gpu::health::file::request_clear(
         &cuslice_host::layout::Layout::new(&p.root),
         &fake_gpus()[0].uuid,
-        cuslice_host::health::source::now_unix(),
+        cuslice_host::gpu::health::source::now_unix(),
     )
     .expect("clear");
     let took = p.until("gpu-0 cleared", Duration::from_secs(30), |s| {

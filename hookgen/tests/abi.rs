@@ -564,7 +564,7 @@ fn our_headers_match_nvidia_headers() {
     for (file, real_model, real_label) in [
         ("cuslice_cuda.h", &real.cuda, "cuda.h"),
         ("cuslice_nvml.h", &real.nvml, "nvml.h"),
-        // What the host side calls beyond the shim's (hostfs/build.rs).
+        // What the host side calls beyond the shim's (host/build.rs).
         ("cuslice_nvml_host.h", &real.nvml, "nvml.h"),
         ("cuslice_cupti.h", &real.cupti, "cupti.h"),
     ] {

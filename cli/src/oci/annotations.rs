@@ -90,7 +90,7 @@ pub fn quota_from_annotations(
     ann: &BTreeMap<String, String>,
 ) -> Result<Option<String>, String> {
     quota_from_annotations_with(id, ann, &|| {
-        let gpus = crate::host::nvml::Nvml::open().and_then(|n| n.gpus())?;
+        let gpus = cuslice_host::gpu::nvml::Nvml::open().and_then(|n| n.gpus())?;
         Ok(gpus.into_iter().map(|g| (g.index, g.uuid)).collect())
     })
 }

@@ -58,7 +58,7 @@ pub(super) fn driver_memory_limits(cfg: &config::Config, cgroup_text: &str) -> O
         };
         // No NVML, no driver limit (a host without the NVIDIA driver: the
         // shim has no GPU to hold either).
-        let nvml = match crate::host::nvml::Nvml::open() {
+        let nvml = match cuslice_host::gpu::nvml::Nvml::open() {
             Ok(n) => n,
             Err(e) => return Ok(format!("unsupported: NVML: {e}")),
         };
@@ -72,7 +72,7 @@ pub(super) fn driver_memory_limits(cfg: &config::Config, cgroup_text: &str) -> O
             // (The cgroup path and NVML's words, shown, not sent: one line.)
             eprintln!(
                 "cuslice oci-hook: warning: the driver's memory limit was not set ({}); the shim enforces the quota",
-                crate::host::text::clean(&e)
+                cuslice_host::text::clean(&e)
             );
             format!("failed: {e}")
         }

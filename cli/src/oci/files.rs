@@ -36,7 +36,7 @@ pub(super) fn gpu_segments_to_make(
     if !cfg.has_compute() && !cfg.has_memory() {
         return Ok(vec![]);
     }
-    let listed = crate::host::nvml::Nvml::open().and_then(|n| n.gpus());
+    let listed = cuslice_host::gpu::nvml::Nvml::open().and_then(|n| n.gpus());
     match listed {
         Ok(gpus) => gpus
             .iter()
@@ -84,7 +84,7 @@ pub(super) fn make_segments(
     cfg: &config::Config,
     gpus: &[String],
 ) -> Result<(), String> {
-    use crate::host::fs::set_file_mode;
+    use cuslice_host::fs::set_file_mode;
     use std::os::fd::BorrowedFd;
     // SAFETY: a segment's descriptor, live while the segment is.
     let fd_of = |raw: i32| unsafe { BorrowedFd::borrow_raw(raw) };

@@ -34,10 +34,10 @@ pub(super) fn container_gpus<'a>(
 /// NVML's handles of the GPUs a container is given ([`container_gpus`]:
 /// named by its quota file, else its device nodes' minors, else all).
 pub(super) fn container_devices(
-    nvml: &crate::host::nvml::Nvml,
+    nvml: &cuslice_host::gpu::nvml::Nvml,
     cfg: &config::Config,
     minors: &[u32],
-) -> Result<Vec<crate::host::nvml::DeviceHandle>, String> {
+) -> Result<Vec<cuslice_host::gpu::nvml::DeviceHandle>, String> {
     let devices = nvml.devices()?;
     let host: Vec<HostGpu> = devices
         .iter()

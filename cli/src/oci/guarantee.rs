@@ -15,11 +15,11 @@ pub(super) fn register_guarantee(
     cfg: &config::Config,
     minors: &[u32],
 ) -> Result<(), String> {
-    use crate::host::guarantee::{self, GpuMemory};
+    use cuslice_host::guarantee::{self, GpuMemory};
     if !cfg.has_memory() {
         return Ok(());
     }
-    let Ok(nvml) = crate::host::nvml::Nvml::open() else {
+    let Ok(nvml) = cuslice_host::gpu::nvml::Nvml::open() else {
         return Ok(());
     };
     let mut gpus = vec![];
@@ -45,7 +45,7 @@ pub(super) fn register_guarantee(
     for line in done.iter().filter_map(|r| r.pending_line()) {
         eprintln!(
             "cuslice oci-hook: warning: {}",
-            crate::host::text::clean_to(&line, crate::host::text::LINE_MAX)
+            cuslice_host::text::clean_to(&line, cuslice_host::text::LINE_MAX)
         );
     }
     Ok(())
@@ -59,10 +59,10 @@ pub(super) fn release_guarantee(root: &Path, id: &str, cfg: &config::Config) {
     if cfg.slice.as_deref() != Some(container_slice(id).as_str()) {
         return;
     }
-    for e in crate::host::guarantee::release(&root.join(GPU_DIR), cfg) {
+    for e in cuslice_host::guarantee::release(&root.join(GPU_DIR), cfg) {
         eprintln!(
             "cuslice oci-hook: warning: the container's guarantee: {}",
-            crate::host::text::clean_to(&e, crate::host::text::LINE_MAX)
+            cuslice_host::text::clean_to(&e, cuslice_host::text::LINE_MAX)
         );
     }
 }

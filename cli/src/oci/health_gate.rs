@@ -9,10 +9,10 @@ use super::*;
 /// one line naming the first unhealthy GPU, why, since when and the
 /// annotation that overrides it.
 pub(super) fn health_verdict(
-    gpus: &[&crate::host::health::view::GpuView],
+    gpus: &[&cuslice_host::gpu::health::view::GpuView],
     allow: bool,
 ) -> Result<Vec<String>, String> {
-    use crate::host::health::{State, judge::utc};
+    use cuslice_host::gpu::health::{State, judge::utc};
     let mut warnings = vec![];
     for g in gpus {
         let h = &g.health;
@@ -51,8 +51,8 @@ pub(super) fn check_gpu_health(
     minors: &[u32],
     allow: bool,
 ) -> Result<(), String> {
-    use crate::host::health::{source::now_unix, view};
-    let Ok(nvml) = crate::host::nvml::Nvml::open() else {
+    use cuslice_host::gpu::health::{source::now_unix, view};
+    let Ok(nvml) = cuslice_host::gpu::nvml::Nvml::open() else {
         return Ok(());
     };
     let handles = container_devices(&nvml, cfg, minors)?;
@@ -61,7 +61,7 @@ pub(super) fn check_gpu_health(
     for w in health_verdict(&views, allow)? {
         eprintln!(
             "cuslice oci-hook: warning: {}",
-            crate::host::text::clean_to(&w, crate::host::text::LINE_MAX)
+            cuslice_host::text::clean_to(&w, cuslice_host::text::LINE_MAX)
         );
     }
     Ok(())

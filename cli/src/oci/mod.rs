@@ -130,10 +130,10 @@ use std::path::{Path, PathBuf};
 use cuslice_core::config;
 use serde::Deserialize;
 
-use crate::host::container::{self, ContainerMeta};
-use crate::host::fs::Dir;
-use crate::host::inroot::{self, Kind};
-use crate::host::layout::{
+use cuslice_host::container::{self, ContainerMeta};
+use cuslice_host::fs::Dir;
+use cuslice_host::inroot::{self, Kind};
+use cuslice_host::layout::{
     self, CLAIMS_DIR, CONTAINER_RECORD, CONTAINERS_DIR, GPU_DIR, LOCK_FILE, Layout, MEMORY_SEGMENT,
     PRELOAD_FILE, QUOTA_DIR, QUOTA_FILE, SEGMENT_DIR, SliceKind,
 };
@@ -148,7 +148,7 @@ use mounts::*;
 use spec::*;
 use tenant::*;
 
-pub use crate::host::layout::DEFAULT_ROOT;
+pub use cuslice_host::layout::DEFAULT_ROOT;
 pub const DEFAULT_LIB: &str = "/usr/lib/cuslice/libcuslice.so";
 
 pub struct HookArgs {
@@ -201,13 +201,13 @@ pub fn create(a: &HookArgs) -> Result<(), String> {
     let init = u32::try_from(pid).ok();
     // Read once: the record's cgroup and the driver's memory limit's.
     let cgroup_text = init
-        .and_then(crate::host::proc::cgroup_text)
+        .and_then(cuslice_host::proc::cgroup_text)
         .unwrap_or_default();
     let meta = ContainerMeta {
-        pid_ns: crate::host::proc::ns_inode(&format!("/proc/{pid}/ns/pid")),
-        cgroup: crate::host::proc::cgroup_of(&cgroup_text),
+        pid_ns: cuslice_host::proc::ns_inode(&format!("/proc/{pid}/ns/pid")),
+        cgroup: cuslice_host::proc::cgroup_of(&cgroup_text),
         init_pid: init,
-        init_start: init.and_then(crate::host::proc::stat).map(|s| s.start),
+        init_start: init.and_then(cuslice_host::proc::stat).map(|s| s.start),
         claim: a.claim.clone(),
         ..meta
     };
@@ -245,7 +245,7 @@ pub fn create(a: &HookArgs) -> Result<(), String> {
             let lock = lock_root(&a.root)?;
             let tenant = cfg.tenant_name();
             if let Some(other) = tenant_holder(&a.root, &st.id, &tenant, &|init| {
-                crate::host::container::init_alive(init, crate::host::proc::stat)
+                cuslice_host::container::init_alive(init, cuslice_host::proc::stat)
             }) {
                 return Err(format!(
                     "{TENANT_ANNOTATION} {tenant:?}: already the tenant of {other} on this host: two containers cannot share one tenant's slice; choose another name"

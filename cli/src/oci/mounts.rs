@@ -79,7 +79,7 @@ pub(super) fn binds(a: &HookArgs, id: &str) -> [Bind; 5] {
 fn fd_path(fd: BorrowedFd) -> CString {
     use std::os::unix::ffi::OsStringExt;
     // A decimal number never contains NUL.
-    CString::new(crate::host::sys::fd_path(fd).into_os_string().into_vec()).unwrap_or_default()
+    CString::new(cuslice_host::sys::fd_path(fd).into_os_string().into_vec()).unwrap_or_default()
 }
 
 pub(super) fn mount(

@@ -34,9 +34,9 @@ pub(super) fn tenant_holder(
     tenant: &str,
     alive: &dyn Fn(Option<(u32, u64)>) -> bool,
 ) -> Option<String> {
-    use crate::host::container::ClaimRecord;
-    use crate::host::layout::CLAIM_RECORD;
-    use crate::host::text::clean;
+    use cuslice_host::container::ClaimRecord;
+    use cuslice_host::layout::CLAIM_RECORD;
+    use cuslice_host::text::clean;
     use std::ffi::OsStr;
     let root = Dir::open(root).ok()?;
     // A container's quota file where the layout has it (in its quota

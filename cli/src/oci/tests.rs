@@ -73,8 +73,8 @@ fn a_containers_gpus_are_those_its_quota_names_else_its_device_nodes_else_all() 
 
 #[test]
 fn an_unhealthy_gpu_is_refused_in_one_line_unless_allowed_a_degraded_one_warned() {
-    use crate::host::health::view::GpuView;
-    use crate::host::health::{Cause, Health, State};
+    use cuslice_host::gpu::health::view::GpuView;
+    use cuslice_host::gpu::health::{Cause, Health, State};
     let gpu = |state: State, reason: &str| GpuView {
         index: 1,
         uuid: "GPU-x".into(),

@@ -17,12 +17,12 @@ use serde::Serialize;
 
 use super::fd_file_id;
 use super::segments::void_if_truncated;
-use crate::host::container::{self, ContainerMeta, short_id};
-use crate::host::discover::{self, Found, PinnedSegment, Places};
-use crate::host::fs::{Dir, Kind};
-use crate::host::layout::{self, Layout, MEMORY_SEGMENT, QUOTA_FILE, SliceKind};
-use crate::host::resize::{self, ResizeRecord};
-use crate::host::text::clean;
+use cuslice_host::container::{self, ContainerMeta, short_id};
+use cuslice_host::discover::{self, Found, PinnedSegment, Places};
+use cuslice_host::fs::{Dir, Kind};
+use cuslice_host::layout::{self, Layout, MEMORY_SEGMENT, QUOTA_FILE, SliceKind};
+use cuslice_host::resize::{self, ResizeRecord};
+use cuslice_host::text::clean;
 
 /// Where to look.
 #[derive(Debug, Clone)]
@@ -319,7 +319,7 @@ fn segment_owner(seg: &MemFile) -> Owner {
             let owner = up.and_then(|u| Dir::open(base).ok()?.open_dir_beneath(u).ok());
             let uid = owner
                 .as_ref()
-                .and_then(|d| crate::host::sys::fstat(d.as_fd()).ok())
+                .and_then(|d| cuslice_host::sys::fstat(d.as_fd()).ok())
                 .map(|st| st.st_uid);
             let q = match (&owner, uid) {
                 (Some(d), Some(uid)) => {
@@ -334,7 +334,7 @@ fn segment_owner(seg: &MemFile) -> Owner {
                 }
                 _ => Err(String::new()),
             };
-            let ours = Some((crate::host::sys::euid(), "our"));
+            let ours = Some((cuslice_host::sys::euid(), "our"));
             let meta = owner
                 .as_ref()
                 .and_then(|d| container::read_record(d, ours).ok().flatten());

@@ -36,10 +36,10 @@ use std::path::Path;
 use cuslice_core::gpu::monotonic_ns;
 use cuslice_core::pool::EntryView;
 
-use crate::host::health::view as health;
-use crate::host::nvml::{DeviceHandle, GpuInfo, GpuProcess, Nvml};
-use crate::host::text::{self, LINE_MAX};
-use crate::host::watch_state;
+use cuslice_host::gpu::health::view as health;
+use cuslice_host::gpu::nvml::{DeviceHandle, GpuInfo, GpuProcess, Nvml};
+use cuslice_host::text::{self, LINE_MAX};
+use cuslice_host::watch_state;
 use memory::{MemRead, Sources, read_mem};
 use nvml::{Listings, NvmlTimes, Sampled, Sampler};
 use procs::holds_open;
@@ -56,7 +56,7 @@ pub fn fd_file_id(raw: i32) -> Option<(u64, u64)> {
     // SAFETY: a segment's descriptor, live while the segment is (the
     // caller holds it).
     let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(raw) };
-    crate::host::sys::fstat(fd)
+    cuslice_host::sys::fstat(fd)
         .ok()
         .map(|st| (st.st_dev, st.st_ino))
 }
@@ -258,7 +258,7 @@ impl Readings {
         let listed: Vec<(u32, Option<u32>)> = nvml
             .processes(d, 64)?
             .iter()
-            .map(|h| (h.pid, crate::host::proc::inner_pid(h.pid)))
+            .map(|h| (h.pid, cuslice_host::proc::inner_pid(h.pid)))
             .collect();
         let mut out = HashMap::new();
         for p in grew {

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use crate::host::nvml::{
+use cuslice_host::gpu::nvml::{
     DeviceHandle, GpuProcess, Nvml, UtilizationSample, sample_period_us, sample_window_us,
 };
 
@@ -92,7 +92,7 @@ pub struct Listings {
 
 /// A process's start time, from the host's `/proc`.
 fn start_of(pid: u32) -> Option<u64> {
-    crate::host::proc::stat(pid).map(|x| x.start)
+    cuslice_host::proc::stat(pid).map(|x| x.start)
 }
 
 impl Listings {

@@ -5,9 +5,9 @@
 //! (procfs), not a tenant's; what a process put in its command line is
 //! escaped.
 
-use crate::host::container::command_line;
-use crate::host::proc;
-use crate::host::text::clean;
+use cuslice_host::container::command_line;
+use cuslice_host::proc;
+use cuslice_host::text::clean;
 
 /// The command line of process `pid` of this PID namespace, if it is one
 /// of the tenant's: it must hold one of `files` (a segment of the tenant)

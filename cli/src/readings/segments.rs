@@ -16,8 +16,8 @@ use cuslice_core::segment::Segment;
 
 use super::nvml::NvmlTimes;
 use super::{fd_file_id, file_id};
-use crate::host::fs::Dir;
-use crate::host::text::{self, LINE_MAX, clean};
+use cuslice_host::fs::Dir;
+use cuslice_host::text::{self, LINE_MAX, clean};
 
 /// A segment kept mapped between passes, with the file it maps.
 struct Mapped<T> {

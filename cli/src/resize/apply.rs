@@ -13,11 +13,11 @@ use cuslice_core::gpu::GpuSegment;
 use cuslice_core::segment::{READY_STATE, UNLIMITED};
 
 use super::target::Target;
-use crate::host::container::short_id;
-use crate::host::discover::{self, Found, Places, SESSION};
-use crate::host::fs::Dir;
-use crate::host::layout::{CONTAINER_RECORD, QUOTA_FILE};
-use crate::host::text;
+use cuslice_host::container::short_id;
+use cuslice_host::discover::{self, Found, Places, SESSION};
+use cuslice_host::fs::Dir;
+use cuslice_host::layout::{CONTAINER_RECORD, QUOTA_FILE};
+use cuslice_host::text;
 
 /// Makes this process the session's user for good: every file it writes
 /// from now on is theirs, and it can write nothing they could not.
@@ -181,7 +181,7 @@ fn write_pool(
     // A raised guarantee is reserved as far as the pool has room, the
     // rest pending (never over-admitted); without the pool's lock.
     // The room counted against NVML's memory, not the file's.
-    let capacity = crate::host::nvml::Nvml::open()
+    let capacity = cuslice_host::gpu::nvml::Nvml::open()
         .and_then(|n| {
             let text = config::format_uuid(uuid);
             let d = n
@@ -242,7 +242,7 @@ pub(super) fn write_gpu_segments(
         // Through the directory held open: its last component is opened
         // by core without following a link. (Moving to `Dir::open_segment`
         // once core's GpuSegment has a constructor from a descriptor.)
-        let via = crate::host::sys::fd_path(d.as_fd()).join(&file);
+        let via = cuslice_host::sys::fd_path(d.as_fd()).join(&file);
         let shown = gpu_dir.join(&file);
         let g = GpuSegment::open_existing(&via).map_err(|e| {
             e.to_string()
@@ -339,8 +339,8 @@ pub(super) fn driver_limit(ctr: &Found, new: &Config) -> Result<Option<String>, 
     };
     let text = d.read_checked(
         CONTAINER_RECORD,
-        Some((crate::host::sys::euid(), "our")),
-        crate::host::container::RECORD_MAX,
+        Some((cuslice_host::sys::euid(), "our")),
+        cuslice_host::container::RECORD_MAX,
     )?;
     let shown = ctr.paths.record().unwrap_or_default();
     // As JSON values: a field this version does not know is kept.
@@ -355,7 +355,7 @@ pub(super) fn driver_limit(ctr: &Found, new: &Config) -> Result<Option<String>, 
     else {
         return Ok(None);
     };
-    let outcome = crate::host::nvml::Nvml::open()
+    let outcome = cuslice_host::gpu::nvml::Nvml::open()
         .and_then(|nvml| nvml.set_quota_limits(new, &cgroup))
         .unwrap_or_else(|e| format!("failed: {e}"));
     rec["driver_memory_limit"] = serde_json::Value::String(outcome.clone());

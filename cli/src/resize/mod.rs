@@ -66,14 +66,14 @@ use std::path::PathBuf;
 
 use cuslice_core::config;
 
-use crate::host::discover::Places;
-use crate::host::layout::{self, Layout, QUOTA_FILE, SliceKind};
-use crate::host::resize::{self as record, ResizeRecord};
-use crate::host::{container::short_id, text};
 use apply::{
     become_user, claim_containers, driver_limit, legacy_note, write_claim_copy, write_gpu_segments,
     write_segment,
 };
+use cuslice_host::discover::Places;
+use cuslice_host::layout::{self, Layout, QUOTA_FILE, SliceKind};
+use cuslice_host::resize::{self as record, ResizeRecord};
+use cuslice_host::{container::short_id, text};
 use plan::{Entry, given, plan};
 use target::resolve;
 
@@ -127,7 +127,7 @@ pub fn resize(a: &ResizeArgs) -> Result<Vec<String>, String> {
         None => record::DEFAULT_GRACE_SECONDS,
     };
     let entry = Entry::parse(a.device.as_deref())?;
-    let me = crate::host::sys::euid();
+    let me = cuslice_host::sys::euid();
     let places = Places::new(Layout::new(&a.root));
     let t = resolve(&places, &a.target).map_err(|e| {
         if me != 0 && !a.target.starts_with("run:") {

@@ -8,8 +8,8 @@ use std::path::Path;
 use cuslice_core::config::{self, Limits};
 
 use super::ResizeArgs;
-use crate::host::resize::{self as record, Change};
 use crate::limits;
+use cuslice_host::resize::{self as record, Change};
 
 /// The entry a resize changes.
 #[derive(Debug, Clone, PartialEq, Eq)]

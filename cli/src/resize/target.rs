@@ -7,10 +7,10 @@ use std::ffi::OsString;
 use std::os::fd::AsFd;
 use std::path::Path;
 
-use crate::host::container::short_id;
-use crate::host::discover::{self, Found, Places};
-use crate::host::layout;
-use crate::host::{proc, text};
+use cuslice_host::container::short_id;
+use cuslice_host::discover::{self, Found, Places};
+use cuslice_host::layout;
+use cuslice_host::{proc, text};
 
 /// A slice found, and what is needed to write it.
 pub(super) struct Target {
@@ -47,7 +47,7 @@ fn containers(places: &Places, want: &str) -> Matched {
                 Some(m) => format!(
                     "container {} ({})",
                     text::clean(&short_id(&f.name)),
-                    crate::host::container::describe(m)
+                    cuslice_host::container::describe(m)
                 ),
                 None => format!("container {}", text::clean(&short_id(&f.name))),
             };
@@ -136,7 +136,7 @@ fn session(run: u32) -> Result<Target, String> {
         ));
     }
     let uid = proc::uid(run).ok_or_else(|| format!("{label}: cannot read its user"))?;
-    let me = crate::host::sys::euid();
+    let me = cuslice_host::sys::euid();
     if me != 0 && me != uid {
         return Err(format!(
             "{label}: the session is uid {uid}'s: only that user or root may resize it"
@@ -168,7 +168,7 @@ fn session(run: u32) -> Result<Target, String> {
         .dir
         .as_ref()
         .ok()
-        .and_then(|d| crate::host::sys::fstat(d.as_fd()).ok())
+        .and_then(|d| cuslice_host::sys::fstat(d.as_fd()).ok())
         .map(|st| st.st_gid)
         .ok_or_else(|| format!("{label}: cannot stat its directory"))?;
     Ok(Target {

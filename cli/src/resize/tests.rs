@@ -4,7 +4,7 @@ use cuslice_core::config::{self, Config};
 
 use super::plan::Field;
 use super::*;
-use crate::host::resize::Change;
+use cuslice_host::resize::Change;
 
 #[test]
 fn a_grace_is_a_duration_as_memory_wait_takes_one() {

@@ -30,14 +30,14 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use cuslice_core::gpu as coregpu;
 
-use crate::host::container::describe;
-use crate::host::nvml::{GpuInfo, Nvml};
-use crate::host::text::clean;
-use crate::host::watch_state;
 pub use crate::readings::memory::Sources;
 use crate::readings::procs::host_cmdline;
 use crate::readings::segments::GpuRead;
 use crate::readings::{Reading, Readings, hostname};
+use cuslice_host::container::describe;
+use cuslice_host::gpu::nvml::{GpuInfo, Nvml};
+use cuslice_host::text::clean;
+use cuslice_host::watch_state;
 pub use types::{GpuView, HealthSource, Snapshot, TenantView, WatchView};
 
 /// How long a tenant with no live process is still shown.

@@ -5,10 +5,10 @@
 
 use serde::Serialize;
 
-use crate::host::container::ContainerMeta;
-use crate::host::health::view as health;
-use crate::host::watch_state;
 use crate::readings::memory::ContainerView;
+use cuslice_host::container::ContainerMeta;
+use cuslice_host::gpu::health::view as health;
+use cuslice_host::watch_state;
 
 #[derive(Debug, Serialize)]
 pub struct Snapshot {

@@ -22,9 +22,9 @@ use super::judge::{Case, History, Key, Verdict, slice_key};
 use super::log::log;
 use super::procfs::{ProcSource, Procfs};
 use super::slices::{SliceId, Slices};
-use crate::host::resize::utc_time_of_day;
-use crate::host::text::{self, LINE_MAX};
-use crate::host::watch_state::{self, FindingView, Kind};
+use cuslice_host::resize::utc_time_of_day;
+use cuslice_host::text::{self, LINE_MAX};
+use cuslice_host::watch_state::{self, FindingView, Kind};
 
 /// What to do about a verdict.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use cuslice_core::config::{format_size, parse_size};
 
-use crate::host::health::source as health_source;
+use cuslice_host::gpu::health::source as health_source;
 
 pub const DEFAULT_CONFIG: &str = "/etc/cuslice/watch.toml";
 
@@ -89,7 +89,7 @@ impl Default for WatchConfig {
             compute_sustain: 2,
             compute_wait: 10,
             freeze: Duration::from_secs(5),
-            root: PathBuf::from(crate::host::layout::DEFAULT_ROOT),
+            root: PathBuf::from(cuslice_host::layout::DEFAULT_ROOT),
             health: true,
             health_poll: health_source::DEFAULT_POLL,
             health_check: health_source::DEFAULT_CHECK,

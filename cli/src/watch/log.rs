@@ -2,7 +2,7 @@
 //! holds. Every step of a pass logs through it (the slices' notes, the
 //! findings, the freezes let go), so it is below them all.
 
-use crate::host::text::{self, LINE_MAX};
+use cuslice_host::text::{self, LINE_MAX};
 
 /// One line of the log. The values from tenants in it were escaped where
 /// they entered the watch (slice labels, segment tenant names, findings);

@@ -50,13 +50,13 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::host::fs::Dir;
-use crate::host::health;
-use crate::host::layout::{Layout, WATCH_DIR, WATCH_LOCK};
-use crate::host::nvml::Nvml;
-use crate::host::watch_state::{self, Count, WatchState, now_unix};
 use act::Actor;
 use config::{Policy, WatchConfig};
+use cuslice_host::fs::Dir;
+use cuslice_host::gpu::health;
+use cuslice_host::gpu::nvml::Nvml;
+use cuslice_host::layout::{Layout, WATCH_DIR, WATCH_LOCK};
+use cuslice_host::watch_state::{self, Count, WatchState, now_unix};
 use judge::History;
 use log::log;
 use observe::Observer;
@@ -158,7 +158,7 @@ impl Watch {
             .map(|s| (s.tenant.clone(), s.tag))
             .collect();
         for l in self.orphans.tidy(
-            &self.cfg.root.join(crate::host::layout::GPU_DIR),
+            &self.cfg.root.join(cuslice_host::layout::GPU_DIR),
             &live,
             cuslice_core::gpu::monotonic_ns(),
             u64::try_from(self.cfg.orphan_grace.as_nanos()).unwrap_or(u64::MAX),

@@ -30,11 +30,11 @@ use super::snapshot::{
     Snapshot, TenantReading,
 };
 use super::tenant;
-use crate::host::layout::Layout;
-use crate::host::nvml::{DeviceHandle, Nvml};
 use crate::readings::procs::exiting;
 use crate::readings::segments::{entries, void_if_truncated};
 use crate::readings::{Readings, fd_file_id};
+use cuslice_host::gpu::nvml::{DeviceHandle, Nvml};
+use cuslice_host::layout::Layout;
 
 /// What the watch reads (through its [`Readings`], which keeps what saves
 /// reads between passes), and what it keeps of its own: the slices, and
@@ -99,7 +99,7 @@ impl Observer {
             self.mapping.retain(|(pid, _)| listed.contains(pid));
         }
         snap.now_ns = monotonic_ns();
-        snap.now_unix = crate::host::resize::now_unix();
+        snap.now_unix = cuslice_host::resize::now_unix();
         self.read_slices(&mut snap);
         self.read_registrations(&mut snap);
         self.audit_gpu_segments(&mut snap);

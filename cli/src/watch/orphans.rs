@@ -82,7 +82,7 @@ impl Orphans {
         let mut lines = vec![];
         for (file, tenant, tag) in due(&held, live, &mut self.since, now, grace_ns) {
             let path = gpu_dir.join(&file);
-            let shown = crate::host::text::clean(&tenant);
+            let shown = cuslice_host::text::clean(&tenant);
             match Pool::open_existing(&path) {
                 Ok(pool) => {
                     let (_, busy) = pool.release(&tenant, tag);

@@ -7,7 +7,7 @@ use std::ffi::CString;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::path::PathBuf;
 
-pub use crate::host::proc::{Stat, ns_inode};
+pub use cuslice_host::proc::{Stat, ns_inode};
 
 pub trait ProcSource {
     fn stat(&self, pid: u32) -> Option<Stat>;
@@ -30,7 +30,7 @@ pub trait ProcSource {
     fn in_root(&self, pid: u32, path: &std::path::Path) -> PathBuf;
     /// The paths of the files and directories it holds open (what
     /// `/proc/<pid>/fd/*` link to; sockets, pipes and the like left out),
-    /// at most [`MAX_FDS`](crate::host::proc::MAX_FDS) of them: how a `cuslice run` session's
+    /// at most [`MAX_FDS`](cuslice_host::proc::MAX_FDS) of them: how a `cuslice run` session's
     /// directory, whose name is unpredictable, is found.
     fn fd_paths(&self, pid: u32) -> Vec<PathBuf>;
 }
@@ -41,7 +41,7 @@ const NS_GET_PARENT: libc::c_ulong = 0xb702; // _IO(0xb7, 0x2)
 
 impl ProcSource for Procfs {
     fn stat(&self, pid: u32) -> Option<Stat> {
-        crate::host::proc::stat(pid)
+        cuslice_host::proc::stat(pid)
     }
 
     fn pid_namespaces(&self, pid: u32) -> Vec<u64> {
@@ -59,7 +59,7 @@ impl ProcSource for Procfs {
         let mut out = vec![];
         // A process may nest PID namespaces (32 levels at most).
         for _ in 0..33 {
-            let Ok(st) = crate::host::sys::fstat(cur.as_fd()) else {
+            let Ok(st) = cuslice_host::sys::fstat(cur.as_fd()) else {
                 break;
             };
             out.push(st.st_ino);
@@ -79,42 +79,42 @@ impl ProcSource for Procfs {
     }
 
     fn cgroup(&self, pid: u32) -> Option<String> {
-        crate::host::proc::cgroup(pid)
+        cuslice_host::proc::cgroup(pid)
     }
 
     fn inner_pid(&self, pid: u32) -> Option<u32> {
-        crate::host::proc::inner_pid(pid)
+        cuslice_host::proc::inner_pid(pid)
     }
 
     fn cmdline(&self, pid: u32) -> Vec<String> {
-        crate::host::proc::cmdline(pid)
+        cuslice_host::proc::cmdline(pid)
     }
 
     fn exe_name(&self, pid: u32) -> Option<String> {
-        crate::host::proc::exe_name(pid)
+        cuslice_host::proc::exe_name(pid)
     }
 
     fn environ(&self, pid: u32, key: &str) -> Option<String> {
-        crate::host::proc::environ(pid, key)
+        cuslice_host::proc::environ(pid, key)
     }
 
     fn uid(&self, pid: u32) -> Option<u32> {
-        crate::host::proc::uid(pid)
+        cuslice_host::proc::uid(pid)
     }
 
     fn in_root(&self, pid: u32, path: &std::path::Path) -> PathBuf {
-        crate::host::proc::in_root(pid, path)
+        cuslice_host::proc::in_root(pid, path)
     }
 
     fn fd_paths(&self, pid: u32) -> Vec<PathBuf> {
-        crate::host::proc::fd_paths(pid)
+        cuslice_host::proc::fd_paths(pid)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::host::proc::{cgroup_of, parse_stat, uid_of};
+    use cuslice_host::proc::{cgroup_of, parse_stat, uid_of};
 
     #[test]
     fn stat_fields_are_counted_after_the_name() {

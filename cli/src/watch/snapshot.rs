@@ -11,7 +11,7 @@ use cuslice_core::gpu::audit::{Expected, Finding};
 use cuslice_core::segment::RawDevice;
 
 use super::slices::{Owner, SliceId};
-use crate::host::resize::ResizeRecord;
+use cuslice_host::resize::ResizeRecord;
 
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {

@@ -13,11 +13,11 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use cuslice_core::gpu::DEMAND_WINDOW_NS;
 
 use super::verdict::{Case, Verdict, slice_key, view};
-use crate::host::watch_state::Kind;
 use crate::watch::config::WatchConfig;
 use crate::watch::slices::SliceId;
 use crate::watch::snapshot::{GpuSnap, ProcSnap, Snapshot, TenantReading};
 use crate::watch::tenant::compute_certain;
+use cuslice_host::watch_state::Kind;
 
 /// How long after a GPU's segment was last found tampered with the compute
 /// check only reports on that GPU: the forged values' effect and the

@@ -18,11 +18,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use cuslice_core::pool::LINGER_NS;
 
 use super::verdict::{Case, Verdict, size, slice_key, view};
-use crate::host::watch_state::Kind;
 use crate::watch::config::WatchConfig;
 use crate::watch::slices::SliceId;
 use crate::watch::snapshot::{GpuSnap, ProcSnap, SliceSnap, Snapshot};
 use crate::watch::tenant::memory_quota;
+use cuslice_host::watch_state::Kind;
 
 /// What memory leaves to the next pass.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -7,10 +7,10 @@
 use std::collections::HashMap;
 
 use super::verdict::{Case, Verdict, size, slice_key, view};
-use crate::host::watch_state::Kind;
 use crate::watch::slices::SliceId;
 use crate::watch::snapshot::{GpuSnap, ProcSnap, SliceSnap, Snapshot};
 use crate::watch::tenant::{is_registered, registered_pids, registers};
+use cuslice_host::watch_state::Kind;
 
 /// What registration leaves to the next pass.
 #[derive(Debug, Clone, Default, PartialEq)]

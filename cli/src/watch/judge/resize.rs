@@ -45,9 +45,9 @@ pub fn grace(v: Verdict, gpu: &GpuSnap, slice: &SliceSnap, now_unix: f64) -> Ver
 mod tests {
     use super::super::fixtures::*;
     use super::super::{History, judge};
-    use crate::host::resize::{ALL, Change, ResizeRecord};
     use crate::watch::config::Policy;
     use crate::watch::judge::Case;
+    use cuslice_host::resize::{ALL, Change, ResizeRecord};
 
     fn resized(from: u64, to: u64) -> ResizeRecord {
         ResizeRecord {

@@ -15,11 +15,11 @@ use cuslice_core::gpu::audit::Finding;
 use cuslice_core::segment::{READY_STATE, UNLIMITED};
 
 use super::verdict::{Case, Key, Verdict, size, slice_key, view};
-use crate::host::text::{self, LINE_MAX};
-use crate::host::watch_state::{FindingView, Kind};
 use crate::watch::slices::SliceId;
 use crate::watch::snapshot::{GpuSegReading, SliceSnap, Snapshot};
 use crate::watch::tenant::{memory_certain, memory_quota};
+use cuslice_host::text::{self, LINE_MAX};
+use cuslice_host::watch_state::{FindingView, Kind};
 
 /// What the segments rule leaves to the next pass.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use cuslice_core::config::format_size;
 use cuslice_core::gpu::audit::Expected;
 
-use crate::host::watch_state::{FindingView, Kind};
 use crate::watch::slices::SliceId;
+use cuslice_host::watch_state::{FindingView, Kind};
 
 /// The key of a finding: what, whose, which GPU, which process. A finding
 /// lasts while some pass finds it again under its key.

@@ -94,11 +94,11 @@ use cuslice_core::config::{self, Config};
 use cuslice_core::segment::Segment;
 
 use super::procfs::ProcSource;
-use crate::host::container::{describe, short_id};
-use crate::host::discover::{self, FileId, Found, PinnedSegment, Places, SESSION};
-use crate::host::layout::{self, Layout, SliceDir};
-use crate::host::resize::ResizeRecord;
-use crate::host::text;
+use cuslice_host::container::{describe, short_id};
+use cuslice_host::discover::{self, FileId, Found, PinnedSegment, Places, SESSION};
+use cuslice_host::layout::{self, Layout, SliceDir};
+use cuslice_host::resize::ResizeRecord;
+use cuslice_host::text;
 
 use kinds::*;
 pub use repair::RepairTarget;
@@ -250,7 +250,7 @@ pub struct Slices {
 /// record without one (an older hook's) is taken as live (the rule is
 /// `host::container`'s, which the OCI hook follows too).
 fn init_alive(p: &dyn ProcSource, init: Option<(u32, u64)>) -> bool {
-    crate::host::container::init_alive(init, |pid| p.stat(pid))
+    cuslice_host::container::init_alive(init, |pid| p.stat(pid))
 }
 
 impl Slices {

@@ -1,6 +1,6 @@
 use super::*;
-use crate::host::layout::CONTAINER_RECORD;
 use crate::watch::procfs::Stat;
+use cuslice_host::layout::CONTAINER_RECORD;
 use std::collections::HashMap;
 
 #[test]

@@ -5,7 +5,7 @@
 //! memory (`nvmlDeviceGetComputeRunningProcesses_v3`) and SM utilization
 //! (`nvmlDeviceGetProcessUtilization`); for the OCI hook, the driver's
 //! per-cgroup memory limit; for the DRA plugin, each GPU's device node and
-//! compute capability; for the health source (`crate::health`), XID events
+//! compute capability; for the health source (`crate::gpu::health`), XID events
 //! and the checks of a GPU's memory (retired pages, remapped rows, ECC).
 //!
 //! Nothing links NVML (the command must run on a host without the NVIDIA
@@ -184,7 +184,7 @@ pub struct Nvml {
     /// The DRA plugin's: the device node and the compute capability.
     minor: Option<sys::nvmlDeviceGetMinorNumber>,
     capability: Option<sys::nvmlDeviceGetCudaComputeCapability>,
-    /// GPU health's (`crate::health`): events and memory checks, each
+    /// GPU health's (`crate::gpu::health`): events and memory checks, each
     /// looked up on its own (an older driver lacks some).
     events: Option<EventCalls>,
     retired_pending: Option<sys::nvmlDeviceGetRetiredPagesPendingStatus>,

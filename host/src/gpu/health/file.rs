@@ -160,7 +160,7 @@ pub fn request_clear(layout: &Layout, uuid: &str, at: f64) -> Result<(), String>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::health::judge::{Input, Judge};
+    use crate::gpu::health::judge::{Input, Judge};
 
     #[test]
     fn what_is_published_is_read_back_and_a_bad_file_is_an_error_naming_it() {

@@ -4,7 +4,7 @@
 //! fresh judges fed what NVML says now.
 
 use super::judge::{Answer, Check, Failure, Input, Judge};
-use crate::nvml::{DeviceHandle, EVENT_DOUBLE_BIT_ECC, EVENT_XID, Event, Nvml, NvmlError};
+use crate::gpu::nvml::{DeviceHandle, EVENT_DOUBLE_BIT_ECC, EVENT_XID, Event, Nvml, NvmlError};
 
 fn failed(check: Check, e: NvmlError) -> Input {
     Input::Failed(

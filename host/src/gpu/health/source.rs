@@ -30,8 +30,8 @@ use super::file::{self, GpuHealth, Published};
 use super::judge::{Change, Check, Judge, State};
 use super::probe;
 use crate::fs::Dir;
+use crate::gpu::nvml::{DeviceHandle, EventSet, HEALTH_EVENTS, Nvml};
 use crate::layout::Layout;
-use crate::nvml::{DeviceHandle, EventSet, HEALTH_EVENTS, Nvml};
 
 /// How long the source waits for an event before it asks each GPU
 /// whether it is alive.
@@ -623,10 +623,10 @@ mod tests {
 
     #[test]
     fn a_change_is_one_line_saying_why() {
-        let from = crate::health::Health::healthy(0.0);
+        let from = crate::gpu::health::Health::healthy(0.0);
         let mut j = Judge::new(0.0, 300.0);
         let c = j
-            .observe(&crate::health::Input::Xid(79), 1.0)
+            .observe(&crate::gpu::health::Input::Xid(79), 1.0)
             .expect("a change");
         let g = GpuChange {
             index: 0,
@@ -661,9 +661,9 @@ mod tests {
         let mut again = j.clone();
         let c = again
             .observe(
-                &crate::health::Input::Failed(
+                &crate::gpu::health::Input::Failed(
                     Check::Alive,
-                    crate::health::Failure {
+                    crate::gpu::health::Failure {
                         code: 999,
                         text: "Unknown Error (999)".into(),
                     },

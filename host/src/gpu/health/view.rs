@@ -13,8 +13,8 @@ use super::file::{self, Published};
 use super::judge::{Health, ago};
 use super::probe;
 use super::source::DEFAULT_QUIET;
+use crate::gpu::nvml::{DeviceHandle, Nvml};
 use crate::layout::Layout;
-use crate::nvml::{DeviceHandle, Nvml};
 
 /// One GPU's health as a command shows it.
 #[derive(Debug, Clone, PartialEq, Serialize)]

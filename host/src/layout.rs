@@ -95,7 +95,7 @@ pub const WATCH_DIR: &str = "watch";
 pub const WATCH_LOCK: &str = "lock";
 /// What the watch last published, in its directory.
 pub const WATCH_STATE: &str = "state.json";
-/// GPU health's directory under the root (`crate::health`).
+/// GPU health's directory under the root (`crate::gpu::health`).
 pub const HEALTH_DIR: &str = "health";
 /// The lock of the health source that publishes (one per host), in the
 /// health directory.

@@ -1,7 +1,8 @@
-//! The host side's file layer (DESIGN.md, "The host side"): what runs on
-//! the host, often as root, in directories other users and tenants can
-//! write, opens files through this crate. Shared by the `cuslice` command
-//! (`cli/`) and the DRA kubelet plugin (`dra/`).
+//! The host side (`host/`, the crate `cuslice-host`): what runs on the
+//! host, often as root, in directories other users and tenants can write,
+//! opens files through this crate, and reaches the GPUs' NVML through it.
+//! Shared by the `cuslice` command (`cli/`) and the DRA kubelet plugin
+//! (`dra/`).
 //!
 //! - [`sys`]: the descriptor-level calls everything else is made of
 //!   (`openat` close-on-exec, `fstat`/`fstatat` without following,
@@ -49,29 +50,28 @@
 //!   environments) safe for a terminal or a log line.
 //! - [`watch_state`]: the state `cuslice watch` publishes
 //!   (`<root>/watch/state.json`) and `cuslice status` reads.
-//! - [`nvml`]: NVML, loaded at run time: the one loader of the command and
-//!   the DRA plugin (its declarations generated from `cuda-headers/` by
-//!   `build.rs`).
-//! - [`health`]: GPU health, one judgement per GPU that every host command
-//!   and the DRA plugin share.
+//! - [`gpu`]: the GPUs themselves: [`gpu::nvml`], NVML loaded at run time,
+//!   the one loader of the command and the DRA plugin (its declarations
+//!   generated from `cuda-headers/` by `build.rs`); [`gpu::health`], GPU
+//!   health, one judgement per GPU that every host command and the DRA
+//!   plugin share.
 //!
 //! No two modules import each other: `sys`, `text`, `proc` and `cdi` stand
 //! alone; `fs` is on `sys`; `inroot` on `fs`, `sys` and `text`; `layout` on
 //! `fs`; `run_dir` on `fs` and `layout`; `container` on `fs`, `layout`,
 //! `proc` and `text`; `resize` on `fs` and `layout`; `discover` on
 //! `container`, `fs`, `layout`, `resize` and `sys`; `watch_state` on `fs`,
-//! `layout` and `text`; `nvml` stands alone; `health` is on `nvml`, `fs`,
-//! `layout` and `text`.
+//! `layout` and `text`; `gpu::nvml` stands alone; `gpu::health` is on
+//! `gpu::nvml`, `fs`, `layout` and `text`.
 
 pub mod cdi;
 pub mod container;
 pub mod discover;
 pub mod fs;
+pub mod gpu;
 pub mod guarantee;
-pub mod health;
 pub mod inroot;
 pub mod layout;
-pub mod nvml;
 pub mod proc;
 pub mod resize;
 pub mod run_dir;
