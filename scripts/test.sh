@@ -102,8 +102,14 @@ else
     CUSLICE_TESTS_PRIVATE=1 bash scripts/test.sh "$@" || rc=$?
 fi
 for d in "${absent[@]}"; do
-    [ ! -e "$d" ] ||
-        echo "host-state: the run made $d on the host: $(find "$d" | head -4 | tr '\n' ' ')" >>"$check"
+    [ -e "$d" ] || continue
+    case "$d" in
+    # podman makes an empty /run/cdi where there is none: only a cuslice
+    # spec there is the tests' doing.
+    */cdi) left=$({ find "$d" -name '*cuslice*' || true; } | head -4 | tr '\n' ' ') ;;
+    *) left=$({ find "$d" || true; } | head -4 | tr '\n' ' ') ;;
+    esac
+    [ -z "$left" ] || echo "host-state: the run made $d on the host: $left" >>"$check"
 done
 
 # The closing line: every test nextest ran, from its JUnit report (a test
