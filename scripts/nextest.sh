@@ -42,7 +42,7 @@ os.chmod(out + ".tmp", 0o755)
 os.replace(out + ".tmp", out)
 PY
 fi
-"$bin" nextest --version | grep -q "^cargo-nextest $version " || {
+"$bin" nextest --version | grep "^cargo-nextest $version " >/dev/null || {
     echo "nextest.sh: $bin does not say it is version $version" >&2
     exit 1
 }

@@ -27,7 +27,9 @@ case "${1:-}" in
 esac
 
 need=()
-ldconfig -p 2>/dev/null | grep -q 'libclang\(-[0-9.]*\)\?\.so' || need+=(libclang-dev)
+# (grep reads all of ldconfig's output: with -q it could stop early, and
+# under pipefail ldconfig's SIGPIPE then read as "no libclang")
+ldconfig -p 2>/dev/null | grep 'libclang\(-[0-9.]*\)\?\.so' >/dev/null || need+=(libclang-dev)
 command -v gcc >/dev/null || need+=(gcc)
 if [ "$tests" -eq 1 ]; then
     command -v nm >/dev/null || need+=(binutils)
