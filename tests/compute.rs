@@ -1586,15 +1586,18 @@ fn a_program_that_profiles_itself_keeps_cupti_and_gets_every_record() {
     assert!(err.contains("steps aside"), "{err}");
 }
 
+/// `decode_alone`'s program: 2.5 s of requests every 10 ms, each 12 tokens
+/// of 4 kernels of 20 us with 100 us of host work between launches.
+const DECODE_ALONE: [&str; 6] = ["2.5", "10000", "12", "4", "20000", "100000"];
+
 /// A decode loop alone on the fake GPU (`decode_beside_trainer`'s, one
 /// request every 10 ms: in flight ~60 % of the time, its kernels ~10 %)
 /// under `quota` (None: no limits): its results and the GPU time charged
 /// to its tenant.
 fn decode_alone(h: &Host, quota: Option<&Path>, extra: &[(&'static str, &str)]) -> (Ping, u64) {
-    let args = ["2.5", "10000", "12", "4", "20000", "100000"];
     let out = common::output_by(
         "decode",
-        h.spawn("decode", quota, &args, extra),
+        h.spawn("decode", quota, &DECODE_ALONE, extra),
         Instant::now() + Duration::from_secs(60),
     );
     let used = quota.map_or(0, |_| used_ns(h, "decode"));
@@ -1609,20 +1612,30 @@ fn a_ceiling_holds_a_launch_bound_loop_to_its_kernels_time_not_its_time_in_fligh
     // without limits, half its requests never served. Charged what its
     // kernels ran (the meter probes it alone too, under a ceiling), it runs
     // as without limits.
-    let h = Host::new("compute", "decode-ceiling");
-    let (free, _) = decode_alone(&h, None, &[]);
+    //
+    // "Without limits" is a twin started at the same moment on a fake GPU
+    // of its own: both see the same load on the test machine, which on a
+    // busy 2-core machine moves a 4.9 ms p50 by more than the shim could.
+    let tw = Twin::new("decode-ceiling");
+    let h = &tw.sliced;
     let q = h.quota("decode", "", "compute_max = 30");
-    let as_free = |p: &Ping, how: &str| {
-        assert_eq!(p.served, p.due, "{how}: {p:?}");
-        assert!(
-            p.p50 <= free.p50 * 1.3 + 1.0,
-            "p50 {:.2} ms under a 30 % ceiling{how}, {:.2} ms without limits",
-            p.p50,
-            free.p50
-        );
-    };
-    let (capped, used) = decode_alone(&h, Some(&q), &[]);
-    as_free(&capped, "");
+    let (d, nd) = tw.spawn("decode", &q, &DECODE_ALONE, &[]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let capped = ping_result(&common::output_by("decode", d, deadline));
+    let free = ping_result(&common::output_by("decode", nd, deadline));
+    let used = used_ns(h, "decode");
+    // A CPU-starved machine may not keep to the schedule (the decoder
+    // busy-waits between launches): as many served as the twin.
+    assert!(
+        capped.served + 1 >= free.served,
+        "served as without limits: {capped:?}, without limits {free:?}"
+    );
+    assert!(
+        capped.p50 <= free.p50 * 1.3 + noise(free.p50),
+        "p50 {:.2} ms under a 30 % ceiling, {:.2} ms without limits",
+        capped.p50,
+        free.p50
+    );
     let kernels_ns = u64::from(capped.served) * 48 * 20_000;
     assert!(
         used >= kernels_ns * 9 / 10 && used <= kernels_ns * 3 / 2 + 30_000_000,
