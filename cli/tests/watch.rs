@@ -2508,12 +2508,17 @@ fn an_unregistered_process_is_killed_only_if_the_pass_after_the_one_that_reporte
         Duration::from_secs(20),
         || (passes(&h) >= resumed + 2).then_some(()),
     );
-    assert_eq!(
-        unregistered_verdicts(&w, u)[..2],
-        ["reported", "killed"],
-        "U:\n{}",
-        w.text()
+    // The line of a kill follows the kill (U may be seen dead, and the
+    // pass counted, before the watch has written it).
+    let verdicts = common::wait_for(
+        || format!("U ({u}): no verdict after the kill:\n{}", w.text()),
+        Duration::from_secs(20),
+        || {
+            let v = unregistered_verdicts(&w, u);
+            (v.len() >= 2).then_some(v)
+        },
     );
+    assert_eq!(verdicts[..2], ["reported", "killed"], "U:\n{}", w.text());
     // G, gone before a second pass saw it: reported, never acted on, and
     // the finding ended.
     assert_eq!(

@@ -1110,13 +1110,21 @@ static void test_kernels_events(CUfunction fsleep, CUfunction fempty, CUfunction
     CK(cuEventQuery(e0), CUDA_SUCCESS);
 
     uint64_t k0 = kernels(0), b0 = busy(0);
+    uint64_t launched = fake_now_ns();
     CK(cuEventRecord(e0, s), CUDA_SUCCESS);
     launch_sleep(fsleep, s, 20000000);
     CK(cuEventRecord(e1, s), CUDA_SUCCESS);
     CK(cuEventRecord(ent, s), CUDA_SUCCESS);
-    CK(cuEventQuery(e1), CUDA_ERROR_NOT_READY);
-    CK(cuStreamQuery(s), CUDA_ERROR_NOT_READY);
-    CK(cuEventElapsedTime(&ms, e0, e1), CUDA_ERROR_NOT_READY);
+    CUresult eq = cuEventQuery(e1), sq = cuStreamQuery(s), tq = cuEventElapsedTime(&ms, e0, e1);
+    /* Not ready while the kernel runs; a test machine that descheduled
+     * this process for the kernel's 20 ms asked too late to tell. */
+    if (fake_now_ns() - launched < 19000000) {
+        EQ(eq, CUDA_ERROR_NOT_READY);
+        EQ(sq, CUDA_ERROR_NOT_READY);
+        EQ(tq, CUDA_ERROR_NOT_READY);
+    } else {
+        printf("kernels/events: the queries came after the kernel's 20 ms (a loaded machine): not-ready unchecked\n");
+    }
     EQ(kernels(0), k0 + 1);
     EQ(busy(0), b0 + 20000000);
     CK(cuEventSynchronize(e1), CUDA_SUCCESS);
