@@ -39,6 +39,10 @@ table=()
 failed=0
 for i in $(seq "$runs"); do
     clone=$(mktemp -d /tmp/cuslice-ci-busy-clone.XXXXXX)
+    # mktemp's 0700 would keep the tests' unprivileged users (cuslice run
+    # as a user, resize as that user) from the built binaries; a checkout
+    # is 0755.
+    chmod 755 "$clone"
     git clone --quiet "$repo" "$clone"
     git -C "$clone" checkout --quiet "$head"
     start=$(date +%s)
