@@ -4,7 +4,6 @@
 //! the driver's own memory limit; each segment and pool opened from its
 //! directory's descriptor without following a link.
 
-use std::os::fd::AsFd;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 
@@ -239,15 +238,12 @@ pub(super) fn write_gpu_segments(
         let Some(spec) = new.tenant_spec(u32::MAX, &uuid) else {
             continue;
         };
-        // Through the directory held open: its last component is opened
-        // by core without following a link. (Moving to `Dir::open_segment`
-        // once core's GpuSegment has a constructor from a descriptor.)
-        let via = cuslice_host::sys::fd_path(d.as_fd()).join(&file);
+        // From the directory held open, without following a link.
         let shown = gpu_dir.join(&file);
-        let g = GpuSegment::open_existing(&via).map_err(|e| {
-            e.to_string()
-                .replace(&*via.to_string_lossy(), &shown.to_string_lossy())
-        })?;
+        let g = d
+            .open_segment(&file, true)
+            .map_err(|e| discover::open_failed(&e, &shown, "GPU segment"))
+            .and_then(|fd| GpuSegment::from_fd(fd, &shown).map_err(|e| e.to_string()))?;
         // Only the slice's own entry, never a new one; the segment's
         // lock waited for at most 2 s, then written without it, said.
         let (found, busy) = g.update_tenant(&name, tag, spec);

@@ -301,6 +301,20 @@ impl GpuSegment {
         })
     }
 
+    /// An existing segment from `fd`, a descriptor of it the caller opened
+    /// (the host's file layer: `Dir::open_segment`, from its directory's
+    /// descriptor without following a link), never creating it and whoever
+    /// owns it: writable where `fd` was opened read-write, else read-only
+    /// (see [`Shm::from_fd`]). `path` names it in messages.
+    pub fn from_fd(fd: std::os::fd::OwnedFd, path: &Path) -> Result<GpuSegment, SegmentError> {
+        let shm = Shm::from_fd(fd, path, &layout())?;
+        Ok(GpuSegment {
+            shm,
+            path: path.to_path_buf(),
+            held_since: AtomicU64::new(NOT_HELD),
+        })
+    }
+
     pub fn sched(&self) -> &Sched {
         // SAFETY: the Sched follows the header; aligned; atomics only.
         unsafe { self.shm.at::<Sched>(HEADER) }
