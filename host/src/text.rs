@@ -1,8 +1,9 @@
 //! The one place where text from tenants is made safe for a terminal or a
-//! log line (DESIGN.md, "The host side"). Tenants control container
-//! commands and annotations (names, pods, images, via `container.json`),
-//! the tenant names in the shared per-GPU segment, their processes' command
-//! lines in `/proc`, and the paths in their environments. If these reach a
+//! log line (docs/threat-model.md, "Text from tenants on the host's
+//! terminals and logs"). Tenants control container commands and
+//! annotations (names, pods, images, via `container.json`), the tenant
+//! names in the shared per-GPU segment, their processes' command lines in
+//! `/proc`, and the paths in their environments. If these reach a
 //! terminal raw, `ESC ] 0 ; … BEL` sets the terminal's title, `ESC [ 2 J`
 //! clears the screen, and a newline or carriage return forges a whole row of
 //! `cuslice status` or a whole line of `cuslice watch`'s log.
