@@ -136,6 +136,32 @@ fn every_family_stops_exactly_at_the_quota() {
 }
 
 #[test]
+fn host_memory_made_by_cumemcreate_is_not_charged_to_the_gpus_quota() {
+    // cuMemCreate with location HOST makes pinned host memory a kernel
+    // reaches through a mapping (what evictable burst would move a
+    // borrower's memory into): not the GPU's. Held at twice the quota, the
+    // whole quota is still there for a plain allocation; charged as device
+    // memory (the mutant: the location not checked), the host memory
+    // alone would be refused.
+    let s = Scene::new("host-vmm", QUOTA);
+    let r = s.run(
+        &[
+            "hostvmm",
+            &(2 * QUOTA_BYTES).to_string(),
+            &USABLE.to_string(),
+        ],
+        &[],
+    );
+    r.assert_ok();
+    assert_eq!(
+        r.results(),
+        vec!["R hostvmm create=0 map=0 plain=0 release=0"],
+        "{}",
+        r.stderr
+    );
+}
+
+#[test]
 fn pitched_rows_are_charged_what_the_driver_padded_them_to_whatever_its_alignment() {
     // Rows of 2200 bytes, padded by the (fake) driver to its pitch
     // alignment: below the shim's admission bound (512-byte rows), equal

@@ -93,6 +93,29 @@ static CUresult a_vmm(size_t n, unsigned long long *h) {
     return cuMemCreate((CUmemGenericAllocationHandle *)h, n, &prop, 0);
 }
 static CUresult f_vmm(unsigned long long h) { return cuMemRelease(h); }
+
+/* hostvmm BYTES: host memory of BYTES made by cuMemCreate (location HOST)
+ * and mapped at a reserved range, then a plain allocation of PLAIN bytes
+ * while it is held: host memory is not the GPU's, so the quota must not
+ * count it. */
+static int hostvmm(size_t n, size_t plain_n) {
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_HOST;
+    CUmemGenericAllocationHandle h = 0;
+    CUdeviceptr va = 0, p = 0;
+    CUresult create = cuMemCreate(&h, n, &prop, 0);
+    CUresult reserve = cuMemAddressReserve(&va, n, 0, 0, 0);
+    CUresult map = create == CUDA_SUCCESS && reserve == CUDA_SUCCESS ? cuMemMap(va, n, 0, h, 0) : CUDA_ERROR_UNKNOWN;
+    CUresult plain = cuMemAlloc_v2(&p, plain_n);
+    if (plain == CUDA_SUCCESS) cuMemFree_v2(p);
+    if (map == CUDA_SUCCESS) cuMemUnmap(va, n);
+    if (reserve == CUDA_SUCCESS) cuMemAddressFree(va, n);
+    CUresult release = create == CUDA_SUCCESS ? cuMemRelease(h) : CUDA_ERROR_UNKNOWN;
+    printf("R hostvmm create=%d map=%d plain=%d release=%d\n", create, map, plain, release);
+    return 0;
+}
 static CUresult a_array(size_t n, unsigned long long *h) {
     CUDA_ARRAY_DESCRIPTOR d = {.Width = 1024, .Height = n / 4096, .Format = CU_AD_FORMAT_FLOAT, .NumChannels = 1};
     return cuArrayCreate_v2((CUarray *)h, &d);
@@ -288,6 +311,7 @@ int main(int argc, char **argv) {
     }
     init(0);
     if (!strcmp(cmd, "boundary")) return boundary(argv[2], strtoull(argv[3], NULL, 10));
+    if (!strcmp(cmd, "hostvmm")) return hostvmm(strtoull(argv[2], NULL, 10), strtoull(argv[3], NULL, 10));
     if (!strcmp(cmd, "info")) {
         info(strtoull(argv[2], NULL, 10));
         return 0;

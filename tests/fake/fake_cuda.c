@@ -2670,7 +2670,8 @@ static void phys_unref(struct vmm_phys *ph)
         *pp = ph->next;
     if (g_vmm_fd >= 0)
         fallocate(g_vmm_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, ph->off, (off_t)ph->span);
-    acct_release(ph->dev, ph->size);
+    if (ph->dev >= 0)
+        acct_release(ph->dev, ph->size);
     free(ph);
 }
 
@@ -2681,11 +2682,14 @@ static CUresult mem_create(CUmemGenericAllocationHandle *handle, size_t size, co
 {
     NEED_INIT();
     if (handle == NULL || prop == NULL || size == 0 || flags != 0 || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
-        prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+        (prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE && prop->location.type != CU_MEM_LOCATION_TYPE_HOST))
         return CUDA_ERROR_INVALID_VALUE;
-    if (!dev_ok(prop->location.id))
+    /* Host memory (location HOST, its id ignored, as the driver does): in
+     * the same arena, mappable at a reserved range, not the GPU's. */
+    int host = prop->location.type == CU_MEM_LOCATION_TYPE_HOST;
+    if (!host && !dev_ok(prop->location.id))
         return CUDA_ERROR_INVALID_DEVICE;
-    int dev = prop->location.id;
+    int dev = host ? -1 : prop->location.id;
     size_t pg = page_size();
     size_t span = (size + pg - 1) & ~(pg - 1);
     pthread_mutex_lock(&g_mu);
@@ -2706,7 +2710,7 @@ static CUresult mem_create(CUmemGenericAllocationHandle *handle, size_t size, co
         goto out;
     }
     struct vmm_phys *ph = calloc(1, sizeof *ph);
-    if (ph == NULL || acct_reserve(dev, size) != 0) {
+    if (ph == NULL || (dev >= 0 && acct_reserve(dev, size) != 0)) {
         free(ph);
         r = CUDA_ERROR_OUT_OF_MEMORY;
         goto out;

@@ -986,6 +986,27 @@ static void test_vmm(void)
     prop.location.id = 0;
     CK(cuMemCreate(&h1, TOTAL, &prop, 0), CUDA_ERROR_OUT_OF_MEMORY);
     EQ(used(0), base);
+
+    /* Host memory (location HOST, any id): not the GPU's, even past its
+     * size; mapped at a reserved range, the device's copies reach it. */
+    prop.location.type = CU_MEM_LOCATION_TYPE_HOST;
+    prop.location.id = 5;
+    CK(cuMemCreate(&h1, TOTAL + 2 * MiB, &prop, 0), CUDA_SUCCESS);
+    EQ(used(0), base);
+    EQ(used(1), 0);
+    CK(cuMemAddressReserve(&va, 2 * MiB, 0, 0, 0), CUDA_SUCCESS);
+    CK(cuMemMap(va, 2 * MiB, 0, h1, 0), CUDA_SUCCESS);
+    CK(cuMemSetAccess(va, 2 * MiB, &acc, 1), CUDA_SUCCESS);
+    memset(back, 0, sizeof back);
+    CK(cuMemcpyHtoD_v2(va + 64, msg, sizeof msg), CUDA_SUCCESS);
+    CK(cuMemcpyDtoH_v2(back, va + 64, sizeof back), CUDA_SUCCESS);
+    CHECK(strcmp(back, msg) == 0, "host memory mapped at a reserved range holds what was copied");
+    CK(cuMemRelease(h1), CUDA_SUCCESS);
+    CK(cuMemUnmap(va, 2 * MiB), CUDA_SUCCESS);
+    CK(cuMemAddressFree(va, 2 * MiB), CUDA_SUCCESS);
+    EQ(used(0), base);
+    prop.location.type = 7;
+    CK(cuMemCreate(&h1, 2 * MiB, &prop, 0), CUDA_ERROR_INVALID_VALUE);
 }
 
 static void test_arrays(void)
